@@ -1,0 +1,318 @@
+//! Procedural macros of `keel-sdk`: `#[workflow]`, `#[step]` and `component!`.
+//!
+//! The attributes keep the author's function readable and generate, beside
+//! it, a hidden definition (`__keel_workflow_NAME` / `__keel_step_NAME`) that
+//! `component!` collects into the component's exports.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote};
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{
+    Expr, ExprLit, FnArg, Ident, ItemFn, Lit, MetaNameValue, Pat, Path, ReturnType, Token, Type,
+    parse_macro_input,
+};
+
+/// Marks an `async fn` as a workflow.
+///
+/// The function takes at most one argument, the run's input (any
+/// `serde::Deserialize` type), and returns `Result<T, E>` where `T` is
+/// `serde::Serialize` and `E` is `Display`.
+#[proc_macro_attribute]
+pub fn workflow(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let func = parse_macro_input!(item as ItemFn);
+    let result = check_no_args(attr).and_then(|()| expand_workflow(&func));
+    result.unwrap_or_else(|e| e.to_compile_error()).into()
+}
+
+/// Marks an `async fn` as a step.
+///
+/// Calling the function from a workflow schedules the step and returns a
+/// future of its result; the body runs in the step sandbox. Settings:
+/// `max_retries = 3`, `initial_backoff = "1s"`, `backoff_factor = 2.0`,
+/// `max_backoff = "60s"`.
+#[proc_macro_attribute]
+pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let func = parse_macro_input!(item as ItemFn);
+    let settings =
+        parse_macro_input!(attr with Punctuated::<MetaNameValue, Token![,]>::parse_terminated);
+    let result = StepSettings::parse(&settings).and_then(|s| expand_step(&func, &s));
+    result.unwrap_or_else(|e| e.to_compile_error()).into()
+}
+
+/// Exports a component's workflows and steps.
+///
+/// ```ignore
+/// keel_sdk::component!(workflows = [process_order], steps = [charge_user]);
+/// ```
+#[proc_macro]
+pub fn component(input: TokenStream) -> TokenStream {
+    let lists = parse_macro_input!(input as ComponentLists);
+    expand_component(&lists).into()
+}
+
+fn check_no_args(attr: TokenStream) -> syn::Result<()> {
+    if attr.is_empty() {
+        Ok(())
+    } else {
+        Err(syn::Error::new(
+            Span::call_site(),
+            "#[workflow] takes no settings yet",
+        ))
+    }
+}
+
+fn require_async(func: &ItemFn, what: &str) -> syn::Result<()> {
+    if func.sig.asyncness.is_none() {
+        return Err(syn::Error::new_spanned(
+            &func.sig.fn_token,
+            format!("a keel {what} must be an `async fn`"),
+        ));
+    }
+    if matches!(func.sig.output, ReturnType::Default) {
+        return Err(syn::Error::new_spanned(
+            &func.sig,
+            format!("a keel {what} must return a `Result`"),
+        ));
+    }
+    Ok(())
+}
+
+/// The `(pattern, type)` of each argument; `self` is refused.
+fn typed_args(func: &ItemFn) -> syn::Result<Vec<(Ident, Type)>> {
+    func.sig
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, arg)| match arg {
+            FnArg::Typed(pat) => {
+                let ident = match &*pat.pat {
+                    Pat::Ident(p) => p.ident.clone(),
+                    _ => format_ident!("__arg{i}"),
+                };
+                Ok((ident, (*pat.ty).clone()))
+            }
+            FnArg::Receiver(r) => Err(syn::Error::new_spanned(r, "keel functions take no self")),
+        })
+        .collect()
+}
+
+fn expand_workflow(func: &ItemFn) -> syn::Result<TokenStream2> {
+    require_async(func, "workflow")?;
+    let args = typed_args(func)?;
+    if args.len() > 1 {
+        return Err(syn::Error::new_spanned(
+            &func.sig.inputs,
+            "a workflow takes at most one argument: its input",
+        ));
+    }
+    let name = &func.sig.ident;
+    let name_str = name.to_string();
+    let def = format_ident!("__keel_workflow_{}", name);
+    let vis = &func.vis;
+    let call = match args.first() {
+        Some((_, ty)) => quote! { |input: #ty| #name(input) },
+        None => quote! { |_: ::keel_sdk::__private::serde_json::Value| #name() },
+    };
+    Ok(quote! {
+        #func
+
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        #vis const #def: ::keel_sdk::__private::WorkflowDef = ::keel_sdk::__private::WorkflowDef {
+            name: #name_str,
+            run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
+        };
+    })
+}
+
+struct StepSettings {
+    max_retries: u32,
+    initial_backoff_ms: u64,
+    backoff_factor: f64,
+    max_backoff_ms: u64,
+}
+
+impl StepSettings {
+    fn parse(settings: &Punctuated<MetaNameValue, Token![,]>) -> syn::Result<Self> {
+        let mut out = StepSettings {
+            max_retries: 3,
+            initial_backoff_ms: 1_000,
+            backoff_factor: 2.0,
+            max_backoff_ms: 60_000,
+        };
+        for setting in settings {
+            let key = setting
+                .path
+                .get_ident()
+                .map(Ident::to_string)
+                .unwrap_or_default();
+            let lit = match &setting.value {
+                Expr::Lit(ExprLit { lit, .. }) => lit,
+                other => return Err(syn::Error::new_spanned(other, "expected a literal")),
+            };
+            match key.as_str() {
+                "max_retries" => out.max_retries = int_lit(lit)?,
+                "initial_backoff" => out.initial_backoff_ms = duration_lit(lit)?,
+                "max_backoff" => out.max_backoff_ms = duration_lit(lit)?,
+                "backoff_factor" => out.backoff_factor = float_lit(lit)?,
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &setting.path,
+                        "unknown step setting; expected one of max_retries, \
+                         initial_backoff, backoff_factor, max_backoff",
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn int_lit(lit: &Lit) -> syn::Result<u32> {
+    match lit {
+        Lit::Int(i) => i.base10_parse(),
+        _ => Err(syn::Error::new_spanned(lit, "expected an integer")),
+    }
+}
+
+fn float_lit(lit: &Lit) -> syn::Result<f64> {
+    match lit {
+        Lit::Float(f) => f.base10_parse(),
+        Lit::Int(i) => i.base10_parse(),
+        _ => Err(syn::Error::new_spanned(lit, "expected a number")),
+    }
+}
+
+/// A duration as `"250ms"`, `"2s"`, `"1m"` or an integer of milliseconds.
+fn duration_lit(lit: &Lit) -> syn::Result<u64> {
+    match lit {
+        Lit::Int(i) => i.base10_parse(),
+        Lit::Str(s) => humantime::parse_duration(&s.value())
+            .map(|d| d.as_millis() as u64)
+            .map_err(|e| syn::Error::new_spanned(lit, format!("invalid duration: {e}"))),
+        _ => Err(syn::Error::new_spanned(lit, "expected a duration like \"2s\"")),
+    }
+}
+
+fn expand_step(func: &ItemFn, s: &StepSettings) -> syn::Result<TokenStream2> {
+    require_async(func, "step")?;
+    let args = typed_args(func)?;
+    let name = &func.sig.ident;
+    let name_str = name.to_string();
+    let vis = &func.vis;
+    let body_name = format_ident!("__keel_step_body_{}", name);
+    let def = format_ident!("__keel_step_{}", name);
+    let output = match &func.sig.output {
+        ReturnType::Type(_, ty) => ty.clone(),
+        ReturnType::Default => unreachable!("checked by require_async"),
+    };
+    let mut body_fn = func.clone();
+    body_fn.sig.ident = body_name.clone();
+    body_fn.vis = syn::Visibility::Inherited;
+    body_fn.attrs.retain(|a| !a.path().is_ident("doc"));
+
+    let idents: Vec<_> = args.iter().map(|(i, _)| i).collect();
+    let types: Vec<_> = args.iter().map(|(_, t)| t).collect();
+    let (pack, unpack_ty, unpack) = match args.len() {
+        1 => {
+            let (i, t) = &args[0];
+            (quote! { &#i }, quote! { #t }, quote! { |#i: #t| #body_name(#i) })
+        }
+        _ => (
+            quote! { &( #(&#idents,)* ) },
+            quote! { ( #(#types,)* ) },
+            quote! { |( #(#idents,)* ): ( #(#types,)* )| #body_name(#(#idents),*) },
+        ),
+    };
+    let attrs = func.attrs.iter().filter(|a| a.path().is_ident("doc"));
+    let (retries, initial, factor, max) = (
+        s.max_retries,
+        s.initial_backoff_ms,
+        s.backoff_factor,
+        s.max_backoff_ms,
+    );
+    Ok(quote! {
+        #body_fn
+
+        #(#attrs)*
+        #vis fn #name(#(#idents: #types),*)
+            -> ::keel_sdk::StepFuture<<#output as ::keel_sdk::__private::StepOutput>::Ok>
+        {
+            ::keel_sdk::__private::call_step(#name_str, #pack)
+        }
+
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        #vis const #def: ::keel_sdk::__private::StepDef = ::keel_sdk::__private::StepDef {
+            name: #name_str,
+            retry: ::keel_sdk::RetryPolicy {
+                max_retries: #retries,
+                initial_backoff_ms: #initial,
+                backoff_factor: #factor,
+                max_backoff_ms: #max,
+            },
+            run: |input: &str| ::keel_sdk::__private::run_step::<#unpack_ty, _, _, _>(input, #unpack),
+        };
+    })
+}
+
+struct ComponentLists {
+    workflows: Vec<Path>,
+    steps: Vec<Path>,
+}
+
+impl Parse for ComponentLists {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut lists = ComponentLists {
+            workflows: Vec::new(),
+            steps: Vec::new(),
+        };
+        while !input.is_empty() {
+            let key: Ident = input.parse()?;
+            input.parse::<Token![=]>()?;
+            let content;
+            syn::bracketed!(content in input);
+            let paths = Punctuated::<Path, Token![,]>::parse_terminated(&content)?;
+            match key.to_string().as_str() {
+                "workflows" => lists.workflows.extend(paths),
+                "steps" => lists.steps.extend(paths),
+                _ => return Err(syn::Error::new_spanned(key, "expected `workflows` or `steps`")),
+            }
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
+        Ok(lists)
+    }
+}
+
+fn prefixed(path: &Path, prefix: &str) -> Path {
+    let mut path = path.clone();
+    if let Some(last) = path.segments.last_mut() {
+        last.ident = format_ident!("{}{}", prefix, last.ident);
+    }
+    path
+}
+
+fn expand_component(lists: &ComponentLists) -> TokenStream2 {
+    let workflows = lists
+        .workflows
+        .iter()
+        .map(|p| prefixed(p, "__keel_workflow_"));
+    let steps = lists.steps.iter().map(|p| prefixed(p, "__keel_step_"));
+    quote! {
+        #[doc(hidden)]
+        struct __KeelComponent;
+
+        impl ::keel_sdk::__private::Registry for __KeelComponent {
+            const WORKFLOWS: &'static [::keel_sdk::__private::WorkflowDef] = &[#(#workflows),*];
+            const STEPS: &'static [::keel_sdk::__private::StepDef] = &[#(#steps),*];
+        }
+
+        ::keel_sdk::__private::__export_component!(
+            __KeelComponent with_types_in ::keel_sdk::__private::bindings
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! Items used by the code the macros generate. Not a public API.
+
+use std::fmt::Display;
+use std::future::Future;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+pub use serde_json;
+
+use crate::error::StepError;
+use crate::executor::StepFuture;
+use crate::RetryPolicy;
+
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "keel:workflow/workflow-component",
+        pub_export_macro: true,
+        export_macro_name: "__export_component",
+        default_bindings_module: "::keel_sdk::__private::bindings",
+    });
+}
+
+#[doc(hidden)]
+pub use bindings::__export_component;
+
+use bindings::exports::keel::workflow::guest::Guest;
+use bindings::keel::workflow::types;
+
+/// A workflow as `component!` collects it.
+pub struct WorkflowDef {
+    pub name: &'static str,
+    pub run: fn(&str) -> Result<String, String>,
+}
+
+/// A step as `component!` collects it.
+pub struct StepDef {
+    pub name: &'static str,
+    pub retry: RetryPolicy,
+    pub run: fn(&str) -> Result<String, types::StepError>,
+}
+
+/// The workflows and steps of a component.
+pub trait Registry {
+    const WORKFLOWS: &'static [WorkflowDef];
+    const STEPS: &'static [StepDef];
+}
+
+/// The `T` of a step's `Result<T, StepError>`.
+pub trait StepOutput {
+    type Ok;
+}
+
+impl<T> StepOutput for Result<T, StepError> {
+    type Ok = T;
+}
+
+impl<R: Registry> Guest for R {
+    fn get_manifest() -> types::Manifest {
+        types::Manifest {
+            sdk_version: env!("CARGO_PKG_VERSION").to_string(),
+            workflows: R::WORKFLOWS
+                .iter()
+                .map(|w| types::WorkflowInfo {
+                    name: w.name.to_string(),
+                })
+                .collect(),
+            steps: R::STEPS
+                .iter()
+                .map(|s| types::StepInfo {
+                    name: s.name.to_string(),
+                    retry: types::RetryPolicy {
+                        max_retries: s.retry.max_retries,
+                        initial_backoff_ms: s.retry.initial_backoff_ms,
+                        backoff_factor: s.retry.backoff_factor,
+                        max_backoff_ms: s.retry.max_backoff_ms,
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    fn run_workflow(name: String, input: String) -> Result<String, String> {
+        match R::WORKFLOWS.iter().find(|w| w.name == name) {
+            Some(w) => (w.run)(&input),
+            None => Err(format!("this component exports no workflow `{name}`")),
+        }
+    }
+
+    fn run_step(name: String, input: String) -> Result<String, types::StepError> {
+        match R::STEPS.iter().find(|s| s.name == name) {
+            Some(s) => (s.run)(&input),
+            None => Err(types::StepError::Fatal(format!(
+                "this component exports no step `{name}`"
+            ))),
+        }
+    }
+}
+
+/// Runs a workflow function on its JSON input.
+pub fn run_workflow<I, F, Fut, T, E>(input: &str, f: F) -> Result<String, String>
+where
+    I: DeserializeOwned,
+    F: FnOnce(I) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    T: Serialize,
+    E: Display,
+{
+    let input: I = serde_json::from_str(input)
+        .map_err(|e| format!("the run's input does not match the workflow's input type: {e}"))?;
+    let output = crate::executor::block_on(f(input)).map_err(|e| e.to_string())?;
+    serde_json::to_string(&output).map_err(|e| format!("the workflow's output does not serialize: {e}"))
+}
+
+/// Schedules a step from a workflow (the body of a `#[step]` function's caller).
+pub fn call_step<A: Serialize + ?Sized, T>(name: &'static str, args: &A) -> StepFuture<T> {
+    StepFuture::new(name, serde_json::to_string(args).map_err(|e| e.to_string()))
+}
+
+/// Runs a step body on its JSON input.
+pub fn run_step<A, F, Fut, T>(input: &str, f: F) -> Result<String, types::StepError>
+where
+    A: DeserializeOwned,
+    F: FnOnce(A) -> Fut,
+    Fut: Future<Output = Result<T, StepError>>,
+    T: Serialize,
+{
+    let args: A = serde_json::from_str(input).map_err(|e| {
+        types::StepError::Fatal(format!("the step's input does not match its arguments: {e}"))
+    })?;
+    match block_on_step(f(args)) {
+        Ok(out) => serde_json::to_string(&out)
+            .map_err(|e| types::StepError::Fatal(format!("the step's output does not serialize: {e}"))),
+        Err(e) if e.fatal => Err(types::StepError::Fatal(e.message)),
+        Err(e) => Err(types::StepError::Retryable(types::RetryableError {
+            message: e.message,
+            retry_after_ms: e.retry_after.map(|d| d.as_millis() as u64),
+        })),
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn block_on_step<F: Future>(f: F) -> F::Output {
+    wstd::runtime::block_on(f)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn block_on_step<F: Future>(f: F) -> F::Output {
+    futures::executor::block_on(f)
+}

@@ -1,0 +1,105 @@
+//! Errors seen by authors: a step attempt's error and a workflow's error.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The error a step attempt returns.
+///
+/// Any `std::error::Error` converts into a retryable `StepError` with `?`.
+/// Use [`StepError::fatal`] for an error that no retry can fix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepError {
+    pub(crate) message: String,
+    pub(crate) fatal: bool,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl StepError {
+    /// An error that fails the step at once, without retries.
+    pub fn fatal(message: impl fmt::Display) -> Self {
+        StepError {
+            message: message.to_string(),
+            fatal: true,
+            retry_after: None,
+        }
+    }
+
+    /// An error retried under the step's retry policy.
+    pub fn retryable(message: impl fmt::Display) -> Self {
+        StepError {
+            message: message.to_string(),
+            fatal: false,
+            retry_after: None,
+        }
+    }
+
+    /// Asks for the next attempt no sooner than `delay` from now.
+    pub fn retry_after(mut self, delay: Duration) -> Self {
+        self.retry_after = Some(delay);
+        self
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error> From<E> for StepError {
+    fn from(e: E) -> Self {
+        StepError::retryable(e)
+    }
+}
+
+/// A step that failed for good: its error was fatal or its retries ran out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepFailure {
+    pub step_name: String,
+    pub step_id: String,
+    pub message: String,
+    /// The last error was fatal (rather than retries exhausted).
+    pub fatal: bool,
+    pub attempts: u32,
+}
+
+/// The error type of workflows: a failed step, a payload that did not
+/// (de)serialize, or the author's own message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    StepFailed(StepFailure),
+    Payload(String),
+    Custom(String),
+}
+
+impl Error {
+    /// An error of the author's own.
+    pub fn msg(message: impl fmt::Display) -> Self {
+        Error::Custom(message.to_string())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::StepFailed(s) => {
+                let why = if s.fatal { "fatal error" } else { "retries exhausted" };
+                write!(
+                    f,
+                    "step `{}` ({}) failed after {} attempt(s), {why}: {}",
+                    s.step_name, s.step_id, s.attempts, s.message
+                )
+            }
+            Error::Payload(m) => write!(f, "payload error: {m}"),
+            Error::Custom(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Payload(e.to_string())
+    }
+}

@@ -1,0 +1,178 @@
+//! The workflow's executor: a single-threaded loop that polls the workflow's
+//! future and, whenever it is pending, asks the host for the next completion
+//! of the commands it awaits.
+//!
+//! Every future here schedules its command on first poll, so the order of
+//! commands is the order in which the workflow's code polls them, which is
+//! deterministic; the host delivers completions in journal order.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+
+use crate::__private::bindings::keel::workflow::types::Outcome;
+use crate::__private::bindings::keel::workflow::workflow_context as host;
+use crate::error::{Error, StepFailure};
+
+#[derive(Default)]
+struct State {
+    /// Commands some live future awaits.
+    awaited: BTreeSet<u32>,
+    /// Completions delivered by the host, not yet taken by their future.
+    delivered: HashMap<u32, Outcome>,
+    /// The waker of each awaiting future, woken on delivery so that
+    /// combinators which poll only woken children (`FuturesUnordered`) work.
+    wakers: HashMap<u32, Waker>,
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+/// Drives `future` to completion, blocking on the host while it is pending.
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
+    STATE.with(|s| *s.borrow_mut() = State::default());
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        let awaited: Vec<u32> = STATE.with(|s| s.borrow().awaited.iter().copied().collect());
+        assert!(
+            !awaited.is_empty(),
+            "the workflow is pending on a future that is not a keel step or timer; \
+             workflows may only await keel futures"
+        );
+        let completion = host::wait_any(&awaited);
+        let waker = STATE.with(|s| {
+            let mut s = s.borrow_mut();
+            s.awaited.remove(&completion.id);
+            s.delivered.insert(completion.id, completion.outcome);
+            s.wakers.remove(&completion.id)
+        });
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// A scheduled command's slot: schedules on first poll, then waits for the
+/// host's completion.
+struct Command {
+    id: Option<u32>,
+}
+
+impl Command {
+    fn poll(&mut self, cx: &Context<'_>, schedule: impl FnOnce() -> u32) -> Poll<Outcome> {
+        let id = *self.id.get_or_insert_with(schedule);
+        STATE.with(|s| {
+            let mut s = s.borrow_mut();
+            match s.delivered.remove(&id) {
+                Some(outcome) => Poll::Ready(outcome),
+                None => {
+                    s.awaited.insert(id);
+                    s.wakers.insert(id, cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+    }
+}
+
+impl Drop for Command {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            STATE.with(|s| {
+                let mut s = s.borrow_mut();
+                s.awaited.remove(&id);
+                s.wakers.remove(&id);
+            });
+        }
+    }
+}
+
+/// The future of a step called from a workflow; resolves to the step's
+/// output, or to [`Error::StepFailed`] once its retries are exhausted.
+#[must_use = "a step is scheduled only when its future is awaited"]
+pub struct StepFuture<T> {
+    name: &'static str,
+    input: Result<String, String>,
+    command: Command,
+    _output: PhantomData<fn() -> T>,
+}
+
+impl<T> StepFuture<T> {
+    pub(crate) fn new(name: &'static str, input: Result<String, String>) -> Self {
+        StepFuture {
+            name,
+            input,
+            command: Command { id: None },
+            _output: PhantomData,
+        }
+    }
+}
+
+impl<T: DeserializeOwned> Future for StepFuture<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let input = match &this.input {
+            Ok(input) => input,
+            Err(e) => return Poll::Ready(Err(Error::Payload(e.clone()))),
+        };
+        let name = this.name;
+        this.command
+            .poll(cx, || host::schedule_step(name, input))
+            .map(|outcome| match outcome {
+                Outcome::StepCompleted(json) => {
+                    serde_json::from_str(&json).map_err(|e| {
+                        Error::Payload(format!("output of step `{name}` does not decode: {e}"))
+                    })
+                }
+                Outcome::StepFailed(f) => Err(Error::StepFailed(StepFailure {
+                    step_name: f.step_name,
+                    step_id: f.step_id,
+                    message: f.message,
+                    fatal: f.fatal,
+                    attempts: f.attempts,
+                })),
+                Outcome::TimerFired => unreachable!("the host delivered a timer to a step"),
+            })
+    }
+}
+
+/// A durable timer; see [`sleep`].
+#[must_use = "a timer starts only when awaited"]
+pub struct Timer {
+    duration: Duration,
+    command: Command,
+}
+
+/// Sleeps durably: the timer survives crashes and restarts, and a long sleep
+/// holds no resources while it waits.
+pub fn sleep(duration: Duration) -> Timer {
+    Timer {
+        duration,
+        command: Command { id: None },
+    }
+}
+
+impl Future for Timer {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let ms = u64::try_from(this.duration.as_millis()).unwrap_or(u64::MAX);
+        this.command
+            .poll(cx, || host::schedule_sleep(ms))
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,59 @@
+//! What a workflow or a step can learn about its own execution.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::__private::bindings::keel::workflow::{step_context, types, workflow_context};
+
+/// Describes the running workflow; see [`workflow_metadata`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkflowMetadata {
+    pub run_id: String,
+    pub workflow_name: String,
+    pub started_at: SystemTime,
+}
+
+/// Describes the running step attempt; see [`step_metadata`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepMetadata {
+    /// Stable across attempts and replays: use it as an idempotency key.
+    pub step_id: String,
+    /// 1-based.
+    pub attempt: u32,
+    pub step_name: String,
+    pub run_id: String,
+    pub attempt_started_at: SystemTime,
+}
+
+fn from_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// The running workflow's metadata. Only callable inside a workflow.
+pub fn workflow_metadata() -> WorkflowMetadata {
+    let m = workflow_context::metadata();
+    WorkflowMetadata {
+        run_id: m.run_id,
+        workflow_name: m.workflow_name,
+        started_at: from_ms(m.started_at_ms),
+    }
+}
+
+/// The running step attempt's metadata. Only callable inside a step.
+pub fn step_metadata() -> StepMetadata {
+    let m = step_context::metadata();
+    StepMetadata {
+        step_id: m.step_id,
+        attempt: m.attempt,
+        step_name: m.step_name,
+        run_id: m.run_id,
+        attempt_started_at: from_ms(m.attempt_started_at_ms),
+    }
+}
+
+pub use types::LogLevel;
+
+/// Logs from a workflow, tagged by the host with the run ID and silent
+/// while the workflow replays recorded history.
+pub fn log(level: LogLevel, message: impl AsRef<str>) {
+    workflow_context::log(level, message.as_ref());
+}

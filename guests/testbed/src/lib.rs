@@ -1,0 +1,304 @@
+//! keel's test guest: one workflow per behaviour the end-to-end tests drive.
+#![cfg(target_arch = "wasm32")]
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use keel_sdk::future::FutureExt;
+use keel_sdk::wstd::http::{Body, Client, Request};
+use keel_sdk::{Error, StepError, step, workflow};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[step(max_retries = 0)]
+async fn noop(i: u32) -> Result<u32, StepError> {
+    Ok(i)
+}
+
+/// `n` trivial steps in sequence: the W10 benchmark's workflow.
+#[workflow]
+async fn ten_steps(n: u32) -> Result<u32, Error> {
+    let mut sum = 0;
+    for i in 0..n {
+        sum += noop(i).await?;
+    }
+    Ok(sum)
+}
+
+#[step]
+async fn add(x: i64, y: i64) -> Result<i64, StepError> {
+    Ok(x + y)
+}
+
+#[step]
+async fn mul(x: i64, y: i64) -> Result<i64, StepError> {
+    Ok(x * y)
+}
+
+/// Two steps; built with the `reordered` feature it calls them the other way round.
+#[workflow]
+async fn two_steps(x: i64) -> Result<Vec<i64>, Error> {
+    if cfg!(feature = "reordered") {
+        let b = mul(x, 2).await?;
+        let a = add(x, 1).await?;
+        Ok(vec![a, b])
+    } else {
+        let a = add(x, 1).await?;
+        let b = mul(x, 2).await?;
+        Ok(vec![a, b])
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn random_u64() -> u64 {
+    getrandom::u64().unwrap_or(0)
+}
+
+/// Reads the clock and random numbers around a step.
+#[workflow]
+async fn clock_random() -> Result<Value, Error> {
+    let before = (now_ms(), random_u64());
+    let step = noop(7).await?;
+    let after = (now_ms(), random_u64());
+    let meta = keel_sdk::workflow_metadata();
+    Ok(json!({
+        "before": before,
+        "after": after,
+        "step": step,
+        "run_id": meta.run_id,
+        "started_at_ms": meta.started_at.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64,
+    }))
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct Labelled {
+    label: String,
+    step_id: String,
+}
+
+#[step]
+async fn delayed(label: String, delay_ms: u64) -> Result<Labelled, StepError> {
+    keel_sdk::wstd::task::sleep(Duration::from_millis(delay_ms).into()).await;
+    Ok(Labelled {
+        label,
+        step_id: keel_sdk::step_metadata().step_id,
+    })
+}
+
+/// Three concurrent steps of unequal length; returns them in completion order.
+#[workflow]
+async fn concurrent(delays: Vec<u64>) -> Result<Vec<Labelled>, Error> {
+    use keel_sdk::future::{FutureExt as _, select_all};
+    let mut pending: Vec<_> = delays
+        .iter()
+        .enumerate()
+        .map(|(i, d)| delayed(format!("s{i}"), *d).boxed_local())
+        .collect();
+    let mut done = Vec::new();
+    while !pending.is_empty() {
+        let (result, _, rest) = select_all(pending).await;
+        done.push(result?);
+        pending = rest;
+    }
+    Ok(done)
+}
+
+/// `join!` of two steps and a timer.
+#[workflow]
+async fn joined() -> Result<Vec<Labelled>, Error> {
+    let (a, b, ()) = keel_sdk::join!(
+        delayed("slow".into(), 200),
+        delayed("fast".into(), 1),
+        keel_sdk::sleep(Duration::from_millis(50))
+    );
+    Ok(vec![a?, b?])
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct Attempt {
+    attempt: u32,
+    step_id: String,
+    started_at_ms: u64,
+}
+
+fn attempt() -> Attempt {
+    let meta = keel_sdk::step_metadata();
+    Attempt {
+        attempt: meta.attempt,
+        step_id: meta.step_id,
+        started_at_ms: meta
+            .attempt_started_at
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    }
+}
+
+#[step(max_retries = 5, initial_backoff = "10ms")]
+async fn declined() -> Result<Attempt, StepError> {
+    Err(StepError::fatal("card declined"))
+}
+
+#[step(max_retries = 3, initial_backoff = "10ms")]
+async fn retry_later() -> Result<Attempt, StepError> {
+    let a = attempt();
+    if a.attempt == 1 {
+        return Err(StepError::retryable("rate limited").retry_after(Duration::from_millis(400)));
+    }
+    Ok(a)
+}
+
+#[step(max_retries = 2, initial_backoff = "10ms")]
+async fn always_fails() -> Result<Attempt, StepError> {
+    Err(StepError::retryable(format!("attempt {} failed", attempt().attempt)))
+}
+
+/// Runs the step named by `mode` and returns what it saw.
+#[workflow]
+async fn flaky(mode: String) -> Result<Attempt, Error> {
+    match mode.as_str() {
+        "fatal" => declined().await,
+        "retry_after" => retry_later().await,
+        "exhaust" => always_fails().await,
+        other => Err(Error::msg(format!("unknown mode {other}"))),
+    }
+}
+
+#[workflow]
+async fn trap() -> Result<(), Error> {
+    panic!("boom from the guest")
+}
+
+#[workflow]
+async fn spin() -> Result<u64, Error> {
+    let mut i: u64 = 0;
+    loop {
+        i = std::hint::black_box(i.wrapping_add(1));
+    }
+}
+
+#[workflow]
+async fn memory_bomb() -> Result<usize, Error> {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        hoard.push(vec![1u8; 1 << 20]);
+        std::hint::black_box(&hoard);
+    }
+}
+
+/// Tries an HTTP call from the workflow itself, which the sandbox forbids.
+#[workflow]
+async fn http_in_workflow(url: String) -> Result<u16, Error> {
+    let request = Request::get(&url).body(Body::empty()).map_err(Error::msg)?;
+    let response = Client::new().send(request).await.map_err(Error::msg)?;
+    Ok(response.status().as_u16())
+}
+
+/// Tries a file read from the workflow itself, which the sandbox forbids.
+#[workflow]
+async fn file_in_workflow() -> Result<String, Error> {
+    std::fs::read_to_string("/etc/hostname").map_err(Error::msg)
+}
+
+/// Sleeps durably, then runs a step.
+#[workflow]
+async fn sleeper(ms: u64) -> Result<u32, Error> {
+    keel_sdk::sleep(Duration::from_millis(ms)).await;
+    Ok(noop(1).await?)
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+struct Probe {
+    url: String,
+    label: String,
+    hang_on_first_attempt: bool,
+}
+
+/// Reports each attempt to `url`; hangs on its first attempt when asked, so
+/// a test can kill the host in the middle of it.
+#[step(max_retries = 3, initial_backoff = "10ms")]
+async fn probe(p: Probe) -> Result<Attempt, StepError> {
+    let a = attempt();
+    let body = json!({"label": p.label, "step_id": a.step_id, "attempt": a.attempt});
+    let request = Request::post(&p.url)
+        .header("Content-Type", "application/json")
+        .body(Body::from(body.to_string()))
+        .map_err(StepError::fatal)?;
+    Client::new()
+        .send(request)
+        .await
+        .map_err(StepError::retryable)?;
+    if p.hang_on_first_attempt && a.attempt == 1 {
+        keel_sdk::wstd::task::sleep(Duration::from_secs(600).into()).await;
+    }
+    Ok(a)
+}
+
+/// Three probes in sequence; the second hangs on its first attempt.
+#[workflow]
+async fn crashable(url: String) -> Result<Vec<Attempt>, Error> {
+    let mut out = Vec::new();
+    for (label, hang) in [("a", false), ("b", true), ("c", false)] {
+        let p = Probe {
+            url: url.clone(),
+            label: label.into(),
+            hang_on_first_attempt: hang,
+        };
+        out.push(probe(p).await?);
+    }
+    Ok(out)
+}
+
+/// A step raced against a timer with `select`.
+#[workflow]
+async fn race((step_ms, timer_ms): (u64, u64)) -> Result<String, Error> {
+    let step = delayed("step".into(), step_ms).fuse();
+    let timer = keel_sdk::sleep(Duration::from_millis(timer_ms)).fuse();
+    futures_pin(step, timer).await
+}
+
+async fn futures_pin(
+    step: impl std::future::Future<Output = Result<Labelled, Error>>,
+    timer: impl std::future::Future<Output = ()>,
+) -> Result<String, Error> {
+    let step = std::pin::pin!(step);
+    let timer = std::pin::pin!(timer);
+    match keel_sdk::future::select(step, timer).await {
+        keel_sdk::future::Either::Left((r, _)) => Ok(r?.label),
+        keel_sdk::future::Either::Right(_) => Ok("timer".into()),
+    }
+}
+
+keel_sdk::component!(
+    workflows = [
+        ten_steps,
+        two_steps,
+        clock_random,
+        concurrent,
+        joined,
+        flaky,
+        trap,
+        spin,
+        memory_bomb,
+        http_in_workflow,
+        file_in_workflow,
+        sleeper,
+        crashable,
+        race,
+    ],
+    steps = [
+        noop,
+        add,
+        mul,
+        delayed,
+        declined,
+        retry_later,
+        always_fails,
+        probe,
+    ]
+);

@@ -1,0 +1,440 @@
+//! One activation of a workflow: the guest runs from the start, replaying
+//! what the journal holds and appending what it does not.
+//!
+//! A command the workflow issues is matched against the journal's command
+//! of the same ID; a divergence stops the run with `NonDeterminism`. A
+//! completion is delivered by `wait-any` as the first completion in journal
+//! order among the commands the workflow awaits, which is the same live and
+//! on replay. When nothing awaited can complete soon (a long timer), the
+//! activation suspends: the guest is dropped and the run resumes later by
+//! replay.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use crate::component::Loaded;
+use crate::engine::Inner;
+use crate::journal::{self, Entry, Event, step_digest, step_id};
+use crate::sandbox::{JournalClock, wit};
+use crate::store::Store;
+use crate::{Error, Result};
+
+/// A run's journal in memory, shared by the activation and its step and
+/// timer tasks, backed by the store.
+pub struct RunJournal {
+    store: Option<Store>,
+    run_id: String,
+    state: Mutex<JournalState>,
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct JournalState {
+    entries: Vec<Entry>,
+    /// `entries[..durable]` are on disk.
+    durable: usize,
+    /// Entry index of each command, by command ID.
+    commands: Vec<usize>,
+    /// Entry indices of completions, in journal order.
+    completions: Vec<usize>,
+    completed: HashSet<u32>,
+    /// A task's storage failure, which ends the activation.
+    failure: Option<String>,
+}
+
+impl JournalState {
+    fn push(&mut self, entry: Entry) -> usize {
+        let idx = self.entries.len();
+        if let Some(c) = entry.event.command() {
+            debug_assert_eq!(c as usize, self.commands.len());
+            self.commands.push(idx);
+        }
+        if let Some(c) = entry.event.completes() {
+            self.completions.push(idx);
+            self.completed.insert(c);
+        }
+        self.entries.push(entry);
+        idx
+    }
+}
+
+impl RunJournal {
+    /// A journal loaded from `entries`. Without a store it is read-only:
+    /// appends fail (offline replay).
+    pub fn new(store: Option<Store>, run_id: &str, entries: Vec<Entry>) -> Self {
+        let mut state = JournalState::default();
+        for entry in entries {
+            state.push(entry);
+        }
+        state.durable = state.entries.len();
+        RunJournal {
+            store,
+            run_id: run_id.to_string(),
+            state: Mutex::new(state),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, JournalState> {
+        self.state.lock().expect("journal lock poisoned")
+    }
+
+    /// Appends an event and returns the entry once it is on disk.
+    pub async fn append(&self, event: Event) -> Result<Entry> {
+        let store = self.store.as_ref().ok_or_else(|| Error::Wasm("replay never writes".into()))?;
+        let (entry, idx) = {
+            let mut state = self.lock();
+            let last = state.entries.last().map_or(0, |e| e.at_ms);
+            let entry = Entry {
+                seq: state.entries.len() as u64,
+                at_ms: now_ms().max(last),
+                event,
+            };
+            store.append(&self.run_id, &entry)?;
+            let idx = state.push(entry.clone());
+            (entry, idx)
+        };
+        store.sync().await?;
+        {
+            let mut state = self.lock();
+            state.durable = state.durable.max(idx + 1);
+        }
+        self.changed.notify_waiters();
+        Ok(entry)
+    }
+
+    /// Records a task's failure, which ends the activation.
+    pub fn fail(&self, message: String) {
+        self.lock().failure.get_or_insert(message);
+        self.changed.notify_waiters();
+    }
+
+    fn recorded_command(&self, command: u32) -> Option<Entry> {
+        let state = self.lock();
+        state
+            .commands
+            .get(command as usize)
+            .map(|&i| state.entries[i].clone())
+    }
+
+    fn is_completed(&self, command: u32) -> bool {
+        self.lock().completed.contains(&command)
+    }
+
+    /// How many attempts of a step were started, and when the next may start.
+    fn attempts(&self, command: u32) -> (u32, Option<u64>) {
+        let state = self.lock();
+        let mut started = 0;
+        let mut retry_at = None;
+        for e in &state.entries {
+            match &e.event {
+                Event::StepAttemptStarted { command: c, attempt } if *c == command => {
+                    started = started.max(*attempt);
+                }
+                Event::StepAttemptFailed { command: c, retry_at_ms, .. } if *c == command => {
+                    retry_at = Some(*retry_at_ms);
+                }
+                _ => {}
+            }
+        }
+        (started, retry_at)
+    }
+
+    /// The first durable, undelivered completion among `ids`, in journal order.
+    fn take_completion(&self, ids: &[u32], delivered: &mut HashSet<u32>) -> Option<Entry> {
+        let state = self.lock();
+        state
+            .completions
+            .iter()
+            .take_while(|&&i| i < state.durable)
+            .map(|&i| &state.entries[i])
+            .find(|e| {
+                let c = e.event.completes().expect("indexed as a completion");
+                ids.contains(&c) && !delivered.contains(&c)
+            })
+            .inspect(|e| {
+                delivered.insert(e.event.completes().expect("a completion"));
+            })
+            .cloned()
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.lock().failure.clone()
+    }
+}
+
+/// Raised out of the guest when the activation cannot go on now.
+#[derive(Debug, thiserror::Error)]
+pub enum Suspend {
+    #[error("waiting for a timer due at {wake_at_ms} ms")]
+    Timer { wake_at_ms: u64 },
+    #[error("the journal ends here")]
+    JournalEnd,
+}
+
+/// The state of one workflow activation, held in the guest's store.
+pub struct Activation {
+    pub run_id: String,
+    pub workflow: String,
+    pub started_at_ms: u64,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) loaded: Arc<Loaded>,
+    pub(crate) journal: Arc<RunJournal>,
+    pub(crate) clock: JournalClock,
+    /// Replay only: never append, never execute a step.
+    pub(crate) offline: bool,
+    next_command: u32,
+    recorded_commands: u32,
+    delivered: HashSet<u32>,
+    /// Commands with a live task that will complete them.
+    in_flight: HashSet<u32>,
+    /// Fire times of timers not armed in memory (too far away).
+    dormant_timers: HashMap<u32, u64>,
+    tasks: Vec<AbortHandle>,
+}
+
+impl Drop for Activation {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Activation {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        loaded: Arc<Loaded>,
+        journal: Arc<RunJournal>,
+        run_id: &str,
+        workflow: &str,
+        started_at_ms: u64,
+        offline: bool,
+    ) -> Self {
+        let recorded_commands = journal.lock().commands.len() as u32;
+        Activation {
+            run_id: run_id.to_string(),
+            workflow: workflow.to_string(),
+            started_at_ms,
+            clock: JournalClock::new(started_at_ms),
+            inner,
+            loaded,
+            journal,
+            offline,
+            next_command: 0,
+            recorded_commands,
+            delivered: HashSet::new(),
+            in_flight: HashSet::new(),
+            dormant_timers: HashMap::new(),
+            tasks: Vec::new(),
+        }
+    }
+
+    fn replaying(&self) -> bool {
+        self.next_command < self.recorded_commands
+    }
+
+    /// Matches a new command against the journal, or appends it.
+    async fn command(&mut self, requested: Event) -> wasmtime::Result<(u32, Entry, bool)> {
+        let command = self.next_command;
+        self.next_command += 1;
+        if let Some(recorded) = self.journal.recorded_command(command) {
+            if !same_command(&recorded.event, &requested) {
+                return Err(wasmtime::Error::new(Error::NonDeterminism {
+                    run_id: self.run_id.clone(),
+                    position: command,
+                    recorded: format!("{} (entry {})", recorded.event.describe(), recorded.seq),
+                    requested: requested.describe(),
+                }));
+            }
+            self.clock.set(recorded.at_ms);
+            return Ok((command, recorded, true));
+        }
+        if self.offline {
+            return Err(wasmtime::Error::new(Suspend::JournalEnd));
+        }
+        let entry = self.journal.append(requested).await?;
+        self.clock.set(entry.at_ms);
+        Ok((command, entry, false))
+    }
+
+    pub async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32> {
+        let Some(step) = self.loaded.step(&name) else {
+            return Err(wasmtime::Error::new(Error::WorkflowFailed {
+                run_id: self.run_id.clone(),
+                message: format!(
+                    "it called step `{name}`, which this component does not export (it exports: {})",
+                    self.loaded.step_names().join(", ")
+                ),
+            }));
+        };
+        let retry = step.retry;
+        let command = self.next_command;
+        let requested = Event::StepScheduled {
+            command,
+            step_id: step_id(&self.run_id, command),
+            digest: step_digest(&name, &input),
+            name: name.clone(),
+            input: input.clone(),
+        };
+        let (command, entry, _) = self.command(requested).await?;
+        if self.offline || self.journal.is_completed(command) {
+            return Ok(command);
+        }
+        let Event::StepScheduled { step_id, .. } = entry.event else {
+            unreachable!("matched as a step")
+        };
+        let (started, retry_at) = self.journal.attempts(command);
+        let task = crate::steps::StepTask {
+            inner: self.inner.clone(),
+            loaded: self.loaded.clone(),
+            journal: self.journal.clone(),
+            run_id: self.run_id.clone(),
+            command,
+            name,
+            input,
+            step_id,
+            retry,
+            next_attempt: started + 1,
+            not_before_ms: retry_at,
+        };
+        self.in_flight.insert(command);
+        self.tasks.push(tokio::spawn(task.run()).abort_handle());
+        Ok(command)
+    }
+
+    pub async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32> {
+        let command = self.next_command;
+        let fire_at_ms = self.clock_ms().saturating_add(duration_ms);
+        let requested = Event::TimerScheduled { command, fire_at_ms };
+        let (command, entry, _) = self.command(requested).await?;
+        let Event::TimerScheduled { fire_at_ms, .. } = entry.event else {
+            unreachable!("matched as a timer")
+        };
+        if self.offline || self.journal.is_completed(command) {
+            return Ok(command);
+        }
+        let wait = fire_at_ms.saturating_sub(now_ms());
+        if Duration::from_millis(wait) > self.inner.config.park_limit {
+            self.dormant_timers.insert(command, fire_at_ms);
+            return Ok(command);
+        }
+        let journal = self.journal.clone();
+        self.in_flight.insert(command);
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            if let Err(e) = journal.append(Event::TimerFired { command }).await {
+                journal.fail(e.to_string());
+            }
+        });
+        self.tasks.push(task.abort_handle());
+        Ok(command)
+    }
+
+    fn clock_ms(&self) -> u64 {
+        self.clock.ms()
+    }
+
+    pub async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion> {
+        loop {
+            let changed = self.journal.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(entry) = self.journal.take_completion(ids, &mut self.delivered) {
+                self.clock.set(entry.at_ms);
+                return Ok(self.completion(entry));
+            }
+            if let Some(failure) = self.journal.failure() {
+                return Err(wasmtime::Error::msg(failure));
+            }
+            if self.offline {
+                return Err(wasmtime::Error::new(Suspend::JournalEnd));
+            }
+            if !ids.iter().any(|id| self.in_flight.contains(id)) {
+                let wake_at_ms = ids
+                    .iter()
+                    .filter_map(|id| self.dormant_timers.get(id))
+                    .min()
+                    .copied()
+                    .unwrap_or(u64::MAX);
+                return Err(wasmtime::Error::new(Suspend::Timer { wake_at_ms }));
+            }
+            changed.await;
+        }
+    }
+
+    fn completion(&self, entry: Entry) -> wit::Completion {
+        let (id, outcome) = match entry.event {
+            Event::StepCompleted { command, output } => (command, wit::Outcome::StepCompleted(output)),
+            Event::StepFailed {
+                command,
+                error,
+                fatal,
+                attempts,
+            } => {
+                let (step_name, step_id) = match self.journal.recorded_command(command).map(|e| e.event) {
+                    Some(Event::StepScheduled { name, step_id, .. }) => (name, step_id),
+                    _ => (String::new(), journal::step_id(&self.run_id, command)),
+                };
+                (
+                    command,
+                    wit::Outcome::StepFailed(wit::StepFailure {
+                        step_name,
+                        step_id,
+                        message: error,
+                        fatal,
+                        attempts,
+                    }),
+                )
+            }
+            Event::TimerFired { command } => (command, wit::Outcome::TimerFired),
+            other => unreachable!("{} is not a completion", other.kind()),
+        };
+        wit::Completion { id, outcome }
+    }
+
+    pub fn metadata(&self) -> wit::WorkflowMetadata {
+        wit::WorkflowMetadata {
+            run_id: self.run_id.clone(),
+            workflow_name: self.workflow.clone(),
+            started_at_ms: self.started_at_ms,
+        }
+    }
+
+    pub fn log(&self, level: wit::LogLevel, message: &str) {
+        if self.replaying() || self.offline {
+            return;
+        }
+        let run_id = self.run_id.as_str();
+        match level {
+            wit::LogLevel::Trace => tracing::trace!(run_id, "{message}"),
+            wit::LogLevel::Debug => tracing::debug!(run_id, "{message}"),
+            wit::LogLevel::Info => tracing::info!(run_id, "{message}"),
+            wit::LogLevel::Warn => tracing::warn!(run_id, "{message}"),
+            wit::LogLevel::Error => tracing::error!(run_id, "{message}"),
+        }
+    }
+}
+
+/// Whether a recorded command is the one the code asks for now.
+fn same_command(recorded: &Event, requested: &Event) -> bool {
+    match (recorded, requested) {
+        (Event::StepScheduled { name: a, digest: da, .. }, Event::StepScheduled { name: b, digest: db, .. }) => {
+            a == b && da == db
+        }
+        (Event::TimerScheduled { .. }, Event::TimerScheduled { .. }) => true,
+        _ => false,
+    }
+}
+
+/// Milliseconds since the Unix epoch, by the machine's clock.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

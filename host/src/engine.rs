@@ -1,0 +1,444 @@
+//! The engine: admits runs, drives them through activations, recovers
+//! interrupted ones and replays journals.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing::Instrument;
+use wasmtime::component::Linker;
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::activation::{Activation, RunJournal, Suspend, now_ms};
+use crate::component::{self, Loaded};
+use crate::journal::{Entry, Event};
+use crate::sandbox::{self, GuestLog, Grants, HostState};
+use crate::store::{RunError, RunRecord, RunStatus, Store};
+use crate::{Error, Result};
+
+/// How the engine runs guests.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The store's directory.
+    pub db: PathBuf,
+    /// Fuel for one workflow activation (a CPU bound; roughly one unit per
+    /// wasm instruction).
+    pub workflow_fuel: u64,
+    /// Linear memory bound of any guest instance, in bytes.
+    pub max_memory: usize,
+    /// Capabilities granted to steps.
+    pub grants: Grants,
+    /// Timers due within this bound are awaited in memory; longer ones
+    /// suspend the run until a worker resumes it.
+    pub park_limit: Duration,
+    /// Instances the pooling allocator keeps slots for.
+    pub max_instances: u32,
+}
+
+impl Config {
+    /// Defaults for a store in `db`.
+    pub fn new(db: impl Into<PathBuf>) -> Self {
+        Config {
+            db: db.into(),
+            workflow_fuel: 20_000_000_000,
+            max_memory: 256 << 20,
+            grants: Grants::default(),
+            park_limit: Duration::from_secs(60),
+            max_instances: 1000,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub engine: Engine,
+    pub store: Store,
+    pub config: Config,
+    base_linker: Linker<HostState>,
+    components: Mutex<HashMap<String, Arc<Loaded>>>,
+}
+
+/// A keel engine over one store.
+///
+/// ```no_run
+/// # async fn demo() -> keel_host::Result<()> {
+/// let keel = keel_host::Keel::open(keel_host::Config::new(".keel"))?;
+/// let component = keel.load("order.wasm").await?;
+/// let run = keel.run(&component, "process_order", r#"{"order_id": "o-1"}"#).await?;
+/// println!("{} {:?}", run.run_id, run.status);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Keel {
+    inner: Arc<Inner>,
+}
+
+/// How one activation ended.
+enum Ended {
+    Completed(String),
+    Failed(Error),
+    Suspended(Suspend),
+}
+
+impl Keel {
+    /// Opens the store and builds the wasmtime engine.
+    pub fn open(config: Config) -> Result<Keel> {
+        let store = Store::open(&config.db)?;
+        let engine = build_engine(&config)?;
+        let base_linker = sandbox::base_linker(&engine).map_err(|e| Error::Wasm(format!("{e:#}")))?;
+        Ok(Keel {
+            inner: Arc::new(Inner {
+                engine,
+                store,
+                config,
+                base_linker,
+                components: Mutex::default(),
+            }),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Loads a component file, stores its bytes (runs are pinned to them)
+    /// and returns it ready to run.
+    pub async fn load(&self, path: impl AsRef<Path>) -> Result<Arc<Loaded>> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })?;
+        let loaded = self.load_bytes(path, &bytes).await?;
+        self.inner.store.put_component(&loaded.hash, &bytes)?;
+        Ok(loaded)
+    }
+
+    async fn load_bytes(&self, origin: &Path, bytes: &[u8]) -> Result<Arc<Loaded>> {
+        let hash = component::content_hash(bytes);
+        if let Some(loaded) = self.cached(&hash) {
+            return Ok(loaded);
+        }
+        let cache_dir = self.inner.config.db.join("compiled");
+        let loaded = Arc::new(
+            component::load(
+                &self.inner.engine,
+                &self.inner.base_linker,
+                &cache_dir,
+                origin,
+                bytes,
+                self.inner.config.max_memory,
+            )
+            .await?,
+        );
+        self.inner
+            .components
+            .lock()
+            .expect("component cache")
+            .insert(hash, loaded.clone());
+        Ok(loaded)
+    }
+
+    fn cached(&self, hash: &str) -> Option<Arc<Loaded>> {
+        self.inner.components.lock().expect("component cache").get(hash).cloned()
+    }
+
+    /// The component a run is pinned to, from the store.
+    async fn component_of(&self, run: &RunRecord) -> Result<Arc<Loaded>> {
+        if let Some(loaded) = self.cached(&run.component_hash) {
+            return Ok(loaded);
+        }
+        let bytes = self.inner.store.get_component(&run.component_hash)?;
+        let origin = PathBuf::from(format!("<stored component {}>", run.component_hash));
+        self.load_bytes(&origin, &bytes).await
+    }
+
+    /// Admits a run of `workflow` with a JSON `input`; durable on return.
+    pub async fn start(&self, component: &Loaded, workflow: &str, input: &str) -> Result<RunRecord> {
+        component.check_workflow(workflow)?;
+        let input = normalize_json(input)?;
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let journal = RunJournal::new(Some(self.inner.store.clone()), &run_id, Vec::new());
+        let started = journal
+            .append(Event::RunStarted {
+                workflow: workflow.into(),
+                input: input.clone(),
+            })
+            .await?;
+        let run = RunRecord {
+            run_id,
+            workflow: workflow.into(),
+            component_hash: component.hash.clone(),
+            input,
+            status: RunStatus::Pending,
+            output: None,
+            error: None,
+            created_at_ms: started.at_ms,
+            updated_at_ms: started.at_ms,
+            wake_at_ms: None,
+        };
+        self.inner.store.put_run(&run)?;
+        self.inner.store.sync().await?;
+        tracing::info!(run_id = %run.run_id, workflow, "run admitted");
+        Ok(run)
+    }
+
+    /// Starts a run and drives it until it completes, fails or waits.
+    pub async fn run(&self, component: &Loaded, workflow: &str, input: &str) -> Result<RunRecord> {
+        let run = self.start(component, workflow, input).await?;
+        self.drive(&run.run_id).await
+    }
+
+    pub fn get_run(&self, run_id: &str) -> Result<RunRecord> {
+        self.inner.store.get_run(run_id)
+    }
+
+    pub fn list_runs(&self) -> Result<Vec<RunRecord>> {
+        self.inner.store.list_runs()
+    }
+
+    pub fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        self.inner.store.get_run(run_id)?;
+        self.inner.store.journal(run_id)
+    }
+
+    /// Executes a run until it completes, fails or must wait; returns its
+    /// record. A finished run is returned as it is.
+    pub async fn drive(&self, run_id: &str) -> Result<RunRecord> {
+        let span = tracing::info_span!("run", run_id);
+        self.drive_inner(run_id).instrument(span).await
+    }
+
+    async fn drive_inner(&self, run_id: &str) -> Result<RunRecord> {
+        let mut run = self.inner.store.get_run(run_id)?;
+        if run.status.is_final() {
+            return Ok(run);
+        }
+        let loaded = self.component_of(&run).await?;
+        let entries = self.inner.store.journal(run_id)?;
+        let journal = Arc::new(RunJournal::new(Some(self.inner.store.clone()), run_id, entries));
+        run.status = RunStatus::Running;
+        run.wake_at_ms = None;
+        self.inner.store.put_run(&run)?;
+        let ended = self.activate(&loaded, &run, journal.clone(), false).await;
+        let event = match &ended {
+            Ended::Completed(output) => Some(Event::RunCompleted { output: output.clone() }),
+            Ended::Failed(e) => Some(Event::RunFailed {
+                kind: e.kind().into(),
+                error: e.to_string(),
+            }),
+            Ended::Suspended(_) => None,
+        };
+        if let Some(event) = event {
+            journal.append(event).await?;
+        }
+        run.updated_at_ms = now_ms();
+        match ended {
+            Ended::Completed(output) => {
+                run.status = RunStatus::Completed;
+                run.output = Some(output);
+            }
+            Ended::Failed(e) => {
+                tracing::warn!("run failed: {e}");
+                run.status = RunStatus::Failed;
+                run.error = Some(RunError {
+                    kind: e.kind().into(),
+                    message: e.to_string(),
+                });
+            }
+            Ended::Suspended(Suspend::Timer { wake_at_ms }) => {
+                run.status = RunStatus::Waiting;
+                run.wake_at_ms = Some(wake_at_ms);
+            }
+            Ended::Suspended(Suspend::JournalEnd) => unreachable!("live runs append"),
+        }
+        self.inner.store.put_run(&run)?;
+        self.inner.store.sync().await?;
+        Ok(run)
+    }
+
+    /// Runs the workflow once from the start over `journal`.
+    async fn activate(&self, loaded: &Arc<Loaded>, run: &RunRecord, journal: Arc<RunJournal>, offline: bool) -> Ended {
+        let activation = Activation::new(
+            self.inner.clone(),
+            loaded.clone(),
+            journal,
+            &run.run_id,
+            &run.workflow,
+            run.created_at_ms,
+            offline,
+        );
+        let clock = activation.clock.clone();
+        let log = GuestLog::new(&run.run_id);
+        let config = &self.inner.config;
+        let state = HostState::workflow(activation, clock, log.clone(), config.max_memory);
+        let mut store = wasmtime::Store::new(&self.inner.engine, state);
+        store.limiter(|s| &mut s.limits);
+        if let Err(e) = store.set_fuel(config.workflow_fuel) {
+            return Ended::Failed(Error::Wasm(e.to_string()));
+        }
+        let result = async {
+            let instance = loaded.workflow_pre.instantiate_async(&mut store).await?;
+            instance
+                .keel_workflow_guest()
+                .call_run_workflow(&mut store, &run.workflow, &run.input)
+                .await
+        }
+        .await;
+        match result {
+            Ok(Ok(output)) => Ended::Completed(output),
+            Ok(Err(message)) => Ended::Failed(Error::WorkflowFailed {
+                run_id: run.run_id.clone(),
+                message,
+            }),
+            Err(e) => self.classify(e, run, &log),
+        }
+    }
+
+    fn classify(&self, e: wasmtime::Error, run: &RunRecord, log: &GuestLog) -> Ended {
+        let e = match e.downcast::<Suspend>() {
+            Ok(suspend) => return Ended::Suspended(suspend),
+            Err(e) => e,
+        };
+        let e = match e.downcast::<Error>() {
+            Ok(error) => return Ended::Failed(error),
+            Err(e) => e,
+        };
+        let run_id = run.run_id.clone();
+        if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::OutOfFuel) {
+            return Ended::Failed(Error::FuelExhausted {
+                run_id,
+                fuel: self.inner.config.workflow_fuel,
+            });
+        }
+        if format!("{e:?}").contains("growing memory") {
+            return Ended::Failed(Error::MemoryExhausted {
+                run_id,
+                limit_bytes: self.inner.config.max_memory,
+            });
+        }
+        Ended::Failed(Error::GuestTrap {
+            run_id,
+            message: describe_trap(&e, &log.tail()),
+        })
+    }
+
+    /// Drives every run that can make progress: pending and interrupted
+    /// runs, and waiting runs whose timer is due. Returns how many it drove.
+    pub async fn work_once(&self) -> Result<usize> {
+        let now = now_ms();
+        let due: Vec<String> = self
+            .list_runs()?
+            .into_iter()
+            .filter(|r| match r.status {
+                RunStatus::Pending | RunStatus::Running => true,
+                RunStatus::Waiting => r.wake_at_ms.is_none_or(|w| w <= now),
+                _ => false,
+            })
+            .map(|r| r.run_id)
+            .collect();
+        let mut tasks = tokio::task::JoinSet::new();
+        for run_id in &due {
+            let keel = self.clone();
+            let run_id = run_id.clone();
+            tasks.spawn(async move { keel.drive(&run_id).await });
+        }
+        while let Some(result) = tasks.join_next().await {
+            match result {
+                Ok(Ok(run)) => tracing::info!(run_id = %run.run_id, status = run.status.as_str(), "worker drove run"),
+                Ok(Err(e)) => tracing::error!("worker could not drive a run: {e}"),
+                Err(e) => tracing::error!("worker task failed: {e}"),
+            }
+        }
+        Ok(due.len())
+    }
+
+    /// When the next waiting run is due, if any.
+    pub fn next_wake(&self) -> Result<Option<u64>> {
+        Ok(self
+            .list_runs()?
+            .iter()
+            .filter(|r| r.status == RunStatus::Waiting)
+            .filter_map(|r| r.wake_at_ms)
+            .min())
+    }
+
+    /// Replays a run's journal against `component` (or the run's own)
+    /// without executing anything: steps are not run, nothing is written.
+    pub async fn replay(&self, run_id: &str, component: Option<&Arc<Loaded>>) -> Result<Replay> {
+        let run = self.inner.store.get_run(run_id)?;
+        let loaded = match component {
+            Some(c) => c.clone(),
+            None => self.component_of(&run).await?,
+        };
+        let entries = self.inner.store.journal(run_id)?;
+        self.replay_entries(&loaded, &run, entries).await
+    }
+
+    /// Replays `entries` of `run` against `loaded`, offline.
+    pub async fn replay_entries(&self, loaded: &Arc<Loaded>, run: &RunRecord, entries: Vec<Entry>) -> Result<Replay> {
+        let recorded_output = entries.iter().find_map(|e| match &e.event {
+            Event::RunCompleted { output } => Some(output.clone()),
+            _ => None,
+        });
+        let journal = Arc::new(RunJournal::new(None, &run.run_id, entries));
+        match self.activate(loaded, run, journal, true).await {
+            Ended::Completed(output) if recorded_output.as_ref().is_none_or(|r| *r == output) => {
+                Ok(Replay::Matches { output: Some(output) })
+            }
+            Ended::Completed(output) => Ok(Replay::OutputDiffers {
+                recorded: recorded_output.unwrap_or_default(),
+                replayed: output,
+            }),
+            Ended::Suspended(_) => Ok(Replay::Matches { output: None }),
+            Ended::Failed(e) => Err(e),
+        }
+    }
+}
+
+/// The outcome of an offline replay that did not diverge.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Replay {
+    /// The code asked for exactly what the journal holds; `output` is the
+    /// workflow's output if the journal reaches its end.
+    Matches { output: Option<String> },
+    /// Same commands, another final output.
+    OutputDiffers { recorded: String, replayed: String },
+}
+
+fn build_engine(config: &Config) -> Result<Engine> {
+    let mut wasm = wasmtime::Config::new();
+    wasm.consume_fuel(true).wasm_component_model(true);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(config.max_instances)
+        .total_core_instances(config.max_instances * 4)
+        .total_memories(config.max_instances)
+        .total_tables(config.max_instances * 4)
+        .max_memory_size(config.max_memory);
+    wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&wasm).map_err(|e| Error::Wasm(format!("building the wasmtime engine: {e:#}")))
+}
+
+/// A trap in words: the guest's last stderr (a panic message) and the trap.
+pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
+    let trap = e
+        .downcast_ref::<wasmtime::Trap>()
+        .map(|t| t.to_string())
+        .unwrap_or_else(|| e.to_string());
+    let panic = stderr_tail
+        .lines()
+        .rev()
+        .find(|l| l.contains("panicked"))
+        .map(|l| l.trim().to_string());
+    match panic {
+        Some(p) => format!("{p} ({trap})"),
+        None if !stderr_tail.is_empty() => format!("{trap}; guest stderr: {stderr_tail}"),
+        None => trap,
+    }
+}
+
+/// Parses `input` as JSON and returns its compact form.
+fn normalize_json(input: &str) -> Result<String> {
+    let value: serde_json::Value = serde_json::from_str(input).map_err(|e| Error::InvalidInput { reason: e.to_string() })?;
+    Ok(value.to_string())
+}

@@ -1,0 +1,197 @@
+//! The journal: the ordered, append-only record of a run.
+//!
+//! Commands (what the workflow asked for) and completions (what it was
+//! given) share one sequence. Commands are matched on replay by their
+//! command ID, the order in which the workflow issued them; completions are
+//! delivered in journal order. Every record carries [`FORMAT_VERSION`].
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The version of the journal's record format.
+pub const FORMAT_VERSION: u16 = 1;
+
+/// One journal entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Position in the run's journal, from 0.
+    pub seq: u64,
+    /// When the entry was appended, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    pub event: Event,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// The run was admitted.
+    RunStarted { workflow: String, input: String },
+    /// The workflow scheduled a step.
+    StepScheduled {
+        command: u32,
+        name: String,
+        input: String,
+        step_id: String,
+        /// Digest of the step's name and input, to detect divergence.
+        digest: String,
+    },
+    /// An attempt is about to run; durable before it runs.
+    StepAttemptStarted { command: u32, attempt: u32 },
+    /// An attempt failed and will be retried no sooner than `retry_at_ms`.
+    StepAttemptFailed {
+        command: u32,
+        attempt: u32,
+        error: String,
+        retry_at_ms: u64,
+    },
+    StepCompleted { command: u32, output: String },
+    StepFailed {
+        command: u32,
+        error: String,
+        fatal: bool,
+        attempts: u32,
+    },
+    TimerScheduled { command: u32, fire_at_ms: u64 },
+    TimerFired { command: u32 },
+    RunCompleted { output: String },
+    RunFailed { kind: String, error: String },
+}
+
+impl Event {
+    /// The command this event schedules, if it is a command.
+    pub fn command(&self) -> Option<u32> {
+        match self {
+            Event::StepScheduled { command, .. } | Event::TimerScheduled { command, .. } => {
+                Some(*command)
+            }
+            _ => None,
+        }
+    }
+
+    /// The command this event completes, if it is a completion.
+    pub fn completes(&self) -> Option<u32> {
+        match self {
+            Event::StepCompleted { command, .. }
+            | Event::StepFailed { command, .. }
+            | Event::TimerFired { command } => Some(*command),
+            _ => None,
+        }
+    }
+
+    /// The event's kind, as `keel runs show` prints it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::RunStarted { .. } => "run_started",
+            Event::StepScheduled { .. } => "step_scheduled",
+            Event::StepAttemptStarted { .. } => "step_attempt_started",
+            Event::StepAttemptFailed { .. } => "step_attempt_failed",
+            Event::StepCompleted { .. } => "step_completed",
+            Event::StepFailed { .. } => "step_failed",
+            Event::TimerScheduled { .. } => "timer_scheduled",
+            Event::TimerFired { .. } => "timer_fired",
+            Event::RunCompleted { .. } => "run_completed",
+            Event::RunFailed { .. } => "run_failed",
+        }
+    }
+
+    /// A one-line description of a command, for divergence reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Event::StepScheduled { name, input, .. } => {
+                format!("step `{name}` with input {}", excerpt(input, 80))
+            }
+            Event::TimerScheduled { fire_at_ms, .. } => format!("a timer due at {fire_at_ms} ms"),
+            other => other.kind().to_string(),
+        }
+    }
+}
+
+/// A record as stored: the format version beside the entry.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    version: u16,
+    entry: Entry,
+}
+
+/// Encodes an entry with the current format version.
+pub fn encode(entry: &Entry) -> Vec<u8> {
+    postcard::to_stdvec(&Record {
+        version: FORMAT_VERSION,
+        entry: entry.clone(),
+    })
+    .expect("journal entries always encode")
+}
+
+/// Decodes a stored entry, refusing other format versions.
+pub fn decode(bytes: &[u8]) -> crate::Result<Entry> {
+    let (version, _) = postcard::take_from_bytes::<u16>(bytes)?;
+    if version != FORMAT_VERSION {
+        return Err(crate::Error::CorruptRecord {
+            what: "journal entry".into(),
+            reason: format!(
+                "format version {version}, but this keel reads version {FORMAT_VERSION}"
+            ),
+        });
+    }
+    Ok(postcard::from_bytes::<Record>(bytes)?.entry)
+}
+
+/// The divergence digest of a step call.
+pub fn step_digest(name: &str, input: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(name.as_bytes());
+    h.update([0]);
+    h.update(input.as_bytes());
+    hex::encode(&h.finalize()[..8])
+}
+
+/// A step's ID: the run ID and the step's command position. Stable across
+/// attempts and replays, unique across runs.
+pub fn step_id(run_id: &str, command: u32) -> String {
+    format!("{run_id}-{command}")
+}
+
+/// At most `max` characters of `s`, with an ellipsis when cut.
+pub fn excerpt(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_other_versions_are_refused() {
+        let entry = Entry {
+            seq: 3,
+            at_ms: 42,
+            event: Event::StepCompleted {
+                command: 1,
+                output: "\"ok\"".into(),
+            },
+        };
+        let bytes = encode(&entry);
+        assert_eq!(decode(&bytes).unwrap(), entry);
+
+        let mut other = bytes.clone();
+        other[0] = 9;
+        let err = decode(&other).unwrap_err();
+        assert!(err.to_string().contains("format version 9"), "{err}");
+    }
+
+    #[test]
+    fn truncated_records_are_errors_not_panics() {
+        let bytes = encode(&Entry {
+            seq: 0,
+            at_ms: 1,
+            event: Event::RunStarted {
+                workflow: "w".into(),
+                input: "{}".into(),
+            },
+        });
+        assert!(decode(&bytes[..bytes.len() / 2]).is_err());
+    }
+}

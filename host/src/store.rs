@@ -1,0 +1,246 @@
+//! Durable storage of runs, journals and components, in sled.
+//!
+//! Every write that a caller depends on goes through [`Store::sync`], which
+//! batches concurrent callers into one flush (group commit): a caller is
+//! answered only once its writes are on disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+
+use crate::journal::{self, Entry, FORMAT_VERSION};
+use crate::{Error, Result};
+
+/// A run's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Admitted, not yet executed.
+    Pending,
+    /// Being executed, or interrupted while it was (a worker resumes it).
+    Running,
+    /// Suspended until a timer is due.
+    Waiting,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// The run has ended and will not execute again.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+}
+
+/// Why a run failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunError {
+    pub kind: String,
+    pub message: String,
+}
+
+/// A run's index record; the journal remains the source of truth.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub workflow: String,
+    pub component_hash: String,
+    pub input: String,
+    pub status: RunStatus,
+    pub output: Option<String>,
+    pub error: Option<RunError>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// When a waiting run's next timer is due.
+    pub wake_at_ms: Option<u64>,
+}
+
+/// The embedded store: one directory, one process at a time.
+#[derive(Clone)]
+pub struct Store {
+    path: PathBuf,
+    runs: sled::Tree,
+    journal: sled::Tree,
+    components: sled::Tree,
+    commits: mpsc::Sender<oneshot::Sender<Result<()>>>,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref().to_path_buf();
+        let db = sled::Config::new()
+            .path(&path)
+            .mode(sled::Mode::LowSpace)
+            .open()
+            .map_err(|e| open_error(&path, e))?;
+        let open = |name: &str| db.open_tree(name);
+        let store = Store {
+            runs: open("runs")?,
+            journal: open("journal")?,
+            components: open("components")?,
+            commits: spawn_committer(db),
+            path,
+        };
+        Ok(store)
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits until every write made before the call is on disk. Concurrent
+    /// callers share one flush.
+    pub async fn sync(&self) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.commits
+            .send(tx)
+            .map_err(|_| Error::Wasm("the store's committer has stopped".into()))?;
+        rx.await
+            .map_err(|_| Error::Wasm("the store's committer has stopped".into()))?
+    }
+
+    /// Stores a component's bytes under their content hash.
+    pub fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
+        if !self.components.contains_key(hash)? {
+            self.components.insert(hash, bytes)?;
+        }
+        Ok(())
+    }
+
+    pub fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
+        self.components
+            .get(hash)?
+            .map(|b| b.to_vec())
+            .ok_or_else(|| Error::ComponentNotFound { hash: hash.into() })
+    }
+
+    pub fn put_run(&self, run: &RunRecord) -> Result<()> {
+        self.runs.insert(run.run_id.as_bytes(), encode_versioned(run))?;
+        Ok(())
+    }
+
+    pub fn get_run(&self, run_id: &str) -> Result<RunRecord> {
+        match self.runs.get(run_id.as_bytes())? {
+            Some(bytes) => decode_versioned(&bytes, "run record"),
+            None => Err(Error::RunNotFound {
+                run_id: run_id.into(),
+            }),
+        }
+    }
+
+    /// Every run, oldest first (run IDs sort by creation time).
+    pub fn list_runs(&self) -> Result<Vec<RunRecord>> {
+        self.runs
+            .iter()
+            .map(|kv| decode_versioned(&kv?.1, "run record"))
+            .collect()
+    }
+
+    /// Appends an entry to a run's journal (durable after [`Store::sync`]).
+    pub fn append(&self, run_id: &str, entry: &Entry) -> Result<()> {
+        self.journal
+            .insert(journal_key(run_id, entry.seq), journal::encode(entry))?;
+        Ok(())
+    }
+
+    /// A run's journal, in order.
+    pub fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        self.journal
+            .scan_prefix(run_id.as_bytes())
+            .map(|kv| journal::decode(&kv?.1))
+            .collect()
+    }
+}
+
+fn journal_key(run_id: &str, seq: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(run_id.len() + 8);
+    key.extend_from_slice(run_id.as_bytes());
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn open_error(path: &Path, e: sled::Error) -> Error {
+    let text = e.to_string();
+    if text.contains("lock") || text.contains("WouldBlock") || text.contains("temporarily unavailable") {
+        Error::StoreLocked { path: path.into() }
+    } else {
+        Error::StoreUnavailable {
+            path: path.into(),
+            reason: text,
+        }
+    }
+}
+
+/// A thread that flushes sled for every batch of waiting callers.
+fn spawn_committer(db: sled::Db) -> mpsc::Sender<oneshot::Sender<Result<()>>> {
+    let (tx, rx) = mpsc::channel::<oneshot::Sender<Result<()>>>();
+    std::thread::Builder::new()
+        .name("keel-group-commit".into())
+        .spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut waiters = vec![first];
+                waiters.extend(rx.try_iter());
+                let flushed = db.flush().map(drop);
+                for waiter in waiters {
+                    let result = match &flushed {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(Error::Storage(e.clone())),
+                    };
+                    let _ = waiter.send(result);
+                }
+            }
+        })
+        .expect("spawning the group-commit thread");
+    tx
+}
+
+#[derive(Serialize, Deserialize)]
+struct Versioned<T> {
+    version: u16,
+    value: T,
+}
+
+fn encode_versioned<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_stdvec(&Versioned {
+        version: FORMAT_VERSION,
+        value,
+    })
+    .expect("records always encode")
+}
+
+fn decode_versioned<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+    let record: Versioned<T> = postcard::from_bytes(bytes).map_err(|e| Error::CorruptRecord {
+        what: what.into(),
+        reason: e.to_string(),
+    })?;
+    if record.version != FORMAT_VERSION {
+        return Err(Error::CorruptRecord {
+            what: what.into(),
+            reason: format!(
+                "format version {}, but this keel reads version {FORMAT_VERSION}",
+                record.version
+            ),
+        });
+    }
+    Ok(record.value)
+}
