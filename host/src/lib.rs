@@ -6,6 +6,7 @@
 //! every call, so that a crash or a restart replays to the same state.
 
 mod activation;
+pub mod payments;
 pub mod component;
 mod engine;
 mod error;

@@ -1,0 +1,155 @@
+//! `keel bench`: the W10 benchmark (a workflow of 10 trivial steps through
+//! the durable path), journal replay speed and memory per parked run.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_host::journal::Event;
+use keel_host::{Config, Keel, Loaded, RunStatus};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The `testbed` guest.
+    #[arg(long, default_value = "target/wasm32-wasip2/release/testbed.wasm")]
+    component: PathBuf,
+    /// Sequential W10 runs for the latency figures.
+    #[arg(long, default_value_t = 200)]
+    latency_runs: usize,
+    /// W10 runs for each throughput figure.
+    #[arg(long, default_value_t = 640)]
+    throughput_runs: usize,
+    /// Entries of the replayed journal.
+    #[arg(long, default_value_t = 10_000)]
+    replay_entries: usize,
+    /// Runs parked at once for the memory figure.
+    #[arg(long, default_value_t = 500)]
+    parked_runs: usize,
+}
+
+pub async fn run(args: &Args) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("keel-bench-{}", std::process::id()));
+    let keel = Keel::open(Config::new(&dir))?;
+    let loaded = keel.load(&args.component).await?;
+    let result = figures(&keel, &loaded, args).await;
+    drop(keel);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<()> {
+    w10(keel, loaded, "10").await?;
+    let mut latencies = Vec::with_capacity(args.latency_runs);
+    for _ in 0..args.latency_runs {
+        let t = Instant::now();
+        w10(keel, loaded, "10").await?;
+        latencies.push(t.elapsed());
+    }
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize];
+    println!(
+        "W10 latency, one run at a time ({} runs): p50 {:.2} ms, p99 {:.2} ms",
+        latencies.len(),
+        ms(pct(0.5)),
+        ms(pct(0.99))
+    );
+    for in_flight in [16, 64] {
+        let rate = throughput(keel, loaded, in_flight, args.throughput_runs).await?;
+        println!("W10 throughput, {in_flight} in flight: {rate:.0} runs/s");
+    }
+    replay(keel, loaded, args.replay_entries).await?;
+    parked(keel, loaded, args.parked_runs).await?;
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+async fn w10(keel: &Keel, loaded: &Loaded, n: &str) -> anyhow::Result<String> {
+    let run = keel.run(loaded, "ten_steps", n).await?;
+    anyhow::ensure!(run.status == RunStatus::Completed, "W10 run did not complete: {:?}", run.error);
+    Ok(run.run_id)
+}
+
+async fn throughput(keel: &Keel, loaded: &Arc<Loaded>, in_flight: usize, total: usize) -> anyhow::Result<f64> {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..in_flight {
+        let (keel, loaded, next) = (keel.clone(), loaded.clone(), next.clone());
+        workers.spawn(async move {
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                w10(&keel, &loaded, "10").await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = workers.join_next().await {
+        r??;
+    }
+    Ok(total as f64 / t.elapsed().as_secs_f64())
+}
+
+async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Result<()> {
+    // Each step journals 3 entries; the run adds 2.
+    let steps = entries.saturating_sub(2) / 3;
+    let run_id = w10(keel, loaded, &steps.to_string()).await?;
+    let journal = keel.journal(&run_id)?;
+    let run = keel.get_run(&run_id)?;
+    let rounds = 5;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        keel.replay_entries(loaded, &run, journal.clone()).await?;
+    }
+    let per = t.elapsed() / rounds;
+    println!(
+        "replay of a {}-entry journal: {:.1} ms, {:.0} entries/s",
+        journal.len(),
+        ms(per),
+        journal.len() as f64 / per.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * 4096)
+}
+
+async fn parked(keel: &Keel, loaded: &Arc<Loaded>, count: usize) -> anyhow::Result<()> {
+    let mut runs = Vec::with_capacity(count);
+    for _ in 0..count {
+        runs.push(keel.start(loaded, "sleeper", "30000").await?.run_id);
+    }
+    let before = rss_bytes();
+    let mut tasks = tokio::task::JoinSet::new();
+    for run_id in &runs {
+        let (keel, run_id) = (keel.clone(), run_id.clone());
+        tasks.spawn(async move { keel.drive(&run_id).await });
+    }
+    // Wait until every run has journaled its timer, i.e. is parked on it.
+    loop {
+        let parked = runs
+            .iter()
+            .filter(|r| {
+                keel.journal(r)
+                    .map(|j| j.iter().any(|e| matches!(e.event, Event::TimerScheduled { .. })))
+                    .unwrap_or(false)
+            })
+            .count();
+        if parked == runs.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = rss_bytes();
+    tasks.abort_all();
+    println!(
+        "memory per parked run ({count} parked): {:.1} kB",
+        after.saturating_sub(before) as f64 / count as f64 / 1024.0
+    );
+    Ok(())
+}

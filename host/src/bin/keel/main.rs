@@ -1,0 +1,380 @@
+//! The `keel` command: run workflows, drive a worker, inspect components
+//! and runs. Human-readable output by default, `--json` for scripts.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use keel_host::journal::{Entry, Event, excerpt};
+use keel_host::{Config, Grants, Keel, RunRecord, RunStatus};
+use serde_json::{Value, json};
+
+mod bench;
+mod demo;
+
+#[derive(Parser)]
+#[command(name = "keel", version, about = "A durable workflow engine for WebAssembly components")]
+struct Cli {
+    /// The store's directory.
+    #[arg(long, global = true, env = "KEEL_DB", default_value = ".keel")]
+    db: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Fuel (about one unit per wasm instruction) for one workflow activation.
+    #[arg(long, global = true, default_value_t = 20_000_000_000)]
+    workflow_fuel: u64,
+    /// Memory bound of any guest instance, in MiB.
+    #[arg(long, global = true, default_value_t = 256)]
+    max_memory: usize,
+    /// Let steps send HTTP requests to HOST[:PORT] (repeatable).
+    #[arg(long = "allow-http", global = true, value_name = "HOST[:PORT]")]
+    allow_http: Vec<String>,
+    /// Preopen DIR for steps, at the same path (repeatable).
+    #[arg(long = "allow-dir", global = true, value_name = "DIR")]
+    allow_dir: Vec<PathBuf>,
+    /// Pass the environment variable NAME to steps (repeatable).
+    #[arg(long = "allow-env", global = true, value_name = "NAME")]
+    allow_env: Vec<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a run and drive it until it completes, fails or waits.
+    Run {
+        component: PathBuf,
+        workflow: String,
+        /// The run's input, as JSON.
+        #[arg(long, default_value = "null")]
+        input: String,
+    },
+    /// Drive every run that can make progress.
+    Worker {
+        /// Exit when no run can make progress now.
+        #[arg(long)]
+        until_idle: bool,
+    },
+    /// List or show runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// List the workflows and steps a component exports.
+    Inspect { component: PathBuf },
+    /// Charge an order against a payment API that loses the first confirmation.
+    Demo {
+        /// The `order` guest.
+        #[arg(long, default_value = "target/wasm32-wasip2/release/order.wasm")]
+        component: PathBuf,
+    },
+    /// Measure latency, throughput, replay speed and memory.
+    Bench(bench::Args),
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Every run, oldest first.
+    List,
+    /// A run and its journal.
+    Show { run_id: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let json = cli.json;
+    match runtime.block_on(execute(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            report_error(&e, json);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn report_error(e: &anyhow::Error, json: bool) {
+    let keel = e.downcast_ref::<keel_host::Error>();
+    if json {
+        let mut error = json!({
+            "kind": keel.map_or("error", |k| k.kind()),
+            "message": format!("{e:#}"),
+        });
+        for (field, value) in keel.map(|k| k.ids()).unwrap_or_default() {
+            error[field] = json!(value);
+        }
+        println!("{}", json!({ "error": error }));
+    } else {
+        eprintln!("error: {e:#}");
+    }
+}
+
+fn config(cli: &Cli) -> anyhow::Result<Config> {
+    let mut config = Config::new(&cli.db);
+    config.workflow_fuel = cli.workflow_fuel;
+    config.max_memory = cli.max_memory << 20;
+    let env = cli
+        .allow_env
+        .iter()
+        .map(|name| {
+            std::env::var(name)
+                .map(|v| (name.clone(), v))
+                .with_context(|| format!("--allow-env {name}: the variable is not set"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    config.grants = Grants {
+        http: cli.allow_http.clone(),
+        dirs: cli.allow_dir.clone(),
+        env,
+    };
+    Ok(config)
+}
+
+async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Bench(args) = &cli.command {
+        return bench::run(args).await.map(|()| ExitCode::SUCCESS);
+    }
+    if let Command::Demo { component } = &cli.command {
+        return demo::run(&cli.db, component, cli.json).await.map(|()| ExitCode::SUCCESS);
+    }
+    let keel = Keel::open(config(&cli)?)?;
+    match &cli.command {
+        Command::Run {
+            component,
+            workflow,
+            input,
+        } => {
+            let loaded = keel.load(component).await?;
+            let run = keel.run(&loaded, workflow, input).await?;
+            print_run(&run, cli.json);
+            Ok(exit_for(&run))
+        }
+        Command::Worker { until_idle } => {
+            worker(&keel, *until_idle, cli.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs {
+            command: RunsCommand::List,
+        } => {
+            let runs = keel.list_runs()?;
+            if cli.json {
+                println!("{}", Value::Array(runs.iter().map(run_json).collect()));
+            } else {
+                for run in &runs {
+                    println!("{}  {:<10} {}", run.run_id, run.status.as_str(), run.workflow);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs {
+            command: RunsCommand::Show { run_id },
+        } => {
+            let run = keel.get_run(run_id)?;
+            let journal = keel.journal(run_id)?;
+            show_run(&run, &journal, cli.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inspect { component } => {
+            let loaded = keel.load(component).await?;
+            inspect(&loaded, cli.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(_) | Command::Demo { .. } => unreachable!("handled above"),
+    }
+}
+
+async fn worker(keel: &Keel, until_idle: bool, json: bool) -> anyhow::Result<()> {
+    let mut driven = 0;
+    loop {
+        driven += keel.work_once().await?;
+        let next = keel.next_wake()?;
+        if until_idle && next.is_none() {
+            break;
+        }
+        let wait = next.map_or(Duration::from_secs(1), |at| {
+            Duration::from_millis(at.saturating_sub(now_ms())).min(Duration::from_secs(1))
+        });
+        if until_idle && wait > Duration::from_secs(1) {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+    }
+    if json {
+        println!("{}", json!({ "driven": driven }));
+    } else {
+        println!("worker idle after driving {driven} run(s)");
+    }
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn exit_for(run: &RunRecord) -> ExitCode {
+    if run.status == RunStatus::Failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// A JSON payload as a value, or as a string when it does not parse.
+fn payload(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_string()))
+}
+
+fn run_json(run: &RunRecord) -> Value {
+    json!({
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "status": run.status.as_str(),
+        "input": payload(&run.input),
+        "output": run.output.as_deref().map(payload),
+        "error": run.error.as_ref().map(|e| json!({"kind": e.kind, "message": e.message})),
+        "component_hash": run.component_hash,
+        "created_at_ms": run.created_at_ms,
+        "updated_at_ms": run.updated_at_ms,
+        "wake_at_ms": run.wake_at_ms,
+    })
+}
+
+fn print_run(run: &RunRecord, json: bool) {
+    if json {
+        println!("{}", run_json(run));
+        return;
+    }
+    println!("run {} ({}): {}", run.run_id, run.workflow, run.status.as_str());
+    if let Some(output) = &run.output {
+        println!("output: {output}");
+    }
+    if let Some(error) = &run.error {
+        println!("error [{}]: {}", error.kind, error.message);
+    }
+    if let (RunStatus::Waiting, Some(at)) = (run.status, run.wake_at_ms) {
+        println!(
+            "waiting for a timer due in {} ms; `keel worker` resumes it",
+            at.saturating_sub(now_ms())
+        );
+    }
+}
+
+fn entry_json(entry: &Entry) -> Value {
+    let mut value = json!({
+        "seq": entry.seq,
+        "at_ms": entry.at_ms,
+        "kind": entry.event.kind(),
+    });
+    let fields = match &entry.event {
+        Event::RunStarted { workflow, input } => json!({"workflow": workflow, "input": payload(input)}),
+        Event::StepScheduled {
+            command,
+            name,
+            input,
+            step_id,
+            digest,
+        } => json!({"command": command, "step_name": name, "step_id": step_id, "input": payload(input), "digest": digest}),
+        Event::StepAttemptStarted { command, attempt } => json!({"command": command, "attempt": attempt}),
+        Event::StepAttemptFailed {
+            command,
+            attempt,
+            error,
+            retry_at_ms,
+        } => json!({"command": command, "attempt": attempt, "error": error, "retry_at_ms": retry_at_ms}),
+        Event::StepCompleted { command, output } => json!({"command": command, "output": payload(output)}),
+        Event::StepFailed {
+            command,
+            error,
+            fatal,
+            attempts,
+        } => json!({"command": command, "error": error, "fatal": fatal, "attempts": attempts}),
+        Event::TimerScheduled { command, fire_at_ms } => json!({"command": command, "fire_at_ms": fire_at_ms}),
+        Event::TimerFired { command } => json!({"command": command}),
+        Event::RunCompleted { output } => json!({"output": payload(output)}),
+        Event::RunFailed { kind, error } => json!({"error_kind": kind, "error": error}),
+    };
+    if let (Value::Object(v), Value::Object(f)) = (&mut value, fields) {
+        v.extend(f);
+    }
+    value
+}
+
+fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
+    if json {
+        let entries: Vec<Value> = journal.iter().map(entry_json).collect();
+        println!("{}", json!({"run": run_json(run), "journal": entries}));
+        return;
+    }
+    print_run(run, false);
+    println!("input: {}", run.input);
+    println!("journal:");
+    for entry in journal {
+        let v = entry_json(entry);
+        let field = |k: &str| v.get(k).map(|x| x.to_string()).unwrap_or_default();
+        let summary = match &entry.event {
+            Event::StepCompleted { output, .. } | Event::RunCompleted { output } => excerpt(output, 60),
+            Event::StepAttemptFailed { error, .. } | Event::StepFailed { error, .. } | Event::RunFailed { error, .. } => {
+                excerpt(error, 60)
+            }
+            Event::StepScheduled { input, .. } => format!("input {}", excerpt(input, 50)),
+            _ => String::new(),
+        };
+        println!(
+            "{:>4}  {:<20} {:<14} {:<40} {:<4} {}  {}",
+            entry.seq,
+            entry.event.kind(),
+            field("step_name").trim_matches('"'),
+            field("step_id").trim_matches('"'),
+            field("attempt"),
+            entry.at_ms,
+            summary
+        );
+    }
+}
+
+fn inspect(loaded: &keel_host::Loaded, json: bool) {
+    if json {
+        println!(
+            "{}",
+            json!({
+                "hash": loaded.hash,
+                "sdk_version": loaded.manifest.sdk_version,
+                "workflows": loaded.manifest.workflows,
+                "steps": loaded.manifest.steps,
+                "stubbed_in_workflows": loaded.stubbed_imports,
+            })
+        );
+        return;
+    }
+    println!("component {} (keel-sdk {})", loaded.hash, loaded.manifest.sdk_version);
+    println!("workflows:");
+    for w in &loaded.manifest.workflows {
+        println!("  {w}");
+    }
+    println!("steps:");
+    for s in &loaded.manifest.steps {
+        let r = &s.retry;
+        println!(
+            "  {:<20} max_retries={} initial_backoff={}ms backoff_factor={} max_backoff={}ms",
+            s.name, r.max_retries, r.initial_backoff_ms, r.backoff_factor, r.max_backoff_ms
+        );
+    }
+    println!(
+        "non-deterministic imports, stubbed in workflows (steps may use them): {}",
+        loaded.stubbed_imports.len()
+    );
+    for import in &loaded.stubbed_imports {
+        println!("  {import}");
+    }
+}

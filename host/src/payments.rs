@@ -1,0 +1,166 @@
+//! A small payment API on 127.0.0.1, for `keel demo` and the tests.
+//!
+//! `POST /charge` takes a charge under its `Idempotency-Key` and answers the
+//! charge ID; a repeated key answers the recorded charge without charging
+//! again. With `lose_first_confirmation`, the first request of every key is
+//! charged but answered 500, as if the confirmation was lost. Any other path
+//! records the request (a probe) and answers 200.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+/// One request the API received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    pub path: String,
+    pub idempotency_key: Option<String>,
+    /// The `Keel-Attempt` header, if sent.
+    pub attempt: Option<String>,
+    pub body: String,
+}
+
+#[derive(Default)]
+struct Ledger {
+    /// Charge ID by idempotency key: every charge actually taken.
+    charges: HashMap<String, String>,
+    requests: Vec<Received>,
+}
+
+/// A running payment API; stops when dropped.
+pub struct PaymentApi {
+    pub addr: SocketAddr,
+    ledger: Arc<Mutex<Ledger>>,
+    received: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PaymentApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PaymentApi {
+    /// Starts the API on an ephemeral port of 127.0.0.1.
+    pub async fn start(lose_first_confirmation: bool) -> std::io::Result<PaymentApi> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let ledger = Arc::new(Mutex::new(Ledger::default()));
+        let received = Arc::new(Notify::new());
+        let (l, r) = (ledger.clone(), received.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (l, r) = (l.clone(), r.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        handle(req, l.clone(), r.clone(), lose_first_confirmation)
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(PaymentApi {
+            addr,
+            ledger,
+            received,
+            task,
+        })
+    }
+
+    /// The URL of `path` on this API.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Charges actually taken, as (idempotency key, charge ID), sorted.
+    pub fn charges(&self) -> Vec<(String, String)> {
+        let ledger = self.ledger.lock().expect("ledger");
+        let mut charges: Vec<_> = ledger
+            .charges
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        charges.sort();
+        charges
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<Received> {
+        self.ledger.lock().expect("ledger").requests.clone()
+    }
+
+    /// Waits until a received request satisfies `pred`, and returns it.
+    pub async fn wait_for(&self, pred: impl Fn(&Received) -> bool) -> Received {
+        loop {
+            let notified = self.received.notified();
+            if let Some(r) = self.requests().into_iter().find(|r| pred(r)) {
+                return r;
+            }
+            notified.await;
+        }
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    ledger: Arc<Mutex<Ledger>>,
+    received: Arc<Notify>,
+    lose_first: bool,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let key = header("idempotency-key");
+    let attempt = header("keel-attempt");
+    let path = req.uri().path().to_string();
+    let body = req.into_body().collect().await?.to_bytes();
+    let (status, answer) = {
+        let mut ledger = ledger.lock().expect("ledger");
+        ledger.requests.push(Received {
+            path: path.clone(),
+            idempotency_key: key.clone(),
+            attempt,
+            body: String::from_utf8_lossy(&body).to_string(),
+        });
+        charge(&mut ledger, &path, key, lose_first)
+    };
+    received.notify_waiters();
+    Ok(Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(answer)))
+        .expect("a valid response"))
+}
+
+fn charge(ledger: &mut Ledger, path: &str, key: Option<String>, lose_first: bool) -> (StatusCode, String) {
+    if path != "/charge" {
+        return (StatusCode::OK, "{}".into());
+    }
+    let Some(key) = key else {
+        return (StatusCode::BAD_REQUEST, r#"{"error":"Idempotency-Key required"}"#.into());
+    };
+    if let Some(id) = ledger.charges.get(&key) {
+        return (StatusCode::OK, format!(r#"{{"charge_id":"{id}","replayed":true}}"#));
+    }
+    let id = format!("ch_{}", ledger.charges.len() + 1);
+    ledger.charges.insert(key, id.clone());
+    if lose_first {
+        (StatusCode::INTERNAL_SERVER_ERROR, r#"{"error":"confirmation lost"}"#.into())
+    } else {
+        (StatusCode::OK, format!(r#"{{"charge_id":"{id}"}}"#))
+    }
+}
