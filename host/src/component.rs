@@ -60,6 +60,15 @@ pub struct Loaded {
     pub(crate) step_pre: WorkflowComponentPre<HostState>,
 }
 
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("hash", &self.hash)
+            .field("manifest", &self.manifest)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Loaded {
     pub fn step(&self, name: &str) -> Option<&StepInfo> {
         self.manifest.steps.iter().find(|s| s.name == name)
@@ -100,12 +109,6 @@ pub async fn load(
 ) -> Result<Loaded> {
     let hash = content_hash(bytes);
     let component = compile_cached(engine, cache_dir, origin, &hash, bytes)?;
-    if component.get_export_index(None, GUEST_EXPORT).is_none() {
-        return Err(Error::MissingExports {
-            path: origin.into(),
-            missing: GUEST_EXPORT.into(),
-        });
-    }
     let step_pre = instantiate_pre(base, &component, origin)?;
     let workflow_linker = sandbox::workflow_linker(base, engine, &component).map_err(wasm)?;
     let workflow_pre = instantiate_pre(&workflow_linker, &component, origin)?;
@@ -147,6 +150,12 @@ fn instantiate_pre(
             },
         }
     })?;
+    if component.get_export_index(None, GUEST_EXPORT).is_none() {
+        return Err(Error::MissingExports {
+            path: origin.into(),
+            missing: GUEST_EXPORT.into(),
+        });
+    }
     WorkflowComponentPre::new(pre).map_err(|e| Error::MissingExports {
         path: origin.into(),
         missing: format!("{GUEST_EXPORT} with the functions of this keel version ({e:#})"),
@@ -170,16 +179,18 @@ fn compile_cached(
             return Ok(component);
         }
     }
-    let invalid = |e: wasmtime::Error| Error::InvalidComponent {
-        path: origin.into(),
-        reason: format!("{e:#}"),
-    };
-    if wasmparser_is_core_module(bytes) {
-        return Err(Error::InvalidComponent {
+    let invalid = |e: wasmtime::Error| {
+        let text = format!("{e:#}");
+        let reason = if text.contains("parse a wasm module with a component parser") {
+            "it is a core WebAssembly module, not a component (wasm32-wasip2 builds components)".into()
+        } else {
+            text
+        };
+        Error::InvalidComponent {
             path: origin.into(),
-            reason: "it is a core WebAssembly module, not a component".into(),
-        });
-    }
+            reason,
+        }
+    };
     let compiled = engine.precompile_component(bytes).map_err(invalid)?;
     let io = |source| Error::Io {
         path: artifact.clone(),
@@ -191,11 +202,6 @@ fn compile_cached(
     std::fs::rename(&tmp, &artifact).map_err(io)?;
     // SAFETY: produced just above by this engine.
     unsafe { Component::deserialize(engine, &compiled) }.map_err(invalid)
-}
-
-/// A core module starts with version 1; a component with a layer-1 header.
-fn wasmparser_is_core_module(bytes: &[u8]) -> bool {
-    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
 }
 
 async fn read_manifest(

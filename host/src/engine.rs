@@ -22,6 +22,8 @@ use crate::{Error, Result};
 pub struct Config {
     /// The store's directory.
     pub db: PathBuf,
+    /// Where compiled components are cached (default: `compiled/` in the store).
+    pub cache_dir: PathBuf,
     /// Fuel for one workflow activation (a CPU bound; roughly one unit per
     /// wasm instruction).
     pub workflow_fuel: u64,
@@ -39,8 +41,10 @@ pub struct Config {
 impl Config {
     /// Defaults for a store in `db`.
     pub fn new(db: impl Into<PathBuf>) -> Self {
+        let db = db.into();
         Config {
-            db: db.into(),
+            cache_dir: db.join("compiled"),
+            db,
             workflow_fuel: 20_000_000_000,
             max_memory: 256 << 20,
             grants: Grants::default(),
@@ -119,12 +123,12 @@ impl Keel {
         if let Some(loaded) = self.cached(&hash) {
             return Ok(loaded);
         }
-        let cache_dir = self.inner.config.db.join("compiled");
+        let cache_dir = &self.inner.config.cache_dir;
         let loaded = Arc::new(
             component::load(
                 &self.inner.engine,
                 &self.inner.base_linker,
-                &cache_dir,
+                cache_dir,
                 origin,
                 bytes,
                 self.inner.config.max_memory,
@@ -426,10 +430,8 @@ pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
         .map(|t| t.to_string())
         .unwrap_or_else(|| e.to_string());
     let panic = stderr_tail
-        .lines()
-        .rev()
-        .find(|l| l.contains("panicked"))
-        .map(|l| l.trim().to_string());
+        .rfind("panicked at")
+        .map(|i| stderr_tail[i..].split_whitespace().collect::<Vec<_>>().join(" "));
     match panic {
         Some(p) => format!("{p} ({trap})"),
         None if !stderr_tail.is_empty() => format!("{trap}; guest stderr: {stderr_tail}"),

@@ -1,0 +1,58 @@
+//! Builds the guests to wasm32-wasip2 (as wasmtime's test-programs
+//! artifacts do) and exposes their paths as constants.
+//!
+//! The guests get their own target directory beside the host's, so this
+//! nested cargo never waits on the outer one's lock.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const GUESTS: &[&str] = &["order", "testbed"];
+
+fn main() {
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+    // OUT_DIR is <target>/<profile>/build/<pkg>/out.
+    let target = out_dir.ancestors().nth(4).expect("target dir").join("keel-guests");
+    for dir in ["guest-sdk", "guests", "wit"] {
+        println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
+    }
+
+    let mut artifacts = String::new();
+    let build = |features: &[&str], packages: &[&str]| {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.current_dir(&workspace)
+            .args(["build", "--release", "--target", "wasm32-wasip2"])
+            .env("CARGO_TARGET_DIR", &target);
+        for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS", "CARGO_MAKEFLAGS"] {
+            cmd.env_remove(var);
+        }
+        for p in packages {
+            cmd.args(["-p", p]);
+        }
+        for f in features {
+            cmd.args(["--features", f]);
+        }
+        let status = cmd.status().expect("running cargo to build the guests");
+        assert!(status.success(), "building the guests failed; run `cargo build --release --target wasm32-wasip2 -p <guest>` to see why");
+    };
+    build(&[], GUESTS);
+    for guest in GUESTS {
+        artifacts += &copy(&target, &out_dir, guest, guest);
+    }
+    build(&["testbed/reordered"], &["testbed"]);
+    artifacts += &copy(&target, &out_dir, "testbed", "testbed_reordered");
+    std::fs::write(out_dir.join("artifacts.rs"), artifacts).expect("writing artifacts.rs");
+}
+
+/// Copies a built guest into OUT_DIR and returns its constant's definition.
+fn copy(target: &Path, out_dir: &Path, package: &str, name: &str) -> String {
+    let built = target.join("wasm32-wasip2/release").join(format!("{package}.wasm"));
+    let dest = out_dir.join(format!("{name}.wasm"));
+    std::fs::copy(&built, &dest).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
+    format!(
+        "/// The `{name}` guest component.\npub const {}: &str = {:?};\n",
+        name.to_uppercase(),
+        dest.display().to_string()
+    )
+}

@@ -1,0 +1,142 @@
+//! Bad input gets a clear error, and the host stays alive.
+
+mod common;
+
+use std::process::Command;
+
+use common::{TestStore, open};
+use keel_host::{Error, Keel, RunStatus};
+
+/// After any bad input, the same engine still runs a good workflow.
+async fn still_alive(keel: &Keel) {
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let run = keel.run(&testbed, "ten_steps", "2").await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+}
+
+fn write(store: &TestStore, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let path = store.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_and_foreign_components_are_refused() {
+    let store = TestStore::new();
+    let keel = Keel::open(store.config()).unwrap();
+
+    let garbage = write(&store, "garbage.wasm", b"this is not wasm");
+    let err = keel.load(&garbage).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidComponent { .. }), "{err}");
+    assert!(err.to_string().contains("wasm32-wasip2"), "{err}");
+
+    let core = write(&store, "core.wasm", &wat_bytes("(module)"));
+    let err = keel.load(&core).await.unwrap_err();
+    assert!(err.to_string().contains("core WebAssembly module"), "{err}");
+
+    let empty = write(&store, "empty.wasm", &wat_bytes("(component)"));
+    let err = keel.load(&empty).await.unwrap_err();
+    assert!(matches!(err, Error::MissingExports { .. }), "{err}");
+    assert!(err.to_string().contains("keel:workflow/guest"), "{err}");
+
+    let foreign = write(
+        &store,
+        "foreign.wasm",
+        &wat_bytes(r#"(component (import "acme:db/query@1.0.0" (instance (export "run" (func)))))"#),
+    );
+    let err = keel.load(&foreign).await.unwrap_err();
+    match &err {
+        Error::UnsupportedImport { import, .. } => assert_eq!(import, "acme:db/query@1.0.0"),
+        other => panic!("expected UnsupportedImport, got {other}"),
+    }
+    still_alive(&keel).await;
+}
+
+fn wat_bytes(wat: &str) -> Vec<u8> {
+    wat.as_bytes().to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_json_and_unknown_workflows_create_no_run() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let err = keel.run(&testbed, "ten_steps", "{not json").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    let err = keel.run(&testbed, "nope", "1").await.unwrap_err();
+    match &err {
+        Error::UnknownWorkflow { available, .. } => assert!(available.contains(&"ten_steps".to_string())),
+        other => panic!("expected UnknownWorkflow, got {other}"),
+    }
+    assert!(err.to_string().contains("ten_steps"), "{err}");
+    assert!(keel.list_runs().unwrap().is_empty());
+    still_alive(&keel).await;
+}
+
+async fn failed_run(keel: &Keel, workflow: &str, input: &str) -> keel_host::RunError {
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let run = keel.run(&testbed, workflow, input).await.unwrap();
+    assert_eq!(run.status, RunStatus::Failed, "{workflow} did not fail");
+    run.error.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn io_in_a_workflow_fails_the_run_and_points_to_steps() {
+    let store = TestStore::new();
+    let (keel, _) = open(store.config()).await;
+    let err = failed_run(&keel, "http_in_workflow", "\"http://127.0.0.1:9/\"").await;
+    assert_eq!(err.kind, "sandbox_violation");
+    assert!(err.message.contains("wasi:http"), "{}", err.message);
+    assert!(err.message.contains("#[step]"), "{}", err.message);
+    let err = failed_run(&keel, "file_in_workflow", "null").await;
+    assert_eq!(err.kind, "sandbox_violation");
+    assert!(err.message.contains("wasi:filesystem"), "{}", err.message);
+    still_alive(&keel).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traps_loops_and_memory_bombs_fail_the_run_naming_the_bound() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.workflow_fuel = 200_000_000;
+    config.max_memory = 64 << 20;
+    let (keel, _) = open(config).await;
+
+    let err = failed_run(&keel, "trap", "null").await;
+    assert_eq!(err.kind, "guest_trap");
+    assert!(err.message.contains("boom from the guest"), "{}", err.message);
+
+    let err = failed_run(&keel, "spin", "null").await;
+    assert_eq!(err.kind, "fuel_exhausted");
+    assert!(err.message.contains("--workflow-fuel"), "{}", err.message);
+
+    let err = failed_run(&keel, "memory_bomb", "null").await;
+    assert_eq!(err.kind, "memory_exhausted");
+    assert!(err.message.contains("--max-memory"), "{}", err.message);
+    still_alive(&keel).await;
+}
+
+/// The child side of the lock test: tries to open the store and reports.
+#[test]
+#[ignore = "run by a_store_locked_by_another_process_is_refused"]
+fn lock_child() {
+    let db = std::env::var("KEEL_LOCK_DB").unwrap();
+    match Keel::open(keel_host::Config::new(db)) {
+        Ok(_) => println!("KIND=opened"),
+        Err(e) => println!("KIND={} MESSAGE={e}", e.kind()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_locked_by_another_process_is_refused() {
+    let store = TestStore::new();
+    let (keel, _) = open(store.config()).await;
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "lock_child", "--nocapture"])
+        .env("KEEL_LOCK_DB", store.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("KIND=store_locked"), "{stdout}");
+    assert!(stdout.contains("another keel process"), "{stdout}");
+    still_alive(&keel).await;
+}

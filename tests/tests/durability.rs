@@ -1,0 +1,296 @@
+//! Step IDs, retries, replay and recovery, end to end.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{TestStore, attempts, json, open, step_ids};
+use keel_host::journal::Event;
+use keel_host::payments::PaymentApi;
+use keel_host::{Error, Grants, Keel, Replay, RunStatus};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_confirmation_charges_once_with_one_idempotency_key() {
+    let api = PaymentApi::start(true).await.unwrap();
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = Grants {
+        http: vec![api.addr.to_string()],
+        ..Grants::default()
+    };
+    let keel = Keel::open(config).unwrap();
+    let order = keel.load(keel_tests::ORDER).await.unwrap();
+    let input = serde_json::json!({
+        "order_id": "o-1", "user_id": "u-1", "amount": 500, "payment_url": api.url("/charge"),
+    });
+    let run = keel.run(&order, "process_order", &input.to_string()).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+
+    let journal = keel.journal(&run.run_id).unwrap();
+    let ids = step_ids(&journal);
+    assert_eq!(ids.len(), 1);
+    assert_eq!(attempts(&journal), vec![1, 2]);
+    let requests = api.requests();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        assert_eq!(r.idempotency_key.as_deref(), Some(ids[0].as_str()));
+    }
+    let seen: Vec<_> = requests.iter().map(|r| r.attempt.clone().unwrap()).collect();
+    assert_eq!(seen, ["1", "2"]);
+    let charges = api.charges();
+    assert_eq!(charges.len(), 1, "the API charged more than once: {charges:?}");
+    assert_eq!(json(run.output.as_deref().unwrap())["charge_id"], charges[0].1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_of_a_completed_run_gives_the_same_ids_and_results() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.run(&testbed, "ten_steps", "5").await.unwrap();
+    assert_eq!(run.output.as_deref(), Some("10"));
+    let before = keel.journal(&run.run_id).unwrap();
+    let ids = step_ids(&before);
+    assert_eq!(ids.len(), 5);
+    assert!(ids.iter().all(|id| id.starts_with(&run.run_id)));
+
+    let replay = keel.replay(&run.run_id, None).await.unwrap();
+    assert_eq!(replay, Replay::Matches { output: Some("10".into()) });
+    // Driving a finished run again changes nothing.
+    keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(keel.journal(&run.run_id).unwrap(), before);
+
+    // Another run gets other step IDs.
+    let other = keel.run(&testbed, "ten_steps", "5").await.unwrap();
+    let other_ids = step_ids(&keel.journal(&other.run_id).unwrap());
+    assert!(other_ids.iter().all(|id| !ids.contains(id)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clock_and_randomness_come_from_the_journal_and_the_run_id() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.run(&testbed, "clock_random", "null").await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let out = json(run.output.as_deref().unwrap());
+    let journal = keel.journal(&run.run_id).unwrap();
+
+    // Before the step the clock reads the run's start; after it, the time
+    // of the completion the workflow was handed.
+    assert_eq!(out["before"][0], run.created_at_ms);
+    assert_eq!(out["started_at_ms"], run.created_at_ms);
+    let completed_at = journal
+        .iter()
+        .find(|e| matches!(e.event, Event::StepCompleted { .. }))
+        .unwrap()
+        .at_ms;
+    assert_eq!(out["after"][0], completed_at);
+    assert_ne!(out["before"][1], out["after"][1], "two draws of randomness are equal");
+
+    let replay = keel.replay(&run.run_id, None).await.unwrap();
+    assert_eq!(replay, Replay::Matches { output: run.output.clone() });
+
+    let other = keel.run(&testbed, "clock_random", "null").await.unwrap();
+    assert_ne!(json(other.output.as_deref().unwrap())["before"][1], out["before"][1]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_steps_keep_their_ids_and_delivery_order_on_replay() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.run(&testbed, "concurrent", "[400, 10, 150]").await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let out = json(run.output.as_deref().unwrap());
+    let labels: Vec<_> = out.as_array().unwrap().iter().map(|l| l["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["s1", "s2", "s0"], "completion order");
+
+    // Step IDs follow the order the steps were scheduled, not finished.
+    let journal = keel.journal(&run.run_id).unwrap();
+    let ids = step_ids(&journal);
+    for l in out.as_array().unwrap() {
+        let i: usize = l["label"].as_str().unwrap()[1..].parse().unwrap();
+        assert_eq!(l["step_id"], ids[i]);
+    }
+    let replay = keel.replay(&run.run_id, None).await.unwrap();
+    assert_eq!(replay, Replay::Matches { output: run.output.clone() });
+
+    let joined = keel.run(&testbed, "joined", "null").await.unwrap();
+    assert_eq!(joined.status, RunStatus::Completed, "{:?}", joined.error);
+    let replay = keel.replay(&joined.run_id, None).await.unwrap();
+    assert_eq!(replay, Replay::Matches { output: joined.output.clone() });
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn select_between_a_step_and_a_timer_replays_the_winner() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let timer_wins = keel.run(&testbed, "race", "[2000, 20]").await.unwrap();
+    assert_eq!(timer_wins.output.as_deref(), Some("\"timer\""));
+    let step_wins = keel.run(&testbed, "race", "[1, 2000]").await.unwrap();
+    assert_eq!(step_wins.output.as_deref(), Some("\"step\""));
+    for run in [timer_wins, step_wins] {
+        let replay = keel.replay(&run.run_id, None).await.unwrap();
+        assert_eq!(replay, Replay::Matches { output: run.output.clone() });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn code_that_calls_steps_in_another_order_is_non_deterministic() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.run(&testbed, "two_steps", "5").await.unwrap();
+    assert_eq!(run.output.as_deref(), Some("[6,10]"));
+    let reordered = keel.load(keel_tests::TESTBED_REORDERED).await.unwrap();
+    let err = keel.replay(&run.run_id, Some(&reordered)).await.unwrap_err();
+    match &err {
+        Error::NonDeterminism {
+            run_id,
+            position,
+            recorded,
+            requested,
+        } => {
+            assert_eq!(run_id, &run.run_id);
+            assert_eq!(*position, 0);
+            assert!(recorded.contains("step `add`"), "{recorded}");
+            assert!(requested.contains("step `mul`"), "{requested}");
+        }
+        other => panic!("expected NonDeterminism, got {other}"),
+    }
+    assert!(err.to_string().contains("position 0"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fatal_errors_are_not_retried() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.run(&testbed, "flaky", "\"fatal\"").await.unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert!(run.error.as_ref().unwrap().message.contains("card declined"));
+    assert_eq!(attempts(&keel.journal(&run.run_id).unwrap()), vec![1]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_is_honoured() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.run(&testbed, "flaky", "\"retry_after\"").await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let journal = keel.journal(&run.run_id).unwrap();
+    let failed_at = journal
+        .iter()
+        .find(|e| matches!(e.event, Event::StepAttemptFailed { .. }))
+        .unwrap()
+        .at_ms;
+    let out = json(run.output.as_deref().unwrap());
+    assert_eq!(out["attempt"], 2);
+    let second_started = out["started_at_ms"].as_u64().unwrap();
+    assert!(
+        second_started >= failed_at + 400,
+        "attempt 2 started {} ms after the failure; the step asked for 400",
+        second_started - failed_at
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exhausted_retries_fail_the_run_with_the_last_error() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.run(&testbed, "flaky", "\"exhaust\"").await.unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    let message = &run.error.as_ref().unwrap().message;
+    assert!(message.contains("attempt 3 failed"), "{message}");
+    assert!(message.contains("retries exhausted"), "{message}");
+    assert_eq!(attempts(&keel.journal(&run.run_id).unwrap()), vec![1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_sleep_suspends_the_run_and_a_worker_resumes_it() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.park_limit = Duration::ZERO;
+    let (keel, testbed) = open(config).await;
+    let run = keel.run(&testbed, "sleeper", "300").await.unwrap();
+    assert_eq!(run.status, RunStatus::Waiting);
+    let wake_at = run.wake_at_ms.unwrap();
+    assert_eq!(keel.next_wake().unwrap(), Some(wake_at));
+    assert_eq!(keel.work_once().await.unwrap(), 0, "the timer is not due yet");
+
+    let now = keel_host_now();
+    tokio::time::sleep(Duration::from_millis(wake_at.saturating_sub(now) + 5)).await;
+    assert_eq!(keel.work_once().await.unwrap(), 1);
+    let done = keel.get_run(&run.run_id).unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let fired = keel
+        .journal(&run.run_id)
+        .unwrap()
+        .iter()
+        .find(|e| matches!(e.event, Event::TimerFired { .. }))
+        .unwrap()
+        .at_ms;
+    assert!(fired >= wake_at);
+}
+
+fn keel_host_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The child side of the crash test: drives `crashable` until killed.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "run by kill_9_in_the_middle_of_a_step_then_a_worker_completes_the_run"]
+async fn crash_child() {
+    let db = std::env::var("KEEL_CRASH_DB").unwrap();
+    let url = std::env::var("KEEL_CRASH_URL").unwrap();
+    let host = std::env::var("KEEL_CRASH_HOST").unwrap();
+    let mut config = keel_host::Config::new(&db);
+    config.grants.http = vec![host];
+    let keel = Keel::open(config).unwrap();
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let input = serde_json::Value::String(url).to_string();
+    keel.run(&testbed, "crashable", &input).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_in_the_middle_of_a_step_then_a_worker_completes_the_run() {
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "crash_child", "--nocapture"])
+        .env("KEEL_CRASH_DB", store.path())
+        .env("KEEL_CRASH_URL", api.url("/probe"))
+        .env("KEEL_CRASH_HOST", api.addr.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Step `b` hangs on its first attempt once it has reported in.
+    api.wait_for(|r| r.body.contains("\"label\":\"b\"")).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let mut config = store.config();
+    config.grants.http = vec![api.addr.to_string()];
+    let keel = Keel::open(config).unwrap();
+    let runs = keel.list_runs().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::Running, "interrupted mid-run");
+    let before = step_ids(&keel.journal(&runs[0].run_id).unwrap());
+    assert_eq!(keel.work_once().await.unwrap(), 1);
+
+    let run = keel.get_run(&runs[0].run_id).unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let journal = keel.journal(&run.run_id).unwrap();
+    let after = step_ids(&journal);
+    assert_eq!(&after[..before.len()], &before[..], "step IDs changed");
+    // a: attempt 1; b: attempts 1 (killed) and 2; c: attempt 1.
+    assert_eq!(attempts(&journal), vec![1, 1, 2, 1]);
+    let bodies: Vec<serde_json::Value> = api.requests().iter().map(|r| json(&r.body)).collect();
+    let labels: Vec<_> = bodies.iter().map(|b| b["label"].as_str().unwrap().to_string()).collect();
+    assert_eq!(labels, ["a", "b", "b", "c"], "a completed step ran twice");
+    assert_eq!(bodies[1]["step_id"], bodies[2]["step_id"]);
+    assert_eq!(bodies[2]["attempt"], 2);
+    let out = json(run.output.as_deref().unwrap());
+    assert_eq!(out[1]["step_id"], after[1]);
+}
