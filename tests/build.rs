@@ -11,9 +11,16 @@ const GUESTS: &[&str] = &["order", "testbed"];
 
 fn main() {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf();
     // OUT_DIR is <target>/<profile>/build/<pkg>/out.
-    let target = out_dir.ancestors().nth(4).expect("target dir").join("keel-guests");
+    let target = out_dir
+        .ancestors()
+        .nth(4)
+        .expect("target dir")
+        .join("keel-guests");
     for dir in ["guest-sdk", "guests", "wit"] {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
@@ -24,7 +31,16 @@ fn main() {
         cmd.current_dir(&workspace)
             .args(["build", "--release", "--target", "wasm32-wasip2"])
             .env("CARGO_TARGET_DIR", &target);
-        for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS", "CARGO_MAKEFLAGS"] {
+        // The outer build's flags and wrappers (clippy's among them) are not the guests'.
+        for var in [
+            "RUSTFLAGS",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO_BUILD_RUSTFLAGS",
+            "CARGO_MAKEFLAGS",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "CLIPPY_ARGS",
+        ] {
             cmd.env_remove(var);
         }
         for p in packages {
@@ -34,7 +50,10 @@ fn main() {
             cmd.args(["--features", f]);
         }
         let status = cmd.status().expect("running cargo to build the guests");
-        assert!(status.success(), "building the guests failed; run `cargo build --release --target wasm32-wasip2 -p <guest>` to see why");
+        assert!(
+            status.success(),
+            "building the guests failed; run `cargo build --release --target wasm32-wasip2 -p <guest>` to see why"
+        );
     };
     build(&[], GUESTS);
     for guest in GUESTS {
@@ -47,7 +66,9 @@ fn main() {
 
 /// Copies a built guest into OUT_DIR and returns its constant's definition.
 fn copy(target: &Path, out_dir: &Path, package: &str, name: &str) -> String {
-    let built = target.join("wasm32-wasip2/release").join(format!("{package}.wasm"));
+    let built = target
+        .join("wasm32-wasip2/release")
+        .join(format!("{package}.wasm"));
     let dest = out_dir.join(format!("{name}.wasm"));
     std::fs::copy(&built, &dest).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
     format!(

@@ -7,9 +7,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 pub use serde_json;
 
+use crate::RetryPolicy;
 use crate::error::StepError;
 use crate::executor::StepFuture;
-use crate::RetryPolicy;
 
 pub mod bindings {
     wit_bindgen::generate!({
@@ -109,7 +109,8 @@ where
     let input: I = serde_json::from_str(input)
         .map_err(|e| format!("the run's input does not match the workflow's input type: {e}"))?;
     let output = crate::executor::block_on(f(input)).map_err(|e| e.to_string())?;
-    serde_json::to_string(&output).map_err(|e| format!("the workflow's output does not serialize: {e}"))
+    serde_json::to_string(&output)
+        .map_err(|e| format!("the workflow's output does not serialize: {e}"))
 }
 
 /// Schedules a step from a workflow (the body of a `#[step]` function's caller).
@@ -126,11 +127,14 @@ where
     T: Serialize,
 {
     let args: A = serde_json::from_str(input).map_err(|e| {
-        types::StepError::Fatal(format!("the step's input does not match its arguments: {e}"))
+        types::StepError::Fatal(format!(
+            "the step's input does not match its arguments: {e}"
+        ))
     })?;
     match block_on_step(f(args)) {
-        Ok(out) => serde_json::to_string(&out)
-            .map_err(|e| types::StepError::Fatal(format!("the step's output does not serialize: {e}"))),
+        Ok(out) => serde_json::to_string(&out).map_err(|e| {
+            types::StepError::Fatal(format!("the step's output does not serialize: {e}"))
+        }),
         Err(e) if e.fatal => Err(types::StepError::Fatal(e.message)),
         Err(e) => Err(types::StepError::Retryable(types::RetryableError {
             message: e.message,

@@ -83,7 +83,11 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::StepFailed(s) => {
-                let why = if s.fatal { "fatal error" } else { "retries exhausted" };
+                let why = if s.fatal {
+                    "fatal error"
+                } else {
+                    "retries exhausted"
+                };
                 write!(
                     f,
                     "step `{}` ({}) failed after {} attempt(s), {why}: {}",

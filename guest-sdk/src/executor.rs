@@ -132,11 +132,9 @@ impl<T: DeserializeOwned> Future for StepFuture<T> {
         this.command
             .poll(cx, || host::schedule_step(name, input))
             .map(|outcome| match outcome {
-                Outcome::StepCompleted(json) => {
-                    serde_json::from_str(&json).map_err(|e| {
-                        Error::Payload(format!("output of step `{name}` does not decode: {e}"))
-                    })
-                }
+                Outcome::StepCompleted(json) => serde_json::from_str(&json).map_err(|e| {
+                    Error::Payload(format!("output of step `{name}` does not decode: {e}"))
+                }),
                 Outcome::StepFailed(f) => Err(Error::StepFailed(StepFailure {
                     step_name: f.step_name,
                     step_id: f.step_id,

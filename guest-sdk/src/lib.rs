@@ -34,7 +34,9 @@ pub use error::{Error, StepError, StepFailure};
 pub use executor::{StepFuture, Timer, sleep};
 pub use futures::{future, join, select_biased, try_join};
 pub use keel_sdk_macros::{component, step, workflow};
-pub use metadata::{LogLevel, StepMetadata, WorkflowMetadata, log, step_metadata, workflow_metadata};
+pub use metadata::{
+    LogLevel, StepMetadata, WorkflowMetadata, log, step_metadata, workflow_metadata,
+};
 
 /// How a step is retried; set with `#[step(...)]` settings.
 #[derive(Clone, Copy, Debug, PartialEq)]

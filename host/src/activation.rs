@@ -85,7 +85,10 @@ impl RunJournal {
 
     /// Appends an event and returns the entry once it is on disk.
     pub async fn append(&self, event: Event) -> Result<Entry> {
-        let store = self.store.as_ref().ok_or_else(|| Error::Wasm("replay never writes".into()))?;
+        let store = self
+            .store
+            .as_ref()
+            .ok_or_else(|| Error::Wasm("replay never writes".into()))?;
         let (entry, idx) = {
             let mut state = self.lock();
             let last = state.entries.last().map_or(0, |e| e.at_ms);
@@ -132,10 +135,17 @@ impl RunJournal {
         let mut retry_at = None;
         for e in &state.entries {
             match &e.event {
-                Event::StepAttemptStarted { command: c, attempt } if *c == command => {
+                Event::StepAttemptStarted {
+                    command: c,
+                    attempt,
+                } if *c == command => {
                     started = started.max(*attempt);
                 }
-                Event::StepAttemptFailed { command: c, retry_at_ms, .. } if *c == command => {
+                Event::StepAttemptFailed {
+                    command: c,
+                    retry_at_ms,
+                    ..
+                } if *c == command => {
                     retry_at = Some(*retry_at_ms);
                 }
                 _ => {}
@@ -310,7 +320,10 @@ impl Activation {
     pub async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32> {
         let command = self.next_command;
         let fire_at_ms = self.clock_ms().saturating_add(duration_ms);
-        let requested = Event::TimerScheduled { command, fire_at_ms };
+        let requested = Event::TimerScheduled {
+            command,
+            fire_at_ms,
+        };
         let (command, entry, _) = self.command(requested).await?;
         let Event::TimerScheduled { fire_at_ms, .. } = entry.event else {
             unreachable!("matched as a timer")
@@ -369,17 +382,20 @@ impl Activation {
 
     fn completion(&self, entry: Entry) -> wit::Completion {
         let (id, outcome) = match entry.event {
-            Event::StepCompleted { command, output } => (command, wit::Outcome::StepCompleted(output)),
+            Event::StepCompleted { command, output } => {
+                (command, wit::Outcome::StepCompleted(output))
+            }
             Event::StepFailed {
                 command,
                 error,
                 fatal,
                 attempts,
             } => {
-                let (step_name, step_id) = match self.journal.recorded_command(command).map(|e| e.event) {
-                    Some(Event::StepScheduled { name, step_id, .. }) => (name, step_id),
-                    _ => (String::new(), journal::step_id(&self.run_id, command)),
-                };
+                let (step_name, step_id) =
+                    match self.journal.recorded_command(command).map(|e| e.event) {
+                        Some(Event::StepScheduled { name, step_id, .. }) => (name, step_id),
+                        _ => (String::new(), journal::step_id(&self.run_id, command)),
+                    };
                 (
                     command,
                     wit::Outcome::StepFailed(wit::StepFailure {
@@ -423,9 +439,18 @@ impl Activation {
 /// Whether a recorded command is the one the code asks for now.
 fn same_command(recorded: &Event, requested: &Event) -> bool {
     match (recorded, requested) {
-        (Event::StepScheduled { name: a, digest: da, .. }, Event::StepScheduled { name: b, digest: db, .. }) => {
-            a == b && da == db
-        }
+        (
+            Event::StepScheduled {
+                name: a,
+                digest: da,
+                ..
+            },
+            Event::StepScheduled {
+                name: b,
+                digest: db,
+                ..
+            },
+        ) => a == b && da == db,
         (Event::TimerScheduled { .. }, Event::TimerScheduled { .. }) => true,
         _ => false,
     }

@@ -28,7 +28,10 @@ pub struct RetryPolicy {
 impl RetryPolicy {
     /// The delay after failed attempt number `attempt` (1-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = self.backoff_factor.max(1.0).powi(attempt.saturating_sub(1) as i32);
+        let factor = self
+            .backoff_factor
+            .max(1.0)
+            .powi(attempt.saturating_sub(1) as i32);
         let ms = (self.initial_backoff_ms as f64 * factor).min(self.max_backoff_ms as f64);
         Duration::from_millis(ms as u64)
     }
@@ -182,7 +185,8 @@ fn compile_cached(
     let invalid = |e: wasmtime::Error| {
         let text = format!("{e:#}");
         let reason = if text.contains("parse a wasm module with a component parser") {
-            "it is a core WebAssembly module, not a component (wasm32-wasip2 builds components)".into()
+            "it is a core WebAssembly module, not a component (wasm32-wasip2 builds components)"
+                .into()
         } else {
             text
         };
@@ -213,10 +217,13 @@ async fn read_manifest(
     let mut store = wasmtime::Store::new(engine, HostState::manifest(max_memory));
     store.limiter(|s| &mut s.limits);
     store.set_fuel(10_000_000_000).map_err(wasm)?;
-    let instance = pre.instantiate_async(&mut store).await.map_err(|e| Error::InvalidComponent {
-        path: origin.into(),
-        reason: format!("it cannot be instantiated: {e:#}"),
-    })?;
+    let instance =
+        pre.instantiate_async(&mut store)
+            .await
+            .map_err(|e| Error::InvalidComponent {
+                path: origin.into(),
+                reason: format!("it cannot be instantiated: {e:#}"),
+            })?;
     let m = instance
         .keel_workflow_guest()
         .call_get_manifest(&mut store)

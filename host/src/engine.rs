@@ -13,7 +13,7 @@ use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 use crate::activation::{Activation, RunJournal, Suspend, now_ms};
 use crate::component::{self, Loaded};
 use crate::journal::{Entry, Event};
-use crate::sandbox::{self, GuestLog, Grants, HostState};
+use crate::sandbox::{self, Grants, GuestLog, HostState};
 use crate::store::{RunError, RunRecord, RunStatus, Store};
 use crate::{Error, Result};
 
@@ -89,7 +89,8 @@ impl Keel {
     pub fn open(config: Config) -> Result<Keel> {
         let store = Store::open(&config.db)?;
         let engine = build_engine(&config)?;
-        let base_linker = sandbox::base_linker(&engine).map_err(|e| Error::Wasm(format!("{e:#}")))?;
+        let base_linker =
+            sandbox::base_linker(&engine).map_err(|e| Error::Wasm(format!("{e:#}")))?;
         Ok(Keel {
             inner: Arc::new(Inner {
                 engine,
@@ -144,7 +145,12 @@ impl Keel {
     }
 
     fn cached(&self, hash: &str) -> Option<Arc<Loaded>> {
-        self.inner.components.lock().expect("component cache").get(hash).cloned()
+        self.inner
+            .components
+            .lock()
+            .expect("component cache")
+            .get(hash)
+            .cloned()
     }
 
     /// The component a run is pinned to, from the store.
@@ -158,7 +164,12 @@ impl Keel {
     }
 
     /// Admits a run of `workflow` with a JSON `input`; durable on return.
-    pub async fn start(&self, component: &Loaded, workflow: &str, input: &str) -> Result<RunRecord> {
+    pub async fn start(
+        &self,
+        component: &Loaded,
+        workflow: &str,
+        input: &str,
+    ) -> Result<RunRecord> {
         component.check_workflow(workflow)?;
         let input = normalize_json(input)?;
         let run_id = uuid::Uuid::now_v7().to_string();
@@ -220,13 +231,19 @@ impl Keel {
         }
         let loaded = self.component_of(&run).await?;
         let entries = self.inner.store.journal(run_id)?;
-        let journal = Arc::new(RunJournal::new(Some(self.inner.store.clone()), run_id, entries));
+        let journal = Arc::new(RunJournal::new(
+            Some(self.inner.store.clone()),
+            run_id,
+            entries,
+        ));
         run.status = RunStatus::Running;
         run.wake_at_ms = None;
         self.inner.store.put_run(&run)?;
         let ended = self.activate(&loaded, &run, journal.clone(), false).await;
         let event = match &ended {
-            Ended::Completed(output) => Some(Event::RunCompleted { output: output.clone() }),
+            Ended::Completed(output) => Some(Event::RunCompleted {
+                output: output.clone(),
+            }),
             Ended::Failed(e) => Some(Event::RunFailed {
                 kind: e.kind().into(),
                 error: e.to_string(),
@@ -262,7 +279,13 @@ impl Keel {
     }
 
     /// Runs the workflow once from the start over `journal`.
-    async fn activate(&self, loaded: &Arc<Loaded>, run: &RunRecord, journal: Arc<RunJournal>, offline: bool) -> Ended {
+    async fn activate(
+        &self,
+        loaded: &Arc<Loaded>,
+        run: &RunRecord,
+        journal: Arc<RunJournal>,
+        offline: bool,
+    ) -> Ended {
         let activation = Activation::new(
             self.inner.clone(),
             loaded.clone(),
@@ -349,7 +372,9 @@ impl Keel {
         }
         while let Some(result) = tasks.join_next().await {
             match result {
-                Ok(Ok(run)) => tracing::info!(run_id = %run.run_id, status = run.status.as_str(), "worker drove run"),
+                Ok(Ok(run)) => {
+                    tracing::info!(run_id = %run.run_id, status = run.status.as_str(), "worker drove run")
+                }
                 Ok(Err(e)) => tracing::error!("worker could not drive a run: {e}"),
                 Err(e) => tracing::error!("worker task failed: {e}"),
             }
@@ -380,7 +405,12 @@ impl Keel {
     }
 
     /// Replays `entries` of `run` against `loaded`, offline.
-    pub async fn replay_entries(&self, loaded: &Arc<Loaded>, run: &RunRecord, entries: Vec<Entry>) -> Result<Replay> {
+    pub async fn replay_entries(
+        &self,
+        loaded: &Arc<Loaded>,
+        run: &RunRecord,
+        entries: Vec<Entry>,
+    ) -> Result<Replay> {
         let recorded_output = entries.iter().find_map(|e| match &e.event {
             Event::RunCompleted { output } => Some(output.clone()),
             _ => None,
@@ -388,7 +418,9 @@ impl Keel {
         let journal = Arc::new(RunJournal::new(None, &run.run_id, entries));
         match self.activate(loaded, run, journal, true).await {
             Ended::Completed(output) if recorded_output.as_ref().is_none_or(|r| *r == output) => {
-                Ok(Replay::Matches { output: Some(output) })
+                Ok(Replay::Matches {
+                    output: Some(output),
+                })
             }
             Ended::Completed(output) => Ok(Replay::OutputDiffers {
                 recorded: recorded_output.unwrap_or_default(),
@@ -429,9 +461,12 @@ pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
         .downcast_ref::<wasmtime::Trap>()
         .map(|t| t.to_string())
         .unwrap_or_else(|| e.to_string());
-    let panic = stderr_tail
-        .rfind("panicked at")
-        .map(|i| stderr_tail[i..].split_whitespace().collect::<Vec<_>>().join(" "));
+    let panic = stderr_tail.rfind("panicked at").map(|i| {
+        stderr_tail[i..]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
     match panic {
         Some(p) => format!("{p} ({trap})"),
         None if !stderr_tail.is_empty() => format!("{trap}; guest stderr: {stderr_tail}"),
@@ -441,6 +476,9 @@ pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
 
 /// Parses `input` as JSON and returns its compact form.
 fn normalize_json(input: &str) -> Result<String> {
-    let value: serde_json::Value = serde_json::from_str(input).map_err(|e| Error::InvalidInput { reason: e.to_string() })?;
+    let value: serde_json::Value =
+        serde_json::from_str(input).map_err(|e| Error::InvalidInput {
+            reason: e.to_string(),
+        })?;
     Ok(value.to_string())
 }

@@ -6,25 +6,41 @@ use std::path::PathBuf;
 /// A run's or a call's failure, as callers see it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("`{path}` is not a valid WebAssembly component: {reason}. Build the guest with `cargo build --release --target wasm32-wasip2` and pass the `.wasm` it produces")]
+    #[error(
+        "`{path}` is not a valid WebAssembly component: {reason}. Build the guest with `cargo build --release --target wasm32-wasip2` and pass the `.wasm` it produces"
+    )]
     InvalidComponent { path: PathBuf, reason: String },
 
-    #[error("`{path}` does not export `{missing}`, so it is not a keel component. Depend on `keel-sdk` and end the crate with `keel_sdk::component!(workflows = [...], steps = [...])`")]
+    #[error(
+        "`{path}` does not export `{missing}`, so it is not a keel component. Depend on `keel-sdk` and end the crate with `keel_sdk::component!(workflows = [...], steps = [...])`"
+    )]
     MissingExports { path: PathBuf, missing: String },
 
-    #[error("`{path}` imports `{import}`, which the keel host cannot provide. Remove the dependency that needs it; keel provides WASI 0.2 (cli, clocks, random, io, filesystem, sockets) and wasi:http")]
+    #[error(
+        "`{path}` imports `{import}`, which the keel host cannot provide. Remove the dependency that needs it; keel provides WASI 0.2 (cli, clocks, random, io, filesystem, sockets) and wasi:http"
+    )]
     UnsupportedImport { path: PathBuf, import: String },
 
-    #[error("no workflow `{name}` in this component; it exports: {}", list_or_none(available))]
-    UnknownWorkflow { name: String, available: Vec<String> },
+    #[error(
+        "no workflow `{name}` in this component; it exports: {}",
+        list_or_none(available)
+    )]
+    UnknownWorkflow {
+        name: String,
+        available: Vec<String>,
+    },
 
-    #[error("the input is not valid JSON: {reason}. Pass a JSON value, for example --input '{{\"id\": 1}}'")]
+    #[error(
+        "the input is not valid JSON: {reason}. Pass a JSON value, for example --input '{{\"id\": 1}}'"
+    )]
     InvalidInput { reason: String },
 
     #[error("no run `{run_id}` in this store. `keel runs list` shows the runs it holds")]
     RunNotFound { run_id: String },
 
-    #[error("run {run_id} is not deterministic: at journal position {position} the journal holds {recorded}, but the workflow now asks for {requested}. The workflow's code changed or reads something outside the journal; nothing after this position was executed")]
+    #[error(
+        "run {run_id} is not deterministic: at journal position {position} the journal holds {recorded}, but the workflow now asks for {requested}. The workflow's code changed or reads something outside the journal; nothing after this position was executed"
+    )]
     NonDeterminism {
         run_id: String,
         position: u32,
@@ -35,10 +51,14 @@ pub enum Error {
     #[error("run {run_id}: the workflow {reason}")]
     SandboxViolation { run_id: String, reason: String },
 
-    #[error("run {run_id}: the workflow used all its fuel ({fuel} units) in one activation, so it is probably stuck in a loop. If it really needs more CPU, raise the bound with --workflow-fuel")]
+    #[error(
+        "run {run_id}: the workflow used all its fuel ({fuel} units) in one activation, so it is probably stuck in a loop. If it really needs more CPU, raise the bound with --workflow-fuel"
+    )]
     FuelExhausted { run_id: String, fuel: u64 },
 
-    #[error("run {run_id}: the guest went over its memory bound of {limit_bytes} bytes. If it really needs more, raise the bound with --max-memory")]
+    #[error(
+        "run {run_id}: the guest went over its memory bound of {limit_bytes} bytes. If it really needs more, raise the bound with --max-memory"
+    )]
     MemoryExhausted { run_id: String, limit_bytes: usize },
 
     #[error("run {run_id}: the workflow trapped: {message}")]
@@ -47,16 +67,24 @@ pub enum Error {
     #[error("run {run_id}: the workflow failed: {message}")]
     WorkflowFailed { run_id: String, message: String },
 
-    #[error("the store at `{path}` is locked by another keel process. Stop that process, or pass another directory with --db")]
+    #[error(
+        "the store at `{path}` is locked by another keel process. Stop that process, or pass another directory with --db"
+    )]
     StoreLocked { path: PathBuf },
 
-    #[error("the store at `{path}` cannot be opened: {reason}. If it is corrupted, restore it from a backup or move it aside and start afresh")]
+    #[error(
+        "the store at `{path}` cannot be opened: {reason}. If it is corrupted, restore it from a backup or move it aside and start afresh"
+    )]
     StoreUnavailable { path: PathBuf, reason: String },
 
-    #[error("the store holds a record it cannot decode ({what}): {reason}. The store was written by another keel version or is corrupted")]
+    #[error(
+        "the store holds a record it cannot decode ({what}): {reason}. The store was written by another keel version or is corrupted"
+    )]
     CorruptRecord { what: String, reason: String },
 
-    #[error("the store has no component with hash {hash}; the run was started from a component that is no longer stored")]
+    #[error(
+        "the store has no component with hash {hash}; the run was started from a component that is no longer stored"
+    )]
     ComponentNotFound { hash: String },
 
     #[error("storage error: {0}")]
@@ -117,7 +145,10 @@ impl Error {
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.clone())],
             Error::NonDeterminism {
                 run_id, position, ..
-            } => vec![("run_id", run_id.clone()), ("position", position.to_string())],
+            } => vec![
+                ("run_id", run_id.clone()),
+                ("position", position.to_string()),
+            ],
             Error::UnknownWorkflow { available, .. } => {
                 vec![("available", available.join(","))]
             }

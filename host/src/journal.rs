@@ -25,7 +25,10 @@ pub struct Entry {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Event {
     /// The run was admitted.
-    RunStarted { workflow: String, input: String },
+    RunStarted {
+        workflow: String,
+        input: String,
+    },
     /// The workflow scheduled a step.
     StepScheduled {
         command: u32,
@@ -36,7 +39,10 @@ pub enum Event {
         digest: String,
     },
     /// An attempt is about to run; durable before it runs.
-    StepAttemptStarted { command: u32, attempt: u32 },
+    StepAttemptStarted {
+        command: u32,
+        attempt: u32,
+    },
     /// An attempt failed and will be retried no sooner than `retry_at_ms`.
     StepAttemptFailed {
         command: u32,
@@ -44,17 +50,30 @@ pub enum Event {
         error: String,
         retry_at_ms: u64,
     },
-    StepCompleted { command: u32, output: String },
+    StepCompleted {
+        command: u32,
+        output: String,
+    },
     StepFailed {
         command: u32,
         error: String,
         fatal: bool,
         attempts: u32,
     },
-    TimerScheduled { command: u32, fire_at_ms: u64 },
-    TimerFired { command: u32 },
-    RunCompleted { output: String },
-    RunFailed { kind: String, error: String },
+    TimerScheduled {
+        command: u32,
+        fire_at_ms: u64,
+    },
+    TimerFired {
+        command: u32,
+    },
+    RunCompleted {
+        output: String,
+    },
+    RunFailed {
+        kind: String,
+        error: String,
+    },
 }
 
 impl Event {

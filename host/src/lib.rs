@@ -6,11 +6,11 @@
 //! every call, so that a crash or a restart replays to the same state.
 
 mod activation;
-pub mod payments;
 pub mod component;
 mod engine;
 mod error;
 pub mod journal;
+pub mod payments;
 mod sandbox;
 mod steps;
 pub mod store;

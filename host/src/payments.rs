@@ -146,20 +146,34 @@ async fn handle(
         .expect("a valid response"))
 }
 
-fn charge(ledger: &mut Ledger, path: &str, key: Option<String>, lose_first: bool) -> (StatusCode, String) {
+fn charge(
+    ledger: &mut Ledger,
+    path: &str,
+    key: Option<String>,
+    lose_first: bool,
+) -> (StatusCode, String) {
     if path != "/charge" {
         return (StatusCode::OK, "{}".into());
     }
     let Some(key) = key else {
-        return (StatusCode::BAD_REQUEST, r#"{"error":"Idempotency-Key required"}"#.into());
+        return (
+            StatusCode::BAD_REQUEST,
+            r#"{"error":"Idempotency-Key required"}"#.into(),
+        );
     };
     if let Some(id) = ledger.charges.get(&key) {
-        return (StatusCode::OK, format!(r#"{{"charge_id":"{id}","replayed":true}}"#));
+        return (
+            StatusCode::OK,
+            format!(r#"{{"charge_id":"{id}","replayed":true}}"#),
+        );
     }
     let id = format!("ch_{}", ledger.charges.len() + 1);
     ledger.charges.insert(key, id.clone());
     if lose_first {
-        (StatusCode::INTERNAL_SERVER_ERROR, r#"{"error":"confirmation lost"}"#.into())
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"{"error":"confirmation lost"}"#.into(),
+        )
     } else {
         (StatusCode::OK, format!(r#"{{"charge_id":"{id}"}}"#))
     }

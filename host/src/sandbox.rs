@@ -21,7 +21,9 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::{FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{
+    FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
+};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 use crate::activation::Activation;
@@ -92,7 +94,12 @@ impl HostState {
     }
 
     /// State for one workflow activation: journal clocks, seeded randomness.
-    pub fn workflow(activation: Activation, clock: JournalClock, log: GuestLog, max_memory: usize) -> Self {
+    pub fn workflow(
+        activation: Activation,
+        clock: JournalClock,
+        log: GuestLog,
+        max_memory: usize,
+    ) -> Self {
         let seed = seed_from(&activation.run_id);
         let mut b = WasiCtxBuilder::new();
         b.wall_clock(clock.clone())
@@ -102,11 +109,21 @@ impl HostState {
             .insecure_random_seed(u128::from(seed))
             .stdout(log.stream("stdout"))
             .stderr(log.stream("stderr"));
-        HostState::new(b.build(), Vec::new(), max_memory, Role::Workflow(Box::new(activation)))
+        HostState::new(
+            b.build(),
+            Vec::new(),
+            max_memory,
+            Role::Workflow(Box::new(activation)),
+        )
     }
 
     /// State for one step attempt: real clocks and randomness, and the grants.
-    pub fn step(ctx: StepContext, grants: &Grants, log: GuestLog, max_memory: usize) -> crate::Result<Self> {
+    pub fn step(
+        ctx: StepContext,
+        grants: &Grants,
+        log: GuestLog,
+        max_memory: usize,
+    ) -> crate::Result<Self> {
         let mut b = WasiCtxBuilder::new();
         b.stdout(log.stream("stdout")).stderr(log.stream("stderr"));
         b.envs(&grants.env);
@@ -118,7 +135,12 @@ impl HostState {
                     source: std::io::Error::other(e.to_string()),
                 })?;
         }
-        Ok(HostState::new(b.build(), grants.http.clone(), max_memory, Role::Step(ctx)))
+        Ok(HostState::new(
+            b.build(),
+            grants.http.clone(),
+            max_memory,
+            Role::Step(ctx),
+        ))
     }
 }
 
@@ -155,12 +177,14 @@ impl HttpGrant {
     fn permits(&self, uri: &http::Uri) -> bool {
         let Some(host) = uri.host() else { return false };
         let port = uri.port_u16();
-        self.allowed.iter().any(|grant| match grant.rsplit_once(':') {
-            Some((h, p)) if p.parse::<u16>().is_ok() => {
-                h == host && (port.map(|x| x.to_string()).as_deref() == Some(p))
-            }
-            _ => grant == host,
-        })
+        self.allowed
+            .iter()
+            .any(|grant| match grant.rsplit_once(':') {
+                Some((h, p)) if p.parse::<u16>().is_ok() => {
+                    h == host && (port.map(|x| x.to_string()).as_deref() == Some(p))
+                }
+                _ => grant == host,
+            })
     }
 }
 
@@ -299,7 +323,11 @@ struct GuestWriter {
 }
 
 impl tokio::io::AsyncWrite for GuestWriter {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         let text = String::from_utf8_lossy(buf);
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             tracing::info!(run_id = %self.log.run_id, stream = self.name, "guest: {line}");
@@ -309,7 +337,9 @@ impl tokio::io::AsyncWrite for GuestWriter {
             tail.push_str(&text);
             if tail.len() > TAIL_BYTES {
                 let cut = tail.len() - TAIL_BYTES;
-                let cut = (cut..tail.len()).find(|i| tail.is_char_boundary(*i)).unwrap_or(0);
+                let cut = (cut..tail.len())
+                    .find(|i| tail.is_char_boundary(*i))
+                    .unwrap_or(0);
                 tail.drain(..cut);
             }
         }

@@ -31,7 +31,10 @@ pub(crate) struct StepTask {
 enum Attempt {
     Ok(String),
     Fatal(String),
-    Retryable { message: String, after: Option<Duration> },
+    Retryable {
+        message: String,
+        after: Option<Duration>,
+    },
 }
 
 impl StepTask {

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::journal::{self, Entry, FORMAT_VERSION};
@@ -135,7 +135,8 @@ impl Store {
     }
 
     pub fn put_run(&self, run: &RunRecord) -> Result<()> {
-        self.runs.insert(run.run_id.as_bytes(), encode_versioned(run))?;
+        self.runs
+            .insert(run.run_id.as_bytes(), encode_versioned(run))?;
         Ok(())
     }
 
@@ -181,7 +182,10 @@ fn journal_key(run_id: &str, seq: u64) -> Vec<u8> {
 
 fn open_error(path: &Path, e: sled::Error) -> Error {
     let text = e.to_string();
-    if text.contains("lock") || text.contains("WouldBlock") || text.contains("temporarily unavailable") {
+    if text.contains("lock")
+        || text.contains("WouldBlock")
+        || text.contains("temporarily unavailable")
+    {
         Error::StoreLocked { path: path.into() }
     } else {
         Error::StoreUnavailable {

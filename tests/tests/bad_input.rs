@@ -42,7 +42,9 @@ async fn malformed_and_foreign_components_are_refused() {
     let foreign = write(
         &store,
         "foreign.wasm",
-        &wat_bytes(r#"(component (import "acme:db/query@1.0.0" (instance (export "run" (func)))))"#),
+        &wat_bytes(
+            r#"(component (import "acme:db/query@1.0.0" (instance (export "run" (func)))))"#,
+        ),
     );
     let err = keel.load(&foreign).await.unwrap_err();
     match &err {
@@ -60,11 +62,16 @@ fn wat_bytes(wat: &str) -> Vec<u8> {
 async fn invalid_json_and_unknown_workflows_create_no_run() {
     let store = TestStore::new();
     let (keel, testbed) = open(store.config()).await;
-    let err = keel.run(&testbed, "ten_steps", "{not json").await.unwrap_err();
+    let err = keel
+        .run(&testbed, "ten_steps", "{not json")
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     let err = keel.run(&testbed, "nope", "1").await.unwrap_err();
     match &err {
-        Error::UnknownWorkflow { available, .. } => assert!(available.contains(&"ten_steps".to_string())),
+        Error::UnknownWorkflow { available, .. } => {
+            assert!(available.contains(&"ten_steps".to_string()))
+        }
         other => panic!("expected UnknownWorkflow, got {other}"),
     }
     assert!(err.to_string().contains("ten_steps"), "{err}");
@@ -103,7 +110,11 @@ async fn traps_loops_and_memory_bombs_fail_the_run_naming_the_bound() {
 
     let err = failed_run(&keel, "trap", "null").await;
     assert_eq!(err.kind, "guest_trap");
-    assert!(err.message.contains("boom from the guest"), "{}", err.message);
+    assert!(
+        err.message.contains("boom from the guest"),
+        "{}",
+        err.message
+    );
 
     let err = failed_run(&keel, "spin", "null").await;
     assert_eq!(err.kind, "fuel_exhausted");

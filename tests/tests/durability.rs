@@ -24,7 +24,10 @@ async fn lost_confirmation_charges_once_with_one_idempotency_key() {
     let input = serde_json::json!({
         "order_id": "o-1", "user_id": "u-1", "amount": 500, "payment_url": api.url("/charge"),
     });
-    let run = keel.run(&order, "process_order", &input.to_string()).await.unwrap();
+    let run = keel
+        .run(&order, "process_order", &input.to_string())
+        .await
+        .unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
 
     let journal = keel.journal(&run.run_id).unwrap();
@@ -36,11 +39,21 @@ async fn lost_confirmation_charges_once_with_one_idempotency_key() {
     for r in &requests {
         assert_eq!(r.idempotency_key.as_deref(), Some(ids[0].as_str()));
     }
-    let seen: Vec<_> = requests.iter().map(|r| r.attempt.clone().unwrap()).collect();
+    let seen: Vec<_> = requests
+        .iter()
+        .map(|r| r.attempt.clone().unwrap())
+        .collect();
     assert_eq!(seen, ["1", "2"]);
     let charges = api.charges();
-    assert_eq!(charges.len(), 1, "the API charged more than once: {charges:?}");
-    assert_eq!(json(run.output.as_deref().unwrap())["charge_id"], charges[0].1);
+    assert_eq!(
+        charges.len(),
+        1,
+        "the API charged more than once: {charges:?}"
+    );
+    assert_eq!(
+        json(run.output.as_deref().unwrap())["charge_id"],
+        charges[0].1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -55,7 +68,12 @@ async fn replay_of_a_completed_run_gives_the_same_ids_and_results() {
     assert!(ids.iter().all(|id| id.starts_with(&run.run_id)));
 
     let replay = keel.replay(&run.run_id, None).await.unwrap();
-    assert_eq!(replay, Replay::Matches { output: Some("10".into()) });
+    assert_eq!(
+        replay,
+        Replay::Matches {
+            output: Some("10".into())
+        }
+    );
     // Driving a finished run again changes nothing.
     keel.drive(&run.run_id).await.unwrap();
     assert_eq!(keel.journal(&run.run_id).unwrap(), before);
@@ -85,23 +103,42 @@ async fn clock_and_randomness_come_from_the_journal_and_the_run_id() {
         .unwrap()
         .at_ms;
     assert_eq!(out["after"][0], completed_at);
-    assert_ne!(out["before"][1], out["after"][1], "two draws of randomness are equal");
+    assert_ne!(
+        out["before"][1], out["after"][1],
+        "two draws of randomness are equal"
+    );
 
     let replay = keel.replay(&run.run_id, None).await.unwrap();
-    assert_eq!(replay, Replay::Matches { output: run.output.clone() });
+    assert_eq!(
+        replay,
+        Replay::Matches {
+            output: run.output.clone()
+        }
+    );
 
     let other = keel.run(&testbed, "clock_random", "null").await.unwrap();
-    assert_ne!(json(other.output.as_deref().unwrap())["before"][1], out["before"][1]);
+    assert_ne!(
+        json(other.output.as_deref().unwrap())["before"][1],
+        out["before"][1]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_steps_keep_their_ids_and_delivery_order_on_replay() {
     let store = TestStore::new();
     let (keel, testbed) = open(store.config()).await;
-    let run = keel.run(&testbed, "concurrent", "[400, 10, 150]").await.unwrap();
+    let run = keel
+        .run(&testbed, "concurrent", "[400, 10, 150]")
+        .await
+        .unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
     let out = json(run.output.as_deref().unwrap());
-    let labels: Vec<_> = out.as_array().unwrap().iter().map(|l| l["label"].as_str().unwrap()).collect();
+    let labels: Vec<_> = out
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["label"].as_str().unwrap())
+        .collect();
     assert_eq!(labels, ["s1", "s2", "s0"], "completion order");
 
     // Step IDs follow the order the steps were scheduled, not finished.
@@ -112,12 +149,22 @@ async fn concurrent_steps_keep_their_ids_and_delivery_order_on_replay() {
         assert_eq!(l["step_id"], ids[i]);
     }
     let replay = keel.replay(&run.run_id, None).await.unwrap();
-    assert_eq!(replay, Replay::Matches { output: run.output.clone() });
+    assert_eq!(
+        replay,
+        Replay::Matches {
+            output: run.output.clone()
+        }
+    );
 
     let joined = keel.run(&testbed, "joined", "null").await.unwrap();
     assert_eq!(joined.status, RunStatus::Completed, "{:?}", joined.error);
     let replay = keel.replay(&joined.run_id, None).await.unwrap();
-    assert_eq!(replay, Replay::Matches { output: joined.output.clone() });
+    assert_eq!(
+        replay,
+        Replay::Matches {
+            output: joined.output.clone()
+        }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -130,7 +177,12 @@ async fn select_between_a_step_and_a_timer_replays_the_winner() {
     assert_eq!(step_wins.output.as_deref(), Some("\"step\""));
     for run in [timer_wins, step_wins] {
         let replay = keel.replay(&run.run_id, None).await.unwrap();
-        assert_eq!(replay, Replay::Matches { output: run.output.clone() });
+        assert_eq!(
+            replay,
+            Replay::Matches {
+                output: run.output.clone()
+            }
+        );
     }
 }
 
@@ -141,7 +193,10 @@ async fn code_that_calls_steps_in_another_order_is_non_deterministic() {
     let run = keel.run(&testbed, "two_steps", "5").await.unwrap();
     assert_eq!(run.output.as_deref(), Some("[6,10]"));
     let reordered = keel.load(keel_tests::TESTBED_REORDERED).await.unwrap();
-    let err = keel.replay(&run.run_id, Some(&reordered)).await.unwrap_err();
+    let err = keel
+        .replay(&run.run_id, Some(&reordered))
+        .await
+        .unwrap_err();
     match &err {
         Error::NonDeterminism {
             run_id,
@@ -165,7 +220,13 @@ async fn fatal_errors_are_not_retried() {
     let (keel, testbed) = open(store.config()).await;
     let run = keel.run(&testbed, "flaky", "\"fatal\"").await.unwrap();
     assert_eq!(run.status, RunStatus::Failed);
-    assert!(run.error.as_ref().unwrap().message.contains("card declined"));
+    assert!(
+        run.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("card declined")
+    );
     assert_eq!(attempts(&keel.journal(&run.run_id).unwrap()), vec![1]);
 }
 
@@ -173,7 +234,10 @@ async fn fatal_errors_are_not_retried() {
 async fn retry_after_is_honoured() {
     let store = TestStore::new();
     let (keel, testbed) = open(store.config()).await;
-    let run = keel.run(&testbed, "flaky", "\"retry_after\"").await.unwrap();
+    let run = keel
+        .run(&testbed, "flaky", "\"retry_after\"")
+        .await
+        .unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
     let journal = keel.journal(&run.run_id).unwrap();
     let failed_at = journal
@@ -213,7 +277,11 @@ async fn a_long_sleep_suspends_the_run_and_a_worker_resumes_it() {
     assert_eq!(run.status, RunStatus::Waiting);
     let wake_at = run.wake_at_ms.unwrap();
     assert_eq!(keel.next_wake().unwrap(), Some(wake_at));
-    assert_eq!(keel.work_once().await.unwrap(), 0, "the timer is not due yet");
+    assert_eq!(
+        keel.work_once().await.unwrap(),
+        0,
+        "the timer is not due yet"
+    );
 
     let now = keel_host_now();
     tokio::time::sleep(Duration::from_millis(wake_at.saturating_sub(now) + 5)).await;
@@ -287,7 +355,10 @@ async fn kill_9_in_the_middle_of_a_step_then_a_worker_completes_the_run() {
     // a: attempt 1; b: attempts 1 (killed) and 2; c: attempt 1.
     assert_eq!(attempts(&journal), vec![1, 1, 2, 1]);
     let bodies: Vec<serde_json::Value> = api.requests().iter().map(|r| json(&r.body)).collect();
-    let labels: Vec<_> = bodies.iter().map(|b| b["label"].as_str().unwrap().to_string()).collect();
+    let labels: Vec<_> = bodies
+        .iter()
+        .map(|b| b["label"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(labels, ["a", "b", "b", "c"], "a completed step ran twice");
     assert_eq!(bodies[1]["step_id"], bodies[2]["step_id"]);
     assert_eq!(bodies[2]["attempt"], 2);

@@ -66,7 +66,7 @@ fn check_no_args(attr: TokenStream) -> syn::Result<()> {
 fn require_async(func: &ItemFn, what: &str) -> syn::Result<()> {
     if func.sig.asyncness.is_none() {
         return Err(syn::Error::new_spanned(
-            &func.sig.fn_token,
+            func.sig.fn_token,
             format!("a keel {what} must be an `async fn`"),
         ));
     }
@@ -192,7 +192,10 @@ fn duration_lit(lit: &Lit) -> syn::Result<u64> {
         Lit::Str(s) => humantime::parse_duration(&s.value())
             .map(|d| d.as_millis() as u64)
             .map_err(|e| syn::Error::new_spanned(lit, format!("invalid duration: {e}"))),
-        _ => Err(syn::Error::new_spanned(lit, "expected a duration like \"2s\"")),
+        _ => Err(syn::Error::new_spanned(
+            lit,
+            "expected a duration like \"2s\"",
+        )),
     }
 }
 
@@ -218,7 +221,11 @@ fn expand_step(func: &ItemFn, s: &StepSettings) -> syn::Result<TokenStream2> {
     let (pack, unpack_ty, unpack) = match args.len() {
         1 => {
             let (i, t) = &args[0];
-            (quote! { &#i }, quote! { #t }, quote! { |#i: #t| #body_name(#i) })
+            (
+                quote! { &#i },
+                quote! { #t },
+                quote! { |#i: #t| #body_name(#i) },
+            )
         }
         _ => (
             quote! { &( #(&#idents,)* ) },
@@ -278,7 +285,12 @@ impl Parse for ComponentLists {
             match key.to_string().as_str() {
                 "workflows" => lists.workflows.extend(paths),
                 "steps" => lists.steps.extend(paths),
-                _ => return Err(syn::Error::new_spanned(key, "expected `workflows` or `steps`")),
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        key,
+                        "expected `workflows` or `steps`",
+                    ));
+                }
             }
             if !input.is_empty() {
                 input.parse::<Token![,]>()?;

@@ -48,16 +48,22 @@ async fn charge_user(order: Order) -> Result<String, StepError> {
         .map_err(StepError::retryable)?
         .to_string();
     if status.is_server_error() {
-        return Err(StepError::retryable(format!("payment API answered {status}: {text}")));
+        return Err(StepError::retryable(format!(
+            "payment API answered {status}: {text}"
+        )));
     }
     if !status.is_success() {
-        return Err(StepError::fatal(format!("payment API refused the charge ({status}): {text}")));
+        return Err(StepError::fatal(format!(
+            "payment API refused the charge ({status}): {text}"
+        )));
     }
     let charge: serde_json::Value = serde_json::from_str(&text)?;
     charge["charge_id"]
         .as_str()
         .map(str::to_string)
-        .ok_or_else(|| StepError::fatal(format!("payment API answered without a charge_id: {text}")))
+        .ok_or_else(|| {
+            StepError::fatal(format!("payment API answered without a charge_id: {text}"))
+        })
 }
 
 /// Charges the user for an order and returns the receipt.

@@ -155,7 +155,10 @@ async fn retry_later() -> Result<Attempt, StepError> {
 
 #[step(max_retries = 2, initial_backoff = "10ms")]
 async fn always_fails() -> Result<Attempt, StepError> {
-    Err(StepError::retryable(format!("attempt {} failed", attempt().attempt)))
+    Err(StepError::retryable(format!(
+        "attempt {} failed",
+        attempt().attempt
+    )))
 }
 
 /// Runs the step named by `mode` and returns what it saw.
@@ -209,7 +212,7 @@ async fn file_in_workflow() -> Result<String, Error> {
 #[workflow]
 async fn sleeper(ms: u64) -> Result<u32, Error> {
     keel_sdk::sleep(Duration::from_millis(ms)).await;
-    Ok(noop(1).await?)
+    noop(1).await
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

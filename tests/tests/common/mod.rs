@@ -39,7 +39,10 @@ fn shared_cache() -> PathBuf {
 
 pub async fn open(config: Config) -> (Keel, Arc<Loaded>) {
     let keel = Keel::open(config).expect("opening the store");
-    let loaded = keel.load(keel_tests::TESTBED).await.expect("loading testbed");
+    let loaded = keel
+        .load(keel_tests::TESTBED)
+        .await
+        .expect("loading testbed");
     (keel, loaded)
 }
 

@@ -68,11 +68,20 @@ fn ms(d: Duration) -> f64 {
 
 async fn w10(keel: &Keel, loaded: &Loaded, n: &str) -> anyhow::Result<String> {
     let run = keel.run(loaded, "ten_steps", n).await?;
-    anyhow::ensure!(run.status == RunStatus::Completed, "W10 run did not complete: {:?}", run.error);
+    anyhow::ensure!(
+        run.status == RunStatus::Completed,
+        "W10 run did not complete: {:?}",
+        run.error
+    );
     Ok(run.run_id)
 }
 
-async fn throughput(keel: &Keel, loaded: &Arc<Loaded>, in_flight: usize, total: usize) -> anyhow::Result<f64> {
+async fn throughput(
+    keel: &Keel,
+    loaded: &Arc<Loaded>,
+    in_flight: usize,
+    total: usize,
+) -> anyhow::Result<f64> {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let t = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
@@ -115,7 +124,11 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
         .map_or(0, |pages| pages * 4096)
 }
 
@@ -136,7 +149,10 @@ async fn parked(keel: &Keel, loaded: &Arc<Loaded>, count: usize) -> anyhow::Resu
             .iter()
             .filter(|r| {
                 keel.journal(r)
-                    .map(|j| j.iter().any(|e| matches!(e.event, Event::TimerScheduled { .. })))
+                    .map(|j| {
+                        j.iter()
+                            .any(|e| matches!(e.event, Event::TimerScheduled { .. }))
+                    })
                     .unwrap_or(false)
             })
             .count();

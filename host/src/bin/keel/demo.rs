@@ -5,13 +5,15 @@
 use std::path::Path;
 
 use anyhow::Context;
-use keel_host::payments::PaymentApi;
 use keel_host::journal::Event;
+use keel_host::payments::PaymentApi;
 use keel_host::{Config, Grants, Keel};
 use serde_json::json;
 
 pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> {
-    let api = PaymentApi::start(true).await.context("starting the payment API")?;
+    let api = PaymentApi::start(true)
+        .await
+        .context("starting the payment API")?;
     let mut config = Config::new(db);
     config.grants = Grants {
         http: vec![api.addr.to_string()],
@@ -30,7 +32,9 @@ pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> 
         "amount": 1999,
         "payment_url": api.url("/charge"),
     });
-    let run = keel.run(&loaded, "process_order", &input.to_string()).await?;
+    let run = keel
+        .run(&loaded, "process_order", &input.to_string())
+        .await?;
     let journal = keel.journal(&run.run_id)?;
     let requests = api.requests();
     let charges = api.charges();
@@ -51,13 +55,24 @@ pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> 
         );
         return Ok(());
     }
-    println!("payment API on {} (it loses the first confirmation of every charge)", api.addr);
-    println!("run {} of process_order: {}", run.run_id, run.status.as_str());
+    println!(
+        "payment API on {} (it loses the first confirmation of every charge)",
+        api.addr
+    );
+    println!(
+        "run {} of process_order: {}",
+        run.run_id,
+        run.status.as_str()
+    );
     for entry in &journal {
         match &entry.event {
-            Event::StepScheduled { name, step_id, .. } => println!("  scheduled step {name}, step ID {step_id}"),
+            Event::StepScheduled { name, step_id, .. } => {
+                println!("  scheduled step {name}, step ID {step_id}")
+            }
             Event::StepAttemptStarted { attempt, .. } => println!("  attempt {attempt} started"),
-            Event::StepAttemptFailed { attempt, error, .. } => println!("  attempt {attempt} failed: {error}"),
+            Event::StepAttemptFailed { attempt, error, .. } => {
+                println!("  attempt {attempt} failed: {error}")
+            }
             Event::StepCompleted { output, .. } => println!("  step completed: {output}"),
             _ => {}
         }

@@ -15,7 +15,11 @@ mod bench;
 mod demo;
 
 #[derive(Parser)]
-#[command(name = "keel", version, about = "A durable workflow engine for WebAssembly components")]
+#[command(
+    name = "keel",
+    version,
+    about = "A durable workflow engine for WebAssembly components"
+)]
 struct Cli {
     /// The store's directory.
     #[arg(long, global = true, env = "KEEL_DB", default_value = ".keel")]
@@ -87,7 +91,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -144,7 +149,9 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         return bench::run(args).await.map(|()| ExitCode::SUCCESS);
     }
     if let Command::Demo { component } = &cli.command {
-        return demo::run(&cli.db, component, cli.json).await.map(|()| ExitCode::SUCCESS);
+        return demo::run(&cli.db, component, cli.json)
+            .await
+            .map(|()| ExitCode::SUCCESS);
     }
     let keel = Keel::open(config(&cli)?)?;
     match &cli.command {
@@ -170,7 +177,12 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{}", Value::Array(runs.iter().map(run_json).collect()));
             } else {
                 for run in &runs {
-                    println!("{}  {:<10} {}", run.run_id, run.status.as_str(), run.workflow);
+                    println!(
+                        "{}  {:<10} {}",
+                        run.run_id,
+                        run.status.as_str(),
+                        run.workflow
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -255,7 +267,12 @@ fn print_run(run: &RunRecord, json: bool) {
         println!("{}", run_json(run));
         return;
     }
-    println!("run {} ({}): {}", run.run_id, run.workflow, run.status.as_str());
+    println!(
+        "run {} ({}): {}",
+        run.run_id,
+        run.workflow,
+        run.status.as_str()
+    );
     if let Some(output) = &run.output {
         println!("output: {output}");
     }
@@ -277,29 +294,42 @@ fn entry_json(entry: &Entry) -> Value {
         "kind": entry.event.kind(),
     });
     let fields = match &entry.event {
-        Event::RunStarted { workflow, input } => json!({"workflow": workflow, "input": payload(input)}),
+        Event::RunStarted { workflow, input } => {
+            json!({"workflow": workflow, "input": payload(input)})
+        }
         Event::StepScheduled {
             command,
             name,
             input,
             step_id,
             digest,
-        } => json!({"command": command, "step_name": name, "step_id": step_id, "input": payload(input), "digest": digest}),
-        Event::StepAttemptStarted { command, attempt } => json!({"command": command, "attempt": attempt}),
+        } => {
+            json!({"command": command, "step_name": name, "step_id": step_id, "input": payload(input), "digest": digest})
+        }
+        Event::StepAttemptStarted { command, attempt } => {
+            json!({"command": command, "attempt": attempt})
+        }
         Event::StepAttemptFailed {
             command,
             attempt,
             error,
             retry_at_ms,
-        } => json!({"command": command, "attempt": attempt, "error": error, "retry_at_ms": retry_at_ms}),
-        Event::StepCompleted { command, output } => json!({"command": command, "output": payload(output)}),
+        } => {
+            json!({"command": command, "attempt": attempt, "error": error, "retry_at_ms": retry_at_ms})
+        }
+        Event::StepCompleted { command, output } => {
+            json!({"command": command, "output": payload(output)})
+        }
         Event::StepFailed {
             command,
             error,
             fatal,
             attempts,
         } => json!({"command": command, "error": error, "fatal": fatal, "attempts": attempts}),
-        Event::TimerScheduled { command, fire_at_ms } => json!({"command": command, "fire_at_ms": fire_at_ms}),
+        Event::TimerScheduled {
+            command,
+            fire_at_ms,
+        } => json!({"command": command, "fire_at_ms": fire_at_ms}),
         Event::TimerFired { command } => json!({"command": command}),
         Event::RunCompleted { output } => json!({"output": payload(output)}),
         Event::RunFailed { kind, error } => json!({"error_kind": kind, "error": error}),
@@ -323,10 +353,12 @@ fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
         let v = entry_json(entry);
         let field = |k: &str| v.get(k).map(|x| x.to_string()).unwrap_or_default();
         let summary = match &entry.event {
-            Event::StepCompleted { output, .. } | Event::RunCompleted { output } => excerpt(output, 60),
-            Event::StepAttemptFailed { error, .. } | Event::StepFailed { error, .. } | Event::RunFailed { error, .. } => {
-                excerpt(error, 60)
+            Event::StepCompleted { output, .. } | Event::RunCompleted { output } => {
+                excerpt(output, 60)
             }
+            Event::StepAttemptFailed { error, .. }
+            | Event::StepFailed { error, .. }
+            | Event::RunFailed { error, .. } => excerpt(error, 60),
             Event::StepScheduled { input, .. } => format!("input {}", excerpt(input, 50)),
             _ => String::new(),
         };
@@ -357,7 +389,10 @@ fn inspect(loaded: &keel_host::Loaded, json: bool) {
         );
         return;
     }
-    println!("component {} (keel-sdk {})", loaded.hash, loaded.manifest.sdk_version);
+    println!(
+        "component {} (keel-sdk {})",
+        loaded.hash, loaded.manifest.sdk_version
+    );
     println!("workflows:");
     for w in &loaded.manifest.workflows {
         println!("  {w}");
