@@ -1,0 +1,104 @@
+//! The `keel` binary's contract: `--json` shapes, exit codes and errors.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn keel(db: &std::path::Path, args: &[&str]) -> (Output, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db)
+        .arg("--json")
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("running keel");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "keel {args:?} printed no JSON ({e}): {stdout} / {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, json)
+}
+
+#[test]
+fn run_show_and_list_print_the_documented_json() {
+    let db = tempfile::tempdir().unwrap();
+    let (out, run) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "ten_steps", "--input", "3"],
+    );
+    assert!(out.status.success());
+    assert_eq!(run["workflow"], "ten_steps");
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["output"], 3);
+    assert_eq!(run["error"], Value::Null);
+    let run_id = run["run_id"].as_str().unwrap();
+
+    let (_, shown) = keel(db.path(), &["runs", "show", run_id]);
+    assert_eq!(shown["run"]["run_id"], run_id);
+    let journal = shown["journal"].as_array().unwrap();
+    let steps: Vec<_> = journal
+        .iter()
+        .filter(|e| e["kind"] == "step_scheduled")
+        .collect();
+    assert_eq!(steps.len(), 3);
+    assert_eq!(steps[1]["step_name"], "noop");
+    assert_eq!(steps[1]["step_id"], format!("{run_id}-1"));
+    assert_eq!(journal.last().unwrap()["kind"], "run_completed");
+
+    let (_, list) = keel(db.path(), &["runs", "list"]);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+
+    let (out, worker) = keel(db.path(), &["worker", "--until-idle"]);
+    assert!(out.status.success());
+    assert_eq!(worker["driven"], 0);
+}
+
+#[test]
+fn failures_print_a_kind_and_exit_non_zero() {
+    let db = tempfile::tempdir().unwrap();
+    let (out, err) = keel(db.path(), &["run", keel_tests::TESTBED, "nope"]);
+    assert!(!out.status.success());
+    assert_eq!(err["error"]["kind"], "unknown_workflow");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ten_steps")
+    );
+
+    let (out, err) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "ten_steps", "--input", "{oops"],
+    );
+    assert!(!out.status.success());
+    assert_eq!(err["error"]["kind"], "invalid_input");
+
+    let (out, err) = keel(db.path(), &["runs", "show", "no-such-run"]);
+    assert!(!out.status.success());
+    assert_eq!(err["error"]["kind"], "run_not_found");
+
+    let (out, run) = keel(db.path(), &["run", keel_tests::TESTBED, "trap"]);
+    assert!(!out.status.success());
+    assert_eq!(run["status"], "failed");
+    assert_eq!(run["error"]["kind"], "guest_trap");
+}
+
+#[test]
+fn inspect_lists_workflows_steps_and_stubbed_imports() {
+    let db = tempfile::tempdir().unwrap();
+    let (_, info) = keel(db.path(), &["inspect", keel_tests::ORDER]);
+    assert_eq!(info["workflows"], serde_json::json!(["process_order"]));
+    assert_eq!(info["steps"][0]["name"], "charge_user");
+    assert_eq!(info["steps"][0]["retry"]["max_retries"], 3);
+    assert_eq!(info["steps"][0]["retry"]["initial_backoff_ms"], 100);
+    let stubbed = info["stubbed_in_workflows"].as_array().unwrap();
+    assert!(stubbed.iter().any(|s| {
+        s.as_str()
+            .unwrap()
+            .starts_with("wasi:http/outgoing-handler")
+    }));
+}
