@@ -1,7 +1,7 @@
 //! The engine: admits runs, drives them through activations, recovers
 //! interrupted ones and replays journals.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -60,6 +60,34 @@ pub(crate) struct Inner {
     pub config: Config,
     base_linker: Linker<HostState>,
     components: Mutex<HashMap<String, Arc<Loaded>>>,
+    /// Runs being driven in this process; a run has one activation at a time.
+    active: Mutex<HashSet<String>>,
+}
+
+/// Marks a run active for as long as it lives.
+struct ActiveRun<'a> {
+    inner: &'a Inner,
+    run_id: String,
+}
+
+impl<'a> ActiveRun<'a> {
+    fn claim(inner: &'a Inner, run_id: &str) -> Option<Self> {
+        let mut active = inner.active.lock().expect("active runs");
+        active.insert(run_id.to_string()).then(|| ActiveRun {
+            inner,
+            run_id: run_id.to_string(),
+        })
+    }
+}
+
+impl Drop for ActiveRun<'_> {
+    fn drop(&mut self) {
+        self.inner
+            .active
+            .lock()
+            .expect("active runs")
+            .remove(&self.run_id);
+    }
 }
 
 /// A keel engine over one store.
@@ -98,6 +126,7 @@ impl Keel {
                 config,
                 base_linker,
                 components: Mutex::default(),
+                active: Mutex::default(),
             }),
         })
     }
@@ -218,13 +247,17 @@ impl Keel {
     }
 
     /// Executes a run until it completes, fails or must wait; returns its
-    /// record. A finished run is returned as it is.
+    /// record. A finished run, or one this process is already driving, is
+    /// returned as it is.
     pub async fn drive(&self, run_id: &str) -> Result<RunRecord> {
         let span = tracing::info_span!("run", run_id);
         self.drive_inner(run_id).instrument(span).await
     }
 
     async fn drive_inner(&self, run_id: &str) -> Result<RunRecord> {
+        let Some(_active) = ActiveRun::claim(&self.inner, run_id) else {
+            return self.inner.store.get_run(run_id);
+        };
         let mut run = self.inner.store.get_run(run_id)?;
         if run.status.is_final() {
             return Ok(run);
