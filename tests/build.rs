@@ -11,10 +11,10 @@ const GUESTS: &[&str] = &["order", "testbed"];
 
 fn main() {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf();
+    // Read at run time: the script's binary may be reused from a clone elsewhere.
+    let manifest_dir =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let workspace = manifest_dir.parent().expect("workspace root").to_path_buf();
     // OUT_DIR is <target>/<profile>/build/<pkg>/out.
     let target = out_dir
         .ancestors()

@@ -5,7 +5,7 @@
 //! answered only once its writes are on disk.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -73,14 +73,37 @@ pub struct RunRecord {
     pub wake_at_ms: Option<u64>,
 }
 
-/// The embedded store: one directory, one process at a time.
+/// The embedded store: one directory, one process at a time. Clones share
+/// the database; dropping the last one closes it and releases its lock.
 #[derive(Clone)]
 pub struct Store {
+    inner: Arc<StoreInner>,
+}
+
+struct StoreInner {
     path: PathBuf,
     runs: sled::Tree,
     journal: sled::Tree,
     components: sled::Tree,
-    commits: mpsc::Sender<oneshot::Sender<Result<()>>>,
+    committer: Committer,
+}
+
+type CommitRequest = oneshot::Sender<Result<()>>;
+
+/// The group-commit thread; joined on drop so the database is closed when
+/// the store is.
+struct Committer {
+    requests: Option<mpsc::Sender<CommitRequest>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        self.requests.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Store {
@@ -93,26 +116,32 @@ impl Store {
             .open()
             .map_err(|e| open_error(&path, e))?;
         let open = |name: &str| db.open_tree(name);
-        let store = Store {
+        let inner = StoreInner {
             runs: open("runs")?,
             journal: open("journal")?,
             components: open("components")?,
-            commits: spawn_committer(db),
+            committer: spawn_committer(db),
             path,
         };
-        Ok(store)
+        Ok(Store {
+            inner: Arc::new(inner),
+        })
     }
 
     /// The store's directory.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.inner.path
     }
 
     /// Waits until every write made before the call is on disk. Concurrent
     /// callers share one flush.
     pub async fn sync(&self) -> Result<()> {
         let (tx, rx) = oneshot::channel();
-        self.commits
+        self.inner
+            .committer
+            .requests
+            .as_ref()
+            .expect("the committer runs until the store is dropped")
             .send(tx)
             .map_err(|_| Error::Wasm("the store's committer has stopped".into()))?;
         rx.await
@@ -121,27 +150,29 @@ impl Store {
 
     /// Stores a component's bytes under their content hash.
     pub fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
-        if !self.components.contains_key(hash)? {
-            self.components.insert(hash, bytes)?;
+        if !self.inner.components.contains_key(hash)? {
+            self.inner.components.insert(hash, bytes)?;
         }
         Ok(())
     }
 
     pub fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
-        self.components
+        self.inner
+            .components
             .get(hash)?
             .map(|b| b.to_vec())
             .ok_or_else(|| Error::ComponentNotFound { hash: hash.into() })
     }
 
     pub fn put_run(&self, run: &RunRecord) -> Result<()> {
-        self.runs
+        self.inner
+            .runs
             .insert(run.run_id.as_bytes(), encode_versioned(run))?;
         Ok(())
     }
 
     pub fn get_run(&self, run_id: &str) -> Result<RunRecord> {
-        match self.runs.get(run_id.as_bytes())? {
+        match self.inner.runs.get(run_id.as_bytes())? {
             Some(bytes) => decode_versioned(&bytes, "run record"),
             None => Err(Error::RunNotFound {
                 run_id: run_id.into(),
@@ -151,7 +182,8 @@ impl Store {
 
     /// Every run, oldest first (run IDs sort by creation time).
     pub fn list_runs(&self) -> Result<Vec<RunRecord>> {
-        self.runs
+        self.inner
+            .runs
             .iter()
             .map(|kv| decode_versioned(&kv?.1, "run record"))
             .collect()
@@ -159,14 +191,16 @@ impl Store {
 
     /// Appends an entry to a run's journal (durable after [`Store::sync`]).
     pub fn append(&self, run_id: &str, entry: &Entry) -> Result<()> {
-        self.journal
+        self.inner
+            .journal
             .insert(journal_key(run_id, entry.seq), journal::encode(entry))?;
         Ok(())
     }
 
     /// A run's journal, in order.
     pub fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
-        self.journal
+        self.inner
+            .journal
             .scan_prefix(run_id.as_bytes())
             .map(|kv| journal::decode(&kv?.1))
             .collect()
@@ -196,9 +230,9 @@ fn open_error(path: &Path, e: sled::Error) -> Error {
 }
 
 /// A thread that flushes sled for every batch of waiting callers.
-fn spawn_committer(db: sled::Db) -> mpsc::Sender<oneshot::Sender<Result<()>>> {
-    let (tx, rx) = mpsc::channel::<oneshot::Sender<Result<()>>>();
-    std::thread::Builder::new()
+fn spawn_committer(db: sled::Db) -> Committer {
+    let (tx, rx) = mpsc::channel::<CommitRequest>();
+    let thread = std::thread::Builder::new()
         .name("keel-group-commit".into())
         .spawn(move || {
             while let Ok(first) = rx.recv() {
@@ -215,7 +249,10 @@ fn spawn_committer(db: sled::Db) -> mpsc::Sender<oneshot::Sender<Result<()>>> {
             }
         })
         .expect("spawning the group-commit thread");
-    tx
+    Committer {
+        requests: Some(tx),
+        thread: Some(thread),
+    }
 }
 
 #[derive(Serialize, Deserialize)]

@@ -365,3 +365,33 @@ async fn kill_9_in_the_middle_of_a_step_then_a_worker_completes_the_run() {
     let out = json(run.output.as_deref().unwrap());
     assert_eq!(out[1]["step_id"], after[1]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn steps_get_only_the_granted_env_and_directories() {
+    let granted = tempfile::tempdir().unwrap();
+    let file = granted.path().join("note.txt");
+    std::fs::write(&file, "granted").unwrap();
+    let input = serde_json::json!(["KEEL_TEST_GRANT", file.to_str().unwrap()]).to_string();
+
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.run(&testbed, "grants", &input).await.unwrap();
+    let out = json(run.output.as_deref().unwrap());
+    assert_eq!(
+        out,
+        serde_json::json!({"env": null, "file": null}),
+        "nothing is granted by default"
+    );
+    drop(keel);
+
+    let mut config = store.config();
+    config.grants = Grants {
+        env: vec![("KEEL_TEST_GRANT".into(), "yes".into())],
+        dirs: vec![granted.path().to_path_buf()],
+        ..Grants::default()
+    };
+    let (keel, testbed) = open(config).await;
+    let run = keel.run(&testbed, "grants", &input).await.unwrap();
+    let out = json(run.output.as_deref().unwrap());
+    assert_eq!(out, serde_json::json!({"env": "yes", "file": "granted"}));
+}

@@ -277,6 +277,20 @@ async fn futures_pin(
     }
 }
 
+/// Reads an environment variable and a file: what the operator granted.
+#[step(max_retries = 0)]
+async fn read_env_and_file(var: String, path: String) -> Result<Value, StepError> {
+    Ok(json!({
+        "env": std::env::var(&var).ok(),
+        "file": std::fs::read_to_string(&path).ok(),
+    }))
+}
+
+#[workflow]
+async fn grants((var, path): (String, String)) -> Result<Value, Error> {
+    read_env_and_file(var, path).await
+}
+
 keel_sdk::component!(
     workflows = [
         ten_steps,
@@ -293,6 +307,7 @@ keel_sdk::component!(
         sleeper,
         crashable,
         race,
+        grants,
     ],
     steps = [
         noop,
@@ -303,5 +318,6 @@ keel_sdk::component!(
         retry_later,
         always_fails,
         probe,
+        read_env_and_file,
     ]
 );
