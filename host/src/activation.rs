@@ -155,26 +155,45 @@ impl RunJournal {
     }
 
     /// The first durable, undelivered completion among `ids`, in journal order.
-    fn take_completion(&self, ids: &[u32], delivered: &mut HashSet<u32>) -> Option<Entry> {
+    fn take_completion(&self, ids: &[u32], delivered: &mut Delivered) -> Option<Entry> {
         let state = self.lock();
-        state
-            .completions
-            .iter()
-            .take_while(|&&i| i < state.durable)
-            .map(|&i| &state.entries[i])
-            .find(|e| {
-                let c = e.event.completes().expect("indexed as a completion");
-                ids.contains(&c) && !delivered.contains(&c)
-            })
-            .inspect(|e| {
-                delivered.insert(e.event.completes().expect("a completion"));
-            })
-            .cloned()
+        let durable =
+            &state.completions[..state.completions.partition_point(|&i| i < state.durable)];
+        let pos = durable.iter().skip(delivered.prefix).position(|&i| {
+            let c = state.entries[i]
+                .event
+                .completes()
+                .expect("indexed as a completion");
+            ids.contains(&c) && !delivered.commands.contains(&c)
+        })? + delivered.prefix;
+        let entry = state.entries[durable[pos]].clone();
+        delivered
+            .commands
+            .insert(entry.event.completes().expect("a completion"));
+        while delivered.prefix < durable.len()
+            && delivered.commands.contains(
+                &state.entries[durable[delivered.prefix]]
+                    .event
+                    .completes()
+                    .expect("a completion"),
+            )
+        {
+            delivered.prefix += 1;
+        }
+        Some(entry)
     }
 
     fn failure(&self) -> Option<String> {
         self.lock().failure.clone()
     }
+}
+
+/// The completions an activation has handed to the workflow.
+#[derive(Default)]
+struct Delivered {
+    commands: HashSet<u32>,
+    /// Every completion before this index (in journal order) is delivered.
+    prefix: usize,
 }
 
 /// Raised out of the guest when the activation cannot go on now.
@@ -199,7 +218,7 @@ pub struct Activation {
     pub(crate) offline: bool,
     next_command: u32,
     recorded_commands: u32,
-    delivered: HashSet<u32>,
+    delivered: Delivered,
     /// Commands with a live task that will complete them.
     in_flight: HashSet<u32>,
     /// Fire times of timers not armed in memory (too far away).
@@ -237,7 +256,7 @@ impl Activation {
             offline,
             next_command: 0,
             recorded_commands,
-            delivered: HashSet::new(),
+            delivered: Delivered::default(),
             in_flight: HashSet::new(),
             dormant_timers: HashMap::new(),
             tasks: Vec::new(),
@@ -291,14 +310,18 @@ impl Activation {
             name: name.clone(),
             input: input.clone(),
         };
-        let (command, entry, _) = self.command(requested).await?;
+        let (command, entry, replayed) = self.command(requested).await?;
         if self.offline || self.journal.is_completed(command) {
             return Ok(command);
         }
         let Event::StepScheduled { step_id, .. } = entry.event else {
             unreachable!("matched as a step")
         };
-        let (started, retry_at) = self.journal.attempts(command);
+        let (started, retry_at) = if replayed {
+            self.journal.attempts(command)
+        } else {
+            (0, None)
+        };
         let task = crate::steps::StepTask {
             inner: self.inner.clone(),
             loaded: self.loaded.clone(),

@@ -202,27 +202,28 @@ impl Keel {
         component.check_workflow(workflow)?;
         let input = normalize_json(input)?;
         let run_id = uuid::Uuid::now_v7().to_string();
-        let journal = RunJournal::new(Some(self.inner.store.clone()), &run_id, Vec::new());
-        let started = journal
-            .append(Event::RunStarted {
-                workflow: workflow.into(),
-                input: input.clone(),
-            })
-            .await?;
+        let now = now_ms();
         let run = RunRecord {
-            run_id,
+            run_id: run_id.clone(),
             workflow: workflow.into(),
             component_hash: component.hash.clone(),
-            input,
+            input: input.clone(),
             status: RunStatus::Pending,
             output: None,
             error: None,
-            created_at_ms: started.at_ms,
-            updated_at_ms: started.at_ms,
+            created_at_ms: now,
+            updated_at_ms: now,
             wake_at_ms: None,
         };
         self.inner.store.put_run(&run)?;
-        self.inner.store.sync().await?;
+        // Appending syncs, which makes the run record durable too.
+        let journal = RunJournal::new(Some(self.inner.store.clone()), &run_id, Vec::new());
+        journal
+            .append(Event::RunStarted {
+                workflow: workflow.into(),
+                input,
+            })
+            .await?;
         tracing::info!(run_id = %run.run_id, workflow, "run admitted");
         Ok(run)
     }
@@ -283,9 +284,6 @@ impl Keel {
             }),
             Ended::Suspended(_) => None,
         };
-        if let Some(event) = event {
-            journal.append(event).await?;
-        }
         run.updated_at_ms = now_ms();
         match ended {
             Ended::Completed(output) => {
@@ -307,7 +305,11 @@ impl Keel {
             Ended::Suspended(Suspend::JournalEnd) => unreachable!("live runs append"),
         }
         self.inner.store.put_run(&run)?;
-        self.inner.store.sync().await?;
+        // One sync covers the run record and the journal's last entry.
+        match event {
+            Some(event) => drop(journal.append(event).await?),
+            None => self.inner.store.sync().await?,
+        }
         Ok(run)
     }
 
