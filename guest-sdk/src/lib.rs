@@ -35,7 +35,7 @@ pub use executor::{StepFuture, Timer, sleep};
 pub use futures::{future, join, select_biased, try_join};
 pub use keel_sdk_macros::{component, step, workflow};
 pub use metadata::{
-    LogLevel, StepMetadata, WorkflowMetadata, log, step_metadata, workflow_metadata,
+    LogLevel, StepMetadata, WorkflowMetadata, log, patched, step_metadata, workflow_metadata,
 };
 
 /// How a step is retried; set with `#[step(...)]` settings.

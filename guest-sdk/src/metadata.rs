@@ -57,3 +57,21 @@ pub use types::LogLevel;
 pub fn log(level: LogLevel, message: impl AsRef<str>) {
     workflow_context::log(level, message.as_ref());
 }
+
+/// Marks a change to a workflow's code, as Temporal's patching does.
+///
+/// Returns `true` in runs that reach this point with the new code, and
+/// `false` while replaying a run recorded before the change, so both old and
+/// new runs stay deterministic:
+///
+/// ```ignore
+/// if keel_sdk::patched("send-receipt") {
+///     send_receipt(order.clone()).await?;
+/// }
+/// ```
+///
+/// The decision is journaled. Once no run recorded before the change
+/// remains, remove the branch and the call.
+pub fn patched(change_id: &str) -> bool {
+    workflow_context::patched(change_id)
+}

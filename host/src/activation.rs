@@ -19,6 +19,7 @@ use tokio::task::AbortHandle;
 use crate::component::Loaded;
 use crate::engine::Inner;
 use crate::journal::{self, Entry, Event, step_digest, step_id};
+use crate::replay::{CommandView, Divergence};
 use crate::sandbox::{JournalClock, wit};
 use crate::store::Store;
 use crate::{Error, Result};
@@ -124,6 +125,17 @@ impl RunJournal {
             .map(|&i| state.entries[i].clone())
     }
 
+    /// Views of the recorded commands in `range`, as `(command, view)`.
+    pub(crate) fn command_views(&self, range: std::ops::Range<u32>) -> Vec<(u32, CommandView)> {
+        let state = self.lock();
+        range
+            .filter_map(|c| {
+                let &i = state.commands.get(c as usize)?;
+                Some((c, CommandView::of(&state.entries[i].event)))
+            })
+            .collect()
+    }
+
     fn is_completed(&self, command: u32) -> bool {
         self.lock().completed.contains(&command)
     }
@@ -183,6 +195,16 @@ impl RunJournal {
         Some(entry)
     }
 
+    /// The journal records the run's end: everything in it is history.
+    fn has_ended(&self) -> bool {
+        self.lock().entries.iter().rev().any(|e| {
+            matches!(
+                e.event,
+                Event::RunCompleted { .. } | Event::RunFailed { .. }
+            )
+        })
+    }
+
     fn failure(&self) -> Option<String> {
         self.lock().failure.clone()
     }
@@ -224,6 +246,8 @@ pub struct Activation {
     /// Fire times of timers not armed in memory (too far away).
     dormant_timers: HashMap<u32, u64>,
     tasks: Vec<AbortHandle>,
+    /// The first divergence from the journal, in detail.
+    pub(crate) divergence: Option<Divergence>,
 }
 
 impl Drop for Activation {
@@ -260,7 +284,13 @@ impl Activation {
             in_flight: HashSet::new(),
             dormant_timers: HashMap::new(),
             tasks: Vec::new(),
+            divergence: None,
         }
+    }
+
+    /// Commands the workflow issued so far, and commands the journal holds.
+    pub(crate) fn progress(&self) -> (u32, u32) {
+        (self.next_command, self.recorded_commands)
     }
 
     fn replaying(&self) -> bool {
@@ -273,6 +303,18 @@ impl Activation {
         self.next_command += 1;
         if let Some(recorded) = self.journal.recorded_command(command) {
             if !same_command(&recorded.event, &requested) {
+                self.divergence = Some(Divergence {
+                    position: command,
+                    journal_seq: recorded.seq,
+                    recorded: CommandView::of(&recorded.event),
+                    requested: CommandView::of(&requested),
+                    journal_context: self
+                        .journal
+                        .command_views(command.saturating_sub(2)..command + 3),
+                    code_context: self
+                        .journal
+                        .command_views(command.saturating_sub(2)..command),
+                });
                 return Err(wasmtime::Error::new(Error::NonDeterminism {
                     run_id: self.run_id.clone(),
                     position: command,
@@ -369,6 +411,29 @@ impl Activation {
         });
         self.tasks.push(task.abort_handle());
         Ok(command)
+    }
+
+    /// `patched(change_id)`: true when the journal holds this marker here or
+    /// the run is past its history; false for history recorded before the
+    /// change, which consumes nothing.
+    pub async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool> {
+        let command = self.next_command;
+        if let Some(recorded) = self.journal.recorded_command(command) {
+            return Ok(match &recorded.event {
+                Event::PatchMarker { change_id: c, .. } if *c == change_id => {
+                    self.next_command += 1;
+                    self.clock.set(recorded.at_ms);
+                    true
+                }
+                _ => false,
+            });
+        }
+        if self.offline || self.journal.has_ended() {
+            return Ok(false);
+        }
+        self.command(Event::PatchMarker { command, change_id })
+            .await?;
+        Ok(true)
     }
 
     fn clock_ms(&self) -> u64 {

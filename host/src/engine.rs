@@ -13,7 +13,8 @@ use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 use crate::activation::{Activation, RunJournal, Suspend, now_ms};
 use crate::component::{self, Loaded};
 use crate::journal::{Entry, Event};
-use crate::sandbox::{self, Grants, GuestLog, HostState};
+use crate::replay::Verdict;
+use crate::sandbox::{self, Grants, GuestLog, HostState, Role};
 use crate::store::{RunError, RunRecord, RunStatus, Store};
 use crate::{Error, Result};
 
@@ -105,8 +106,16 @@ pub struct Keel {
     inner: Arc<Inner>,
 }
 
+/// What an activation did, for replay reports.
+#[derive(Default)]
+pub(crate) struct Trace {
+    pub divergence: Option<crate::replay::Divergence>,
+    /// Commands issued by the code, and commands the journal held.
+    pub progress: (u32, u32),
+}
+
 /// How one activation ended.
-enum Ended {
+pub(crate) enum Ended {
     Completed(String),
     Failed(Error),
     Suspended(Suspend),
@@ -234,6 +243,21 @@ impl Keel {
         self.drive(&run.run_id).await
     }
 
+    /// Loads a journal file's run into the store. To drive it on, the store
+    /// must also hold its component (load the same `.wasm` once).
+    pub async fn import(&self, file: &crate::JournalFile) -> Result<RunRecord> {
+        let run = file.run_record();
+        if self.inner.store.get_run(&run.run_id).is_ok() {
+            return Err(Error::RunExists { run_id: run.run_id });
+        }
+        for entry in &file.entries {
+            self.inner.store.append(&run.run_id, entry)?;
+        }
+        self.inner.store.put_run(&run)?;
+        self.inner.store.sync().await?;
+        Ok(run)
+    }
+
     pub fn get_run(&self, run_id: &str) -> Result<RunRecord> {
         self.inner.store.get_run(run_id)
     }
@@ -273,7 +297,7 @@ impl Keel {
         run.status = RunStatus::Running;
         run.wake_at_ms = None;
         self.inner.store.put_run(&run)?;
-        let ended = self.activate(&loaded, &run, journal.clone(), false).await;
+        let (ended, _) = self.activate(&loaded, &run, journal.clone(), false).await;
         let event = match &ended {
             Ended::Completed(output) => Some(Event::RunCompleted {
                 output: output.clone(),
@@ -320,7 +344,7 @@ impl Keel {
         run: &RunRecord,
         journal: Arc<RunJournal>,
         offline: bool,
-    ) -> Ended {
+    ) -> (Ended, Trace) {
         let activation = Activation::new(
             self.inner.clone(),
             loaded.clone(),
@@ -337,7 +361,7 @@ impl Keel {
         let mut store = wasmtime::Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);
         if let Err(e) = store.set_fuel(config.workflow_fuel) {
-            return Ended::Failed(Error::Wasm(e.to_string()));
+            return (Ended::Failed(Error::Wasm(e.to_string())), Trace::default());
         }
         let result = async {
             let instance = loaded.workflow_pre.instantiate_async(&mut store).await?;
@@ -347,14 +371,22 @@ impl Keel {
                 .await
         }
         .await;
-        match result {
+        let ended = match result {
             Ok(Ok(output)) => Ended::Completed(output),
             Ok(Err(message)) => Ended::Failed(Error::WorkflowFailed {
                 run_id: run.run_id.clone(),
                 message,
             }),
             Err(e) => self.classify(e, run, &log),
-        }
+        };
+        let trace = match &mut store.data_mut().role {
+            Role::Workflow(a) => Trace {
+                divergence: a.divergence.take(),
+                progress: a.progress(),
+            },
+            _ => Trace::default(),
+        };
+        (ended, trace)
     }
 
     fn classify(&self, e: wasmtime::Error, run: &RunRecord, log: &GuestLog) -> Ended {
@@ -429,14 +461,14 @@ impl Keel {
 
     /// Replays a run's journal against `component` (or the run's own)
     /// without executing anything: steps are not run, nothing is written.
-    pub async fn replay(&self, run_id: &str, component: Option<&Arc<Loaded>>) -> Result<Replay> {
+    pub async fn replay(&self, run_id: &str, component: Option<&Arc<Loaded>>) -> Result<Verdict> {
         let run = self.inner.store.get_run(run_id)?;
         let loaded = match component {
             Some(c) => c.clone(),
             None => self.component_of(&run).await?,
         };
         let entries = self.inner.store.journal(run_id)?;
-        self.replay_entries(&loaded, &run, entries).await
+        Ok(self.replay_entries(&loaded, &run, entries).await)
     }
 
     /// Replays `entries` of `run` against `loaded`, offline.
@@ -445,36 +477,11 @@ impl Keel {
         loaded: &Arc<Loaded>,
         run: &RunRecord,
         entries: Vec<Entry>,
-    ) -> Result<Replay> {
-        let recorded_output = entries.iter().find_map(|e| match &e.event {
-            Event::RunCompleted { output } => Some(output.clone()),
-            _ => None,
-        });
-        let journal = Arc::new(RunJournal::new(None, &run.run_id, entries));
-        match self.activate(loaded, run, journal, true).await {
-            Ended::Completed(output) if recorded_output.as_ref().is_none_or(|r| *r == output) => {
-                Ok(Replay::Matches {
-                    output: Some(output),
-                })
-            }
-            Ended::Completed(output) => Ok(Replay::OutputDiffers {
-                recorded: recorded_output.unwrap_or_default(),
-                replayed: output,
-            }),
-            Ended::Suspended(_) => Ok(Replay::Matches { output: None }),
-            Ended::Failed(e) => Err(e),
-        }
+    ) -> Verdict {
+        let journal = Arc::new(RunJournal::new(None, &run.run_id, entries.clone()));
+        let (ended, trace) = self.activate(loaded, run, journal, true).await;
+        crate::replay::verdict(&entries, ended, trace)
     }
-}
-
-/// The outcome of an offline replay that did not diverge.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Replay {
-    /// The code asked for exactly what the journal holds; `output` is the
-    /// workflow's output if the journal reaches its end.
-    Matches { output: Option<String> },
-    /// Same commands, another final output.
-    OutputDiffers { recorded: String, replayed: String },
 }
 
 fn build_engine(config: &Config) -> Result<Engine> {

@@ -87,6 +87,12 @@ pub enum Error {
     )]
     ComponentNotFound { hash: String },
 
+    #[error("`{path}` cannot be read as a journal: {reason}")]
+    JournalFile { path: PathBuf, reason: String },
+
+    #[error("run {run_id} is already in this store; journals are imported once")]
+    RunExists { run_id: String },
+
     #[error("storage error: {0}")]
     Storage(#[from] sled::Error),
 
@@ -128,6 +134,8 @@ impl Error {
             Error::StoreUnavailable { .. } => "store_unavailable",
             Error::CorruptRecord { .. } => "corrupt_record",
             Error::ComponentNotFound { .. } => "component_not_found",
+            Error::JournalFile { .. } => "journal_file",
+            Error::RunExists { .. } => "run_exists",
             Error::Storage(_) => "storage",
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
@@ -138,6 +146,7 @@ impl Error {
     pub fn ids(&self) -> Vec<(&'static str, String)> {
         match self {
             Error::RunNotFound { run_id }
+            | Error::RunExists { run_id }
             | Error::SandboxViolation { run_id, .. }
             | Error::FuelExhausted { run_id, .. }
             | Error::MemoryExhausted { run_id, .. }

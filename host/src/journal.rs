@@ -64,6 +64,11 @@ pub enum Event {
         command: u32,
         fire_at_ms: u64,
     },
+    /// The workflow passed `patched(change_id)` with the new code.
+    PatchMarker {
+        command: u32,
+        change_id: String,
+    },
     TimerFired {
         command: u32,
     },
@@ -80,9 +85,9 @@ impl Event {
     /// The command this event schedules, if it is a command.
     pub fn command(&self) -> Option<u32> {
         match self {
-            Event::StepScheduled { command, .. } | Event::TimerScheduled { command, .. } => {
-                Some(*command)
-            }
+            Event::StepScheduled { command, .. }
+            | Event::TimerScheduled { command, .. }
+            | Event::PatchMarker { command, .. } => Some(*command),
             _ => None,
         }
     }
@@ -107,6 +112,7 @@ impl Event {
             Event::StepCompleted { .. } => "step_completed",
             Event::StepFailed { .. } => "step_failed",
             Event::TimerScheduled { .. } => "timer_scheduled",
+            Event::PatchMarker { .. } => "patch_marker",
             Event::TimerFired { .. } => "timer_fired",
             Event::RunCompleted { .. } => "run_completed",
             Event::RunFailed { .. } => "run_failed",
@@ -120,6 +126,7 @@ impl Event {
                 format!("step `{name}` with input {}", excerpt(input, 80))
             }
             Event::TimerScheduled { fire_at_ms, .. } => format!("a timer due at {fire_at_ms} ms"),
+            Event::PatchMarker { change_id, .. } => format!("patch marker `{change_id}`"),
             other => other.kind().to_string(),
         }
     }

@@ -11,12 +11,14 @@ mod engine;
 mod error;
 pub mod journal;
 pub mod payments;
+pub mod replay;
 mod sandbox;
 mod steps;
 pub mod store;
 
 pub use component::{Loaded, Manifest, RetryPolicy, StepInfo};
-pub use engine::{Config, Keel, Replay};
+pub use engine::{Config, Keel};
 pub use error::{Error, Result};
+pub use replay::{JournalFile, ReplayReport, Replayer, Verdict};
 pub use sandbox::Grants;
 pub use store::{RunError, RunRecord, RunStatus, Store};

@@ -447,6 +447,10 @@ impl keel::workflow::workflow_context::Host for HostState {
         Ok(self.activation()?.metadata())
     }
 
+    async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool> {
+        self.activation()?.patched(change_id).await
+    }
+
     async fn log(&mut self, level: wit::LogLevel, message: String) -> wasmtime::Result<()> {
         self.activation()?.log(level, &message);
         Ok(())

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{TestStore, attempts, json, open, step_ids};
 use keel_host::journal::Event;
 use keel_host::payments::PaymentApi;
-use keel_host::{Error, Grants, Keel, Replay, RunStatus};
+use keel_host::{Grants, Keel, RunStatus, Verdict};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lost_confirmation_charges_once_with_one_idempotency_key() {
@@ -70,7 +70,7 @@ async fn replay_of_a_completed_run_gives_the_same_ids_and_results() {
     let replay = keel.replay(&run.run_id, None).await.unwrap();
     assert_eq!(
         replay,
-        Replay::Matches {
+        Verdict::Ok {
             output: Some("10".into())
         }
     );
@@ -111,7 +111,7 @@ async fn clock_and_randomness_come_from_the_journal_and_the_run_id() {
     let replay = keel.replay(&run.run_id, None).await.unwrap();
     assert_eq!(
         replay,
-        Replay::Matches {
+        Verdict::Ok {
             output: run.output.clone()
         }
     );
@@ -151,7 +151,7 @@ async fn concurrent_steps_keep_their_ids_and_delivery_order_on_replay() {
     let replay = keel.replay(&run.run_id, None).await.unwrap();
     assert_eq!(
         replay,
-        Replay::Matches {
+        Verdict::Ok {
             output: run.output.clone()
         }
     );
@@ -161,7 +161,7 @@ async fn concurrent_steps_keep_their_ids_and_delivery_order_on_replay() {
     let replay = keel.replay(&joined.run_id, None).await.unwrap();
     assert_eq!(
         replay,
-        Replay::Matches {
+        Verdict::Ok {
             output: joined.output.clone()
         }
     );
@@ -179,7 +179,7 @@ async fn select_between_a_step_and_a_timer_replays_the_winner() {
         let replay = keel.replay(&run.run_id, None).await.unwrap();
         assert_eq!(
             replay,
-            Replay::Matches {
+            Verdict::Ok {
                 output: run.output.clone()
             }
         );
@@ -193,25 +193,19 @@ async fn code_that_calls_steps_in_another_order_is_non_deterministic() {
     let run = keel.run(&testbed, "two_steps", "5").await.unwrap();
     assert_eq!(run.output.as_deref(), Some("[6,10]"));
     let reordered = keel.load(keel_tests::TESTBED_REORDERED).await.unwrap();
-    let err = keel
-        .replay(&run.run_id, Some(&reordered))
-        .await
-        .unwrap_err();
-    match &err {
-        Error::NonDeterminism {
-            run_id,
-            position,
-            recorded,
-            requested,
-        } => {
-            assert_eq!(run_id, &run.run_id);
-            assert_eq!(*position, 0);
-            assert!(recorded.contains("step `add`"), "{recorded}");
-            assert!(requested.contains("step `mul`"), "{requested}");
+    match keel.replay(&run.run_id, Some(&reordered)).await.unwrap() {
+        Verdict::Diverged(d) => {
+            assert_eq!(d.position, 0);
+            assert_eq!(d.recorded.step_name.as_deref(), Some("add"));
+            assert_eq!(d.requested.step_name.as_deref(), Some("mul"));
+            assert_eq!(d.recorded.excerpt, "[5,1]");
+            assert_eq!(d.requested.excerpt, "[5,2]");
         }
-        other => panic!("expected NonDeterminism, got {other}"),
+        other => panic!("expected a divergence, got {other:?}"),
     }
-    assert!(err.to_string().contains("position 0"), "{err}");
+    // The recorded build still replays cleanly.
+    let own = keel.replay(&run.run_id, None).await.unwrap();
+    assert!(own.is_ok(), "{own:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

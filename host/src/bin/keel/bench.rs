@@ -109,7 +109,8 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
     let rounds = 5;
     let t = Instant::now();
     for _ in 0..rounds {
-        keel.replay_entries(loaded, &run, journal.clone()).await?;
+        let verdict = keel.replay_entries(loaded, &run, journal.clone()).await;
+        anyhow::ensure!(verdict.is_ok(), "the replay diverged: {verdict:?}");
     }
     let per = t.elapsed() / rounds;
     println!(

@@ -1,14 +1,14 @@
 //! The `keel` command: run workflows, drive a worker, inspect components
 //! and runs. Human-readable output by default, `--json` for scripts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use keel_host::journal::{Entry, Event, excerpt};
-use keel_host::{Config, Grants, Keel, RunRecord, RunStatus};
+use keel_host::{Config, Grants, JournalFile, Keel, Replayer, RunRecord, RunStatus};
 use serde_json::{Value, json};
 
 mod bench;
@@ -75,8 +75,40 @@ enum Command {
         #[arg(long, default_value = "target/wasm32-wasip2/release/order.wasm")]
         component: PathBuf,
     },
+    /// Export or import a run's journal.
+    Journal {
+        #[command(subcommand)]
+        command: JournalCommand,
+    },
+    /// Replay journal files (or directories of them) against a component,
+    /// offline; exits non-zero if any diverged.
+    Replay {
+        component: PathBuf,
+        #[arg(required = true)]
+        journals: Vec<PathBuf>,
+    },
     /// Measure latency, throughput, replay speed and memory.
     Bench(bench::Args),
+}
+
+#[derive(Subcommand)]
+enum JournalCommand {
+    /// Write a run's journal to a file (or stdout).
+    Export {
+        run_id: String,
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Postcard)]
+        format: Format,
+    },
+    /// Load a journal file into the store.
+    Import { file: PathBuf },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Postcard,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -148,6 +180,13 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Bench(args) = &cli.command {
         return bench::run(args).await.map(|()| ExitCode::SUCCESS);
     }
+    if let Command::Replay {
+        component,
+        journals,
+    } = &cli.command
+    {
+        return replay(component, journals, cli.json).await;
+    }
     if let Command::Demo { component } = &cli.command {
         return demo::run(&cli.db, component, cli.json)
             .await
@@ -200,8 +239,64 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             inspect(&loaded, cli.json);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(_) | Command::Demo { .. } => unreachable!("handled above"),
+        Command::Journal {
+            command:
+                JournalCommand::Export {
+                    run_id,
+                    output,
+                    format,
+                },
+        } => {
+            let file = JournalFile::new(&keel.get_run(run_id)?, keel.journal(run_id)?);
+            let bytes = match format {
+                Format::Postcard => file.to_bytes(),
+                Format::Json => file.to_json().into_bytes(),
+            };
+            match output {
+                Some(path) => std::fs::write(path, bytes)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Journal {
+            command: JournalCommand::Import { file },
+        } => {
+            let bytes =
+                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            let run = keel.import(&JournalFile::parse(&bytes, file)?).await?;
+            if cli.json {
+                println!("{}", json!({ "run_id": run.run_id }));
+            } else {
+                println!("imported run {} ({})", run.run_id, run.workflow);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(_) | Command::Demo { .. } | Command::Replay { .. } => {
+            unreachable!("handled above")
+        }
     }
+}
+
+async fn replay(component: &Path, journals: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
+    let replayer = Replayer::new(component).await?;
+    let reports = replayer.replay_paths(journals).await?;
+    if json {
+        println!("{}", serde_json::to_value(&reports)?);
+    } else {
+        for report in &reports {
+            println!("{}", report.render());
+        }
+    }
+    let diverged = reports.iter().filter(|r| !r.is_ok()).count();
+    if !json {
+        println!("{} journal(s) replayed, {diverged} diverged", reports.len());
+    }
+    Ok(if diverged == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn worker(keel: &Keel, until_idle: bool, json: bool) -> anyhow::Result<()> {
@@ -331,6 +426,9 @@ fn entry_json(entry: &Entry) -> Value {
             fire_at_ms,
         } => json!({"command": command, "fire_at_ms": fire_at_ms}),
         Event::TimerFired { command } => json!({"command": command}),
+        Event::PatchMarker { command, change_id } => {
+            json!({"command": command, "change_id": change_id})
+        }
         Event::RunCompleted { output } => json!({"output": payload(output)}),
         Event::RunFailed { kind, error } => json!({"error_kind": kind, "error": error}),
     };
