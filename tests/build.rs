@@ -7,7 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const GUESTS: &[&str] = &["order", "testbed"];
+const GUESTS: &[&str] = &[
+    "order",
+    "order-v2-compatible",
+    "order-v2-incompatible",
+    "testbed",
+];
 
 fn main() {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
@@ -68,12 +73,12 @@ fn main() {
 fn copy(target: &Path, out_dir: &Path, package: &str, name: &str) -> String {
     let built = target
         .join("wasm32-wasip2/release")
-        .join(format!("{package}.wasm"));
+        .join(format!("{}.wasm", package.replace('-', "_")));
     let dest = out_dir.join(format!("{name}.wasm"));
     std::fs::copy(&built, &dest).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
     format!(
         "/// The `{name}` guest component.\npub const {}: &str = {:?};\n",
-        name.to_uppercase(),
+        name.to_uppercase().replace('-', "_"),
         dest.display().to_string()
     )
 }

@@ -92,13 +92,78 @@ fn inspect_lists_workflows_steps_and_stubbed_imports() {
     let db = tempfile::tempdir().unwrap();
     let (_, info) = keel(db.path(), &["inspect", keel_tests::ORDER]);
     assert_eq!(info["workflows"], serde_json::json!(["process_order"]));
-    assert_eq!(info["steps"][0]["name"], "charge_user");
-    assert_eq!(info["steps"][0]["retry"]["max_retries"], 3);
-    assert_eq!(info["steps"][0]["retry"]["initial_backoff_ms"], 100);
+    assert_eq!(info["steps"][1]["name"], "charge_user");
+    assert_eq!(info["steps"][1]["retry"]["max_retries"], 3);
+    assert_eq!(info["steps"][1]["retry"]["initial_backoff_ms"], 100);
     let stubbed = info["stubbed_in_workflows"].as_array().unwrap();
     assert!(stubbed.iter().any(|s| {
         s.as_str()
             .unwrap()
             .starts_with("wasi:http/outgoing-handler")
     }));
+}
+
+#[test]
+fn journal_export_then_replay_reports_ok_or_the_divergence() {
+    let db = tempfile::tempdir().unwrap();
+    let (_, run) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "two_steps", "--input", "4"],
+    );
+    let run_id = run["run_id"].as_str().unwrap();
+    let file = db.path().join("two_steps.journal");
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args([
+            "--db",
+            db.path().to_str().unwrap(),
+            "journal",
+            "export",
+            run_id,
+            "-o",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (out, reports) = keel(
+        db.path(),
+        &["replay", keel_tests::TESTBED, file.to_str().unwrap()],
+    );
+    assert!(out.status.success());
+    assert_eq!(reports[0]["verdict"], "ok");
+    assert_eq!(reports[0]["output"], "[5,8]");
+
+    let (out, reports) = keel(
+        db.path(),
+        &[
+            "replay",
+            keel_tests::TESTBED_REORDERED,
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success());
+    assert_eq!(reports[0]["verdict"], "diverged");
+    assert_eq!(reports[0]["position"], 0);
+    assert_eq!(reports[0]["recorded"]["step_name"], "add");
+    assert_eq!(reports[0]["requested"]["step_name"], "mul");
+
+    let other = tempfile::tempdir().unwrap();
+    let (out, imported) = keel(other.path(), &["journal", "import", file.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert_eq!(imported["run_id"], run_id);
+    let (_, shown) = keel(other.path(), &["runs", "show", run_id]);
+    assert_eq!(
+        shown["journal"].as_array().unwrap().len(),
+        run_journal_len(db.path(), run_id)
+    );
+}
+
+fn run_journal_len(db: &std::path::Path, run_id: &str) -> usize {
+    let (_, shown) = keel(db, &["runs", "show", run_id]);
+    shown["journal"].as_array().unwrap().len()
 }

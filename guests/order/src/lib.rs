@@ -1,79 +1,27 @@
-//! Example guest: `process_order` charges a user through a payment API,
-//! passing the step ID as the `Idempotency-Key`, so a retried charge is
-//! recognised by the API and never taken twice.
+//! Example guest: `process_order` reserves the order's items, then charges
+//! the user through a payment API, passing the step ID as the
+//! `Idempotency-Key`, so a retried charge is recognised by the API and never
+//! taken twice.
 #![cfg(target_arch = "wasm32")]
 
-use keel_sdk::wstd::http::{Body, Client, Request};
-use keel_sdk::{Error, StepError, step, workflow};
-use serde::{Deserialize, Serialize};
+mod steps;
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Order {
-    pub order_id: String,
-    pub user_id: String,
-    pub amount: u64,
-    pub payment_url: String,
-}
+use keel_sdk::{Error, workflow};
+use steps::{Order, Receipt, charge_user, reserve_inventory};
 
-#[derive(Debug, Deserialize, Serialize)]
-pub struct Receipt {
-    pub order_id: String,
-    pub charge_id: String,
-}
-
-/// Charges the order's amount; the step ID makes the charge idempotent.
-#[step(max_retries = 3, initial_backoff = "100ms")]
-async fn charge_user(order: Order) -> Result<String, StepError> {
-    let meta = keel_sdk::step_metadata();
-    let body = serde_json::json!({
-        "user_id": order.user_id,
-        "amount": order.amount,
-        "order_id": order.order_id,
-    });
-    let request = Request::post(&order.payment_url)
-        .header("Idempotency-Key", &meta.step_id)
-        .header("Keel-Attempt", meta.attempt.to_string())
-        .header("Content-Type", "application/json")
-        .body(Body::from(body.to_string()))
-        .map_err(StepError::fatal)?;
-    let response = Client::new()
-        .send(request)
-        .await
-        .map_err(StepError::retryable)?;
-    let status = response.status();
-    let mut body = response.into_body();
-    let text = body
-        .str_contents()
-        .await
-        .map_err(StepError::retryable)?
-        .to_string();
-    if status.is_server_error() {
-        return Err(StepError::retryable(format!(
-            "payment API answered {status}: {text}"
-        )));
-    }
-    if !status.is_success() {
-        return Err(StepError::fatal(format!(
-            "payment API refused the charge ({status}): {text}"
-        )));
-    }
-    let charge: serde_json::Value = serde_json::from_str(&text)?;
-    charge["charge_id"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| {
-            StepError::fatal(format!("payment API answered without a charge_id: {text}"))
-        })
-}
-
-/// Charges the user for an order and returns the receipt.
+/// Reserves the items, charges the user and returns the receipt.
 #[workflow]
 async fn process_order(order: Order) -> Result<Receipt, Error> {
+    let reservation_id = reserve_inventory(order.clone()).await?;
     let charge_id = charge_user(order.clone()).await?;
     Ok(Receipt {
         order_id: order.order_id,
+        reservation_id,
         charge_id,
     })
 }
 
-keel_sdk::component!(workflows = [process_order], steps = [charge_user]);
+keel_sdk::component!(
+    workflows = [process_order],
+    steps = [steps::reserve_inventory, steps::charge_user]
+);
