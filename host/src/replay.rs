@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{Ended, Trace};
 use crate::journal::{Entry, Event, FORMAT_VERSION, excerpt};
-use crate::store::{RunRecord, RunStatus};
+use crate::store::RunRecord;
 use crate::{Config, Error, Keel, Loaded, Result};
 
 /// A command as a replay report shows it.
@@ -181,14 +181,8 @@ pub struct JournalFile {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FileHeader {
     pub format_version: u16,
-    pub run_id: String,
-    pub workflow: String,
-    /// SHA-256 of the component the run was recorded with.
-    pub component_hash: String,
-    pub input: String,
-    pub status: RunStatus,
-    pub output: Option<String>,
-    pub created_at_ms: u64,
+    /// The run as recorded: workflow, input, component hash, status, output.
+    pub run: RunRecord,
 }
 
 impl JournalFile {
@@ -196,13 +190,7 @@ impl JournalFile {
         JournalFile {
             header: FileHeader {
                 format_version: FORMAT_VERSION,
-                run_id: run.run_id.clone(),
-                workflow: run.workflow.clone(),
-                component_hash: run.component_hash.clone(),
-                input: run.input.clone(),
-                status: run.status,
-                output: run.output.clone(),
-                created_at_ms: run.created_at_ms,
+                run: run.clone(),
             },
             entries,
         }
@@ -252,19 +240,7 @@ impl JournalFile {
 
     /// The run record the header describes.
     pub fn run_record(&self) -> RunRecord {
-        let h = &self.header;
-        RunRecord {
-            run_id: h.run_id.clone(),
-            workflow: h.workflow.clone(),
-            component_hash: h.component_hash.clone(),
-            input: h.input.clone(),
-            status: h.status,
-            output: h.output.clone(),
-            error: None,
-            created_at_ms: h.created_at_ms,
-            updated_at_ms: h.created_at_ms,
-            wake_at_ms: None,
-        }
+        self.header.run.clone()
     }
 }
 
