@@ -66,6 +66,8 @@ fn main() {
     }
     build(&["testbed/reordered"], &["testbed"]);
     artifacts += &copy(&target, &out_dir, "testbed", "testbed_reordered");
+    build(&["testbed/bad_key"], &["testbed"]);
+    artifacts += &copy(&target, &out_dir, "testbed", "testbed_bad_key");
     std::fs::write(out_dir.join("artifacts.rs"), artifacts).expect("writing artifacts.rs");
 }
 

@@ -30,6 +30,9 @@ use bindings::keel::workflow::types;
 /// A workflow as `component!` collects it.
 pub struct WorkflowDef {
     pub name: &'static str,
+    /// `(key expression, TTL in ms)`.
+    pub idempotency: Option<(&'static str, u64)>,
+    pub on_events: &'static [&'static str],
     pub run: fn(&str) -> Result<String, String>,
 }
 
@@ -63,6 +66,11 @@ impl<R: Registry> Guest for R {
                 .iter()
                 .map(|w| types::WorkflowInfo {
                     name: w.name.to_string(),
+                    idempotency: w.idempotency.map(|(key, ttl_ms)| types::Idempotency {
+                        key: key.to_string(),
+                        ttl_ms,
+                    }),
+                    on_events: w.on_events.iter().map(|e| e.to_string()).collect(),
                 })
                 .collect(),
             steps: R::STEPS

@@ -1,6 +1,7 @@
 //! Loading components: validation against the contract, the on-disk cache
 //! of compiled artifacts, and the manifest of workflows and steps.
 
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,6 +11,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
+use crate::idempotency::KeyExpr;
 use crate::sandbox::{self, HostState, WorkflowComponentPre};
 use crate::{Error, Result};
 
@@ -44,11 +46,28 @@ pub struct StepInfo {
     pub retry: RetryPolicy,
 }
 
+/// A workflow's TTL idempotency key, as declared.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Idempotency {
+    /// A CEL expression over `input` and `additional_metadata`.
+    pub key: String,
+    pub ttl_ms: u64,
+}
+
+/// A workflow as the manifest declares it.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkflowInfo {
+    pub name: String,
+    pub idempotency: Option<Idempotency>,
+    /// Event keys that start a run of it.
+    pub on_events: Vec<String>,
+}
+
 /// What a component exports.
 #[derive(Clone, Debug, Serialize)]
 pub struct Manifest {
     pub sdk_version: String,
-    pub workflows: Vec<String>,
+    pub workflows: Vec<WorkflowInfo>,
     pub steps: Vec<StepInfo>,
 }
 
@@ -59,6 +78,8 @@ pub struct Loaded {
     pub manifest: Manifest,
     /// Non-deterministic imports, stubbed out for workflows.
     pub stubbed_imports: Vec<String>,
+    /// Compiled idempotency key expressions, by workflow.
+    pub(crate) keys: HashMap<String, KeyExpr>,
     pub(crate) workflow_pre: WorkflowComponentPre<HostState>,
     pub(crate) step_pre: WorkflowComponentPre<HostState>,
 }
@@ -83,15 +104,25 @@ impl Loaded {
 
     /// Fails with `UnknownWorkflow` (listing the ones that exist) unless
     /// the component exports `name`.
-    pub fn check_workflow(&self, name: &str) -> Result<()> {
-        if self.manifest.workflows.iter().any(|w| w == name) {
-            Ok(())
-        } else {
-            Err(Error::UnknownWorkflow {
+    pub fn check_workflow(&self, name: &str) -> Result<&WorkflowInfo> {
+        self.manifest
+            .workflows
+            .iter()
+            .find(|w| w.name == name)
+            .ok_or_else(|| Error::UnknownWorkflow {
                 name: name.to_string(),
-                available: self.manifest.workflows.clone(),
+                available: self
+                    .manifest
+                    .workflows
+                    .iter()
+                    .map(|w| w.name.clone())
+                    .collect(),
             })
-        }
+    }
+
+    /// The idempotency key expression of `workflow`, if it declares one.
+    pub fn key(&self, workflow: &str) -> Option<&KeyExpr> {
+        self.keys.get(workflow)
     }
 }
 
@@ -120,9 +151,16 @@ pub async fn load(
         .map(|(i, f)| format!("{i}#{f}"))
         .collect();
     let manifest = read_manifest(engine, &step_pre, origin, max_memory).await?;
+    let keys = manifest
+        .workflows
+        .iter()
+        .filter_map(|w| w.idempotency.as_ref().map(|i| (w, i)))
+        .map(|(w, i)| Ok((w.name.clone(), KeyExpr::compile(&w.name, &i.key, i.ttl_ms)?)))
+        .collect::<Result<_>>()?;
     Ok(Loaded {
         hash,
         manifest,
+        keys,
         stubbed_imports,
         workflow_pre,
         step_pre,
@@ -234,7 +272,18 @@ async fn read_manifest(
         })?;
     Ok(Manifest {
         sdk_version: m.sdk_version,
-        workflows: m.workflows.into_iter().map(|w| w.name).collect(),
+        workflows: m
+            .workflows
+            .into_iter()
+            .map(|w| WorkflowInfo {
+                name: w.name,
+                idempotency: w.idempotency.map(|i| Idempotency {
+                    key: i.key,
+                    ttl_ms: i.ttl_ms,
+                }),
+                on_events: w.on_events,
+            })
+            .collect(),
         steps: m
             .steps
             .into_iter()

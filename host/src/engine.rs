@@ -12,10 +12,11 @@ use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::activation::{Activation, RunJournal, Suspend, now_ms};
 use crate::component::{self, Loaded};
+use crate::idempotency::{Clock, SystemClock};
 use crate::journal::{Entry, Event};
 use crate::replay::Verdict;
 use crate::sandbox::{self, Grants, GuestLog, HostState, Role};
-use crate::store::{RunError, RunRecord, RunStatus, Store};
+use crate::store::{EventOutcome, EventRecord, RunError, RunRecord, RunStatus, Store};
 use crate::{Error, Result};
 
 /// How the engine runs guests.
@@ -37,6 +38,21 @@ pub struct Config {
     pub park_limit: Duration,
     /// Instances the pooling allocator keeps slots for.
     pub max_instances: u32,
+    /// The time admission reads (idempotency windows, run creation).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for dyn Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Clock({})", self.now_ms())
+    }
+}
+
+/// Options of a start.
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    /// A JSON object given to key expressions as `additional_metadata`.
+    pub additional_metadata: Option<serde_json::Value>,
 }
 
 impl Config {
@@ -51,6 +67,7 @@ impl Config {
             grants: Grants::default(),
             park_limit: Duration::from_secs(60),
             max_instances: 1000,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -154,6 +171,11 @@ impl Keel {
         })?;
         let loaded = self.load_bytes(path, &bytes).await?;
         self.inner.store.put_component(&loaded.hash, &bytes)?;
+        for w in &loaded.manifest.workflows {
+            for event in &w.on_events {
+                self.inner.store.subscribe(event, &w.name, &loaded.hash)?;
+            }
+        }
         Ok(loaded)
     }
 
@@ -193,11 +215,15 @@ impl Keel {
 
     /// The component a run is pinned to, from the store.
     async fn component_of(&self, run: &RunRecord) -> Result<Arc<Loaded>> {
-        if let Some(loaded) = self.cached(&run.component_hash) {
+        self.component_by_hash(&run.component_hash).await
+    }
+
+    async fn component_by_hash(&self, hash: &str) -> Result<Arc<Loaded>> {
+        if let Some(loaded) = self.cached(hash) {
             return Ok(loaded);
         }
-        let bytes = self.inner.store.get_component(&run.component_hash)?;
-        let origin = PathBuf::from(format!("<stored component {}>", run.component_hash));
+        let bytes = self.inner.store.get_component(hash)?;
+        let origin = PathBuf::from(format!("<stored component {hash}>"));
         self.load_bytes(&origin, &bytes).await
     }
 
@@ -208,10 +234,36 @@ impl Keel {
         workflow: &str,
         input: &str,
     ) -> Result<RunRecord> {
+        self.start_with(component, workflow, input, &StartOptions::default())
+            .await
+    }
+
+    /// Admits a run with options. A workflow with an idempotency key admits
+    /// one run per key within its TTL; a collision fails with
+    /// `IdempotencyCollision` naming the run that holds the key.
+    pub async fn start_with(
+        &self,
+        component: &Loaded,
+        workflow: &str,
+        input: &str,
+        options: &StartOptions,
+    ) -> Result<RunRecord> {
         component.check_workflow(workflow)?;
-        let input = normalize_json(input)?;
+        let value: serde_json::Value =
+            serde_json::from_str(input).map_err(|e| Error::InvalidInput {
+                reason: e.to_string(),
+            })?;
+        let input = value.to_string();
+        let metadata = options
+            .additional_metadata
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({}));
+        let key = component
+            .key(workflow)
+            .map(|k| Ok::<_, Error>((k.evaluate(&value, &metadata)?, k.ttl_ms)))
+            .transpose()?;
         let run_id = uuid::Uuid::now_v7().to_string();
-        let now = now_ms();
+        let now = self.inner.config.clock.now_ms();
         let run = RunRecord {
             run_id: run_id.clone(),
             workflow: workflow.into(),
@@ -224,7 +276,8 @@ impl Keel {
             updated_at_ms: now,
             wake_at_ms: None,
         };
-        self.inner.store.put_run(&run)?;
+        let key_ref = key.as_ref().map(|(k, ttl)| (k.as_str(), *ttl));
+        self.inner.store.admit(&run, key_ref, now)?;
         // Appending syncs, which makes the run record durable too.
         let journal = RunJournal::new(Some(self.inner.store.clone()), &run_id, Vec::new());
         journal
@@ -255,6 +308,83 @@ impl Keel {
         }
         self.inner.store.put_run(&run)?;
         self.inner.store.sync().await?;
+        Ok(run)
+    }
+
+    /// Ingests an event: stores it and starts a run of every workflow
+    /// subscribed to `key`, with the payload as input and the metadata as
+    /// `additional_metadata`. A start that collides with an idempotency key
+    /// is swallowed and recorded against the run that holds the key.
+    pub async fn push_event(
+        &self,
+        key: &str,
+        payload: &str,
+        metadata: &str,
+    ) -> Result<EventRecord> {
+        let parse = |s: &str| {
+            serde_json::from_str::<serde_json::Value>(s).map_err(|e| Error::InvalidInput {
+                reason: e.to_string(),
+            })
+        };
+        let (payload_value, metadata_value) = (parse(payload)?, parse(metadata)?);
+        let options = StartOptions {
+            additional_metadata: Some(metadata_value.clone()),
+        };
+        let mut outcomes = Vec::new();
+        for (workflow, hash) in self.inner.store.subscribers(key)? {
+            let component = self.component_by_hash(&hash).await?;
+            let started = self
+                .start_with(&component, &workflow, &payload_value.to_string(), &options)
+                .await;
+            outcomes.push(match started {
+                Ok(run) => EventOutcome {
+                    workflow,
+                    run_id: Some(run.run_id),
+                    deduplicated: false,
+                    error: None,
+                },
+                Err(Error::IdempotencyCollision {
+                    existing_run_id, ..
+                }) => EventOutcome {
+                    workflow,
+                    run_id: Some(existing_run_id),
+                    deduplicated: true,
+                    error: None,
+                },
+                Err(e) => EventOutcome {
+                    workflow,
+                    run_id: None,
+                    deduplicated: false,
+                    error: Some(e.to_string()),
+                },
+            });
+        }
+        let event = EventRecord {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            key: key.into(),
+            payload: payload_value.to_string(),
+            metadata: metadata_value.to_string(),
+            at_ms: self.inner.config.clock.now_ms(),
+            outcomes,
+        };
+        self.inner.store.put_event(&event)?;
+        self.inner.store.sync().await?;
+        Ok(event)
+    }
+
+    pub fn list_events(&self) -> Result<Vec<EventRecord>> {
+        self.inner.store.list_events()
+    }
+
+    /// A run's record once it has ended; with `wait`, drives it (and waits
+    /// for its timers) until it ends.
+    pub async fn result(&self, run_id: &str, wait: bool) -> Result<RunRecord> {
+        let mut run = self.drive(run_id).await?;
+        while wait && !run.status.is_final() {
+            let wake = run.wake_at_ms.unwrap_or_else(|| now_ms() + 100);
+            tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now_ms()))).await;
+            run = self.drive(run_id).await?;
+        }
         Ok(run)
     }
 
@@ -420,6 +550,13 @@ impl Keel {
     /// Drives every run that can make progress: pending and interrupted
     /// runs, and waiting runs whose timer is due. Returns how many it drove.
     pub async fn work_once(&self) -> Result<usize> {
+        let purged = self
+            .inner
+            .store
+            .purge_expired_keys(self.inner.config.clock.now_ms())?;
+        if purged > 0 {
+            tracing::debug!(purged, "expired idempotency keys deleted");
+        }
         let now = now_ms();
         let due: Vec<String> = self
             .list_runs()?
@@ -516,11 +653,3 @@ pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
     }
 }
 
-/// Parses `input` as JSON and returns its compact form.
-fn normalize_json(input: &str) -> Result<String> {
-    let value: serde_json::Value =
-        serde_json::from_str(input).map_err(|e| Error::InvalidInput {
-            reason: e.to_string(),
-        })?;
-    Ok(value.to_string())
-}

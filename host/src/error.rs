@@ -93,6 +93,22 @@ pub enum Error {
     #[error("run {run_id} is already in this store; journals are imported once")]
     RunExists { run_id: String },
 
+    #[error("workflow `{workflow}`'s idempotency key `{expression}`: {reason}. No run was created")]
+    KeyExpression {
+        workflow: String,
+        expression: String,
+        reason: String,
+    },
+
+    #[error(
+        "a run of `{workflow}` with idempotency key `{key}` was already admitted: run {existing_run_id}. Read its result with `keel runs result {existing_run_id}`"
+    )]
+    IdempotencyCollision {
+        workflow: String,
+        key: String,
+        existing_run_id: String,
+    },
+
     #[error("storage error: {0}")]
     Storage(#[from] sled::Error),
 
@@ -136,6 +152,8 @@ impl Error {
             Error::ComponentNotFound { .. } => "component_not_found",
             Error::JournalFile { .. } => "journal_file",
             Error::RunExists { .. } => "run_exists",
+            Error::KeyExpression { .. } => "key_expression",
+            Error::IdempotencyCollision { .. } => "idempotency_collision",
             Error::Storage(_) => "storage",
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
@@ -157,6 +175,14 @@ impl Error {
             } => vec![
                 ("run_id", run_id.clone()),
                 ("position", position.to_string()),
+            ],
+            Error::IdempotencyCollision {
+                existing_run_id,
+                key,
+                ..
+            } => vec![
+                ("existing_run_id", existing_run_id.clone()),
+                ("key", key.clone()),
             ],
             Error::UnknownWorkflow { available, .. } => {
                 vec![("available", available.join(","))]

@@ -73,6 +73,36 @@ pub struct RunRecord {
     pub wake_at_ms: Option<u64>,
 }
 
+/// The run that holds an idempotency key, until its window passes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyHold {
+    pub run_id: String,
+    pub expires_at_ms: u64,
+}
+
+/// An ingested event and the runs it started or was deduplicated against.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub event_id: String,
+    pub key: String,
+    pub payload: String,
+    pub metadata: String,
+    pub at_ms: u64,
+    pub outcomes: Vec<EventOutcome>,
+}
+
+/// What an event did for one subscribed workflow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventOutcome {
+    pub workflow: String,
+    /// The run it started, or the run that already held the key.
+    pub run_id: Option<String>,
+    /// The start collided with an idempotency key and was swallowed.
+    pub deduplicated: bool,
+    /// Why no run was started (a key expression that failed, say).
+    pub error: Option<String>,
+}
+
 /// The embedded store: one directory, one process at a time. Clones share
 /// the database; dropping the last one closes it and releases its lock.
 #[derive(Clone)]
@@ -85,6 +115,12 @@ struct StoreInner {
     runs: sled::Tree,
     journal: sled::Tree,
     components: sled::Tree,
+    /// Idempotency keys: `workflow \0 key` to the admitted run and expiry.
+    keys: sled::Tree,
+    /// Ingested events, by event ID (time-sortable).
+    events: sled::Tree,
+    /// `event key \0 workflow` to the hash of the component that subscribed.
+    subscriptions: sled::Tree,
     committer: Committer,
 }
 
@@ -120,6 +156,9 @@ impl Store {
             runs: open("runs")?,
             journal: open("journal")?,
             components: open("components")?,
+            keys: open("keys")?,
+            events: open("events")?,
+            subscriptions: open("subscriptions")?,
             committer: spawn_committer(db),
             path,
         };
@@ -189,6 +228,114 @@ impl Store {
             .collect()
     }
 
+    /// Admits a run: stores its record and, with an idempotency key, claims
+    /// the key, in one transaction. A key held by a run whose window has not
+    /// passed refuses the run with `IdempotencyCollision`; a refused run
+    /// does not extend the window. Durable after [`Store::sync`].
+    pub fn admit(&self, run: &RunRecord, key: Option<(&str, u64)>, now_ms: u64) -> Result<()> {
+        use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+        let key_bytes = key.map(|(k, _)| key_of(&run.workflow, k));
+        let record = encode_versioned(run);
+        let result = (&self.inner.runs, &self.inner.keys).transaction(|(runs, keys)| {
+            if let (Some(key_bytes), Some((_, ttl_ms))) = (&key_bytes, key) {
+                if let Some(held) = keys.get(key_bytes)? {
+                    let held: KeyHold = decode_versioned(&held, "idempotency key")
+                        .map_err(ConflictableTransactionError::Abort)?;
+                    if held.expires_at_ms > now_ms {
+                        return Err(ConflictableTransactionError::Abort(
+                            Error::IdempotencyCollision {
+                                workflow: run.workflow.clone(),
+                                key: String::from_utf8_lossy(&key_bytes[run.workflow.len() + 1..])
+                                    .into(),
+                                existing_run_id: held.run_id,
+                            },
+                        ));
+                    }
+                }
+                let hold = KeyHold {
+                    run_id: run.run_id.clone(),
+                    expires_at_ms: now_ms.saturating_add(ttl_ms),
+                };
+                keys.insert(key_bytes.as_slice(), encode_versioned(&hold))?;
+            }
+            runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+            Ok(())
+        });
+        match result {
+            Ok(()) => Ok(()),
+            Err(TransactionError::Abort(e)) => Err(e),
+            Err(TransactionError::Storage(e)) => Err(Error::Storage(e)),
+        }
+    }
+
+    /// Who holds a workflow's idempotency key, and until when.
+    pub fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>> {
+        self.inner
+            .keys
+            .get(key_of(workflow, key))?
+            .map(|b| decode_versioned(&b, "idempotency key"))
+            .transpose()
+    }
+
+    /// Deletes the keys whose window has passed; returns how many.
+    pub fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
+        let mut purged = 0;
+        for kv in self.inner.keys.iter() {
+            let (k, v) = kv?;
+            let hold: KeyHold = decode_versioned(&v, "idempotency key")?;
+            if hold.expires_at_ms <= now_ms
+                && self
+                    .inner
+                    .keys
+                    .compare_and_swap(&k, Some(v), None::<&[u8]>)?
+                    .is_ok()
+            {
+                purged += 1;
+            }
+        }
+        Ok(purged)
+    }
+
+    /// Records that `workflow` of component `hash` starts on `event_key`.
+    pub fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()> {
+        self.inner
+            .subscriptions
+            .insert(key_of(event_key, workflow), hash.as_bytes())?;
+        Ok(())
+    }
+
+    /// The `(workflow, component hash)` subscribed to `event_key`.
+    pub fn subscribers(&self, event_key: &str) -> Result<Vec<(String, String)>> {
+        let prefix = key_of(event_key, "");
+        self.inner
+            .subscriptions
+            .scan_prefix(&prefix)
+            .map(|kv| {
+                let (k, v) = kv?;
+                Ok((
+                    String::from_utf8_lossy(&k[prefix.len()..]).into(),
+                    String::from_utf8_lossy(&v).into(),
+                ))
+            })
+            .collect()
+    }
+
+    pub fn put_event(&self, event: &EventRecord) -> Result<()> {
+        self.inner
+            .events
+            .insert(event.event_id.as_bytes(), encode_versioned(event))?;
+        Ok(())
+    }
+
+    /// Every event, oldest first.
+    pub fn list_events(&self) -> Result<Vec<EventRecord>> {
+        self.inner
+            .events
+            .iter()
+            .map(|kv| decode_versioned(&kv?.1, "event"))
+            .collect()
+    }
+
     /// Appends an entry to a run's journal (durable after [`Store::sync`]).
     pub fn append(&self, run_id: &str, entry: &Entry) -> Result<()> {
         self.inner
@@ -205,6 +352,15 @@ impl Store {
             .map(|kv| journal::decode(&kv?.1))
             .collect()
     }
+}
+
+/// `a \0 b`.
+fn key_of(a: &str, b: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(a.len() + b.len() + 1);
+    key.extend_from_slice(a.as_bytes());
+    key.push(0);
+    key.extend_from_slice(b.as_bytes());
+    key
 }
 
 fn journal_key(run_id: &str, seq: u64) -> Vec<u8> {

@@ -5,25 +5,108 @@
 //! `component!` collects into the component's exports.
 
 use proc_macro::TokenStream;
-use proc_macro2::{Span, TokenStream as TokenStream2};
+use proc_macro2::TokenStream as TokenStream2;
 use quote::{format_ident, quote};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{
-    Expr, ExprLit, FnArg, Ident, ItemFn, Lit, MetaNameValue, Pat, Path, ReturnType, Token, Type,
-    parse_macro_input,
+    Expr, ExprLit, FnArg, Ident, ItemFn, Lit, Meta, MetaNameValue, Pat, Path, ReturnType, Token,
+    Type, parse_macro_input,
 };
 
 /// Marks an `async fn` as a workflow.
 ///
 /// The function takes at most one argument, the run's input (any
 /// `serde::Deserialize` type), and returns `Result<T, E>` where `T` is
-/// `serde::Serialize` and `E` is `Display`.
+/// `serde::Serialize` and `E` is `Display`. Settings:
+/// `idempotency(key = "input.id", ttl = "1m")` admits one run per key (a CEL
+/// expression over `input` and `additional_metadata`) within the TTL;
+/// `on_events = ["orders:created"]` starts a run for each such event.
 #[proc_macro_attribute]
 pub fn workflow(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
-    let result = check_no_args(attr).and_then(|()| expand_workflow(&func));
+    let settings = parse_macro_input!(attr with Punctuated::<Meta, Token![,]>::parse_terminated);
+    let result = WorkflowSettings::parse(&settings).and_then(|s| expand_workflow(&func, &s));
     result.unwrap_or_else(|e| e.to_compile_error()).into()
+}
+
+#[derive(Default)]
+struct WorkflowSettings {
+    idempotency: Option<(String, u64)>,
+    on_events: Vec<String>,
+}
+
+impl WorkflowSettings {
+    fn parse(settings: &Punctuated<Meta, Token![,]>) -> syn::Result<Self> {
+        let mut out = WorkflowSettings::default();
+        for setting in settings {
+            match setting {
+                Meta::List(list) if list.path.is_ident("idempotency") => {
+                    let inner = list.parse_args_with(
+                        Punctuated::<MetaNameValue, Token![,]>::parse_terminated,
+                    )?;
+                    let (mut key, mut ttl) = (None, None);
+                    for kv in &inner {
+                        let Expr::Lit(ExprLit { lit, .. }) = &kv.value else {
+                            return Err(syn::Error::new_spanned(&kv.value, "expected a literal"));
+                        };
+                        match kv.path.get_ident().map(Ident::to_string).as_deref() {
+                            Some("key") => match lit {
+                                Lit::Str(s) => key = Some(s.value()),
+                                _ => {
+                                    return Err(syn::Error::new_spanned(
+                                        lit,
+                                        "the key is a CEL expression in a string",
+                                    ));
+                                }
+                            },
+                            Some("ttl") => ttl = Some(duration_lit(lit)?),
+                            _ => {
+                                return Err(syn::Error::new_spanned(
+                                    &kv.path,
+                                    "expected `key` or `ttl`",
+                                ));
+                            }
+                        }
+                    }
+                    match (key, ttl) {
+                        (Some(key), Some(ttl)) => out.idempotency = Some((key, ttl)),
+                        _ => {
+                            return Err(syn::Error::new_spanned(
+                                list,
+                                "idempotency needs both `key` and `ttl`",
+                            ));
+                        }
+                    }
+                }
+                Meta::NameValue(kv) if kv.path.is_ident("on_events") => {
+                    let Expr::Array(array) = &kv.value else {
+                        return Err(syn::Error::new_spanned(
+                            &kv.value,
+                            "expected a list of event keys",
+                        ));
+                    };
+                    for elem in &array.elems {
+                        match elem {
+                            Expr::Lit(ExprLit {
+                                lit: Lit::Str(s), ..
+                            }) => out.on_events.push(s.value()),
+                            other => {
+                                return Err(syn::Error::new_spanned(other, "expected a string"));
+                            }
+                        }
+                    }
+                }
+                other => {
+                    return Err(syn::Error::new_spanned(
+                        other,
+                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...) or on_events = [...]",
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Marks an `async fn` as a step.
@@ -50,17 +133,6 @@ pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
 pub fn component(input: TokenStream) -> TokenStream {
     let lists = parse_macro_input!(input as ComponentLists);
     expand_component(&lists).into()
-}
-
-fn check_no_args(attr: TokenStream) -> syn::Result<()> {
-    if attr.is_empty() {
-        Ok(())
-    } else {
-        Err(syn::Error::new(
-            Span::call_site(),
-            "#[workflow] takes no settings yet",
-        ))
-    }
 }
 
 fn require_async(func: &ItemFn, what: &str) -> syn::Result<()> {
@@ -98,7 +170,7 @@ fn typed_args(func: &ItemFn) -> syn::Result<Vec<(Ident, Type)>> {
         .collect()
 }
 
-fn expand_workflow(func: &ItemFn) -> syn::Result<TokenStream2> {
+fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<TokenStream2> {
     require_async(func, "workflow")?;
     let args = typed_args(func)?;
     if args.len() > 1 {
@@ -115,6 +187,11 @@ fn expand_workflow(func: &ItemFn) -> syn::Result<TokenStream2> {
         Some((_, ty)) => quote! { |input: #ty| #name(input) },
         None => quote! { |_: ::keel_sdk::__private::serde_json::Value| #name() },
     };
+    let idempotency = match &settings.idempotency {
+        Some((key, ttl)) => quote! { Some((#key, #ttl)) },
+        None => quote! { None },
+    };
+    let on_events = &settings.on_events;
     Ok(quote! {
         #func
 
@@ -122,6 +199,8 @@ fn expand_workflow(func: &ItemFn) -> syn::Result<TokenStream2> {
         #[allow(non_upper_case_globals)]
         #vis const #def: ::keel_sdk::__private::WorkflowDef = ::keel_sdk::__private::WorkflowDef {
             name: #name_str,
+            idempotency: #idempotency,
+            on_events: &[#(#on_events),*],
             run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
         };
     })

@@ -291,6 +291,37 @@ async fn grants((var, path): (String, String)) -> Result<Value, Error> {
     read_env_and_file(var, path).await
 }
 
+/// The Hatchet page's example: one run per `input.id` per minute.
+#[workflow(idempotency(key = "input.id", ttl = "60s"), on_events = ["idempotency:example"])]
+async fn idempotent_task(input: Value) -> Result<Value, Error> {
+    let id = input["id"]
+        .as_str()
+        .map_or_else(|| input["id"].to_string(), str::to_string);
+    Ok(json!({ "result": format!("Hello, world from task {id}") }))
+}
+
+/// A key from the metadata given at start: one run per tenant and ID.
+#[workflow(idempotency(key = "additional_metadata.tenant + ':' + input.id", ttl = "5m"))]
+async fn tenant_task(input: Value) -> Result<Value, Error> {
+    Ok(input)
+}
+
+/// A key expression that evaluates to a number, not a string.
+#[workflow(idempotency(key = "input.count", ttl = "1m"))]
+async fn numeric_key(input: Value) -> Result<Value, Error> {
+    Ok(input)
+}
+
+/// Built with the `bad_key` feature, a key expression that does not parse.
+#[cfg_attr(
+    feature = "bad_key",
+    workflow(idempotency(key = "input.(", ttl = "1m"))
+)]
+#[cfg_attr(not(feature = "bad_key"), workflow)]
+async fn broken_key(input: Value) -> Result<Value, Error> {
+    Ok(input)
+}
+
 keel_sdk::component!(
     workflows = [
         ten_steps,
@@ -308,6 +339,10 @@ keel_sdk::component!(
         crashable,
         race,
         grants,
+        idempotent_task,
+        tenant_task,
+        numeric_key,
+        broken_key,
     ],
     steps = [
         noop,

@@ -493,7 +493,14 @@ fn inspect(loaded: &keel_host::Loaded, json: bool) {
     );
     println!("workflows:");
     for w in &loaded.manifest.workflows {
-        println!("  {w}");
+        let mut line = format!("  {}", w.name);
+        if let Some(i) = &w.idempotency {
+            line += &format!("  idempotency key `{}` ttl={}ms", i.key, i.ttl_ms);
+        }
+        if !w.on_events.is_empty() {
+            line += &format!("  on events {}", w.on_events.join(", "));
+        }
+        println!("{line}");
     }
     println!("steps:");
     for s in &loaded.manifest.steps {
