@@ -652,4 +652,3 @@ pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
         None => trap,
     }
 }
-

@@ -91,7 +91,8 @@ fn failures_print_a_kind_and_exit_non_zero() {
 fn inspect_lists_workflows_steps_and_stubbed_imports() {
     let db = tempfile::tempdir().unwrap();
     let (_, info) = keel(db.path(), &["inspect", keel_tests::ORDER]);
-    assert_eq!(info["workflows"], serde_json::json!(["process_order"]));
+    assert_eq!(info["workflows"][0]["name"], "process_order");
+    assert_eq!(info["workflows"][0]["idempotency"], Value::Null);
     assert_eq!(info["steps"][1]["name"], "charge_user");
     assert_eq!(info["steps"][1]["retry"]["max_retries"], 3);
     assert_eq!(info["steps"][1]["retry"]["initial_backoff_ms"], 100);
@@ -166,4 +167,52 @@ fn journal_export_then_replay_reports_ok_or_the_divergence() {
 fn run_journal_len(db: &std::path::Path, run_id: &str) -> usize {
     let (_, shown) = keel(db, &["runs", "show", run_id]);
     shown["journal"].as_array().unwrap().len()
+}
+
+#[test]
+fn events_keys_and_results_from_the_cli() {
+    let db = tempfile::tempdir().unwrap();
+    let (_, info) = keel(db.path(), &["inspect", keel_tests::TESTBED]);
+    let task = info["workflows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "idempotent_task")
+        .unwrap()
+        .clone();
+    assert_eq!(task["idempotency"]["key"], "input.id");
+    assert_eq!(task["idempotency"]["ttl_ms"], 60_000);
+    assert_eq!(task["on_events"][0], "idempotency:example");
+
+    let push = [
+        "events",
+        "push",
+        "idempotency:example",
+        "--payload",
+        r#"{"id": "cli"}"#,
+    ];
+    let (out, first) = keel(db.path(), &push);
+    assert!(out.status.success());
+    let run_id = first["outcomes"][0]["run_id"].as_str().unwrap().to_string();
+    let (_, second) = keel(db.path(), &push);
+    assert_eq!(second["outcomes"][0]["deduplicated"], true);
+    assert_eq!(second["outcomes"][0]["run_id"], run_id.as_str());
+    let (_, events) = keel(db.path(), &["events", "list"]);
+    assert_eq!(events.as_array().unwrap().len(), 2);
+
+    let (out, result) = keel(db.path(), &["runs", "result", &run_id, "--wait"]);
+    assert!(out.status.success());
+    assert_eq!(result["output"]["result"], "Hello, world from task cli");
+
+    let args = [
+        "run",
+        keel_tests::TESTBED,
+        "idempotent_task",
+        "--input",
+        r#"{"id": "cli"}"#,
+    ];
+    let (out, err) = keel(db.path(), &args);
+    assert!(!out.status.success());
+    assert_eq!(err["error"]["kind"], "idempotency_collision");
+    assert_eq!(err["error"]["existing_run_id"], run_id.as_str());
 }

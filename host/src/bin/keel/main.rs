@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use keel_host::journal::{Entry, Event, excerpt};
-use keel_host::{Config, Grants, JournalFile, Keel, Replayer, RunRecord, RunStatus};
+use keel_host::{
+    Config, EventRecord, Grants, JournalFile, Keel, Replayer, RunRecord, RunStatus, StartOptions,
+};
 use serde_json::{Value, json};
 
 mod bench;
@@ -55,6 +57,14 @@ enum Command {
         /// The run's input, as JSON.
         #[arg(long, default_value = "null")]
         input: String,
+        /// A JSON object, `additional_metadata` of key expressions.
+        #[arg(long)]
+        metadata: Option<String>,
+    },
+    /// Push events and list them.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
     },
     /// Drive every run that can make progress.
     Worker {
@@ -112,9 +122,30 @@ enum Format {
 }
 
 #[derive(Subcommand)]
+enum EventsCommand {
+    /// Ingest an event: start every workflow subscribed to KEY and drive them.
+    Push {
+        key: String,
+        #[arg(long, default_value = "null")]
+        payload: String,
+        /// A JSON object, `additional_metadata` of the runs it starts.
+        #[arg(long, default_value = "{}")]
+        metadata: String,
+    },
+    /// Every event, with the runs it started or was deduplicated against.
+    List,
+}
+
+#[derive(Subcommand)]
 enum RunsCommand {
     /// Every run, oldest first.
     List,
+    /// A run's output; with --wait, drive it until it ends first.
+    Result {
+        run_id: String,
+        #[arg(long)]
+        wait: bool,
+    },
     /// A run and its journal.
     Show { run_id: String },
 }
@@ -198,10 +229,72 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             component,
             workflow,
             input,
+            metadata,
         } => {
             let loaded = keel.load(component).await?;
-            let run = keel.run(&loaded, workflow, input).await?;
+            let additional_metadata = metadata
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(|e| keel_host::Error::InvalidInput {
+                    reason: format!("--metadata: {e}"),
+                })?;
+            let options = StartOptions {
+                additional_metadata,
+            };
+            let run = keel.start_with(&loaded, workflow, input, &options).await?;
+            let run = keel.drive(&run.run_id).await?;
             print_run(&run, cli.json);
+            Ok(exit_for(&run))
+        }
+        Command::Events {
+            command:
+                EventsCommand::Push {
+                    key,
+                    payload,
+                    metadata,
+                },
+        } => {
+            let event = keel.push_event(key, payload, metadata).await?;
+            for run_id in event
+                .outcomes
+                .iter()
+                .filter(|o| !o.deduplicated)
+                .filter_map(|o| o.run_id.as_ref())
+            {
+                keel.drive(run_id).await?;
+            }
+            if cli.json {
+                println!("{}", serde_json::to_value(&event)?);
+            } else {
+                print_event(&event);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Events {
+            command: EventsCommand::List,
+        } => {
+            let events = keel.list_events()?;
+            if cli.json {
+                println!("{}", serde_json::to_value(&events)?);
+            } else {
+                events.iter().for_each(print_event);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs {
+            command: RunsCommand::Result { run_id, wait },
+        } => {
+            let run = keel.result(run_id, *wait).await?;
+            if cli.json {
+                println!("{}", run_json(&run));
+            } else {
+                match (&run.output, &run.error) {
+                    (Some(output), _) => println!("{output}"),
+                    (_, Some(error)) => println!("error [{}]: {}", error.kind, error.message),
+                    _ => println!("run {} is {}", run.run_id, run.status.as_str()),
+                }
+            }
             Ok(exit_for(&run))
         }
         Command::Worker { until_idle } => {
@@ -327,6 +420,21 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn print_event(event: &EventRecord) {
+    println!(
+        "event {} `{}` at {} ms, payload {}",
+        event.event_id, event.key, event.at_ms, event.payload
+    );
+    for o in &event.outcomes {
+        match (&o.run_id, o.deduplicated, &o.error) {
+            (Some(run), true, _) => println!("  {}: deduplicated against run {run}", o.workflow),
+            (Some(run), false, _) => println!("  {}: started run {run}", o.workflow),
+            (_, _, Some(error)) => println!("  {}: no run: {error}", o.workflow),
+            _ => {}
+        }
+    }
 }
 
 fn exit_for(run: &RunRecord) -> ExitCode {
