@@ -123,6 +123,28 @@ pub struct Keel {
     inner: Arc<Inner>,
 }
 
+type DriveTasks = tokio::task::JoinSet<(String, Result<RunRecord>)>;
+
+/// Logs how a worker's drive ended; returns the run's ID ("" if unknown).
+fn log_driven(
+    result: std::result::Result<(String, Result<RunRecord>), tokio::task::JoinError>,
+) -> String {
+    match result {
+        Ok((run_id, Ok(run))) => {
+            tracing::info!(run_id, status = run.status.as_str(), "worker drove run");
+            run_id
+        }
+        Ok((run_id, Err(e))) => {
+            tracing::error!(run_id, "worker could not drive the run: {e}");
+            run_id
+        }
+        Err(e) => {
+            tracing::error!("worker task failed: {e}");
+            String::new()
+        }
+    }
+}
+
 /// What an activation did, for replay reports.
 #[derive(Default)]
 pub(crate) struct Trace {
@@ -547,9 +569,9 @@ impl Keel {
         })
     }
 
-    /// Drives every run that can make progress: pending and interrupted
-    /// runs, and waiting runs whose timer is due. Returns how many it drove.
-    pub async fn work_once(&self) -> Result<usize> {
+    /// Runs that can make progress now: pending and interrupted runs, and
+    /// waiting runs whose timer is due. Also deletes expired idempotency keys.
+    fn due_runs(&self) -> Result<Vec<String>> {
         let purged = self
             .inner
             .store
@@ -558,7 +580,8 @@ impl Keel {
             tracing::debug!(purged, "expired idempotency keys deleted");
         }
         let now = now_ms();
-        let due: Vec<String> = self
+        let active = self.inner.active.lock().expect("active runs").clone();
+        Ok(self
             .list_runs()?
             .into_iter()
             .filter(|r| match r.status {
@@ -567,23 +590,65 @@ impl Keel {
                 _ => false,
             })
             .map(|r| r.run_id)
-            .collect();
+            .filter(|id| !active.contains(id))
+            .collect())
+    }
+
+    /// Drives every run that can make progress now, and waits for them to
+    /// complete, fail or wait. Returns how many it drove.
+    pub async fn work_once(&self) -> Result<usize> {
         let mut tasks = tokio::task::JoinSet::new();
+        let due = self.due_runs()?;
         for run_id in &due {
-            let keel = self.clone();
-            let run_id = run_id.clone();
-            tasks.spawn(async move { keel.drive(&run_id).await });
+            self.spawn_drive(&mut tasks, run_id);
         }
         while let Some(result) = tasks.join_next().await {
-            match result {
-                Ok(Ok(run)) => {
-                    tracing::info!(run_id = %run.run_id, status = run.status.as_str(), "worker drove run")
-                }
-                Ok(Err(e)) => tracing::error!("worker could not drive a run: {e}"),
-                Err(e) => tracing::error!("worker task failed: {e}"),
-            }
+            log_driven(result);
         }
         Ok(due.len())
+    }
+
+    /// The worker loop: drives runs as they become due, each in its own
+    /// task, so that one run parked on a short timer holds up no other.
+    /// With `until_idle`, returns once nothing runs and no run is due within
+    /// a second. Returns how many runs it drove.
+    pub async fn work(&self, until_idle: bool) -> Result<usize> {
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut in_flight = HashSet::new();
+        let mut driven = 0;
+        loop {
+            for run_id in self.due_runs()? {
+                if in_flight.insert(run_id.clone()) {
+                    self.spawn_drive(&mut tasks, &run_id);
+                    driven += 1;
+                }
+            }
+            let wait = self.next_wake()?.map_or(Duration::from_secs(1), |at| {
+                Duration::from_millis(at.saturating_sub(now_ms()))
+            });
+            if until_idle && tasks.is_empty() && wait >= Duration::from_secs(1) {
+                return Ok(driven);
+            }
+            if in_flight.is_empty() || wait > Duration::ZERO {
+                tokio::select! {
+                    Some(result) = tasks.join_next() => {
+                        in_flight.remove(&log_driven(result));
+                    }
+                    () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
+                }
+            } else if let Some(result) = tasks.join_next().await {
+                in_flight.remove(&log_driven(result));
+            }
+        }
+    }
+
+    fn spawn_drive(&self, tasks: &mut DriveTasks, run_id: &str) {
+        let keel = self.clone();
+        let run_id = run_id.to_string();
+        tasks.spawn(async move {
+            let result = keel.drive(&run_id).await;
+            (run_id, result)
+        });
     }
 
     /// When the next waiting run is due, if any.

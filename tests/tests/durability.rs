@@ -390,3 +390,25 @@ async fn steps_get_only_the_granted_env_and_directories() {
     let out = json(run.output.as_deref().unwrap());
     assert_eq!(out, serde_json::json!({"env": "yes", "file": "granted"}));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_worker_resumes_due_timers_and_stops_when_only_far_ones_remain() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.park_limit = Duration::ZERO;
+    let (keel, testbed) = open(config).await;
+    let near = keel.run(&testbed, "sleeper", "300").await.unwrap();
+    let far = keel.run(&testbed, "sleeper", "600000").await.unwrap();
+    assert_eq!(near.status, RunStatus::Waiting);
+    assert_eq!(far.status, RunStatus::Waiting);
+
+    assert_eq!(keel.work(true).await.unwrap(), 1);
+    assert_eq!(
+        keel.get_run(&near.run_id).unwrap().status,
+        RunStatus::Completed
+    );
+    assert_eq!(
+        keel.get_run(&far.run_id).unwrap().status,
+        RunStatus::Waiting
+    );
+}

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -393,21 +392,7 @@ async fn replay(component: &Path, journals: &[PathBuf], json: bool) -> anyhow::R
 }
 
 async fn worker(keel: &Keel, until_idle: bool, json: bool) -> anyhow::Result<()> {
-    let mut driven = 0;
-    loop {
-        driven += keel.work_once().await?;
-        let next = keel.next_wake()?;
-        if until_idle && next.is_none() {
-            break;
-        }
-        let wait = next.map_or(Duration::from_secs(1), |at| {
-            Duration::from_millis(at.saturating_sub(now_ms())).min(Duration::from_secs(1))
-        });
-        if until_idle && wait > Duration::from_secs(1) {
-            break;
-        }
-        tokio::time::sleep(wait).await;
-    }
+    let driven = keel.work(until_idle).await?;
     if json {
         println!("{}", json!({ "driven": driven }));
     } else {
