@@ -2,13 +2,21 @@
 //! first confirmation, and show that the retry reuses the step ID so the
 //! API charges once.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use keel_host::journal::Event;
 use keel_host::payments::PaymentApi;
 use keel_host::{Config, Grants, Keel};
 use serde_json::json;
+
+/// `order.wasm` as `cargo build --release --target wasm32-wasip2 -p order`
+/// leaves it.
+pub fn default_component() -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    target.join("wasm32-wasip2/release/order.wasm")
+}
 
 pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> {
     let api = PaymentApi::start(true)

@@ -80,9 +80,10 @@ enum Command {
     Inspect { component: PathBuf },
     /// Charge an order against a payment API that loses the first confirmation.
     Demo {
-        /// The `order` guest.
-        #[arg(long, default_value = "target/wasm32-wasip2/release/order.wasm")]
-        component: PathBuf,
+        /// The `order` guest [default: order.wasm under $CARGO_TARGET_DIR or
+        /// ./target, wasm32-wasip2/release].
+        #[arg(long)]
+        component: Option<PathBuf>,
     },
     /// Export or import a run's journal.
     Journal {
@@ -218,7 +219,8 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         return replay(component, journals, cli.json).await;
     }
     if let Command::Demo { component } = &cli.command {
-        return demo::run(&cli.db, component, cli.json)
+        let component = component.clone().unwrap_or_else(demo::default_component);
+        return demo::run(&cli.db, &component, cli.json)
             .await
             .map(|()| ExitCode::SUCCESS);
     }
