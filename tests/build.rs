@@ -26,8 +26,10 @@ fn main() {
         .nth(4)
         .expect("target dir")
         .join("keel-guests");
+    // Relative to this package, so a target dir shared by several clones
+    // watches the sources of the clone being built.
     for dir in ["guest-sdk", "guests", "wit"] {
-        println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
+        println!("cargo:rerun-if-changed=../{dir}");
     }
 
     let mut artifacts = String::new();

@@ -38,6 +38,8 @@ pub struct Config {
     pub park_limit: Duration,
     /// Instances the pooling allocator keeps slots for.
     pub max_instances: u32,
+    /// How long one step attempt may take before it is stopped and retried.
+    pub step_timeout: Duration,
     /// The time admission reads (idempotency windows, run creation).
     pub clock: Arc<dyn Clock>,
 }
@@ -67,6 +69,7 @@ impl Config {
             grants: Grants::default(),
             park_limit: Duration::from_secs(60),
             max_instances: 1000,
+            step_timeout: Duration::from_secs(300),
             clock: Arc::new(SystemClock),
         }
     }

@@ -27,6 +27,9 @@ pub(crate) struct StepTask {
     pub not_before_ms: Option<u64>,
 }
 
+/// Fuel between two yields of a step guest to tokio (about 10 ms of work).
+const STEP_YIELD_FUEL: u64 = 10_000_000;
+
 /// How one attempt ended.
 enum Attempt {
     Ok(String),
@@ -117,17 +120,30 @@ impl StepTask {
         };
         let mut store = wasmtime::Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.limits);
-        if let Err(e) = store.set_fuel(u64::MAX) {
+        // Fuel is not a bound for steps, only a way to make a busy guest
+        // yield to tokio, so that the attempt's timeout can stop it.
+        let fueled = store
+            .set_fuel(u64::MAX)
+            .and_then(|()| store.fuel_async_yield_interval(Some(STEP_YIELD_FUEL)));
+        if let Err(e) = fueled {
             return Attempt::Fatal(e.to_string());
         }
-        let result = async {
+        let call = async {
             let instance = self.loaded.step_pre.instantiate_async(&mut store).await?;
             instance
                 .keel_workflow_guest()
                 .call_run_step(&mut store, &self.name, &self.input)
                 .await
-        }
-        .await;
+        };
+        let timeout = config.step_timeout;
+        let Ok(result) = tokio::time::timeout(timeout, call).await else {
+            return Attempt::Retryable {
+                message: format!(
+                    "the attempt timed out after {timeout:?}; if the step needs longer, raise --step-timeout"
+                ),
+                after: None,
+            };
+        };
         match result {
             Ok(Ok(output)) => Attempt::Ok(output),
             Ok(Err(wit::StepError::Fatal(message))) => Attempt::Fatal(message),

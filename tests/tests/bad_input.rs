@@ -151,3 +151,26 @@ async fn a_store_locked_by_another_process_is_refused() {
     assert!(stdout.contains("another keel process"), "{stdout}");
     still_alive(&keel).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_that_loops_forever_times_out_and_is_retried() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.step_timeout = std::time::Duration::from_millis(300);
+    let (keel, testbed) = open(config).await;
+    let run = keel.run(&testbed, "spinning_step", "null").await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(run.output.as_deref(), Some("2"));
+    let journal = keel.journal(&run.run_id).unwrap();
+    let failed = journal
+        .iter()
+        .find_map(|e| match &e.event {
+            keel_host::journal::Event::StepAttemptFailed { error, .. } => Some(error.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        failed.contains("timed out") && failed.contains("--step-timeout"),
+        "{failed}"
+    );
+}

@@ -277,6 +277,24 @@ async fn futures_pin(
     }
 }
 
+/// Spins on its first attempt; succeeds on the next.
+#[step(max_retries = 1, initial_backoff = "10ms")]
+async fn spin_once() -> Result<u32, StepError> {
+    let meta = keel_sdk::step_metadata();
+    if meta.attempt == 1 {
+        let mut i: u64 = 0;
+        loop {
+            i = std::hint::black_box(i.wrapping_add(1));
+        }
+    }
+    Ok(meta.attempt)
+}
+
+#[workflow]
+async fn spinning_step() -> Result<u32, Error> {
+    spin_once().await
+}
+
 /// Reads an environment variable and a file: what the operator granted.
 #[step(max_retries = 0)]
 async fn read_env_and_file(var: String, path: String) -> Result<Value, StepError> {
@@ -343,6 +361,7 @@ keel_sdk::component!(
         tenant_task,
         numeric_key,
         broken_key,
+        spinning_step,
     ],
     steps = [
         noop,
@@ -354,5 +373,6 @@ keel_sdk::component!(
         always_fails,
         probe,
         read_env_and_file,
+        spin_once,
     ]
 );

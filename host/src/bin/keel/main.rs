@@ -31,6 +31,10 @@ struct Cli {
     /// Fuel (about one unit per wasm instruction) for one workflow activation.
     #[arg(long, global = true, default_value_t = 20_000_000_000)]
     workflow_fuel: u64,
+    /// How long one step attempt may run, in seconds, before it is stopped
+    /// and retried.
+    #[arg(long, global = true, default_value_t = 300)]
+    step_timeout: u64,
     /// Memory bound of any guest instance, in MiB.
     #[arg(long, global = true, default_value_t = 256)]
     max_memory: usize,
@@ -190,6 +194,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
     let mut config = Config::new(&cli.db);
     config.workflow_fuel = cli.workflow_fuel;
     config.max_memory = cli.max_memory << 20;
+    config.step_timeout = std::time::Duration::from_secs(cli.step_timeout);
     let env = cli
         .allow_env
         .iter()
