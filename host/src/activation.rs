@@ -117,6 +117,24 @@ impl RunJournal {
         self.changed.notify_waiters();
     }
 
+    /// Compares the recorded command `command` with what the code asks for,
+    /// without copying it unless it differs: `extract` returns what the
+    /// caller needs from a matching event, or `None` if it does not match.
+    fn recorded<T>(&self, command: u32, extract: impl FnOnce(&Event) -> Option<T>) -> Recorded<T> {
+        let state = self.lock();
+        let Some(&i) = state.commands.get(command as usize) else {
+            return Recorded::Absent;
+        };
+        let entry = &state.entries[i];
+        match extract(&entry.event) {
+            Some(value) => Recorded::Matches {
+                at_ms: entry.at_ms,
+                value,
+            },
+            None => Recorded::Differs(entry.clone()),
+        }
+    }
+
     fn recorded_command(&self, command: u32) -> Option<Entry> {
         let state = self.lock();
         state
@@ -210,6 +228,13 @@ impl RunJournal {
     }
 }
 
+/// What the journal holds at a command's position.
+enum Recorded<T> {
+    Absent,
+    Matches { at_ms: u64, value: T },
+    Differs(Entry),
+}
+
 /// The completions an activation has handed to the workflow.
 #[derive(Default)]
 struct Delivered {
@@ -297,40 +322,55 @@ impl Activation {
         self.next_command < self.recorded_commands
     }
 
-    /// Matches a new command against the journal, or appends it.
-    async fn command(&mut self, requested: Event) -> wasmtime::Result<(u32, Entry, bool)> {
+    /// Matches the code's next command against the journal, or appends it.
+    /// `extract` recognises a matching recorded event and takes what the
+    /// caller needs from it; `build` makes the event to append. Returns the
+    /// command ID and, when replayed, the extracted value.
+    async fn command<T>(
+        &mut self,
+        extract: impl FnOnce(&Event) -> Option<T>,
+        build: impl FnOnce(u32) -> Event,
+    ) -> wasmtime::Result<(u32, Option<T>)> {
         let command = self.next_command;
         self.next_command += 1;
-        if let Some(recorded) = self.journal.recorded_command(command) {
-            if !same_command(&recorded.event, &requested) {
-                self.divergence = Some(Divergence {
-                    position: command,
-                    journal_seq: recorded.seq,
-                    recorded: CommandView::of(&recorded.event),
-                    requested: CommandView::of(&requested),
-                    journal_context: self
-                        .journal
-                        .command_views(command.saturating_sub(2)..command + 3),
-                    code_context: self
-                        .journal
-                        .command_views(command.saturating_sub(2)..command),
-                });
-                return Err(wasmtime::Error::new(Error::NonDeterminism {
-                    run_id: self.run_id.clone(),
-                    position: command,
-                    recorded: format!("{} (entry {})", recorded.event.describe(), recorded.seq),
-                    requested: requested.describe(),
-                }));
+        match self.journal.recorded(command, extract) {
+            Recorded::Matches { at_ms, value } => {
+                self.clock.set(at_ms);
+                return Ok((command, Some(value)));
             }
-            self.clock.set(recorded.at_ms);
-            return Ok((command, recorded, true));
+            Recorded::Differs(recorded) => {
+                return Err(self.diverged(command, &recorded, &build(command)));
+            }
+            Recorded::Absent => {}
         }
         if self.offline {
             return Err(wasmtime::Error::new(Suspend::JournalEnd));
         }
-        let entry = self.journal.append(requested).await?;
+        let entry = self.journal.append(build(command)).await?;
         self.clock.set(entry.at_ms);
-        Ok((command, entry, false))
+        Ok((command, None))
+    }
+
+    /// Records the divergence at `command` and returns its error.
+    fn diverged(&mut self, command: u32, recorded: &Entry, requested: &Event) -> wasmtime::Error {
+        self.divergence = Some(Divergence {
+            position: command,
+            journal_seq: recorded.seq,
+            recorded: CommandView::of(&recorded.event),
+            requested: CommandView::of(requested),
+            journal_context: self
+                .journal
+                .command_views(command.saturating_sub(2)..command + 3),
+            code_context: self
+                .journal
+                .command_views(command.saturating_sub(2)..command),
+        });
+        wasmtime::Error::new(Error::NonDeterminism {
+            run_id: self.run_id.clone(),
+            position: command,
+            recorded: format!("{} (entry {})", recorded.event.describe(), recorded.seq),
+            requested: requested.describe(),
+        })
     }
 
     pub async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32> {
@@ -344,26 +384,32 @@ impl Activation {
             }));
         };
         let retry = step.retry;
-        let command = self.next_command;
-        let requested = Event::StepScheduled {
-            command,
-            step_id: step_id(&self.run_id, command),
-            digest: step_digest(&name, &input),
-            name: name.clone(),
-            input: input.clone(),
-        };
-        let (command, entry, replayed) = self.command(requested).await?;
+        let run_id = self.run_id.clone();
+        let (command, replayed) = self
+            .command(
+                |e| match e {
+                    Event::StepScheduled {
+                        name: n, input: i, ..
+                    } => (*n == name && *i == input).then_some(()),
+                    _ => None,
+                },
+                |command| Event::StepScheduled {
+                    command,
+                    step_id: step_id(&run_id, command),
+                    digest: step_digest(&name, &input),
+                    name: name.clone(),
+                    input: input.clone(),
+                },
+            )
+            .await?;
         if self.offline || self.journal.is_completed(command) {
             return Ok(command);
         }
-        let Event::StepScheduled { step_id, .. } = entry.event else {
-            unreachable!("matched as a step")
+        let (started, retry_at) = match replayed {
+            Some(()) => self.journal.attempts(command),
+            None => (0, None),
         };
-        let (started, retry_at) = if replayed {
-            self.journal.attempts(command)
-        } else {
-            (0, None)
-        };
+        let step_id = step_id(&self.run_id, command);
         let task = crate::steps::StepTask {
             inner: self.inner.clone(),
             loaded: self.loaded.clone(),
@@ -383,16 +429,20 @@ impl Activation {
     }
 
     pub async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32> {
-        let command = self.next_command;
-        let fire_at_ms = self.clock_ms().saturating_add(duration_ms);
-        let requested = Event::TimerScheduled {
-            command,
-            fire_at_ms,
-        };
-        let (command, entry, _) = self.command(requested).await?;
-        let Event::TimerScheduled { fire_at_ms, .. } = entry.event else {
-            unreachable!("matched as a timer")
-        };
+        let requested_fire_at = self.clock_ms().saturating_add(duration_ms);
+        let (command, recorded) = self
+            .command(
+                |e| match e {
+                    Event::TimerScheduled { fire_at_ms, .. } => Some(*fire_at_ms),
+                    _ => None,
+                },
+                |command| Event::TimerScheduled {
+                    command,
+                    fire_at_ms: requested_fire_at,
+                },
+            )
+            .await?;
+        let fire_at_ms = recorded.unwrap_or(requested_fire_at);
         if self.offline || self.journal.is_completed(command) {
             return Ok(command);
         }
@@ -431,8 +481,12 @@ impl Activation {
         if self.offline || self.journal.has_ended() {
             return Ok(false);
         }
-        self.command(Event::PatchMarker { command, change_id })
-            .await?;
+        // Past the journal's commands: nothing recorded to match.
+        self.command(
+            |_| Some(()),
+            |command| Event::PatchMarker { command, change_id },
+        )
+        .await?;
         Ok(true)
     }
 
@@ -521,26 +575,6 @@ impl Activation {
             wit::LogLevel::Warn => tracing::warn!(run_id, "{message}"),
             wit::LogLevel::Error => tracing::error!(run_id, "{message}"),
         }
-    }
-}
-
-/// Whether a recorded command is the one the code asks for now.
-fn same_command(recorded: &Event, requested: &Event) -> bool {
-    match (recorded, requested) {
-        (
-            Event::StepScheduled {
-                name: a,
-                digest: da,
-                ..
-            },
-            Event::StepScheduled {
-                name: b,
-                digest: db,
-                ..
-            },
-        ) => a == b && da == db,
-        (Event::TimerScheduled { .. }, Event::TimerScheduled { .. }) => true,
-        _ => false,
     }
 }
 

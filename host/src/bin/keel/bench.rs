@@ -106,18 +106,21 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
     let run_id = w10(keel, loaded, &steps.to_string()).await?;
     let journal = keel.journal(&run_id)?;
     let run = keel.get_run(&run_id)?;
-    let rounds = 5;
-    let t = Instant::now();
-    for _ in 0..rounds {
+    let mut rounds = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
         let verdict = keel.replay_entries(loaded, &run, journal.clone()).await;
+        rounds.push(t.elapsed());
         anyhow::ensure!(verdict.is_ok(), "the replay diverged: {verdict:?}");
     }
-    let per = t.elapsed() / rounds;
+    rounds.sort();
+    let median = rounds[rounds.len() / 2];
     println!(
-        "replay of a {}-entry journal: {:.1} ms, {:.0} entries/s",
+        "replay of a {}-entry journal (median of {} rounds): {:.1} ms, {:.0} entries/s",
         journal.len(),
-        ms(per),
-        journal.len() as f64 / per.as_secs_f64()
+        rounds.len(),
+        ms(median),
+        journal.len() as f64 / median.as_secs_f64()
     );
     Ok(())
 }
