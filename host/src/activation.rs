@@ -215,12 +215,10 @@ impl RunJournal {
 
     /// The journal records the run's end: everything in it is history.
     fn has_ended(&self) -> bool {
-        self.lock().entries.iter().rev().any(|e| {
-            matches!(
-                e.event,
-                Event::RunCompleted { .. } | Event::RunFailed { .. }
-            )
-        })
+        matches!(
+            self.lock().entries.last().map(|e| &e.event),
+            Some(Event::RunCompleted { .. } | Event::RunFailed { .. })
+        )
     }
 
     fn failure(&self) -> Option<String> {
@@ -503,8 +501,11 @@ impl Activation {
                 self.clock.set(entry.at_ms);
                 return Ok(self.completion(entry));
             }
-            if let Some(failure) = self.journal.failure() {
-                return Err(wasmtime::Error::msg(failure));
+            if let Some(reason) = self.journal.failure() {
+                return Err(wasmtime::Error::new(Error::JournalWrite {
+                    run_id: self.run_id.clone(),
+                    reason,
+                }));
             }
             if self.offline {
                 return Err(wasmtime::Error::new(Suspend::JournalEnd));

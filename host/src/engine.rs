@@ -453,6 +453,10 @@ impl Keel {
         run.wake_at_ms = None;
         self.inner.store.put_run(&run)?;
         let (ended, _) = self.activate(&loaded, &run, journal.clone(), false).await;
+        if let Ended::Failed(e @ (Error::JournalWrite { .. } | Error::Storage(_))) = ended {
+            // Not the run's failure: what is durable stays, a worker resumes it.
+            return Err(e);
+        }
         let event = match &ended {
             Ended::Completed(output) => Some(Event::RunCompleted {
                 output: output.clone(),

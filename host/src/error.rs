@@ -109,6 +109,11 @@ pub enum Error {
         existing_run_id: String,
     },
 
+    #[error(
+        "run {run_id}: writing its journal failed ({reason}); the run is left as it was for a worker to resume"
+    )]
+    JournalWrite { run_id: String, reason: String },
+
     #[error("storage error: {0}")]
     Storage(#[from] sled::Error),
 
@@ -154,6 +159,7 @@ impl Error {
             Error::RunExists { .. } => "run_exists",
             Error::KeyExpression { .. } => "key_expression",
             Error::IdempotencyCollision { .. } => "idempotency_collision",
+            Error::JournalWrite { .. } => "journal_write",
             Error::Storage(_) => "storage",
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
@@ -169,6 +175,7 @@ impl Error {
             | Error::FuelExhausted { run_id, .. }
             | Error::MemoryExhausted { run_id, .. }
             | Error::GuestTrap { run_id, .. }
+            | Error::JournalWrite { run_id, .. }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.clone())],
             Error::NonDeterminism {
                 run_id, position, ..
