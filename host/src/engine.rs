@@ -182,6 +182,7 @@ impl Keel {
         })
     }
 
+    /// The store this engine writes to.
     pub fn store(&self) -> &Store {
         &self.inner.store
     }
@@ -397,6 +398,7 @@ impl Keel {
         Ok(event)
     }
 
+    /// Every ingested event, oldest first.
     pub fn list_events(&self) -> Result<Vec<EventRecord>> {
         self.inner.store.list_events()
     }
@@ -413,14 +415,17 @@ impl Keel {
         Ok(run)
     }
 
+    /// A run's record; `RunNotFound` if the store has none.
     pub fn get_run(&self, run_id: &str) -> Result<RunRecord> {
         self.inner.store.get_run(run_id)
     }
 
+    /// Every run, oldest first.
     pub fn list_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner.store.list_runs()
     }
 
+    /// A run's journal, in order.
     pub fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
         self.inner.store.get_run(run_id)?;
         self.inner.store.journal(run_id)
