@@ -157,6 +157,19 @@ async fn concurrent_steps_keep_their_ids_and_delivery_order_on_replay() {
         }
     );
 
+    let unordered = keel
+        .run(&testbed, "unordered", "[400, 10, 150]")
+        .await
+        .unwrap();
+    assert_eq!(unordered.output.as_deref(), Some(r#"["s1","s2","s0"]"#));
+    let replay = keel.replay(&unordered.run_id, None).await.unwrap();
+    assert_eq!(
+        replay,
+        Verdict::Ok {
+            output: unordered.output.clone()
+        }
+    );
+
     let joined = keel.run(&testbed, "joined", "null").await.unwrap();
     assert_eq!(joined.status, RunStatus::Completed, "{:?}", joined.error);
     let replay = keel.replay(&joined.run_id, None).await.unwrap();

@@ -108,6 +108,23 @@ async fn concurrent(delays: Vec<u64>) -> Result<Vec<Labelled>, Error> {
     Ok(done)
 }
 
+/// The same as `concurrent`, with `FuturesUnordered`, which polls only the
+/// futures that were woken.
+#[workflow]
+async fn unordered(delays: Vec<u64>) -> Result<Vec<String>, Error> {
+    use keel_sdk::futures::stream::{FuturesUnordered, StreamExt};
+    let mut pending: FuturesUnordered<_> = delays
+        .iter()
+        .enumerate()
+        .map(|(i, d)| delayed(format!("s{i}"), *d))
+        .collect();
+    let mut done = Vec::new();
+    while let Some(result) = pending.next().await {
+        done.push(result?.label);
+    }
+    Ok(done)
+}
+
 /// `join!` of two steps and a timer.
 #[workflow]
 async fn joined() -> Result<Vec<Labelled>, Error> {
@@ -346,6 +363,7 @@ keel_sdk::component!(
         two_steps,
         clock_random,
         concurrent,
+        unordered,
         joined,
         flaky,
         trap,
