@@ -511,12 +511,19 @@ impl Activation {
                 return Err(wasmtime::Error::new(Suspend::JournalEnd));
             }
             if !ids.iter().any(|id| self.in_flight.contains(id)) {
-                let wake_at_ms = ids
+                let Some(&wake_at_ms) = ids
                     .iter()
                     .filter_map(|id| self.dormant_timers.get(id))
                     .min()
-                    .copied()
-                    .unwrap_or(u64::MAX);
+                else {
+                    // Only a guest that bypasses keel-sdk gets here.
+                    return Err(wasmtime::Error::new(Error::WorkflowFailed {
+                        run_id: self.run_id.clone(),
+                        message: format!(
+                            "it waits for commands {ids:?}, none of which is pending, so it would wait forever"
+                        ),
+                    }));
+                };
                 return Err(wasmtime::Error::new(Suspend::Timer { wake_at_ms }));
             }
             changed.await;
