@@ -581,9 +581,10 @@ impl Keel {
         })
     }
 
-    /// Runs that can make progress now: pending and interrupted runs, and
-    /// waiting runs whose timer is due. Also deletes expired idempotency keys.
-    fn due_runs(&self) -> Result<Vec<String>> {
+    /// Runs that can make progress now (pending and interrupted runs, and
+    /// waiting runs whose timer is due), not counting `busy` ones, and when
+    /// the next of the others is due. Also deletes expired idempotency keys.
+    fn due_runs(&self, busy: &HashSet<String>) -> Result<(Vec<String>, Option<u64>)> {
         let purged = self
             .inner
             .store
@@ -593,24 +594,28 @@ impl Keel {
         }
         let now = now_ms();
         let active = self.inner.active.lock().expect("active runs").clone();
-        Ok(self
-            .list_runs()?
-            .into_iter()
-            .filter(|r| match r.status {
-                RunStatus::Pending | RunStatus::Running => true,
-                RunStatus::Waiting => r.wake_at_ms.is_none_or(|w| w <= now),
-                _ => false,
-            })
-            .map(|r| r.run_id)
-            .filter(|id| !active.contains(id))
-            .collect())
+        let (mut due, mut next_wake) = (Vec::new(), None::<u64>);
+        for run in self.list_runs()? {
+            if busy.contains(&run.run_id) || active.contains(&run.run_id) {
+                continue;
+            }
+            match (run.status, run.wake_at_ms) {
+                (RunStatus::Pending | RunStatus::Running, _) => due.push(run.run_id),
+                (RunStatus::Waiting, Some(at)) if at > now => {
+                    next_wake = Some(next_wake.map_or(at, |n| n.min(at)));
+                }
+                (RunStatus::Waiting, _) => due.push(run.run_id),
+                _ => {}
+            }
+        }
+        Ok((due, next_wake))
     }
 
     /// Drives every run that can make progress now, and waits for them to
     /// complete, fail or wait. Returns how many it drove.
     pub async fn work_once(&self) -> Result<usize> {
         let mut tasks = tokio::task::JoinSet::new();
-        let due = self.due_runs()?;
+        let (due, _) = self.due_runs(&HashSet::new())?;
         for run_id in &due {
             self.spawn_drive(&mut tasks, run_id);
         }
@@ -629,27 +634,23 @@ impl Keel {
         let mut in_flight = HashSet::new();
         let mut driven = 0;
         loop {
-            for run_id in self.due_runs()? {
-                if in_flight.insert(run_id.clone()) {
-                    self.spawn_drive(&mut tasks, &run_id);
-                    driven += 1;
-                }
+            let (due, next_wake) = self.due_runs(&in_flight)?;
+            for run_id in due {
+                self.spawn_drive(&mut tasks, &run_id);
+                in_flight.insert(run_id);
+                driven += 1;
             }
-            let wait = self.next_wake()?.map_or(Duration::from_secs(1), |at| {
+            let wait = next_wake.map_or(Duration::from_secs(1), |at| {
                 Duration::from_millis(at.saturating_sub(now_ms()))
             });
             if until_idle && tasks.is_empty() && wait >= Duration::from_secs(1) {
                 return Ok(driven);
             }
-            if in_flight.is_empty() || wait > Duration::ZERO {
-                tokio::select! {
-                    Some(result) = tasks.join_next() => {
-                        in_flight.remove(&log_driven(result));
-                    }
-                    () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
+            tokio::select! {
+                Some(result) = tasks.join_next() => {
+                    in_flight.remove(&log_driven(result));
                 }
-            } else if let Some(result) = tasks.join_next().await {
-                in_flight.remove(&log_driven(result));
+                () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
             }
         }
     }
