@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::task::AbortHandle;
+use tokio::task::JoinHandle;
 
 use crate::component::Loaded;
 use crate::engine::Inner;
@@ -268,7 +268,7 @@ pub struct Activation {
     in_flight: HashSet<u32>,
     /// Fire times of timers not armed in memory (too far away).
     dormant_timers: HashMap<u32, u64>,
-    tasks: Vec<AbortHandle>,
+    tasks: Vec<JoinHandle<()>>,
     /// The first divergence from the journal, in detail.
     pub(crate) divergence: Option<Divergence>,
 }
@@ -314,6 +314,15 @@ impl Activation {
     /// Commands the workflow issued so far, and commands the journal holds.
     pub(crate) fn progress(&self) -> (u32, u32) {
         (self.next_command, self.recorded_commands)
+    }
+
+    /// Stops the step and timer tasks of this activation and waits until
+    /// they are gone, so nothing of the run outlives it.
+    pub(crate) async fn stop_tasks(&mut self) {
+        for task in std::mem::take(&mut self.tasks) {
+            task.abort();
+            let _ = task.await;
+        }
     }
 
     fn replaying(&self) -> bool {
@@ -422,7 +431,7 @@ impl Activation {
             not_before_ms: retry_at,
         };
         self.in_flight.insert(command);
-        self.tasks.push(tokio::spawn(task.run()).abort_handle());
+        self.tasks.push(tokio::spawn(task.run()));
         Ok(command)
     }
 
@@ -457,7 +466,7 @@ impl Activation {
                 journal.fail(e.to_string());
             }
         });
-        self.tasks.push(task.abort_handle());
+        self.tasks.push(task);
         Ok(command)
     }
 

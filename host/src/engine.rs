@@ -544,10 +544,13 @@ impl Keel {
             Err(e) => self.classify(e, run, &log),
         };
         let trace = match &mut store.data_mut().role {
-            Role::Workflow(a) => Trace {
-                divergence: a.divergence.take(),
-                progress: a.progress(),
-            },
+            Role::Workflow(a) => {
+                a.stop_tasks().await;
+                Trace {
+                    divergence: a.divergence.take(),
+                    progress: a.progress(),
+                }
+            }
             _ => Trace::default(),
         };
         (ended, trace)
