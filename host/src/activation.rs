@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 
 use crate::component::Loaded;
 use crate::engine::Inner;
+use crate::idempotency::Clock;
 use crate::journal::{self, Entry, Event, step_digest, step_id};
 use crate::replay::{CommandView, Divergence};
 use crate::sandbox::{JournalClock, wit};
@@ -597,8 +598,5 @@ impl Activation {
 
 /// Milliseconds since the Unix epoch, by the machine's clock.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    crate::idempotency::SystemClock.now_ms()
 }

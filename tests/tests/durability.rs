@@ -307,10 +307,8 @@ async fn a_long_sleep_suspends_the_run_and_a_worker_resumes_it() {
 }
 
 fn keel_host_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
+    use keel_host::idempotency::Clock;
+    keel_host::idempotency::SystemClock.now_ms()
 }
 
 /// The child side of the crash test: drives `crashable` until killed.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use keel_host::idempotency::{Clock, SystemClock};
 use keel_host::journal::{Entry, Event, excerpt};
 use keel_host::{
     Config, EventRecord, Grants, JournalFile, Keel, Replayer, RunRecord, RunStatus, StartOptions,
@@ -409,9 +410,7 @@ async fn worker(keel: &Keel, until_idle: bool, json: bool) -> anyhow::Result<()>
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    SystemClock.now_ms()
 }
 
 fn print_event(event: &EventRecord) {
