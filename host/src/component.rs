@@ -234,16 +234,25 @@ fn compile_cached(
         }
     };
     let compiled = engine.precompile_component(bytes).map_err(invalid)?;
-    let io = |source| Error::Io {
-        path: artifact.clone(),
-        source,
-    };
-    std::fs::create_dir_all(cache_dir).map_err(io)?;
-    let tmp: PathBuf = artifact.with_extension("tmp");
-    std::fs::write(&tmp, &compiled).map_err(io)?;
-    std::fs::rename(&tmp, &artifact).map_err(io)?;
+    if let Err(e) = write_artifact(cache_dir, &artifact, &compiled) {
+        tracing::warn!(path = %artifact.display(), error = %e, "could not cache the compiled component; it will be compiled again next time");
+    }
     // SAFETY: produced just above by this engine.
     unsafe { Component::deserialize(engine, &compiled) }.map_err(invalid)
+}
+
+/// Writes a compiled artifact under a name unique to this process and call,
+/// then renames it into place, so concurrent loaders (threads or processes
+/// sharing the cache) never see or clobber a half-written file.
+fn write_artifact(cache_dir: &Path, artifact: &Path, compiled: &[u8]) -> std::io::Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    std::fs::create_dir_all(cache_dir)?;
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp: PathBuf = artifact.with_extension(format!("{}.{n}.tmp", std::process::id()));
+    std::fs::write(&tmp, compiled)?;
+    std::fs::rename(&tmp, artifact).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 async fn read_manifest(
