@@ -10,6 +10,7 @@
 //! replay.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +23,9 @@ use crate::idempotency::Clock;
 use crate::journal::{self, Entry, Event, step_digest, step_id};
 use crate::replay::{CommandView, Divergence};
 use crate::sandbox::{JournalClock, wit};
-use crate::store::Store;
+use crate::hooks::{HookRecord, Payload};
+use crate::journal::{HookRegistration, StartOutcome};
+use crate::store::{RunStatus, Store};
 use crate::{Error, Result};
 
 /// A run's journal in memory, shared by the activation and its step and
@@ -32,6 +35,7 @@ pub struct RunJournal {
     run_id: String,
     state: Mutex<JournalState>,
     changed: Notify,
+    cancelled: AtomicBool,
 }
 
 #[derive(Default)]
@@ -78,7 +82,24 @@ impl RunJournal {
             run_id: run_id.to_string(),
             state: Mutex::new(state),
             changed: Notify::new(),
+            cancelled: AtomicBool::new(false),
         }
+    }
+
+    /// Wakes the activation to look again at what the store holds for it
+    /// (a payload, another run's end).
+    pub fn poke(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// Asks the activation to stop at its next wait: the run is cancelled.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, JournalState> {
@@ -218,7 +239,7 @@ impl RunJournal {
     fn has_ended(&self) -> bool {
         matches!(
             self.lock().entries.last().map(|e| &e.event),
-            Some(Event::RunCompleted { .. } | Event::RunFailed { .. })
+            Some(Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled)
         )
     }
 
@@ -242,11 +263,37 @@ struct Delivered {
     prefix: usize,
 }
 
+/// What a command completed from outside the run waits for.
+enum External {
+    Payload { token: String, index: u64 },
+    RunEnd { run_id: String },
+}
+
+impl External {
+    fn describe(&self) -> String {
+        match self {
+            External::Payload { token, index } => format!("payload {index} of hook `{token}`"),
+            External::RunEnd { run_id } => format!("the end of run {run_id}"),
+        }
+    }
+}
+
+/// A hook the workflow holds a handle to.
+struct OpenHook {
+    token: String,
+    next_index: u64,
+}
+
 /// Raised out of the guest when the activation cannot go on now.
 #[derive(Debug, thiserror::Error)]
 pub enum Suspend {
-    #[error("waiting for a timer due at {wake_at_ms} ms")]
-    Timer { wake_at_ms: u64 },
+    /// Waiting for a timer due at `wake_at_ms`, or for something outside
+    /// the run (a hook's payload, another run's end), which wakes it.
+    #[error("waiting for {on}")]
+    Waiting {
+        wake_at_ms: Option<u64>,
+        on: String,
+    },
     #[error("the journal ends here")]
     JournalEnd,
 }
@@ -269,6 +316,10 @@ pub struct Activation {
     in_flight: HashSet<u32>,
     /// Fire times of timers not armed in memory (too far away).
     dormant_timers: HashMap<u32, u64>,
+    /// Commands completed from outside the run, by what they wait for.
+    external: HashMap<u32, External>,
+    /// The hooks the workflow created, by handle.
+    hooks: HashMap<u32, OpenHook>,
     tasks: Vec<JoinHandle<()>>,
     /// The first divergence from the journal, in detail.
     pub(crate) divergence: Option<Divergence>,
@@ -307,6 +358,8 @@ impl Activation {
             delivered: Delivered::default(),
             in_flight: HashSet::new(),
             dormant_timers: HashMap::new(),
+            external: HashMap::new(),
+            hooks: HashMap::new(),
             tasks: Vec::new(),
             divergence: None,
         }
@@ -337,26 +390,43 @@ impl Activation {
     async fn command<T>(
         &mut self,
         extract: impl FnOnce(&Event) -> Option<T>,
-        build: impl FnOnce(u32) -> Event,
+        build: impl Fn(u32) -> Event,
+    ) -> wasmtime::Result<(u32, Option<T>)> {
+        let (command, recorded) = self.match_command(extract, &build)?;
+        if recorded.is_none() {
+            self.append_command(build(command)).await?;
+        }
+        Ok((command, recorded))
+    }
+
+    /// Takes the next command ID and matches it against the journal without
+    /// appending: `None` means the journal ends here and the caller appends
+    /// (after any side effect the event records). `requested` describes the
+    /// command for a divergence report.
+    fn match_command<T>(
+        &mut self,
+        extract: impl FnOnce(&Event) -> Option<T>,
+        requested: impl Fn(u32) -> Event,
     ) -> wasmtime::Result<(u32, Option<T>)> {
         let command = self.next_command;
         self.next_command += 1;
         match self.journal.recorded(command, extract) {
             Recorded::Matches { at_ms, value } => {
                 self.clock.set(at_ms);
-                return Ok((command, Some(value)));
+                Ok((command, Some(value)))
             }
             Recorded::Differs(recorded) => {
-                return Err(self.diverged(command, &recorded, &build(command)));
+                Err(self.diverged(command, &recorded, &requested(command)))
             }
-            Recorded::Absent => {}
+            Recorded::Absent if self.offline => Err(wasmtime::Error::new(Suspend::JournalEnd)),
+            Recorded::Absent => Ok((command, None)),
         }
-        if self.offline {
-            return Err(wasmtime::Error::new(Suspend::JournalEnd));
-        }
-        let entry = self.journal.append(build(command)).await?;
+    }
+
+    async fn append_command(&mut self, event: Event) -> wasmtime::Result<()> {
+        let entry = self.journal.append(event).await?;
         self.clock.set(entry.at_ms);
-        Ok((command, None))
+        Ok(())
     }
 
     /// Records the divergence at `command` and returns its error.
@@ -492,10 +562,271 @@ impl Activation {
         // Past the journal's commands: nothing recorded to match.
         self.command(
             |_| Some(()),
-            |command| Event::PatchMarker { command, change_id },
+            |command| Event::PatchMarker {
+                command,
+                change_id: change_id.clone(),
+            },
         )
         .await?;
         Ok(true)
+    }
+
+    /// `create_hook(options)`: registers the hook in the store (or binds
+    /// to the run's start hook) and journals the store's answer. Options
+    /// that belong to `start()` are refused on the start hook.
+    pub async fn create_hook(
+        &mut self,
+        options: wit::HookOptions,
+    ) -> wasmtime::Result<Result<wit::Hook, String>> {
+        let token = options
+            .token
+            .clone()
+            .unwrap_or_else(|| format!("{}:hook:{}", self.run_id, self.next_command));
+        let force = options.force;
+        let (command, recorded) = self.match_command(
+            |e| match e {
+                Event::HookCreated {
+                    token: t,
+                    force: f,
+                    registration,
+                    ..
+                } if *t == token && *f == force => Some(registration.clone()),
+                _ => None,
+            },
+            |command| Event::HookCreated {
+                command,
+                token: token.clone(),
+                force,
+                registration: HookRegistration::Registered,
+            },
+        )?;
+        let registration = match recorded {
+            Some(registration) => registration,
+            None => {
+                let now = self.inner.config.clock.now_ms();
+                let hook = HookRecord {
+                    token: token.clone(),
+                    run_id: self.run_id.clone(),
+                    command: Some(command),
+                    metadata: options.metadata.clone(),
+                    created_at_ms: now,
+                    retain_until_ms: options.min_retention_ms.map(|ms| now.saturating_add(ms)),
+                    active: true,
+                    next_payload: 0,
+                };
+                let registration = self.inner.store.register_hook(&hook, force, now)?;
+                self.append_command(Event::HookCreated {
+                    command,
+                    token: token.clone(),
+                    force,
+                    registration: registration.clone(),
+                })
+                .await?;
+                registration
+            }
+        };
+        let start_only: Vec<&str> = [
+            ("metadata", options.metadata.is_some()),
+            ("min_retention", options.min_retention_ms.is_some()),
+            ("force", force),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect();
+        let registration = match registration {
+            HookRegistration::BoundToStart if !start_only.is_empty() => {
+                return Ok(Err(format!(
+                    "hook `{token}` is this run's start hook, which takes no {}: those options belong to start()",
+                    start_only.join(", ")
+                )));
+            }
+            HookRegistration::BoundToStart => wit::HookRegistration::BoundToStart,
+            HookRegistration::Registered => wit::HookRegistration::Registered,
+            HookRegistration::Conflict { owner_run_id } => {
+                wit::HookRegistration::Conflict(owner_run_id)
+            }
+        };
+        if !matches!(registration, wit::HookRegistration::Conflict(_)) {
+            let hook = OpenHook {
+                token: token.clone(),
+                next_index: 0,
+            };
+            self.hooks.insert(command, hook);
+        }
+        Ok(Ok(wit::Hook {
+            handle: command,
+            token,
+            registration,
+        }))
+    }
+
+    /// Asks for the next payload of the hook `handle`.
+    pub async fn hook_next(&mut self, handle: u32) -> wasmtime::Result<u32> {
+        let Some(hook) = self.hooks.get_mut(&handle) else {
+            return Err(wasmtime::Error::new(Error::WorkflowFailed {
+                run_id: self.run_id.clone(),
+                message: format!(
+                    "it awaits hook {handle}, which it does not hold (it was disposed of, or its token is held by another run)"
+                ),
+            }));
+        };
+        let (token, index) = (hook.token.clone(), hook.next_index);
+        hook.next_index += 1;
+        let (command, _) = self
+            .command(
+                |e| match e {
+                    Event::HookNext { hook, index: i, .. } => {
+                        (*hook == handle && *i == index).then_some(())
+                    }
+                    _ => None,
+                },
+                |command| Event::HookNext {
+                    command,
+                    hook: handle,
+                    token: token.clone(),
+                    index,
+                },
+            )
+            .await?;
+        if !self.offline && !self.journal.is_completed(command) {
+            self.external
+                .insert(command, External::Payload { token, index });
+        }
+        Ok(command)
+    }
+
+    /// Disposes of the hook `handle`: its token is released at once.
+    pub async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()> {
+        let Some(hook) = self.hooks.remove(&handle) else {
+            return Ok(());
+        };
+        let event = |command| Event::HookDisposed {
+            command,
+            hook: handle,
+        };
+        let (command, recorded) = self.match_command(
+            |e| matches!(e, Event::HookDisposed { hook, .. } if *hook == handle).then_some(()),
+            event,
+        )?;
+        if recorded.is_none() {
+            self.inner.store.dispose_hook(&self.run_id, &hook.token)?;
+            self.append_command(event(command)).await?;
+        }
+        Ok(())
+    }
+
+    /// Another run's status, read once and journaled.
+    pub async fn run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus> {
+        let (command, recorded) = self.match_command(
+            |e| match e {
+                Event::RunStatusRead {
+                    run_id: r, status, ..
+                } if *r == run_id => Some(status.clone()),
+                _ => None,
+            },
+            |command| Event::RunStatusRead {
+                command,
+                run_id: run_id.clone(),
+                status: String::new(),
+            },
+        )?;
+        let status = match recorded {
+            Some(status) => status,
+            None => {
+                let status = self.inner.store.get_run(&run_id)?.status.as_str().to_string();
+                self.append_command(Event::RunStatusRead {
+                    command,
+                    run_id,
+                    status: status.clone(),
+                })
+                .await?;
+                status
+            }
+        };
+        Ok(wit_status(&status))
+    }
+
+    /// Waits for another run to end; the run is woken when it does.
+    pub async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32> {
+        let (command, _) = self
+            .command(
+                |e| matches!(e, Event::RunAwaited { run_id: r, .. } if *r == run_id).then_some(()),
+                |command| Event::RunAwaited {
+                    command,
+                    run_id: run_id.clone(),
+                },
+            )
+            .await?;
+        if !self.offline && !self.journal.is_completed(command) {
+            self.inner.store.get_run(&run_id)?;
+            self.inner.store.watch(&run_id, &self.run_id)?;
+            self.external.insert(command, External::RunEnd { run_id });
+        }
+        Ok(command)
+    }
+
+    /// Starts a run of `workflow` of this component. Its run ID derives
+    /// from this command, so a recovered run finds the run it started.
+    pub async fn start_workflow(
+        &mut self,
+        workflow: String,
+        input: String,
+        options: wit::StartOptions,
+    ) -> wasmtime::Result<Result<String, wit::StartError>> {
+        let (command, recorded) = self.match_command(
+            |e| match e {
+                Event::WorkflowStarted {
+                    workflow: w,
+                    input: i,
+                    token,
+                    outcome,
+                    ..
+                } if *w == workflow && *i == input && *token == options.token => {
+                    Some(outcome.clone())
+                }
+                _ => None,
+            },
+            |command| Event::WorkflowStarted {
+                command,
+                workflow: workflow.clone(),
+                input: input.clone(),
+                token: options.token.clone(),
+                outcome: StartOutcome::Refused {
+                    reason: String::new(),
+                },
+            },
+        )?;
+        let outcome = match recorded {
+            Some(outcome) => outcome,
+            None => {
+                let child_id = format!("{}.{command}", self.run_id);
+                let outcome = crate::engine::start_child(
+                    &self.inner,
+                    &self.loaded,
+                    child_id,
+                    &workflow,
+                    &input,
+                    &options,
+                )
+                .await?;
+                self.append_command(Event::WorkflowStarted {
+                    command,
+                    workflow,
+                    input,
+                    token: options.token,
+                    outcome: outcome.clone(),
+                })
+                .await?;
+                outcome
+            }
+        };
+        Ok(match outcome {
+            StartOutcome::Started { run_id } => Ok(run_id),
+            StartOutcome::HookConflict { conflicting_run_id } => {
+                Err(wit::StartError::HookConflict(conflicting_run_id))
+            }
+            StartOutcome::Refused { reason } => Err(wit::StartError::Refused(reason)),
+        })
     }
 
     fn clock_ms(&self) -> u64 {
@@ -504,7 +835,8 @@ impl Activation {
 
     pub async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion> {
         loop {
-            let changed = self.journal.changed.notified();
+            let journal = self.journal.clone();
+            let changed = journal.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             if let Some(entry) = self.journal.take_completion(ids, &mut self.delivered) {
@@ -520,24 +852,93 @@ impl Activation {
             if self.offline {
                 return Err(wasmtime::Error::new(Suspend::JournalEnd));
             }
+            if self.journal.is_cancelled() {
+                return Err(wasmtime::Error::new(Error::Cancelled {
+                    run_id: self.run_id.clone(),
+                }));
+            }
+            if self.complete_external(ids).await? {
+                continue;
+            }
             if !ids.iter().any(|id| self.in_flight.contains(id)) {
-                let Some(&wake_at_ms) = ids
-                    .iter()
-                    .filter_map(|id| self.dormant_timers.get(id))
-                    .min()
-                else {
-                    // Only a guest that bypasses keel-sdk gets here.
-                    return Err(wasmtime::Error::new(Error::WorkflowFailed {
-                        run_id: self.run_id.clone(),
-                        message: format!(
-                            "it waits for commands {ids:?}, none of which is pending, so it would wait forever"
-                        ),
-                    }));
-                };
-                return Err(wasmtime::Error::new(Suspend::Timer { wake_at_ms }));
+                return Err(self.suspend(ids));
             }
             changed.await;
         }
+    }
+
+    /// Journals the completion of every awaited external command the store
+    /// can complete now; true if it completed any.
+    async fn complete_external(&mut self, ids: &[u32]) -> wasmtime::Result<bool> {
+        let store = self.inner.store.clone();
+        let mut done = Vec::new();
+        for &id in ids {
+            let event = match self.external.get(&id) {
+                Some(External::Payload { token, index }) => {
+                    match store.payload(&self.run_id, token, *index)? {
+                        Payload::Ready(payload) => Event::HookReceived {
+                            command: id,
+                            payload,
+                        },
+                        Payload::ForceClaimed(by) => Event::HookForceClaimed {
+                            command: id,
+                            claimed_by_run_id: by,
+                        },
+                        Payload::Pending => continue,
+                    }
+                }
+                Some(External::RunEnd { run_id }) => {
+                    let run = store.get_run(run_id)?;
+                    if !run.status.is_final() {
+                        continue;
+                    }
+                    Event::AwaitedRunEnded {
+                        command: id,
+                        status: run.status.as_str().into(),
+                        output: run.output,
+                        error: run.error.map(|e| e.message),
+                    }
+                }
+                None => continue,
+            };
+            self.journal.append(event).await?;
+            done.push(id);
+        }
+        for id in &done {
+            self.external.remove(id);
+        }
+        Ok(!done.is_empty())
+    }
+
+    /// The suspension of an activation whose awaited commands nothing in
+    /// this process will complete: a dormant timer wakes it, or something
+    /// outside the run does.
+    fn suspend(&self, ids: &[u32]) -> wasmtime::Error {
+        let wake_at_ms = ids
+            .iter()
+            .filter_map(|id| self.dormant_timers.get(id))
+            .min()
+            .copied();
+        let mut on: Vec<String> = ids
+            .iter()
+            .filter_map(|id| self.external.get(id).map(External::describe))
+            .collect();
+        if let Some(at) = wake_at_ms {
+            on.push(format!("a timer due at {at} ms"));
+        }
+        if on.is_empty() {
+            // Only a guest that bypasses keel-sdk gets here.
+            return wasmtime::Error::new(Error::WorkflowFailed {
+                run_id: self.run_id.clone(),
+                message: format!(
+                    "it waits for commands {ids:?}, none of which is pending, so it would wait forever"
+                ),
+            });
+        }
+        wasmtime::Error::new(Suspend::Waiting {
+            wake_at_ms,
+            on: on.join(" or "),
+        })
     }
 
     fn completion(&self, entry: Entry) -> wit::Completion {
@@ -568,6 +969,29 @@ impl Activation {
                 )
             }
             Event::TimerFired { command } => (command, wit::Outcome::TimerFired),
+            Event::HookReceived { command, payload } => {
+                (command, wit::Outcome::HookPayload(payload))
+            }
+            Event::HookForceClaimed {
+                command,
+                claimed_by_run_id,
+            } => (
+                command,
+                wit::Outcome::HookRejected(wit::HookRejection::ForceClaimed(claimed_by_run_id)),
+            ),
+            Event::AwaitedRunEnded {
+                command,
+                status,
+                output,
+                error,
+            } => (
+                command,
+                wit::Outcome::RunEnded(wit::RunEnd {
+                    status: wit_status(&status),
+                    output,
+                    error,
+                }),
+            ),
             other => unreachable!("{} is not a completion", other.kind()),
         };
         wit::Completion { id, outcome }
@@ -593,6 +1017,18 @@ impl Activation {
             wit::LogLevel::Warn => tracing::warn!(run_id, "{message}"),
             wit::LogLevel::Error => tracing::error!(run_id, "{message}"),
         }
+    }
+}
+
+/// A status as the journal records it, for the guest.
+fn wit_status(status: &str) -> wit::RunStatus {
+    match RunStatus::parse(status) {
+        Some(RunStatus::Pending) => wit::RunStatus::Pending,
+        Some(RunStatus::Running) | None => wit::RunStatus::Running,
+        Some(RunStatus::Waiting) => wit::RunStatus::Waiting,
+        Some(RunStatus::Completed) => wit::RunStatus::Completed,
+        Some(RunStatus::Failed) => wit::RunStatus::Failed,
+        Some(RunStatus::Cancelled) => wit::RunStatus::Cancelled,
     }
 }
 

@@ -6,14 +6,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tracing::Instrument;
 use wasmtime::component::Linker;
 use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::activation::{Activation, RunJournal, Suspend, now_ms};
 use crate::component::{self, Loaded};
+use crate::hooks::HookRecord;
 use crate::idempotency::{Clock, SystemClock};
-use crate::journal::{Entry, Event};
+use crate::journal::{Entry, Event, StartOutcome};
 use crate::replay::Verdict;
 use crate::sandbox::{self, Grants, GuestLog, HostState, Role};
 use crate::store::{EventOutcome, EventRecord, RunError, RunRecord, RunStatus, Store};
@@ -55,6 +57,58 @@ impl std::fmt::Debug for dyn Clock {
 pub struct StartOptions {
     /// A JSON object given to key expressions as `additional_metadata`.
     pub additional_metadata: Option<serde_json::Value>,
+    /// A start token: the run is admitted together with its start hook, or
+    /// refused with `HookConflict` if another run holds the token.
+    pub hook: Option<StartHook>,
+}
+
+/// The start hook of a run (`start(..., { hook: { token, ... } })`).
+///
+/// ```
+/// # use std::time::Duration;
+/// let hook = keel_host::StartHook::new("order:42")
+///     .min_retention(Duration::from_secs(30 * 24 * 3600))
+///     .metadata(serde_json::json!({"order_id": 42}));
+/// assert_eq!(hook.token, "order:42");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct StartHook {
+    pub token: String,
+    /// Keep the token unavailable for this long from the start, even after
+    /// the run ends (not after it disposes of the hook).
+    pub min_retention: Option<Duration>,
+    /// JSON shown by `hooks get`.
+    pub metadata: Option<serde_json::Value>,
+}
+
+impl StartHook {
+    pub fn new(token: impl Into<String>) -> Self {
+        StartHook {
+            token: token.into(),
+            min_retention: None,
+            metadata: None,
+        }
+    }
+
+    pub fn min_retention(mut self, retention: Duration) -> Self {
+        self.min_retention = Some(retention);
+        self
+    }
+
+    pub fn metadata(mut self, metadata: serde_json::Value) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+}
+
+impl StartOptions {
+    /// Options with a start token.
+    pub fn token(token: impl Into<String>) -> Self {
+        StartOptions {
+            hook: Some(StartHook::new(token)),
+            ..StartOptions::default()
+        }
+    }
 }
 
 impl Config {
@@ -83,12 +137,39 @@ pub(crate) struct Inner {
     components: Mutex<HashMap<String, Arc<Loaded>>>,
     /// Runs being driven in this process; a run has one activation at a time.
     active: Mutex<HashSet<String>>,
+    /// The journals of the activations in this process, to wake them.
+    live: Mutex<HashMap<String, Arc<RunJournal>>>,
+    /// Notified when a run may have become due (a start, a payload, a
+    /// run's end) and when a drive ends.
+    progress: Notify,
+}
+
+impl Inner {
+    /// Wakes the activation of `run_id` if this process drives it, and the
+    /// worker loop otherwise.
+    pub(crate) fn poke(&self, run_id: &str) {
+        if let Some(journal) = self.live.lock().expect("live runs").get(run_id) {
+            journal.poke();
+        }
+        self.progress.notify_waiters();
+    }
 }
 
 /// Marks a run active for as long as it lives.
 struct ActiveRun<'a> {
     inner: &'a Inner,
     run_id: String,
+}
+
+impl ActiveRun<'_> {
+    /// Lets others wake the run's activation through its journal.
+    fn publish(&self, journal: &Arc<RunJournal>) {
+        self.inner
+            .live
+            .lock()
+            .expect("live runs")
+            .insert(self.run_id.clone(), journal.clone());
+    }
 }
 
 impl<'a> ActiveRun<'a> {
@@ -103,11 +184,13 @@ impl<'a> ActiveRun<'a> {
 
 impl Drop for ActiveRun<'_> {
     fn drop(&mut self) {
+        self.inner.live.lock().expect("live runs").remove(&self.run_id);
         self.inner
             .active
             .lock()
             .expect("active runs")
             .remove(&self.run_id);
+        self.inner.progress.notify_waiters();
     }
 }
 
@@ -178,8 +261,14 @@ impl Keel {
                 base_linker,
                 components: Mutex::default(),
                 active: Mutex::default(),
+                live: Mutex::default(),
+                progress: Notify::new(),
             }),
         })
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Keel {
+        Keel { inner }
     }
 
     /// The store this engine writes to.
@@ -264,9 +353,14 @@ impl Keel {
             .await
     }
 
-    /// Admits a run with options. A workflow with an idempotency key admits
-    /// one run per key within its TTL; a collision fails with
-    /// `IdempotencyCollision` naming the run that holds the key.
+    /// Admits a run with options, durable on return. A workflow with an
+    /// idempotency key admits one run per key within its TTL; a collision
+    /// fails with `IdempotencyCollision` naming the run that holds the key.
+    /// With a start token the run and its start hook are admitted in one
+    /// transaction; a token another run holds fails with `HookConflict`
+    /// naming it, and nothing is written. If the admission cannot be
+    /// confirmed durable the call fails with `StartOutcomeUnknown`: retrying
+    /// with the same token is safe.
     pub async fn start_with(
         &self,
         component: &Loaded,
@@ -274,7 +368,21 @@ impl Keel {
         input: &str,
         options: &StartOptions,
     ) -> Result<RunRecord> {
+        let run_id = uuid::Uuid::now_v7().to_string();
+        self.admit(component, workflow, input, options, run_id)
+            .await
+    }
+
+    async fn admit(
+        &self,
+        component: &Loaded,
+        workflow: &str,
+        input: &str,
+        options: &StartOptions,
+        run_id: String,
+    ) -> Result<RunRecord> {
         component.check_workflow(workflow)?;
+        self.check_capabilities(options)?;
         let value: serde_json::Value =
             serde_json::from_str(input).map_err(|e| Error::InvalidInput {
                 reason: e.to_string(),
@@ -288,7 +396,6 @@ impl Keel {
             .key(workflow)
             .map(|k| Ok::<_, Error>((k.evaluate(&value, &metadata)?, k.ttl_ms)))
             .transpose()?;
-        let run_id = uuid::Uuid::now_v7().to_string();
         let now = self.inner.config.clock.now_ms();
         let run = RunRecord {
             run_id: run_id.clone(),
@@ -302,18 +409,105 @@ impl Keel {
             updated_at_ms: now,
             wake_at_ms: None,
         };
+        let start_hook = options.hook.as_ref().map(|h| HookRecord {
+            token: h.token.clone(),
+            run_id: run_id.clone(),
+            command: None,
+            metadata: h.metadata.as_ref().map(|m| m.to_string()),
+            created_at_ms: now,
+            retain_until_ms: h
+                .min_retention
+                .map(|r| now.saturating_add(r.as_millis() as u64)),
+            active: true,
+            next_payload: 0,
+        });
         let key_ref = key.as_ref().map(|(k, ttl)| (k.as_str(), *ttl));
-        self.inner.store.admit(&run, key_ref, now)?;
+        self.inner
+            .store
+            .admit(&run, key_ref, start_hook.as_ref(), now)?;
         // Appending syncs, which makes the run record durable too.
         let journal = RunJournal::new(Some(self.inner.store.clone()), &run_id, Vec::new());
-        journal
-            .append(Event::RunStarted {
-                workflow: workflow.into(),
-                input,
-            })
-            .await?;
+        let started = Event::RunStarted {
+            workflow: workflow.into(),
+            input,
+        };
+        if let Err(e) = journal.append(started).await {
+            return Err(Error::StartOutcomeUnknown {
+                run_id,
+                reason: e.to_string(),
+            });
+        }
         tracing::info!(run_id = %run.run_id, workflow, "run admitted");
+        self.inner.progress.notify_waiters();
         Ok(run)
+    }
+
+    /// Refuses, before anything is written, a start that needs what the
+    /// store cannot do.
+    fn check_capabilities(&self, options: &StartOptions) -> Result<()> {
+        let caps = self.inner.store.capabilities();
+        let missing = match &options.hook {
+            Some(_) if !caps.atomic_start_hook => Some("atomic start hooks"),
+            Some(h) if h.min_retention.is_some() && !caps.hook_retention => {
+                Some("hook retention")
+            }
+            _ => None,
+        };
+        match missing {
+            Some(capability) => Err(Error::StoreCapability {
+                capability: capability.into(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Delivers a JSON payload to the active hook holding `token`, in order
+    /// after the payloads before it, even if its run has not opened the hook
+    /// yet. Returns the owner's run ID (drive it, or let a worker), or
+    /// `HookNotFound` when no active hook holds the token.
+    pub async fn resume_hook(&self, token: &str, payload: &str) -> Result<String> {
+        let value: serde_json::Value =
+            serde_json::from_str(payload).map_err(|e| Error::InvalidInput {
+                reason: e.to_string(),
+            })?;
+        let run_id = self.inner.store.resume_hook(token, &value.to_string())?;
+        self.inner.store.sync().await?;
+        tracing::info!(run_id, token, "hook resumed");
+        self.inner.poke(&run_id);
+        Ok(run_id)
+    }
+
+    /// The hook holding `token`: active, or kept after its run ended until
+    /// its retention passes. `HookNotFound` otherwise.
+    pub fn get_hook(&self, token: &str) -> Result<HookRecord> {
+        self.inner
+            .store
+            .get_hook(token, self.inner.config.clock.now_ms())
+    }
+
+    /// Cancels a run: it ends with status `cancelled` and releases its
+    /// tokens (after any retention). An activation in this process is
+    /// stopped at its next wait. A finished run is returned as it is.
+    pub async fn cancel(&self, run_id: &str) -> Result<RunRecord> {
+        loop {
+            let run = self.inner.store.get_run(run_id)?;
+            if run.status.is_final() {
+                return Ok(run);
+            }
+            if let Some(_active) = ActiveRun::claim(&self.inner, run_id) {
+                let entries = self.inner.store.journal(run_id)?;
+                let journal = RunJournal::new(Some(self.inner.store.clone()), run_id, entries);
+                let cancelled = Error::Cancelled {
+                    run_id: run_id.into(),
+                };
+                return self.finish(run, Ended::Failed(cancelled), &journal).await;
+            }
+            let ended = self.inner.progress.notified();
+            if let Some(journal) = self.inner.live.lock().expect("live runs").get(run_id) {
+                journal.cancel();
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), ended).await;
+        }
     }
 
     /// Starts a run and drives it until it completes, fails or waits.
@@ -355,6 +549,7 @@ impl Keel {
         let (payload_value, metadata_value) = (parse(payload)?, parse(metadata)?);
         let options = StartOptions {
             additional_metadata: Some(metadata_value.clone()),
+            hook: None,
         };
         let mut outcomes = Vec::new();
         for (workflow, hash) in self.inner.store.subscribers(key)? {
@@ -408,11 +603,30 @@ impl Keel {
     pub async fn result(&self, run_id: &str, wait: bool) -> Result<RunRecord> {
         let mut run = self.drive(run_id).await?;
         while wait && !run.status.is_final() {
-            let wake = run.wake_at_ms.unwrap_or_else(|| now_ms() + 100);
-            tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now_ms()))).await;
-            run = self.drive(run_id).await?;
+            // Woken by a payload or a run's end in this process, by the
+            // run's timer, or after a second to look again.
+            let progress = self.inner.progress.notified();
+            let wake = run.wake_at_ms.unwrap_or_else(|| now_ms() + 1000);
+            let timer = Duration::from_millis(wake.saturating_sub(now_ms()));
+            let _ = tokio::time::timeout(timer, progress).await;
+            run = self.inner.store.get_run(run_id)?;
+            if self.is_due(&run)? {
+                run = self.drive(run_id).await?;
+            }
         }
         Ok(run)
+    }
+
+    /// The run can make progress now.
+    fn is_due(&self, run: &RunRecord) -> Result<bool> {
+        Ok(match run.status {
+            RunStatus::Pending | RunStatus::Running => true,
+            RunStatus::Waiting => {
+                run.wake_at_ms.is_some_and(|at| at <= now_ms())
+                    || self.inner.store.wakeups()?.contains(&run.run_id)
+            }
+            _ => false,
+        })
     }
 
     /// A run's record; `RunNotFound` if the store has none.
@@ -440,13 +654,16 @@ impl Keel {
     }
 
     async fn drive_inner(&self, run_id: &str) -> Result<RunRecord> {
-        let Some(_active) = ActiveRun::claim(&self.inner, run_id) else {
+        let Some(active) = ActiveRun::claim(&self.inner, run_id) else {
             return self.inner.store.get_run(run_id);
         };
         let mut run = self.inner.store.get_run(run_id)?;
         if run.status.is_final() {
             return Ok(run);
         }
+        // Cleared before the activation reads the store, so that a payload
+        // resumed from now on wakes the run again.
+        self.inner.store.take_wakeup(run_id)?;
         let loaded = self.component_of(&run).await?;
         let entries = self.inner.store.journal(run_id)?;
         let journal = Arc::new(RunJournal::new(
@@ -454,6 +671,7 @@ impl Keel {
             run_id,
             entries,
         ));
+        active.publish(&journal);
         run.status = RunStatus::Running;
         run.wake_at_ms = None;
         self.inner.store.put_run(&run)?;
@@ -462,21 +680,33 @@ impl Keel {
             // Not the run's failure: what is durable stays, a worker resumes it.
             return Err(e);
         }
-        let event = match &ended {
-            Ended::Completed(output) => Some(Event::RunCompleted {
-                output: output.clone(),
-            }),
-            Ended::Failed(e) => Some(Event::RunFailed {
-                kind: e.kind().into(),
-                error: e.to_string(),
-            }),
-            Ended::Suspended(_) => None,
-        };
+        self.finish(run, ended, &journal).await
+    }
+
+    /// Records how an activation ended: a suspended run waits; a finished
+    /// one gets its final record, its hooks end and the runs awaiting it are
+    /// woken, then its journal's last entry, all durable on return.
+    async fn finish(
+        &self,
+        mut run: RunRecord,
+        ended: Ended,
+        journal: &RunJournal,
+    ) -> Result<RunRecord> {
         run.updated_at_ms = now_ms();
-        match ended {
+        let event = match ended {
             Ended::Completed(output) => {
                 run.status = RunStatus::Completed;
-                run.output = Some(output);
+                run.output = Some(output.clone());
+                Event::RunCompleted { output }
+            }
+            Ended::Failed(Error::Cancelled { .. }) => {
+                tracing::info!("run cancelled");
+                run.status = RunStatus::Cancelled;
+                run.error = Some(RunError {
+                    kind: "cancelled".into(),
+                    message: "the run was cancelled".into(),
+                });
+                Event::RunCancelled
             }
             Ended::Failed(e) => {
                 tracing::warn!("run failed: {e}");
@@ -485,19 +715,31 @@ impl Keel {
                     kind: e.kind().into(),
                     message: e.to_string(),
                 });
+                Event::RunFailed {
+                    kind: e.kind().into(),
+                    error: e.to_string(),
+                }
             }
-            Ended::Suspended(Suspend::Timer { wake_at_ms }) => {
+            Ended::Suspended(Suspend::Waiting { wake_at_ms, on }) => {
+                tracing::debug!(on, "run waits");
                 run.status = RunStatus::Waiting;
-                run.wake_at_ms = Some(wake_at_ms);
+                run.wake_at_ms = wake_at_ms;
+                self.inner.store.put_run(&run)?;
+                self.inner.store.sync().await?;
+                return Ok(run);
             }
             Ended::Suspended(Suspend::JournalEnd) => unreachable!("live runs append"),
+        };
+        let watchers = self
+            .inner
+            .store
+            .end_run(&run, self.inner.config.clock.now_ms())?;
+        // One sync covers the run record, its hooks and the journal's end.
+        journal.append(event).await?;
+        for watcher in watchers {
+            self.inner.poke(&watcher);
         }
-        self.inner.store.put_run(&run)?;
-        // One sync covers the run record and the journal's last entry.
-        match event {
-            Some(event) => drop(journal.append(event).await?),
-            None => self.inner.store.sync().await?,
-        }
+        self.inner.progress.notify_waiters();
         Ok(run)
     }
 
@@ -588,15 +830,15 @@ impl Keel {
     /// waiting runs whose timer is due), not counting `busy` ones, and when
     /// the next of the others is due. Also deletes expired idempotency keys.
     fn due_runs(&self, busy: &HashSet<String>) -> Result<(Vec<String>, Option<u64>)> {
-        let purged = self
-            .inner
-            .store
-            .purge_expired_keys(self.inner.config.clock.now_ms())?;
-        if purged > 0 {
-            tracing::debug!(purged, "expired idempotency keys deleted");
+        let admission_now = self.inner.config.clock.now_ms();
+        let purged = self.inner.store.purge_expired_keys(admission_now)?;
+        let purged_hooks = self.inner.store.purge_expired_hooks(admission_now)?;
+        if purged + purged_hooks > 0 {
+            tracing::debug!(purged, purged_hooks, "expired keys and tokens deleted");
         }
         let now = now_ms();
         let active = self.inner.active.lock().expect("active runs").clone();
+        let woken = self.inner.store.wakeups()?;
         let (mut due, mut next_wake) = (Vec::new(), None::<u64>);
         for run in self.list_runs()? {
             if busy.contains(&run.run_id) || active.contains(&run.run_id) {
@@ -604,10 +846,11 @@ impl Keel {
             }
             match (run.status, run.wake_at_ms) {
                 (RunStatus::Pending | RunStatus::Running, _) => due.push(run.run_id),
+                (RunStatus::Waiting, _) if woken.contains(&run.run_id) => due.push(run.run_id),
                 (RunStatus::Waiting, Some(at)) if at > now => {
                     next_wake = Some(next_wake.map_or(at, |n| n.min(at)));
                 }
-                (RunStatus::Waiting, _) => due.push(run.run_id),
+                (RunStatus::Waiting, Some(_)) => due.push(run.run_id),
                 _ => {}
             }
         }
@@ -649,7 +892,9 @@ impl Keel {
             if until_idle && tasks.is_empty() && wait >= Duration::from_secs(1) {
                 return Ok(driven);
             }
+            let progress = self.inner.progress.notified();
             tokio::select! {
+                () = progress => {}
                 Some(result) = tasks.join_next() => {
                     in_flight.remove(&log_driven(result));
                 }
@@ -699,6 +944,56 @@ impl Keel {
         let journal = Arc::new(RunJournal::new(None, &run.run_id, entries.clone()));
         let (ended, trace) = self.activate(loaded, run, journal, true).await;
         crate::replay::verdict(&entries, ended, trace)
+    }
+}
+
+/// Starts a run on behalf of a workflow (`start_workflow`), with the run ID
+/// the workflow's command derives, so a recovered workflow that starts it
+/// again finds it instead of starting another.
+pub(crate) async fn start_child(
+    inner: &Arc<Inner>,
+    loaded: &Loaded,
+    run_id: String,
+    workflow: &str,
+    input: &str,
+    options: &sandbox::wit::StartOptions,
+) -> Result<StartOutcome> {
+    if inner.store.get_run(&run_id).is_ok() {
+        return Ok(StartOutcome::Started { run_id });
+    }
+    let metadata = match options.metadata.as_deref().map(serde_json::from_str) {
+        Some(Ok(value)) => Some(value),
+        Some(Err(e)) => {
+            return Ok(StartOutcome::Refused {
+                reason: format!("the start hook's metadata is not valid JSON: {e}"),
+            });
+        }
+        None => None,
+    };
+    let options = StartOptions {
+        additional_metadata: None,
+        hook: options.token.as_ref().map(|token| StartHook {
+            token: token.clone(),
+            min_retention: options.min_retention_ms.map(Duration::from_millis),
+            metadata,
+        }),
+    };
+    let keel = Keel::from_inner(inner.clone());
+    match keel.admit(loaded, workflow, input, &options, run_id).await {
+        Ok(run) => Ok(StartOutcome::Started { run_id: run.run_id }),
+        Err(Error::HookConflict {
+            conflicting_run_id, ..
+        }) => Ok(StartOutcome::HookConflict { conflicting_run_id }),
+        Err(
+            e @ (Error::InvalidInput { .. }
+            | Error::UnknownWorkflow { .. }
+            | Error::KeyExpression { .. }
+            | Error::IdempotencyCollision { .. }
+            | Error::StoreCapability { .. }),
+        ) => Ok(StartOutcome::Refused {
+            reason: e.to_string(),
+        }),
+        Err(e) => Err(e),
     }
 }
 

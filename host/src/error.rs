@@ -110,6 +110,32 @@ pub enum Error {
     },
 
     #[error(
+        "run {conflicting_run_id} holds the token `{token}`, so no run was started. Resume that run's hook with `keel hooks resume {token}`, or read its result with `keel runs result {conflicting_run_id}`"
+    )]
+    HookConflict {
+        token: String,
+        conflicting_run_id: String,
+    },
+
+    #[error(
+        "no active hook holds the token `{token}`: no run registered it, or its run ended or disposed of it. `keel hooks get {token}` shows a hook kept for its retention"
+    )]
+    HookNotFound { token: String },
+
+    #[error(
+        "the start of run {run_id} could not be confirmed ({reason}); it may or may not have been admitted. Retrying with the same token or key is safe: it becomes the run or is refused naming the run that holds it"
+    )]
+    StartOutcomeUnknown { run_id: String, reason: String },
+
+    #[error(
+        "this store does not support {capability}, so the start was refused before anything was written. Use a store that does, or start without that option"
+    )]
+    StoreCapability { capability: String },
+
+    #[error("run {run_id} was cancelled")]
+    Cancelled { run_id: String },
+
+    #[error(
         "run {run_id}: writing its journal failed ({reason}); the run is left as it was for a worker to resume"
     )]
     JournalWrite { run_id: String, reason: String },
@@ -160,6 +186,11 @@ impl Error {
             Error::KeyExpression { .. } => "key_expression",
             Error::IdempotencyCollision { .. } => "idempotency_collision",
             Error::JournalWrite { .. } => "journal_write",
+            Error::HookConflict { .. } => "hook_conflict",
+            Error::HookNotFound { .. } => "hook_not_found",
+            Error::StartOutcomeUnknown { .. } => "start_outcome_unknown",
+            Error::StoreCapability { .. } => "store_capability",
+            Error::Cancelled { .. } => "cancelled",
             Error::Storage(_) => "storage",
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
@@ -176,6 +207,8 @@ impl Error {
             | Error::MemoryExhausted { run_id, .. }
             | Error::GuestTrap { run_id, .. }
             | Error::JournalWrite { run_id, .. }
+            | Error::StartOutcomeUnknown { run_id, .. }
+            | Error::Cancelled { run_id }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.clone())],
             Error::NonDeterminism {
                 run_id, position, ..
@@ -191,6 +224,14 @@ impl Error {
                 ("existing_run_id", existing_run_id.clone()),
                 ("key", key.clone()),
             ],
+            Error::HookConflict {
+                token,
+                conflicting_run_id,
+            } => vec![
+                ("conflicting_run_id", conflicting_run_id.clone()),
+                ("token", token.clone()),
+            ],
+            Error::HookNotFound { token } => vec![("token", token.clone())],
             Error::UnknownWorkflow { available, .. } => {
                 vec![("available", available.join(","))]
             }

@@ -79,6 +79,80 @@ pub enum Event {
         kind: String,
         error: String,
     },
+    /// The workflow created a hook; the store's answer is recorded with it.
+    HookCreated {
+        command: u32,
+        token: String,
+        force: bool,
+        registration: HookRegistration,
+    },
+    /// The workflow awaits the `index`-th payload of the hook created by
+    /// command `hook`.
+    HookNext {
+        command: u32,
+        hook: u32,
+        token: String,
+        index: u64,
+    },
+    HookReceived {
+        command: u32,
+        payload: String,
+    },
+    /// Another run took the token over; the awaited payload never comes.
+    HookForceClaimed {
+        command: u32,
+        claimed_by_run_id: String,
+    },
+    /// The workflow disposed of the hook created by command `hook`.
+    HookDisposed {
+        command: u32,
+        hook: u32,
+    },
+    /// The workflow read another run's status.
+    RunStatusRead {
+        command: u32,
+        run_id: String,
+        status: String,
+    },
+    /// The workflow waits for another run to end.
+    RunAwaited {
+        command: u32,
+        run_id: String,
+    },
+    /// An awaited run ended.
+    AwaitedRunEnded {
+        command: u32,
+        status: String,
+        output: Option<String>,
+        error: Option<String>,
+    },
+    /// The workflow started a run; `outcome` is its run ID, or the run that
+    /// held the token.
+    WorkflowStarted {
+        command: u32,
+        workflow: String,
+        input: String,
+        token: Option<String>,
+        outcome: StartOutcome,
+    },
+    /// The run was cancelled.
+    RunCancelled,
+}
+
+/// How the store answered a workflow's `create_hook`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HookRegistration {
+    Registered,
+    BoundToStart,
+    Conflict { owner_run_id: String },
+}
+
+/// How a start from a workflow ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartOutcome {
+    Started { run_id: String },
+    HookConflict { conflicting_run_id: String },
+    Refused { reason: String },
 }
 
 impl Event {
@@ -87,7 +161,13 @@ impl Event {
         match self {
             Event::StepScheduled { command, .. }
             | Event::TimerScheduled { command, .. }
-            | Event::PatchMarker { command, .. } => Some(*command),
+            | Event::PatchMarker { command, .. }
+            | Event::HookCreated { command, .. }
+            | Event::HookNext { command, .. }
+            | Event::HookDisposed { command, .. }
+            | Event::RunStatusRead { command, .. }
+            | Event::RunAwaited { command, .. }
+            | Event::WorkflowStarted { command, .. } => Some(*command),
             _ => None,
         }
     }
@@ -97,7 +177,10 @@ impl Event {
         match self {
             Event::StepCompleted { command, .. }
             | Event::StepFailed { command, .. }
-            | Event::TimerFired { command } => Some(*command),
+            | Event::TimerFired { command }
+            | Event::HookReceived { command, .. }
+            | Event::HookForceClaimed { command, .. }
+            | Event::AwaitedRunEnded { command, .. } => Some(*command),
             _ => None,
         }
     }
@@ -116,6 +199,16 @@ impl Event {
             Event::TimerFired { .. } => "timer_fired",
             Event::RunCompleted { .. } => "run_completed",
             Event::RunFailed { .. } => "run_failed",
+            Event::HookCreated { .. } => "hook_created",
+            Event::HookNext { .. } => "hook_next",
+            Event::HookReceived { .. } => "hook_received",
+            Event::HookForceClaimed { .. } => "hook_force_claimed",
+            Event::HookDisposed { .. } => "hook_disposed",
+            Event::RunStatusRead { .. } => "run_status_read",
+            Event::RunAwaited { .. } => "run_awaited",
+            Event::AwaitedRunEnded { .. } => "awaited_run_ended",
+            Event::WorkflowStarted { .. } => "workflow_started",
+            Event::RunCancelled => "run_cancelled",
         }
     }
 
@@ -127,6 +220,17 @@ impl Event {
             }
             Event::TimerScheduled { fire_at_ms, .. } => format!("a timer due at {fire_at_ms} ms"),
             Event::PatchMarker { change_id, .. } => format!("patch marker `{change_id}`"),
+            Event::HookCreated { token, force, .. } => {
+                let force = if *force { " with force" } else { "" };
+                format!("hook `{token}`{force}")
+            }
+            Event::HookNext { token, index, .. } => format!("payload {index} of hook `{token}`"),
+            Event::HookDisposed { hook, .. } => format!("disposal of the hook of command {hook}"),
+            Event::RunStatusRead { run_id, .. } => format!("the status of run {run_id}"),
+            Event::RunAwaited { run_id, .. } => format!("the end of run {run_id}"),
+            Event::WorkflowStarted {
+                workflow, input, ..
+            } => format!("a run of `{workflow}` with input {}", excerpt(input, 80)),
             other => other.kind().to_string(),
         }
     }

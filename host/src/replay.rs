@@ -51,7 +51,7 @@ impl CommandView {
                 ("timer", None, None, format!("due at {fire_at_ms} ms"))
             }
             Event::PatchMarker { change_id, .. } => ("patch_marker", None, None, change_id.clone()),
-            other => (other.kind(), None, None, String::new()),
+            other => (other.kind(), None, None, other.describe()),
         };
         CommandView {
             kind: kind.into(),

@@ -49,9 +49,11 @@ pub struct Grants {
 }
 
 /// What a step attempt learns about itself through `step_metadata()`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct StepContext {
     pub metadata: wit::StepMetadata,
+    /// The engine, which resumes hooks on the step's behalf.
+    pub(crate) keel: crate::Keel,
 }
 
 /// Which side of the contract a store's guest is on.
@@ -421,10 +423,29 @@ impl keel::workflow::types::Host for HostState {}
 
 impl keel::workflow::step_context::Host for HostState {
     async fn metadata(&mut self) -> wasmtime::Result<wit::StepMetadata> {
+        Ok(self.step_context()?.metadata.clone())
+    }
+
+    async fn resume_hook(
+        &mut self,
+        token: String,
+        payload: String,
+    ) -> wasmtime::Result<Result<String, wit::ResumeError>> {
+        let keel = self.step_context()?.keel.clone();
+        Ok(match keel.resume_hook(&token, &payload).await {
+            Ok(run_id) => Ok(run_id),
+            Err(crate::Error::HookNotFound { .. }) => Err(wit::ResumeError::HookNotFound),
+            Err(e) => Err(wit::ResumeError::Failed(e.to_string())),
+        })
+    }
+}
+
+impl HostState {
+    fn step_context(&self) -> wasmtime::Result<&StepContext> {
         match &self.role {
-            Role::Step(ctx) => Ok(ctx.metadata.clone()),
+            Role::Step(ctx) => Ok(ctx),
             _ => Err(wasmtime::Error::msg(
-                "step_metadata() was called outside a step; inside a workflow use workflow_metadata()",
+                "a step function (step_metadata, resume_hook) was called outside a step; inside a workflow use workflow_metadata() and hooks",
             )),
         }
     }
@@ -454,6 +475,40 @@ impl keel::workflow::workflow_context::Host for HostState {
     async fn log(&mut self, level: wit::LogLevel, message: String) -> wasmtime::Result<()> {
         self.activation()?.log(level, &message);
         Ok(())
+    }
+
+    async fn create_hook(
+        &mut self,
+        options: wit::HookOptions,
+    ) -> wasmtime::Result<Result<wit::Hook, String>> {
+        self.activation()?.create_hook(options).await
+    }
+
+    async fn hook_next(&mut self, handle: u32) -> wasmtime::Result<u32> {
+        self.activation()?.hook_next(handle).await
+    }
+
+    async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()> {
+        self.activation()?.dispose_hook(handle).await
+    }
+
+    async fn read_run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus> {
+        self.activation()?.run_status(run_id).await
+    }
+
+    async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32> {
+        self.activation()?.await_run(run_id).await
+    }
+
+    async fn start_workflow(
+        &mut self,
+        workflow: String,
+        input: String,
+        options: wit::StartOptions,
+    ) -> wasmtime::Result<Result<String, wit::StartError>> {
+        self.activation()?
+            .start_workflow(workflow, input, options)
+            .await
     }
 }
 

@@ -111,6 +111,7 @@ impl StepTask {
                 run_id: self.run_id.clone(),
                 attempt_started_at_ms: started_at_ms,
             },
+            keel: crate::Keel::from_inner(self.inner.clone()),
         };
         let log = GuestLog::new(&self.run_id);
         let config = &self.inner.config;

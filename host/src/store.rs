@@ -41,6 +41,20 @@ impl RunStatus {
         }
     }
 
+    /// The status named by [`RunStatus::as_str`].
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Pending,
+            RunStatus::Running,
+            RunStatus::Waiting,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+
     /// The run has ended and will not execute again.
     pub fn is_final(self) -> bool {
         matches!(
@@ -103,25 +117,49 @@ pub struct EventOutcome {
     pub error: Option<String>,
 }
 
+/// What a store supports, declared so that a start needing more fails
+/// before anything is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    /// A run and its start hook are admitted in one transaction.
+    pub atomic_start_hook: bool,
+    /// A token can be held after its run ends (`min_retention`).
+    pub hook_retention: bool,
+}
+
 /// The embedded store: one directory, one process at a time. Clones share
 /// the database; dropping the last one closes it and releases its lock.
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<StoreInner>,
+    pub(crate) inner: Arc<StoreInner>,
 }
 
-struct StoreInner {
+pub(crate) struct StoreInner {
     path: PathBuf,
-    runs: sled::Tree,
+    pub(crate) runs: sled::Tree,
     journal: sled::Tree,
     components: sled::Tree,
     /// Idempotency keys: `workflow \0 key` to the admitted run and expiry.
-    keys: sled::Tree,
+    pub(crate) keys: sled::Tree,
     /// Ingested events, by event ID (time-sortable).
     events: sled::Tree,
     /// `event key \0 workflow` to the hash of the component that subscribed.
     subscriptions: sled::Tree,
+    /// Hook tokens to the hook that holds them.
+    pub(crate) hooks: sled::Tree,
+    /// `run \0 token` for every token a run registered.
+    pub(crate) run_hooks: sled::Tree,
+    /// `run \0 token \0 index` to a resumed payload.
+    pub(crate) inbox: sled::Tree,
+    /// `run \0 token` to the run that took the token over with force.
+    pub(crate) claims: sled::Tree,
+    /// Runs that something outside them moved on (a payload, a run's end).
+    pub(crate) wakeups: sled::Tree,
+    /// `awaited run \0 waiting run`.
+    pub(crate) watchers: sled::Tree,
     committer: Committer,
+    /// Test hook: the next sync reports a failure.
+    fail_next_sync: std::sync::atomic::AtomicBool,
 }
 
 type CommitRequest = oneshot::Sender<Result<()>>;
@@ -159,7 +197,14 @@ impl Store {
             keys: open("keys")?,
             events: open("events")?,
             subscriptions: open("subscriptions")?,
+            hooks: open("hooks")?,
+            run_hooks: open("run_hooks")?,
+            inbox: open("inbox")?,
+            claims: open("claims")?,
+            wakeups: open("wakeups")?,
+            watchers: open("watchers")?,
             committer: spawn_committer(db),
+            fail_next_sync: Default::default(),
             path,
         };
         Ok(Store {
@@ -175,6 +220,10 @@ impl Store {
     /// Waits until every write made before the call is on disk. Concurrent
     /// callers share one flush.
     pub async fn sync(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.inner.fail_next_sync.swap(false, Ordering::SeqCst) {
+            return Err(Error::Wasm("injected flush failure".into()));
+        }
         let (tx, rx) = oneshot::channel();
         self.inner
             .committer
@@ -185,6 +234,23 @@ impl Store {
             .map_err(|_| Error::Wasm("the store's committer has stopped".into()))?;
         rx.await
             .map_err(|_| Error::Wasm("the store's committer has stopped".into()))?
+    }
+
+    /// Makes the next [`Store::sync`] fail, as a lost connection or a full
+    /// disk would: for testing what callers do when an outcome is unknown.
+    #[doc(hidden)]
+    pub fn inject_sync_failure(&self) {
+        self.inner
+            .fail_next_sync
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// What this store can do; see [`Capabilities`].
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            atomic_start_hook: true,
+            hook_retention: true,
+        }
     }
 
     /// Stores a component's bytes under their content hash.
@@ -226,46 +292,6 @@ impl Store {
             .iter()
             .map(|kv| decode_versioned(&kv?.1, "run record"))
             .collect()
-    }
-
-    /// Admits a run: stores its record and, with an idempotency key, claims
-    /// the key, in one transaction. A key held by a run whose window has not
-    /// passed refuses the run with `IdempotencyCollision`; a refused run
-    /// does not extend the window. Durable after [`Store::sync`].
-    pub fn admit(&self, run: &RunRecord, key: Option<(&str, u64)>, now_ms: u64) -> Result<()> {
-        use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
-        let key_bytes = key.map(|(k, _)| key_of(&run.workflow, k));
-        let record = encode_versioned(run);
-        let result = (&self.inner.runs, &self.inner.keys).transaction(|(runs, keys)| {
-            if let (Some(key_bytes), Some((_, ttl_ms))) = (&key_bytes, key) {
-                if let Some(held) = keys.get(key_bytes)? {
-                    let held: KeyHold = decode_versioned(&held, "idempotency key")
-                        .map_err(ConflictableTransactionError::Abort)?;
-                    if held.expires_at_ms > now_ms {
-                        return Err(ConflictableTransactionError::Abort(
-                            Error::IdempotencyCollision {
-                                workflow: run.workflow.clone(),
-                                key: String::from_utf8_lossy(&key_bytes[run.workflow.len() + 1..])
-                                    .into(),
-                                existing_run_id: held.run_id,
-                            },
-                        ));
-                    }
-                }
-                let hold = KeyHold {
-                    run_id: run.run_id.clone(),
-                    expires_at_ms: now_ms.saturating_add(ttl_ms),
-                };
-                keys.insert(key_bytes.as_slice(), encode_versioned(&hold))?;
-            }
-            runs.insert(run.run_id.as_bytes(), record.as_slice())?;
-            Ok(())
-        });
-        match result {
-            Ok(()) => Ok(()),
-            Err(TransactionError::Abort(e)) => Err(e),
-            Err(TransactionError::Storage(e)) => Err(Error::Storage(e)),
-        }
     }
 
     /// Who holds a workflow's idempotency key, and until when.
@@ -355,7 +381,7 @@ impl Store {
 }
 
 /// `a \0 b`.
-fn key_of(a: &str, b: &str) -> Vec<u8> {
+pub(crate) fn key_of(a: &str, b: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(a.len() + b.len() + 1);
     key.extend_from_slice(a.as_bytes());
     key.push(0);
@@ -417,7 +443,7 @@ struct Versioned<T> {
     value: T,
 }
 
-fn encode_versioned<T: Serialize>(value: &T) -> Vec<u8> {
+pub(crate) fn encode_versioned<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_stdvec(&Versioned {
         version: FORMAT_VERSION,
         value,
@@ -425,7 +451,7 @@ fn encode_versioned<T: Serialize>(value: &T) -> Vec<u8> {
     .expect("records always encode")
 }
 
-fn decode_versioned<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+pub(crate) fn decode_versioned<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
     let record: Versioned<T> = postcard::from_bytes(bytes).map_err(|e| Error::CorruptRecord {
         what: what.into(),
         reason: e.to_string(),

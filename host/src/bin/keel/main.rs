@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand};
 use keel_host::idempotency::{Clock, SystemClock};
 use keel_host::journal::{Entry, Event, excerpt};
 use keel_host::{
-    Config, EventRecord, Grants, JournalFile, Keel, Replayer, RunRecord, RunStatus, StartOptions,
+    Config, EventRecord, Grants, HookRecord, JournalFile, Keel, Replayer, RunRecord, RunStatus,
+    StartHook, StartOptions,
 };
 use serde_json::{Value, json};
 
@@ -64,6 +65,33 @@ enum Command {
         /// A JSON object, `additional_metadata` of key expressions.
         #[arg(long)]
         metadata: Option<String>,
+    },
+    /// Start a run (with a start token, admitted at most once while the
+    /// token is held) and drive it until it completes, fails or waits.
+    Start {
+        component: PathBuf,
+        workflow: String,
+        /// The run's input, as JSON.
+        #[arg(long, default_value = "null")]
+        input: String,
+        /// A start token: refused with `hook_conflict` while another run holds it.
+        #[arg(long)]
+        token: Option<String>,
+        /// Keep the token after the run ends, counted from now: `30s`,
+        /// `10m`, `30 days`, or milliseconds.
+        #[arg(long, value_parser = parse_duration, requires = "token")]
+        retention: Option<std::time::Duration>,
+        /// JSON metadata of the start hook, shown by `keel hooks get`.
+        #[arg(long, requires = "token")]
+        metadata: Option<String>,
+        /// A JSON object, `additional_metadata` of key expressions.
+        #[arg(long)]
+        additional_metadata: Option<String>,
+    },
+    /// Resume and look up hooks.
+    Hooks {
+        #[command(subcommand)]
+        command: HooksCommand,
     },
     /// Push events and list them.
     Events {
@@ -142,9 +170,25 @@ enum EventsCommand {
 }
 
 #[derive(Subcommand)]
+enum HooksCommand {
+    /// Deliver a payload to the active hook holding TOKEN and drive its run on.
+    Resume {
+        token: String,
+        #[arg(long, default_value = "null")]
+        payload: String,
+    },
+    /// The hook holding TOKEN: owner, whether active, metadata, retention.
+    Get { token: String },
+}
+
+#[derive(Subcommand)]
 enum RunsCommand {
     /// Every run, oldest first.
     List,
+    /// A run's status and output.
+    Get { run_id: String },
+    /// Cancel a run: it ends and releases its tokens (after any retention).
+    Cancel { run_id: String },
     /// A run's output; with --wait, drive it until it ends first.
     Result {
         run_id: String,
@@ -239,20 +283,93 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             metadata,
         } => {
             let loaded = keel.load(component).await?;
-            let additional_metadata = metadata
-                .as_deref()
-                .map(serde_json::from_str)
-                .transpose()
-                .map_err(|e| keel_host::Error::InvalidInput {
-                    reason: format!("--metadata: {e}"),
-                })?;
             let options = StartOptions {
-                additional_metadata,
+                additional_metadata: json_arg("--metadata", metadata)?,
+                hook: None,
             };
             let run = keel.start_with(&loaded, workflow, input, &options).await?;
             let run = keel.drive(&run.run_id).await?;
             print_run(&run, cli.json);
             Ok(exit_for(&run))
+        }
+        Command::Start {
+            component,
+            workflow,
+            input,
+            token,
+            retention,
+            metadata,
+            additional_metadata,
+        } => {
+            let loaded = keel.load(component).await?;
+            let hook = match token {
+                Some(token) => Some(StartHook {
+                    token: token.clone(),
+                    min_retention: *retention,
+                    metadata: json_arg("--metadata", metadata)?,
+                }),
+                None => None,
+            };
+            let options = StartOptions {
+                additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
+                hook,
+            };
+            let run = keel.start_with(&loaded, workflow, input, &options).await?;
+            let run = keel.drive(&run.run_id).await?;
+            print_run(&run, cli.json);
+            Ok(exit_for(&run))
+        }
+        Command::Hooks {
+            command: HooksCommand::Resume { token, payload },
+        } => {
+            let run_id = keel.resume_hook(token, payload).await?;
+            let run = keel.drive(&run_id).await?;
+            if cli.json {
+                println!("{}", run_json(&run));
+            } else {
+                println!("delivered to the hook of run {run_id}");
+                print_run(&run, false);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Hooks {
+            command: HooksCommand::Get { token },
+        } => {
+            let hook = keel.get_hook(token)?;
+            let value = hook_json(&hook);
+            if cli.json {
+                println!("{value}");
+            } else {
+                println!(
+                    "hook `{}` of run {}: {}",
+                    hook.token,
+                    hook.run_id,
+                    if hook.active {
+                        "active"
+                    } else {
+                        "kept after its run ended"
+                    }
+                );
+                println!("metadata: {}", value["metadata"]);
+                if let Some(until) = hook.retain_until_ms {
+                    println!("retained until {until} ms");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs {
+            command: RunsCommand::Get { run_id },
+        } => {
+            let run = keel.get_run(run_id)?;
+            print_run(&run, cli.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs {
+            command: RunsCommand::Cancel { run_id },
+        } => {
+            let run = keel.cancel(run_id).await?;
+            print_run(&run, cli.json);
+            Ok(ExitCode::SUCCESS)
         }
         Command::Events {
             command:
@@ -428,6 +545,39 @@ fn print_event(event: &EventRecord) {
     }
 }
 
+/// A duration given as `30s`, `10m`, `30 days`, or a number of milliseconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(ms) = s.trim().parse::<u64>() {
+        return Ok(std::time::Duration::from_millis(ms));
+    }
+    humantime::parse_duration(s).map_err(|e| {
+        format!("`{s}` is not a duration ({e}); write for example 30s, 10m, 30 days or 5000 (ms)")
+    })
+}
+
+/// An optional JSON argument, parsed.
+fn json_arg(flag: &str, value: &Option<String>) -> Result<Option<Value>, keel_host::Error> {
+    value
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| keel_host::Error::InvalidInput {
+            reason: format!("{flag}: {e}"),
+        })
+}
+
+fn hook_json(hook: &HookRecord) -> Value {
+    json!({
+        "token": hook.token,
+        "run_id": hook.run_id,
+        "active": hook.active,
+        "start_hook": hook.is_start_hook(),
+        "metadata": hook.metadata.as_deref().map(payload),
+        "created_at_ms": hook.created_at_ms,
+        "retain_until_ms": hook.retain_until_ms,
+    })
+}
+
 fn exit_for(run: &RunRecord) -> ExitCode {
     if run.status == RunStatus::Failed {
         ExitCode::FAILURE
@@ -473,11 +623,15 @@ fn print_run(run: &RunRecord, json: bool) {
     if let Some(error) = &run.error {
         println!("error [{}]: {}", error.kind, error.message);
     }
-    if let (RunStatus::Waiting, Some(at)) = (run.status, run.wake_at_ms) {
-        println!(
-            "waiting for a timer due in {} ms; `keel worker` resumes it",
+    match (run.status, run.wake_at_ms) {
+        (RunStatus::Waiting, Some(at)) => println!(
+            "waiting for a timer due in {} ms (or a hook's payload, another run's end); `keel worker` resumes it",
             at.saturating_sub(now_ms())
-        );
+        ),
+        (RunStatus::Waiting, None) => println!(
+            "waiting for a hook's payload or another run's end; `keel hooks resume` or `keel worker` moves it on"
+        ),
+        _ => {}
     }
 }
 
@@ -530,11 +684,23 @@ fn entry_json(entry: &Entry) -> Value {
         }
         Event::RunCompleted { output } => json!({"output": payload(output)}),
         Event::RunFailed { kind, error } => json!({"error_kind": kind, "error": error}),
+        Event::HookReceived { command, payload: p } => {
+            json!({"command": command, "payload": payload(p)})
+        }
+        other => fields_of(other),
     };
     if let (Value::Object(v), Value::Object(f)) = (&mut value, fields) {
         v.extend(f);
     }
     value
+}
+
+/// An event's fields as serde writes them, without the variant's name.
+fn fields_of(event: &Event) -> Value {
+    match serde_json::to_value(event) {
+        Ok(Value::Object(map)) => map.into_iter().next().map_or(json!({}), |(_, v)| v),
+        _ => json!({}),
+    }
 }
 
 fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
@@ -557,6 +723,8 @@ fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
             | Event::StepFailed { error, .. }
             | Event::RunFailed { error, .. } => excerpt(error, 60),
             Event::StepScheduled { input, .. } => format!("input {}", excerpt(input, 50)),
+            Event::HookReceived { payload, .. } => format!("payload {}", excerpt(payload, 50)),
+            other if other.command().is_some() => other.describe(),
             _ => String::new(),
         };
         println!(
