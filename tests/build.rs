@@ -9,6 +9,7 @@ use std::process::Command;
 
 const GUESTS: &[&str] = &[
     "order",
+    "order-hooks",
     "order-v2-compatible",
     "order-v2-incompatible",
     "testbed",

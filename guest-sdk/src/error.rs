@@ -70,6 +70,27 @@ pub enum Error {
     StepFailed(StepFailure),
     Payload(String),
     Custom(String),
+    /// Another run holds the hook's token (or the start token).
+    HookConflict {
+        token: String,
+        conflicting_run_id: String,
+    },
+    /// Another run took the hook's token over with `force`.
+    HookForceClaimed {
+        token: String,
+        claimed_by_run_id: String,
+    },
+    /// No active hook holds the token.
+    HookNotFound { token: String },
+    /// Options `create_hook` cannot take here (start-only options on the
+    /// run's start hook).
+    HookOptions(String),
+    /// An awaited run failed or was cancelled.
+    RunFailed {
+        run_id: String,
+        cancelled: bool,
+        message: String,
+    },
 }
 
 impl Error {
@@ -96,6 +117,24 @@ impl fmt::Display for Error {
             }
             Error::Payload(m) => write!(f, "payload error: {m}"),
             Error::Custom(m) => f.write_str(m),
+            Error::HookConflict {
+                token,
+                conflicting_run_id,
+            } => write!(f, "run {conflicting_run_id} holds the token `{token}`"),
+            Error::HookForceClaimed {
+                token,
+                claimed_by_run_id,
+            } => write!(f, "run {claimed_by_run_id} took the token `{token}` over"),
+            Error::HookNotFound { token } => write!(f, "no active hook holds the token `{token}`"),
+            Error::HookOptions(m) => f.write_str(m),
+            Error::RunFailed {
+                run_id,
+                cancelled: true,
+                ..
+            } => write!(f, "run {run_id} was cancelled"),
+            Error::RunFailed {
+                run_id, message, ..
+            } => write!(f, "run {run_id} failed: {message}"),
         }
     }
 }

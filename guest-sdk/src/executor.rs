@@ -47,7 +47,7 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
         let awaited: Vec<u32> = STATE.with(|s| s.borrow().awaited.iter().copied().collect());
         assert!(
             !awaited.is_empty(),
-            "the workflow is pending on a future that is not a keel step or timer; \
+            "the workflow is pending on a future that is not a keel step, timer, hook or run; \
              workflows may only await keel futures"
         );
         let completion = host::wait_any(&awaited);
@@ -65,12 +65,16 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
 
 /// A scheduled command's slot: schedules on first poll, then waits for the
 /// host's completion.
-struct Command {
+pub(crate) struct Command {
     id: Option<u32>,
 }
 
 impl Command {
-    fn poll(&mut self, cx: &Context<'_>, schedule: impl FnOnce() -> u32) -> Poll<Outcome> {
+    pub(crate) fn new() -> Self {
+        Command { id: None }
+    }
+
+    pub(crate) fn poll(&mut self, cx: &Context<'_>, schedule: impl FnOnce() -> u32) -> Poll<Outcome> {
         let id = *self.id.get_or_insert_with(schedule);
         STATE.with(|s| {
             let mut s = s.borrow_mut();
@@ -113,7 +117,7 @@ impl<T> StepFuture<T> {
         StepFuture {
             name,
             input,
-            command: Command { id: None },
+            command: Command::new(),
             _output: PhantomData,
         }
     }
@@ -142,7 +146,7 @@ impl<T: DeserializeOwned> Future for StepFuture<T> {
                     fatal: f.fatal,
                     attempts: f.attempts,
                 })),
-                Outcome::TimerFired => unreachable!("the host delivered a timer to a step"),
+                _ => unreachable!("the host completed a step with something else"),
             })
     }
 }
@@ -159,7 +163,7 @@ pub struct Timer {
 pub fn sleep(duration: Duration) -> Timer {
     Timer {
         duration,
-        command: Command { id: None },
+        command: Command::new(),
     }
 }
 

@@ -372,9 +372,12 @@ impl Store {
 
     /// A run's journal, in order.
     pub fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        // A child's run ID extends its parent's: keep this run's keys only.
+        let key_len = run_id.len() + 8;
         self.inner
             .journal
             .scan_prefix(run_id.as_bytes())
+            .filter(|kv| kv.as_ref().map_or(true, |(k, _)| k.len() == key_len))
             .map(|kv| journal::decode(&kv?.1))
             .collect()
     }

@@ -5,25 +5,17 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{TestStore, json, open};
+use common::{ManualClock, TestStore, json, open};
 use keel_host::idempotency::Clock;
 use keel_host::{Error, Keel, Loaded, RunStatus, StartOptions};
 use serde_json::json;
-
-/// A clock the test moves by hand.
-struct ManualClock(AtomicU64);
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 const MINUTE: u64 = 60_000;
 
 fn tenant(t: &str) -> StartOptions {
     StartOptions {
         additional_metadata: Some(json!({ "tenant": t })),
+        hook: None,
     }
 }
 

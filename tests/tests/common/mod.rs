@@ -4,6 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use keel_host::idempotency::Clock;
 
 use keel_host::journal::{Entry, Event};
 use keel_host::{Config, Keel, Loaded};
@@ -38,12 +41,36 @@ fn shared_cache() -> PathBuf {
 }
 
 pub async fn open(config: Config) -> (Keel, Arc<Loaded>) {
+    open_with(config, keel_tests::TESTBED).await
+}
+
+/// Opens the store and loads the guest at `component`.
+pub async fn open_with(config: Config, component: &str) -> (Keel, Arc<Loaded>) {
     let keel = Keel::open(config).expect("opening the store");
     let loaded = keel
-        .load(keel_tests::TESTBED)
+        .load(component)
         .await
-        .expect("loading testbed");
+        .unwrap_or_else(|e| panic!("loading {component}: {e}"));
     (keel, loaded)
+}
+
+/// A clock the test moves by hand.
+pub struct ManualClock(pub AtomicU64);
+
+impl ManualClock {
+    pub fn at(ms: u64) -> Arc<ManualClock> {
+        Arc::new(ManualClock(AtomicU64::new(ms)))
+    }
+
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// The step IDs of a journal, in command order.

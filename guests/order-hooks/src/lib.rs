@@ -1,0 +1,117 @@
+//! Example guest for run idempotency: an order that takes follow-up notes
+//! through its start hook, and one workflow per strategy for a duplicate
+//! run (reject it, adopt the owner's result, inspect the owner, signal the
+//! owner, supersede the owner).
+#![cfg(target_arch = "wasm32")]
+
+mod steps;
+mod strategies;
+
+use keel_sdk::{Error, HookOptions, StartOptions, create_hook, workflow};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// An order and its first note.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct OrderNote {
+    pub order_id: String,
+    pub note: String,
+}
+
+/// A follow-up delivered to an order's hook.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct OrderUpdate {
+    pub note: String,
+    #[serde(default)]
+    pub done: bool,
+}
+
+/// The token of an order.
+pub fn order_token(order_id: &str) -> String {
+    format!("order:{order_id}")
+}
+
+/// Records the first note, then every note resumed into the hook
+/// `order:{order_id}` (the run's start token, when it was started with one)
+/// until one is `done`; returns the notes in order. The hook is kept until
+/// the run ends, so a start retention holds the token after it.
+#[workflow]
+async fn order_updates(order: OrderNote) -> Result<Vec<String>, Error> {
+    let mut notes = vec![steps::record_note(order.order_id.clone(), order.note).await?];
+    let mut updates = create_hook::<OrderUpdate>(order_token(&order.order_id))?.keep();
+    loop {
+        let update = updates.next().await?;
+        notes.push(steps::record_note(order.order_id.clone(), update.note).await?);
+        if update.done {
+            return Ok(notes);
+        }
+    }
+}
+
+/// As `order_updates`, but the hook lives in an inner scope: once a `done`
+/// note arrives the token is released (retention or not) while the run goes
+/// on to wait for the hook `ship:{order_id}` and ship the order.
+#[workflow]
+async fn order_updates_scoped(order: OrderNote) -> Result<Vec<String>, Error> {
+    let mut notes = vec![steps::record_note(order.order_id.clone(), order.note).await?];
+    {
+        let mut updates = create_hook::<OrderUpdate>(order_token(&order.order_id))?;
+        loop {
+            let update = updates.next().await?;
+            notes.push(steps::record_note(order.order_id.clone(), update.note).await?);
+            if update.done {
+                break;
+            }
+        }
+    }
+    let mut ship = create_hook::<Value>(format!("ship:{}", order.order_id))?;
+    ship.next().await?;
+    notes.push(steps::record_note(order.order_id, "shipped".into()).await?);
+    Ok(notes)
+}
+
+/// Starts `order_updates` for the order with its token, as a child run;
+/// returns the child's run ID, or the run that holds the token.
+#[workflow]
+async fn start_order(order: OrderNote) -> Result<Value, Error> {
+    let token = order_token(&order.order_id);
+    match keel_sdk::start("order_updates", &order, StartOptions::token(token)).await {
+        Ok(child) => Ok(json!({"started": child.run_id})),
+        Err(Error::HookConflict {
+            conflicting_run_id, ..
+        }) => Ok(json!({"owner": conflicting_run_id})),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens the run's start hook with an option that belongs to `start()`;
+/// returns the refusal.
+#[workflow]
+async fn start_hook_with_options(order: OrderNote) -> Result<Value, Error> {
+    let options = HookOptions::new()
+        .token(order_token(&order.order_id))
+        .metadata(&json!({"from": "the workflow"}));
+    match create_hook::<OrderUpdate>(options) {
+        Ok(_) => Ok(json!({"refused": null})),
+        Err(e) => Ok(json!({"refused": e.to_string()})),
+    }
+}
+
+keel_sdk::component!(
+    workflows = [
+        order_updates,
+        order_updates_scoped,
+        start_order,
+        start_hook_with_options,
+        strategies::reject_duplicate,
+        strategies::adopt_result,
+        strategies::inspect_owner,
+        strategies::signal_owner,
+        strategies::supersede,
+    ],
+    steps = [
+        steps::record_note,
+        steps::process_owned_order,
+        steps::forward_to_owner
+    ]
+);

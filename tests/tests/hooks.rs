@@ -1,0 +1,447 @@
+//! Start tokens, hooks, run handles and the conflict strategies (the
+//! Workflow SDK's run idempotency), end to end through the `order-hooks`
+//! guest.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{ManualClock, TestStore, json, open_with};
+use keel_host::{Error, Keel, Loaded, RunRecord, RunStatus, StartHook, StartOptions};
+use serde_json::{Value, json};
+
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+async fn hooks_engine(store: &TestStore) -> (Keel, Arc<Loaded>) {
+    open_with(store.config(), keel_tests::ORDER_HOOKS).await
+}
+
+fn note(order_id: &str, note: &str) -> String {
+    json!({"order_id": order_id, "note": note}).to_string()
+}
+
+fn request(order_id: &str, confirmed: bool) -> String {
+    json!({"order_id": order_id, "confirmed": confirmed}).to_string()
+}
+
+fn output(run: &RunRecord) -> Value {
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    json(run.output.as_deref().expect("an output"))
+}
+
+fn conflicting_run(result: keel_host::Result<RunRecord>) -> String {
+    match result {
+        Err(Error::HookConflict {
+            conflicting_run_id, ..
+        }) => conflicting_run_id,
+        other => panic!("expected a hook conflict, got {other:?}"),
+    }
+}
+
+/// Starts `workflow` and drives it until it completes, fails or waits.
+async fn run(keel: &Keel, c: &Loaded, workflow: &str, input: &str) -> RunRecord {
+    let run = keel.start(c, workflow, input).await.expect("started");
+    keel.drive(&run.run_id).await.expect("driven")
+}
+
+/// Drives every run that can make progress until none can.
+async fn settle(keel: &Keel) {
+    while keel.work_once().await.expect("a worker pass") > 0 {}
+}
+
+/// Every run replays against its own component to the same journal.
+async fn assert_replays(keel: &Keel, runs: &[&str]) {
+    for run_id in runs {
+        let verdict = keel.replay(run_id, None).await.expect("replayed");
+        assert!(verdict.is_ok(), "run {run_id}: {verdict:?}");
+    }
+}
+
+#[test]
+fn thirty_two_concurrent_starts_with_one_token_admit_one_run() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let store = TestStore::new();
+    let (keel, c) = runtime.block_on(hooks_engine(&store));
+    let results: Vec<_> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..32)
+            .map(|i| {
+                let (keel, c, handle) = (&keel, &c, runtime.handle());
+                s.spawn(move || {
+                    handle.block_on(keel.start_with(
+                        c,
+                        "order_updates",
+                        &note("32", &format!("caller {i}")),
+                        &StartOptions::token("order:32"),
+                    ))
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let admitted: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().map(|run| run.run_id.clone()))
+        .collect();
+    assert_eq!(admitted.len(), 1, "{results:?}");
+    let refusals: Vec<String> = results
+        .into_iter()
+        .filter(|r| r.is_err())
+        .map(conflicting_run)
+        .collect();
+    assert_eq!(refusals.len(), 31);
+    assert!(refusals.iter().all(|owner| *owner == admitted[0]));
+    assert_eq!(keel.list_runs().unwrap().len(), 1, "refused starts are not runs");
+}
+
+/// The seed's loop: start, or deliver the payload to the owner, or learn
+/// which run holds the token.
+async fn start_or_route(keel: &Keel, c: &Loaded, order_id: &str, update: Value) -> (String, bool) {
+    let token = format!("order:{order_id}");
+    for _ in 0..3 {
+        let input = note(order_id, update["note"].as_str().unwrap());
+        match keel
+            .start_with(c, "order_updates", &input, &StartOptions::token(&token))
+            .await
+        {
+            Ok(run) => return (run.run_id, true),
+            Err(Error::HookConflict { .. }) => {}
+            Err(e) => panic!("start: {e}"),
+        }
+        match keel.resume_hook(&token, &update.to_string()).await {
+            Ok(owner) => return (owner, false),
+            Err(Error::HookNotFound { .. }) => {}
+            Err(e) => panic!("resume: {e}"),
+        }
+    }
+    panic!("the token is held and cannot be resumed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicates_are_routed_to_the_owner_in_order_even_before_it_runs() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let (owner, started) = start_or_route(&keel, &c, "1", json!({"note": "first"})).await;
+    assert!(started);
+    for (text, done) in [("second", false), ("third", false), ("last", true)] {
+        let routed = start_or_route(&keel, &c, "1", json!({"note": text, "done": done})).await;
+        assert_eq!(routed, (owner.clone(), false), "delivered to the owner");
+    }
+    assert_eq!(
+        keel.get_run(&owner).unwrap().status,
+        RunStatus::Pending,
+        "the owner has not executed yet"
+    );
+    let done = keel.drive(&owner).await.unwrap();
+    assert_eq!(output(&done), json!(["first", "second", "third", "last"]));
+
+    // The run ended without retention: the token is free and not resumable.
+    let resumed = keel.resume_hook("order:1", r#"{"note": "late"}"#).await;
+    assert!(matches!(resumed, Err(Error::HookNotFound { .. })), "{resumed:?}");
+    assert!(matches!(keel.get_hook("order:1"), Err(Error::HookNotFound { .. })));
+    let (next, started) = start_or_route(&keel, &c, "1", json!({"note": "again"})).await;
+    assert!(started && next != owner, "a new run takes the released token");
+    assert_replays(&keel, &[&owner]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retention_holds_the_token_after_the_run_ends_until_it_passes() {
+    let clock = ManualClock::at(1_800_000_000_000);
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.clock = clock.clone();
+    let (keel, c) = open_with(config, keel_tests::ORDER_HOOKS).await;
+    let hook = StartHook::new("order:2")
+        .min_retention(Duration::from_millis(30 * DAY_MS))
+        .metadata(json!({"order_id": "2"}));
+    let options = StartOptions {
+        hook: Some(hook),
+        ..StartOptions::default()
+    };
+    let owner = keel
+        .start_with(&c, "order_updates", &note("2", "first"), &options)
+        .await
+        .unwrap()
+        .run_id;
+    keel.resume_hook("order:2", r#"{"note": "done", "done": true}"#)
+        .await
+        .unwrap();
+    assert_eq!(keel.drive(&owner).await.unwrap().status, RunStatus::Completed);
+
+    clock.advance(29 * DAY_MS);
+    let again = keel
+        .start_with(&c, "order_updates", &note("2", "x"), &options)
+        .await;
+    assert_eq!(conflicting_run(again), owner, "refused, naming the finished owner");
+    let held = keel.get_hook("order:2").unwrap();
+    assert_eq!((held.run_id.as_str(), held.active), (owner.as_str(), false));
+    assert_eq!(json(held.metadata.as_deref().unwrap()), json!({"order_id": "2"}));
+    let resumed = keel.resume_hook("order:2", r#"{"note": "late"}"#).await;
+    assert!(matches!(resumed, Err(Error::HookNotFound { .. })), "{resumed:?}");
+
+    clock.advance(DAY_MS + 1);
+    assert!(matches!(keel.get_hook("order:2"), Err(Error::HookNotFound { .. })));
+    let admitted = keel
+        .start_with(&c, "order_updates", &note("2", "x"), &StartOptions::token("order:2"))
+        .await;
+    assert!(admitted.is_ok(), "retention passed: {admitted:?}");
+
+    // A running owner holds its token even after its retention passes.
+    let short = StartOptions {
+        hook: Some(StartHook::new("order:3").min_retention(Duration::from_secs(60))),
+        ..StartOptions::default()
+    };
+    let running = keel
+        .start_with(&c, "order_updates", &note("3", "a"), &short)
+        .await
+        .unwrap();
+    clock.advance(DAY_MS);
+    let refused = keel
+        .start_with(&c, "order_updates", &note("3", "b"), &short)
+        .await;
+    assert_eq!(conflicting_run(refused), running.run_id);
+    assert_replays(&keel, &[&owner]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn disposing_in_an_inner_scope_releases_the_token_while_the_run_goes_on() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let options = StartOptions {
+        hook: Some(StartHook::new("order:4").min_retention(Duration::from_millis(DAY_MS))),
+        ..StartOptions::default()
+    };
+    let owner = keel
+        .start_with(&c, "order_updates_scoped", &note("4", "first"), &options)
+        .await
+        .unwrap()
+        .run_id;
+    keel.resume_hook("order:4", r#"{"note": "packed", "done": true}"#)
+        .await
+        .unwrap();
+    let waiting = keel.drive(&owner).await.unwrap();
+    assert_eq!(waiting.status, RunStatus::Waiting, "it waits for the ship hook");
+
+    let newcomer = keel
+        .start_with(&c, "order_updates", &note("4", "new"), &StartOptions::token("order:4"))
+        .await;
+    assert!(newcomer.is_ok(), "the disposed token is free, retention or not: {newcomer:?}");
+    assert_eq!(
+        keel.get_hook("order:4").unwrap().run_id,
+        newcomer.unwrap().run_id
+    );
+
+    assert_eq!(keel.resume_hook("ship:4", "{}").await.unwrap(), owner);
+    let done = keel.drive(&owner).await.unwrap();
+    assert_eq!(output(&done), json!(["first", "packed", "shipped"]));
+    assert_replays(&keel, &[&owner]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn force_takes_the_token_over_and_the_old_owner_learns_who_took_it() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let old = run(&keel, &c, "supersede", &request("5", true)).await;
+    assert_eq!(old.status, RunStatus::Waiting);
+    let new = run(&keel, &c, "supersede", &request("5", true)).await;
+    assert_eq!(new.status, RunStatus::Waiting);
+
+    let superseded = keel.drive(&old.run_id).await.unwrap();
+    assert_eq!(
+        output(&superseded),
+        json!({"status": "superseded", "run_id": new.run_id})
+    );
+    let owner = keel
+        .resume_hook("order:5", r#"{"confirmed": true}"#)
+        .await
+        .unwrap();
+    assert_eq!(owner, new.run_id, "resumes reach the new owner");
+    let processed = keel.drive(&new.run_id).await.unwrap();
+    assert_eq!(
+        output(&processed),
+        json!({"status": "processed", "order_id": "5"})
+    );
+
+    // Force also takes a token a finished run keeps for its retention.
+    let options = StartOptions {
+        hook: Some(StartHook::new("order:6").min_retention(Duration::from_millis(DAY_MS))),
+        ..StartOptions::default()
+    };
+    let finished = keel
+        .start_with(&c, "order_updates", &note("6", "a"), &options)
+        .await
+        .unwrap()
+        .run_id;
+    keel.resume_hook("order:6", r#"{"note": "b", "done": true}"#)
+        .await
+        .unwrap();
+    keel.drive(&finished).await.unwrap();
+    let taker = run(&keel, &c, "supersede", &request("6", true)).await;
+    assert_eq!(keel.get_hook("order:6").unwrap().run_id, taker.run_id);
+    assert_replays(&keel, &[&old.run_id, &new.run_id, &finished, &taker.run_id]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_five_strategies_return_what_the_seed_says() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+
+    // Reject the duplicate: it names the owner.
+    let owner = run(&keel, &c, "reject_duplicate", &request("r", true)).await;
+    assert_eq!(owner.status, RunStatus::Waiting);
+    let dup = run(&keel, &c, "reject_duplicate", &request("r", true)).await;
+    assert_eq!(
+        output(&dup),
+        json!({"status": "duplicate", "run_id": owner.run_id})
+    );
+
+    // Adopt the owner's result: both runs return the same.
+    let adopter_owner = run(&keel, &c, "adopt_result", &request("a", true)).await;
+    let adopter = run(&keel, &c, "adopt_result", &request("a", true)).await;
+    assert_eq!(adopter.status, RunStatus::Waiting, "it waits for the owner");
+    keel.resume_hook("order:a", r#"{"confirmed": true}"#)
+        .await
+        .unwrap();
+    settle(&keel).await;
+    let (first, second) = (
+        keel.get_run(&adopter_owner.run_id).unwrap(),
+        keel.get_run(&adopter.run_id).unwrap(),
+    );
+    assert_eq!(output(&first), json!({"status": "processed", "order_id": "a"}));
+    assert_eq!(output(&second), output(&first));
+
+    // Inspect the owner: a running owner is a duplicate...
+    let inspected = run(&keel, &c, "inspect_owner", &request("i", true)).await;
+    let dup = run(&keel, &c, "inspect_owner", &request("i", true)).await;
+    assert_eq!(
+        output(&dup),
+        json!({"status": "duplicate", "run_id": inspected.run_id})
+    );
+    // ...and a completed one (holding its token for its retention) lends its result.
+    let options = StartOptions {
+        hook: Some(StartHook::new("order:i2").min_retention(Duration::from_millis(DAY_MS))),
+        ..StartOptions::default()
+    };
+    let completed = keel
+        .start_with(&c, "order_updates", &note("i2", "a"), &options)
+        .await
+        .unwrap()
+        .run_id;
+    keel.resume_hook("order:i2", r#"{"note": "b", "done": true}"#)
+        .await
+        .unwrap();
+    keel.drive(&completed).await.unwrap();
+    let reused = run(&keel, &c, "inspect_owner", &request("i2", true)).await;
+    assert_eq!(output(&reused), json!(["a", "b"]));
+
+    // Signal the owner: the request reaches the running owner's hook.
+    let signalled = run(&keel, &c, "signal_owner", &request("s", false)).await;
+    let signaller = run(&keel, &c, "signal_owner", &request("s", true)).await;
+    assert_eq!(
+        output(&signaller),
+        json!({"status": "forwarded", "run_id": signalled.run_id})
+    );
+    settle(&keel).await;
+    assert_eq!(
+        output(&keel.get_run(&signalled.run_id).unwrap()),
+        json!({"status": "processed", "order_id": "s"}),
+        "the forwarded confirmation decided the owner's outcome"
+    );
+
+    // Supersede (see also the force test): the old owner stops cleanly.
+    let old = run(&keel, &c, "supersede", &request("n", true)).await;
+    let new = run(&keel, &c, "supersede", &request("n", false)).await;
+    settle(&keel).await;
+    assert_eq!(
+        output(&keel.get_run(&old.run_id).unwrap()),
+        json!({"status": "superseded", "run_id": new.run_id})
+    );
+
+    let all: Vec<String> = keel
+        .list_runs()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_replays(&keel, &all.iter().map(String::as_str).collect::<Vec<_>>()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_start_hook_refuses_options_that_belong_to_start() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let run = keel
+        .start_with(
+            &c,
+            "start_hook_with_options",
+            &note("7", "a"),
+            &StartOptions::token("order:7"),
+        )
+        .await
+        .unwrap();
+    let done = keel.drive(&run.run_id).await.unwrap();
+    let refused = output(&done)["refused"].as_str().unwrap().to_string();
+    assert!(refused.contains("start hook") && refused.contains("metadata"), "{refused}");
+    assert_replays(&keel, &[&run.run_id]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unconfirmed_start_can_be_retried_with_its_token() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    keel.store().inject_sync_failure();
+    let first = keel
+        .start_with(&c, "order_updates", &note("8", "a"), &StartOptions::token("order:8"))
+        .await;
+    let Err(Error::StartOutcomeUnknown { run_id, .. }) = first else {
+        panic!("expected an unknown outcome, got {first:?}");
+    };
+    let retry = keel
+        .start_with(&c, "order_updates", &note("8", "a"), &StartOptions::token("order:8"))
+        .await;
+    assert_eq!(
+        conflicting_run(retry),
+        run_id,
+        "the retry learns that its candidate owns the token"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_run_ends_it_and_releases_its_token() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let run = keel
+        .start_with(&c, "order_updates", &note("9", "a"), &StartOptions::token("order:9"))
+        .await
+        .unwrap();
+    assert_eq!(keel.drive(&run.run_id).await.unwrap().status, RunStatus::Waiting);
+    let cancelled = keel.cancel(&run.run_id).await.unwrap();
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    let resumed = keel.resume_hook("order:9", r#"{"note": "b"}"#).await;
+    assert!(matches!(resumed, Err(Error::HookNotFound { .. })), "{resumed:?}");
+    let next = keel
+        .start_with(&c, "order_updates", &note("9", "b"), &StartOptions::token("order:9"))
+        .await;
+    assert!(next.is_ok(), "{next:?}");
+    let journal = keel.journal(&run.run_id).unwrap();
+    assert_eq!(journal.last().unwrap().event.kind(), "run_cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_starts_a_run_with_a_token_once() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let parent = run(&keel, &c, "start_order", &note("10", "a")).await;
+    let child = output(&parent)["started"].as_str().unwrap().to_string();
+    assert!(child.starts_with(&parent.run_id), "derived from the parent: {child}");
+    assert_eq!(keel.get_hook("order:10").unwrap().run_id, child);
+
+    let other = run(&keel, &c, "start_order", &note("10", "b")).await;
+    assert_eq!(output(&other), json!({"owner": child}));
+    keel.resume_hook("order:10", r#"{"note": "b", "done": true}"#)
+        .await
+        .unwrap();
+    let done = keel.drive(&child).await.unwrap();
+    assert_eq!(output(&done), json!(["a", "b"]));
+    assert_replays(&keel, &[&parent.run_id, &other.run_id, &child]).await;
+}
