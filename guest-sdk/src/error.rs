@@ -81,7 +81,9 @@ pub enum Error {
         claimed_by_run_id: String,
     },
     /// No active hook holds the token.
-    HookNotFound { token: String },
+    HookNotFound {
+        token: String,
+    },
     /// Options `create_hook` cannot take here (start-only options on the
     /// run's start hook).
     HookOptions(String),

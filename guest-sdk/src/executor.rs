@@ -74,7 +74,11 @@ impl Command {
         Command { id: None }
     }
 
-    pub(crate) fn poll(&mut self, cx: &Context<'_>, schedule: impl FnOnce() -> u32) -> Poll<Outcome> {
+    pub(crate) fn poll(
+        &mut self,
+        cx: &Context<'_>,
+        schedule: impl FnOnce() -> u32,
+    ) -> Poll<Outcome> {
         let id = *self.id.get_or_insert_with(schedule);
         STATE.with(|s| {
             let mut s = s.borrow_mut();

@@ -193,7 +193,10 @@ impl<T: DeserializeOwned> Hook<T> {
         self.pending = Command::new();
         Poll::Ready(match outcome {
             Outcome::HookPayload(json) => serde_json::from_str(&json).map_err(|e| {
-                Error::Payload(format!("a payload of hook `{}` does not decode: {e}", self.token))
+                Error::Payload(format!(
+                    "a payload of hook `{}` does not decode: {e}",
+                    self.token
+                ))
             }),
             Outcome::HookRejected(types::HookRejection::ForceClaimed(by)) => {
                 Err(Error::HookForceClaimed {

@@ -33,11 +33,11 @@ pub mod __private;
 
 pub use error::{Error, StepError, StepFailure};
 pub use executor::{StepFuture, Timer, sleep};
+pub use futures::{self, future, join, select_biased, try_join};
 pub use hooks::{
     Hook, HookOptions, ReturnValue, RunHandle, RunStatus, StartOptions, create_hook, resume_hook,
     start,
 };
-pub use futures::{self, future, join, select_biased, try_join};
 pub use keel_sdk_macros::{component, step, workflow};
 pub use metadata::{
     LogLevel, StepMetadata, WorkflowMetadata, log, patched, step_metadata, workflow_metadata,

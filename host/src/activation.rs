@@ -19,12 +19,12 @@ use tokio::task::JoinHandle;
 
 use crate::component::Loaded;
 use crate::engine::Inner;
+use crate::hooks::{HookRecord, Payload};
 use crate::idempotency::Clock;
 use crate::journal::{self, Entry, Event, step_digest, step_id};
+use crate::journal::{HookRegistration, StartOutcome};
 use crate::replay::{CommandView, Divergence};
 use crate::sandbox::{JournalClock, wit};
-use crate::hooks::{HookRecord, Payload};
-use crate::journal::{HookRegistration, StartOutcome};
 use crate::store::{RunStatus, Store};
 use crate::{Error, Result};
 
@@ -290,10 +290,7 @@ pub enum Suspend {
     /// Waiting for a timer due at `wake_at_ms`, or for something outside
     /// the run (a hook's payload, another run's end), which wakes it.
     #[error("waiting for {on}")]
-    Waiting {
-        wake_at_ms: Option<u64>,
-        on: String,
-    },
+    Waiting { wake_at_ms: Option<u64>, on: String },
     #[error("the journal ends here")]
     JournalEnd,
 }
@@ -733,7 +730,13 @@ impl Activation {
         let status = match recorded {
             Some(status) => status,
             None => {
-                let status = self.inner.store.get_run(&run_id)?.status.as_str().to_string();
+                let status = self
+                    .inner
+                    .store
+                    .get_run(&run_id)?
+                    .status
+                    .as_str()
+                    .to_string();
                 self.append_command(Event::RunStatusRead {
                     command,
                     run_id,

@@ -184,7 +184,11 @@ impl<'a> ActiveRun<'a> {
 
 impl Drop for ActiveRun<'_> {
     fn drop(&mut self) {
-        self.inner.live.lock().expect("live runs").remove(&self.run_id);
+        self.inner
+            .live
+            .lock()
+            .expect("live runs")
+            .remove(&self.run_id);
         self.inner
             .active
             .lock()
@@ -448,9 +452,7 @@ impl Keel {
         let caps = self.inner.store.capabilities();
         let missing = match &options.hook {
             Some(_) if !caps.atomic_start_hook => Some("atomic start hooks"),
-            Some(h) if h.min_retention.is_some() && !caps.hook_retention => {
-                Some("hook retention")
-            }
+            Some(h) if h.min_retention.is_some() && !caps.hook_retention => Some("hook retention"),
             _ => None,
         };
         match missing {

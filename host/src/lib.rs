@@ -20,8 +20,10 @@ pub mod store;
 
 pub use component::{Idempotency, Loaded, Manifest, RetryPolicy, StepInfo, WorkflowInfo};
 pub use engine::{Config, Keel, StartHook, StartOptions};
-pub use hooks::HookRecord;
 pub use error::{Error, Result};
+pub use hooks::HookRecord;
 pub use replay::{JournalFile, ReplayReport, Replayer, Verdict};
 pub use sandbox::Grants;
-pub use store::{Capabilities, EventOutcome, EventRecord, KeyHold, RunError, RunRecord, RunStatus, Store};
+pub use store::{
+    Capabilities, EventOutcome, EventRecord, KeyHold, RunError, RunRecord, RunStatus, Store,
+};

@@ -127,6 +127,14 @@ pub struct Capabilities {
     pub hook_retention: bool,
 }
 
+impl Capabilities {
+    /// Everything keel can ask of a store; what sled provides.
+    pub const ALL: Capabilities = Capabilities {
+        atomic_start_hook: true,
+        hook_retention: true,
+    };
+}
+
 /// The embedded store: one directory, one process at a time. Clones share
 /// the database; dropping the last one closes it and releases its lock.
 #[derive(Clone)]
@@ -160,6 +168,7 @@ pub(crate) struct StoreInner {
     committer: Committer,
     /// Test hook: the next sync reports a failure.
     fail_next_sync: std::sync::atomic::AtomicBool,
+    capabilities: std::sync::Mutex<Capabilities>,
 }
 
 type CommitRequest = oneshot::Sender<Result<()>>;
@@ -205,6 +214,7 @@ impl Store {
             watchers: open("watchers")?,
             committer: spawn_committer(db),
             fail_next_sync: Default::default(),
+            capabilities: std::sync::Mutex::new(Capabilities::ALL),
             path,
         };
         Ok(Store {
@@ -247,10 +257,14 @@ impl Store {
 
     /// What this store can do; see [`Capabilities`].
     pub fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            atomic_start_hook: true,
-            hook_retention: true,
-        }
+        *self.inner.capabilities.lock().expect("capabilities")
+    }
+
+    /// Declares fewer capabilities than sled has, as a store without them
+    /// would: for testing that callers fail before writing anything.
+    #[doc(hidden)]
+    pub fn limit_capabilities(&self, capabilities: Capabilities) {
+        *self.inner.capabilities.lock().expect("capabilities") = capabilities;
     }
 
     /// Stores a component's bytes under their content hash.

@@ -216,3 +216,73 @@ fn events_keys_and_results_from_the_cli() {
     assert_eq!(err["error"]["kind"], "idempotency_collision");
     assert_eq!(err["error"]["existing_run_id"], run_id.as_str());
 }
+
+#[test]
+fn start_tokens_hooks_and_cancel_from_the_cli() {
+    let db = tempfile::tempdir().unwrap();
+    let guest = keel_tests::ORDER_HOOKS;
+    let input = r#"{"order_id": "c1", "note": "first"}"#;
+    let start = |input: &str, extra: &[&str]| {
+        let mut args = vec!["start", guest, "order_updates", "--input", input];
+        args.extend_from_slice(extra);
+        keel(db.path(), &args)
+    };
+    let (out, owner) = start(
+        input,
+        &[
+            "--token",
+            "order:c1",
+            "--retention",
+            "30 days",
+            "--metadata",
+            r#"{"order_id": "c1"}"#,
+        ],
+    );
+    assert!(out.status.success());
+    assert_eq!(owner["status"], "waiting");
+    let owner_id = owner["run_id"].as_str().unwrap();
+
+    let (out, dup) = start(input, &["--token", "order:c1"]);
+    assert!(!out.status.success());
+    assert_eq!(dup["error"]["kind"], "hook_conflict");
+    assert_eq!(dup["error"]["conflicting_run_id"], owner_id);
+
+    let (_, hook) = keel(db.path(), &["hooks", "get", "order:c1"]);
+    assert_eq!(hook["run_id"], owner_id);
+    assert_eq!(hook["active"], true);
+    assert_eq!(hook["metadata"]["order_id"], "c1");
+    assert!(hook["retain_until_ms"].as_u64().unwrap() > hook["created_at_ms"].as_u64().unwrap());
+
+    let (out, resumed) = keel(
+        db.path(),
+        &[
+            "hooks",
+            "resume",
+            "order:c1",
+            "--payload",
+            r#"{"note": "second", "done": true}"#,
+        ],
+    );
+    assert!(out.status.success());
+    assert_eq!(resumed["run_id"], owner_id);
+    assert_eq!(resumed["status"], "completed");
+    assert_eq!(resumed["output"], serde_json::json!(["first", "second"]));
+
+    let (_, got) = keel(db.path(), &["runs", "get", owner_id]);
+    assert_eq!(got["status"], "completed");
+    let (_, kept) = keel(db.path(), &["hooks", "get", "order:c1"]);
+    assert_eq!(kept["active"], false, "kept for its retention");
+    let (out, gone) = keel(db.path(), &["hooks", "resume", "order:c1"]);
+    assert!(!out.status.success());
+    assert_eq!(gone["error"]["kind"], "hook_not_found");
+
+    let input = r#"{"order_id": "c2", "note": "first"}"#;
+    let (_, other) = start(input, &["--token", "order:c2"]);
+    assert_eq!(other["status"], "waiting");
+    let other_id = other["run_id"].as_str().unwrap();
+    let (out, cancelled) = keel(db.path(), &["runs", "cancel", other_id]);
+    assert!(out.status.success());
+    assert_eq!(cancelled["status"], "cancelled");
+    let (out, _) = start(input, &["--token", "order:c2"]);
+    assert!(out.status.success(), "cancelling released the token");
+}

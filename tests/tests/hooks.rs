@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{ManualClock, TestStore, json, open_with};
-use keel_host::{Error, Keel, Loaded, RunRecord, RunStatus, StartHook, StartOptions};
+use keel_host::{
+    Capabilities, Error, Keel, Loaded, RunRecord, RunStatus, StartHook, StartOptions,
+};
 use serde_json::{Value, json};
 
 const DAY_MS: u64 = 24 * 3600 * 1000;
@@ -91,7 +93,11 @@ fn thirty_two_concurrent_starts_with_one_token_admit_one_run() {
         .collect();
     assert_eq!(refusals.len(), 31);
     assert!(refusals.iter().all(|owner| *owner == admitted[0]));
-    assert_eq!(keel.list_runs().unwrap().len(), 1, "refused starts are not runs");
+    assert_eq!(
+        keel.list_runs().unwrap().len(),
+        1,
+        "refused starts are not runs"
+    );
 }
 
 /// The seed's loop: start, or deliver the payload to the owner, or learn
@@ -137,10 +143,19 @@ async fn duplicates_are_routed_to_the_owner_in_order_even_before_it_runs() {
 
     // The run ended without retention: the token is free and not resumable.
     let resumed = keel.resume_hook("order:1", r#"{"note": "late"}"#).await;
-    assert!(matches!(resumed, Err(Error::HookNotFound { .. })), "{resumed:?}");
-    assert!(matches!(keel.get_hook("order:1"), Err(Error::HookNotFound { .. })));
+    assert!(
+        matches!(resumed, Err(Error::HookNotFound { .. })),
+        "{resumed:?}"
+    );
+    assert!(matches!(
+        keel.get_hook("order:1"),
+        Err(Error::HookNotFound { .. })
+    ));
     let (next, started) = start_or_route(&keel, &c, "1", json!({"note": "again"})).await;
-    assert!(started && next != owner, "a new run takes the released token");
+    assert!(
+        started && next != owner,
+        "a new run takes the released token"
+    );
     assert_replays(&keel, &[&owner]).await;
 }
 
@@ -166,23 +181,44 @@ async fn retention_holds_the_token_after_the_run_ends_until_it_passes() {
     keel.resume_hook("order:2", r#"{"note": "done", "done": true}"#)
         .await
         .unwrap();
-    assert_eq!(keel.drive(&owner).await.unwrap().status, RunStatus::Completed);
+    assert_eq!(
+        keel.drive(&owner).await.unwrap().status,
+        RunStatus::Completed
+    );
 
     clock.advance(29 * DAY_MS);
     let again = keel
         .start_with(&c, "order_updates", &note("2", "x"), &options)
         .await;
-    assert_eq!(conflicting_run(again), owner, "refused, naming the finished owner");
+    assert_eq!(
+        conflicting_run(again),
+        owner,
+        "refused, naming the finished owner"
+    );
     let held = keel.get_hook("order:2").unwrap();
     assert_eq!((held.run_id.as_str(), held.active), (owner.as_str(), false));
-    assert_eq!(json(held.metadata.as_deref().unwrap()), json!({"order_id": "2"}));
+    assert_eq!(
+        json(held.metadata.as_deref().unwrap()),
+        json!({"order_id": "2"})
+    );
     let resumed = keel.resume_hook("order:2", r#"{"note": "late"}"#).await;
-    assert!(matches!(resumed, Err(Error::HookNotFound { .. })), "{resumed:?}");
+    assert!(
+        matches!(resumed, Err(Error::HookNotFound { .. })),
+        "{resumed:?}"
+    );
 
     clock.advance(DAY_MS + 1);
-    assert!(matches!(keel.get_hook("order:2"), Err(Error::HookNotFound { .. })));
+    assert!(matches!(
+        keel.get_hook("order:2"),
+        Err(Error::HookNotFound { .. })
+    ));
     let admitted = keel
-        .start_with(&c, "order_updates", &note("2", "x"), &StartOptions::token("order:2"))
+        .start_with(
+            &c,
+            "order_updates",
+            &note("2", "x"),
+            &StartOptions::token("order:2"),
+        )
         .await;
     assert!(admitted.is_ok(), "retention passed: {admitted:?}");
 
@@ -220,12 +256,24 @@ async fn disposing_in_an_inner_scope_releases_the_token_while_the_run_goes_on() 
         .await
         .unwrap();
     let waiting = keel.drive(&owner).await.unwrap();
-    assert_eq!(waiting.status, RunStatus::Waiting, "it waits for the ship hook");
+    assert_eq!(
+        waiting.status,
+        RunStatus::Waiting,
+        "it waits for the ship hook"
+    );
 
     let newcomer = keel
-        .start_with(&c, "order_updates", &note("4", "new"), &StartOptions::token("order:4"))
+        .start_with(
+            &c,
+            "order_updates",
+            &note("4", "new"),
+            &StartOptions::token("order:4"),
+        )
         .await;
-    assert!(newcomer.is_ok(), "the disposed token is free, retention or not: {newcomer:?}");
+    assert!(
+        newcomer.is_ok(),
+        "the disposed token is free, retention or not: {newcomer:?}"
+    );
     assert_eq!(
         keel.get_hook("order:4").unwrap().run_id,
         newcomer.unwrap().run_id
@@ -307,7 +355,10 @@ async fn the_five_strategies_return_what_the_seed_says() {
         keel.get_run(&adopter_owner.run_id).unwrap(),
         keel.get_run(&adopter.run_id).unwrap(),
     );
-    assert_eq!(output(&first), json!({"status": "processed", "order_id": "a"}));
+    assert_eq!(
+        output(&first),
+        json!({"status": "processed", "order_id": "a"})
+    );
     assert_eq!(output(&second), output(&first));
 
     // Inspect the owner: a running owner is a duplicate...
@@ -381,7 +432,10 @@ async fn the_start_hook_refuses_options_that_belong_to_start() {
         .unwrap();
     let done = keel.drive(&run.run_id).await.unwrap();
     let refused = output(&done)["refused"].as_str().unwrap().to_string();
-    assert!(refused.contains("start hook") && refused.contains("metadata"), "{refused}");
+    assert!(
+        refused.contains("start hook") && refused.contains("metadata"),
+        "{refused}"
+    );
     assert_replays(&keel, &[&run.run_id]).await;
 }
 
@@ -391,13 +445,23 @@ async fn an_unconfirmed_start_can_be_retried_with_its_token() {
     let (keel, c) = hooks_engine(&store).await;
     keel.store().inject_sync_failure();
     let first = keel
-        .start_with(&c, "order_updates", &note("8", "a"), &StartOptions::token("order:8"))
+        .start_with(
+            &c,
+            "order_updates",
+            &note("8", "a"),
+            &StartOptions::token("order:8"),
+        )
         .await;
     let Err(Error::StartOutcomeUnknown { run_id, .. }) = first else {
         panic!("expected an unknown outcome, got {first:?}");
     };
     let retry = keel
-        .start_with(&c, "order_updates", &note("8", "a"), &StartOptions::token("order:8"))
+        .start_with(
+            &c,
+            "order_updates",
+            &note("8", "a"),
+            &StartOptions::token("order:8"),
+        )
         .await;
     assert_eq!(
         conflicting_run(retry),
@@ -411,16 +475,32 @@ async fn cancelling_a_run_ends_it_and_releases_its_token() {
     let store = TestStore::new();
     let (keel, c) = hooks_engine(&store).await;
     let run = keel
-        .start_with(&c, "order_updates", &note("9", "a"), &StartOptions::token("order:9"))
+        .start_with(
+            &c,
+            "order_updates",
+            &note("9", "a"),
+            &StartOptions::token("order:9"),
+        )
         .await
         .unwrap();
-    assert_eq!(keel.drive(&run.run_id).await.unwrap().status, RunStatus::Waiting);
+    assert_eq!(
+        keel.drive(&run.run_id).await.unwrap().status,
+        RunStatus::Waiting
+    );
     let cancelled = keel.cancel(&run.run_id).await.unwrap();
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     let resumed = keel.resume_hook("order:9", r#"{"note": "b"}"#).await;
-    assert!(matches!(resumed, Err(Error::HookNotFound { .. })), "{resumed:?}");
+    assert!(
+        matches!(resumed, Err(Error::HookNotFound { .. })),
+        "{resumed:?}"
+    );
     let next = keel
-        .start_with(&c, "order_updates", &note("9", "b"), &StartOptions::token("order:9"))
+        .start_with(
+            &c,
+            "order_updates",
+            &note("9", "b"),
+            &StartOptions::token("order:9"),
+        )
         .await;
     assert!(next.is_ok(), "{next:?}");
     let journal = keel.journal(&run.run_id).unwrap();
@@ -433,7 +513,10 @@ async fn a_workflow_starts_a_run_with_a_token_once() {
     let (keel, c) = hooks_engine(&store).await;
     let parent = run(&keel, &c, "start_order", &note("10", "a")).await;
     let child = output(&parent)["started"].as_str().unwrap().to_string();
-    assert!(child.starts_with(&parent.run_id), "derived from the parent: {child}");
+    assert!(
+        child.starts_with(&parent.run_id),
+        "derived from the parent: {child}"
+    );
     assert_eq!(keel.get_hook("order:10").unwrap().run_id, child);
 
     let other = run(&keel, &c, "start_order", &note("10", "b")).await;
@@ -444,4 +527,37 @@ async fn a_workflow_starts_a_run_with_a_token_once() {
     let done = keel.drive(&child).await.unwrap();
     assert_eq!(output(&done), json!(["a", "b"]));
     assert_replays(&keel, &[&parent.run_id, &other.run_id, &child]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_without_a_capability_refuses_the_start_before_writing() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    keel.store().limit_capabilities(Capabilities {
+        atomic_start_hook: true,
+        hook_retention: false,
+    });
+    let options = StartOptions {
+        hook: Some(StartHook::new("order:11").min_retention(Duration::from_secs(60))),
+        ..StartOptions::default()
+    };
+    let refused = keel
+        .start_with(&c, "order_updates", &note("11", "a"), &options)
+        .await;
+    assert!(
+        matches!(&refused, Err(Error::StoreCapability { capability }) if capability == "hook retention"),
+        "{refused:?}"
+    );
+    keel.store().limit_capabilities(Capabilities {
+        atomic_start_hook: false,
+        hook_retention: false,
+    });
+    let refused = keel
+        .start_with(&c, "order_updates", &note("11", "a"), &StartOptions::token("order:11"))
+        .await;
+    assert!(matches!(refused, Err(Error::StoreCapability { .. })), "{refused:?}");
+    assert!(keel.list_runs().unwrap().is_empty(), "nothing was written");
+    assert!(matches!(keel.get_hook("order:11"), Err(Error::HookNotFound { .. })));
+    let plain = keel.start(&c, "order_updates", &note("11", "a")).await;
+    assert!(plain.is_ok(), "a start without a token needs neither");
 }

@@ -684,7 +684,10 @@ fn entry_json(entry: &Entry) -> Value {
         }
         Event::RunCompleted { output } => json!({"output": payload(output)}),
         Event::RunFailed { kind, error } => json!({"error_kind": kind, "error": error}),
-        Event::HookReceived { command, payload: p } => {
+        Event::HookReceived {
+            command,
+            payload: p,
+        } => {
             json!({"command": command, "payload": payload(p)})
         }
         other => fields_of(other),
