@@ -611,7 +611,8 @@ impl Activation {
                     active: true,
                     next_payload: 0,
                 };
-                let registration = self.inner.store.register_hook(&hook, force, now)?;
+                let (registration, claimed_from) =
+                    self.inner.store.register_hook(&hook, force, now)?;
                 self.append_command(Event::HookCreated {
                     command,
                     token: token.clone(),
@@ -619,6 +620,10 @@ impl Activation {
                     registration: registration.clone(),
                 })
                 .await?;
+                if let Some(old_owner) = claimed_from {
+                    tracing::info!(run_id = %self.run_id, old_owner, token, "token taken over");
+                    self.inner.poke(&old_owner);
+                }
                 registration
             }
         };

@@ -118,15 +118,14 @@ impl Store {
         let record = encode_versioned(run);
         let trees = (&i.runs, &i.keys, &i.hooks, &i.run_hooks);
         finish(trees.transaction(|(runs, keys, hooks, run_hooks)| {
-            if let Some(hook) = start_hook {
-                if let Some(held) = read_hook(hooks, &hook.token)? {
-                    if let Some(owner) = held.holder(now_ms) {
-                        return abort(Error::HookConflict {
-                            token: hook.token.clone(),
-                            conflicting_run_id: owner.into(),
-                        });
-                    }
-                }
+            if let Some(hook) = start_hook
+                && let Some(held) = read_hook(hooks, &hook.token)?
+                && let Some(owner) = held.holder(now_ms)
+            {
+                return abort(Error::HookConflict {
+                    token: hook.token.clone(),
+                    conflicting_run_id: owner.into(),
+                });
             }
             if let (Some(key_bytes), Some((key, ttl_ms))) = (&key_bytes, key) {
                 if let Some(held) = keys.get(key_bytes)? {
@@ -158,13 +157,14 @@ impl Store {
     /// run's own start hook binds; a token another run holds is a conflict,
     /// unless `force` takes it over, which the old owner learns on its next
     /// await. Registering again from the same command (a recovered run)
-    /// finds its own hook.
+    /// finds its own hook. Returns the registration and, after a force
+    /// claim, the run the token was taken from.
     pub(crate) fn register_hook(
         &self,
         hook: &HookRecord,
         force: bool,
         now_ms: u64,
-    ) -> Result<HookRegistration> {
+    ) -> Result<(HookRegistration, Option<String>)> {
         use sled::Transactional;
         let i = &self.inner;
         let trees = (&i.hooks, &i.run_hooks, &i.claims, &i.wakeups);
@@ -175,7 +175,7 @@ impl Store {
                 .and_then(|h| h.holder(now_ms).map(|o| (h, o.to_string())));
             match holder {
                 Some((h, owner)) if owner == hook.run_id => {
-                    return Ok(if h.is_start_hook() {
+                    let registration = if h.is_start_hook() {
                         HookRegistration::BoundToStart
                     } else if h.command == hook.command {
                         HookRegistration::Registered
@@ -183,21 +183,26 @@ impl Store {
                         HookRegistration::Conflict {
                             owner_run_id: owner,
                         }
-                    });
+                    };
+                    Ok((registration, None))
                 }
                 Some((_, owner)) if !force => {
-                    return Ok(HookRegistration::Conflict {
+                    let conflict = HookRegistration::Conflict {
                         owner_run_id: owner,
-                    });
+                    };
+                    Ok((conflict, None))
                 }
                 Some((_, owner)) => {
                     claims.insert(key_of(&owner, &hook.token), hook.run_id.as_bytes())?;
                     wakeups.insert(owner.as_bytes(), &[])?;
+                    write_hook(hooks, run_hooks, hook)?;
+                    Ok((HookRegistration::Registered, Some(owner)))
                 }
-                None => {}
+                None => {
+                    write_hook(hooks, run_hooks, hook)?;
+                    Ok((HookRegistration::Registered, None))
+                }
             }
-            write_hook(hooks, run_hooks, hook)?;
-            Ok(HookRegistration::Registered)
         }))
     }
 

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{ManualClock, TestStore, json, open_with};
-use keel_host::{
-    Capabilities, Error, Keel, Loaded, RunRecord, RunStatus, StartHook, StartOptions,
-};
+use keel_host::{Capabilities, Error, Keel, Loaded, RunRecord, RunStatus, StartHook, StartOptions};
 use serde_json::{Value, json};
 
 const DAY_MS: u64 = 24 * 3600 * 1000;
@@ -553,11 +551,22 @@ async fn a_store_without_a_capability_refuses_the_start_before_writing() {
         hook_retention: false,
     });
     let refused = keel
-        .start_with(&c, "order_updates", &note("11", "a"), &StartOptions::token("order:11"))
+        .start_with(
+            &c,
+            "order_updates",
+            &note("11", "a"),
+            &StartOptions::token("order:11"),
+        )
         .await;
-    assert!(matches!(refused, Err(Error::StoreCapability { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Error::StoreCapability { .. })),
+        "{refused:?}"
+    );
     assert!(keel.list_runs().unwrap().is_empty(), "nothing was written");
-    assert!(matches!(keel.get_hook("order:11"), Err(Error::HookNotFound { .. })));
+    assert!(matches!(
+        keel.get_hook("order:11"),
+        Err(Error::HookNotFound { .. })
+    ));
     let plain = keel.start(&c, "order_updates", &note("11", "a")).await;
     assert!(plain.is_ok(), "a start without a token needs neither");
 }
