@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_host::journal::Event;
-use keel_host::{Config, Keel, Loaded, RunStatus};
+use keel_host::{Config, Keel, Loaded, RunStatus, StartOptions};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,6 +25,13 @@ pub struct Args {
     /// Runs parked at once for the memory figure.
     #[arg(long, default_value_t = 500)]
     parked_runs: usize,
+    /// The `order-hooks` guest, for the start-token and hook figures
+    /// (skipped if the file does not exist).
+    #[arg(long, default_value = "target/wasm32-wasip2/release/order_hooks.wasm")]
+    hooks_component: PathBuf,
+    /// Tokens for the start-token figures; each is started by 8 callers at once.
+    #[arg(long, default_value_t = 200)]
+    tokens: usize,
 }
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {
@@ -59,6 +66,72 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
     }
     replay(keel, loaded, args.replay_entries).await?;
     parked(keel, loaded, args.parked_runs).await?;
+    if args.hooks_component.exists() {
+        let hooks_guest = keel.load(&args.hooks_component).await?;
+        start_tokens(keel, &hooks_guest, args.tokens).await?;
+    } else {
+        println!(
+            "start tokens and hooks: skipped, build the guest with `cargo build --release --target wasm32-wasip2 -p order-hooks`"
+        );
+    }
+    Ok(())
+}
+
+/// Starts with tokens (8 concurrent callers per token, one admitted), then
+/// the latency of a resume that completes a waiting run (resume, then drive
+/// by replay).
+async fn start_tokens(keel: &Keel, loaded: &Arc<Loaded>, tokens: usize) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let mut owners = Vec::with_capacity(tokens);
+    for i in 0..tokens {
+        let mut callers = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let (keel, loaded) = (keel.clone(), loaded.clone());
+            let input = format!(r#"{{"order_id": "bench-{i}", "note": "first"}}"#);
+            let options = StartOptions::token(format!("order:bench-{i}"));
+            callers.spawn(async move {
+                keel.start_with(&loaded, "order_updates", &input, &options)
+                    .await
+            });
+        }
+        let mut admitted = Vec::new();
+        while let Some(r) = callers.join_next().await {
+            match r? {
+                Ok(run) => admitted.push(run.run_id),
+                Err(keel_host::Error::HookConflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        anyhow::ensure!(admitted.len() == 1, "token {i}: {admitted:?} admitted");
+        owners.extend(admitted);
+    }
+    let elapsed = t.elapsed();
+    println!(
+        "start with a token, 8 callers per token ({tokens} tokens): {:.0} starts/s, {:.2} ms per token",
+        (tokens * 8) as f64 / elapsed.as_secs_f64(),
+        ms(elapsed) / tokens as f64
+    );
+    let mut latencies = Vec::with_capacity(owners.len());
+    for (i, run_id) in owners.iter().enumerate() {
+        keel.drive(run_id).await?;
+        let t = Instant::now();
+        keel.resume_hook(
+            &format!("order:bench-{i}"),
+            r#"{"note": "done", "done": true}"#,
+        )
+        .await?;
+        let run = keel.drive(run_id).await?;
+        latencies.push(t.elapsed());
+        anyhow::ensure!(run.status == RunStatus::Completed, "{run:?}");
+    }
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize];
+    println!(
+        "hook resume until the waiting run completes ({} runs): p50 {:.2} ms, p99 {:.2} ms",
+        latencies.len(),
+        ms(pct(0.5)),
+        ms(pct(0.99))
+    );
     Ok(())
 }
 
