@@ -1,5 +1,6 @@
-//! The engine: admits runs, drives them through activations, recovers
-//! interrupted ones and replays journals.
+//! The engine: admits runs (with idempotency keys and start tokens),
+//! drives them through activations, wakes runs that hooks or other runs
+//! moved on, recovers interrupted ones and replays journals.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
