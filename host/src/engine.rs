@@ -143,6 +143,8 @@ pub(crate) struct Inner {
     /// Notified when a run may have become due (a start, a payload, a
     /// run's end) and when a drive ends.
     progress: Notify,
+    /// When expired keys and tokens were last deleted (admission clock).
+    last_purge_ms: Mutex<u64>,
 }
 
 impl Inner {
@@ -268,6 +270,7 @@ impl Keel {
                 active: Mutex::default(),
                 live: Mutex::default(),
                 progress: Notify::new(),
+                last_purge_ms: Mutex::default(),
             }),
         })
     }
@@ -829,21 +832,17 @@ impl Keel {
         })
     }
 
-    /// Runs that can make progress now (pending and interrupted runs, and
-    /// waiting runs whose timer is due), not counting `busy` ones, and when
-    /// the next of the others is due. Also deletes expired idempotency keys.
+    /// Runs that can make progress now (pending and interrupted runs,
+    /// waiting runs whose timer is due or that something woke), not counting
+    /// `busy` ones, and when the next of the others is due. Only live runs
+    /// are read.
     fn due_runs(&self, busy: &HashSet<String>) -> Result<(Vec<String>, Option<u64>)> {
-        let admission_now = self.inner.config.clock.now_ms();
-        let purged = self.inner.store.purge_expired_keys(admission_now)?;
-        let purged_hooks = self.inner.store.purge_expired_hooks(admission_now)?;
-        if purged + purged_hooks > 0 {
-            tracing::debug!(purged, purged_hooks, "expired keys and tokens deleted");
-        }
+        self.purge_expired()?;
         let now = now_ms();
         let active = self.inner.active.lock().expect("active runs").clone();
         let woken = self.inner.store.wakeups()?;
         let (mut due, mut next_wake) = (Vec::new(), None::<u64>);
-        for run in self.list_runs()? {
+        for run in self.inner.store.live_runs()? {
             if busy.contains(&run.run_id) || active.contains(&run.run_id) {
                 continue;
             }
@@ -858,6 +857,26 @@ impl Keel {
             }
         }
         Ok((due, next_wake))
+    }
+
+    /// Deletes expired idempotency keys and retained tokens, at most once a
+    /// second of the admission clock (they are already refused by
+    /// admission once expired; this only reclaims the space).
+    fn purge_expired(&self) -> Result<()> {
+        let now = self.inner.config.clock.now_ms();
+        {
+            let mut last = self.inner.last_purge_ms.lock().expect("purge time");
+            if now < last.saturating_add(1000) {
+                return Ok(());
+            }
+            *last = now;
+        }
+        let keys = self.inner.store.purge_expired_keys(now)?;
+        let tokens = self.inner.store.purge_expired_hooks(now)?;
+        if keys + tokens > 0 {
+            tracing::debug!(keys, tokens, "expired keys and tokens deleted");
+        }
+        Ok(())
     }
 
     /// Drives every run that can make progress now, and waits for them to
@@ -918,7 +937,9 @@ impl Keel {
     /// When the next waiting run is due, if any.
     pub fn next_wake(&self) -> Result<Option<u64>> {
         Ok(self
-            .list_runs()?
+            .inner
+            .store
+            .live_runs()?
             .iter()
             .filter(|r| r.status == RunStatus::Waiting)
             .filter_map(|r| r.wake_at_ms)

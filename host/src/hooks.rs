@@ -116,8 +116,8 @@ impl Store {
         let i = &self.inner;
         let key_bytes = key.map(|(k, _)| key_of(&run.workflow, k));
         let record = encode_versioned(run);
-        let trees = (&i.runs, &i.keys, &i.hooks, &i.run_hooks);
-        finish(trees.transaction(|(runs, keys, hooks, run_hooks)| {
+        let trees = (&i.runs, &i.keys, &i.hooks, &i.run_hooks, &i.live);
+        finish(trees.transaction(|(runs, keys, hooks, run_hooks, live)| {
             if let Some(hook) = start_hook
                 && let Some(held) = read_hook(hooks, &hook.token)?
                 && let Some(owner) = held.holder(now_ms)
@@ -148,6 +148,7 @@ impl Store {
             if let Some(hook) = start_hook {
                 write_hook(hooks, run_hooks, hook)?;
             }
+            live.insert(run.run_id.as_bytes(), &[])?;
             runs.insert(run.run_id.as_bytes(), record.as_slice())?;
             Ok(())
         }))
@@ -281,8 +282,8 @@ impl Store {
         let tokens: Vec<String> = self.suffixes(&i.run_hooks, &prefix)?;
         let watchers: Vec<String> = self.suffixes(&i.watchers, &prefix)?;
         let record = encode_versioned(run);
-        let trees = (&i.runs, &i.hooks, &i.wakeups);
-        finish(trees.transaction(|(runs, hooks, wakeups)| {
+        let trees = (&i.runs, &i.hooks, &i.wakeups, &i.live);
+        finish(trees.transaction(|(runs, hooks, wakeups, live)| {
             for token in &tokens {
                 let Some(mut hook) = read_hook(hooks, token)? else {
                     continue;
@@ -300,6 +301,7 @@ impl Store {
             for watcher in &watchers {
                 wakeups.insert(watcher.as_bytes(), &[])?;
             }
+            live.remove(run.run_id.as_bytes())?;
             runs.insert(run.run_id.as_bytes(), record.as_slice())?;
             Ok(())
         }))?;

@@ -165,6 +165,8 @@ pub(crate) struct StoreInner {
     pub(crate) wakeups: sled::Tree,
     /// `awaited run \0 waiting run`.
     pub(crate) watchers: sled::Tree,
+    /// The IDs of runs that have not ended, so that workers look at those only.
+    pub(crate) live: sled::Tree,
     committer: Committer,
     /// Test hook: the next sync reports a failure.
     fail_next_sync: std::sync::atomic::AtomicBool,
@@ -199,6 +201,7 @@ impl Store {
             .open()
             .map_err(|e| open_error(&path, e))?;
         let open = |name: &str| db.open_tree(name);
+        let meta = open("meta")?;
         let inner = StoreInner {
             runs: open("runs")?,
             journal: open("journal")?,
@@ -212,14 +215,33 @@ impl Store {
             claims: open("claims")?,
             wakeups: open("wakeups")?,
             watchers: open("watchers")?,
+            live: open("live")?,
             committer: spawn_committer(db),
             fail_next_sync: Default::default(),
             capabilities: std::sync::Mutex::new(Capabilities::ALL),
             path,
         };
-        Ok(Store {
+        let store = Store {
             inner: Arc::new(inner),
-        })
+        };
+        store.index_live_runs(&meta)?;
+        Ok(store)
+    }
+
+    /// Builds the index of live runs once for a store written before it
+    /// existed.
+    fn index_live_runs(&self, meta: &sled::Tree) -> Result<()> {
+        const MARKER: &[u8] = b"live-index-v1";
+        if meta.contains_key(MARKER)? {
+            return Ok(());
+        }
+        for run in self.list_runs()? {
+            if !run.status.is_final() {
+                self.inner.live.insert(run.run_id.as_bytes(), &[])?;
+            }
+        }
+        meta.insert(MARKER, &[])?;
+        Ok(())
     }
 
     /// The store's directory.
@@ -283,11 +305,32 @@ impl Store {
             .ok_or_else(|| Error::ComponentNotFound { hash: hash.into() })
     }
 
+    /// Stores a run's record and keeps the index of live runs: a live run
+    /// is indexed before its record is written and a finished one after, so
+    /// a crash between the two never hides a live run from workers.
     pub fn put_run(&self, run: &RunRecord) -> Result<()> {
-        self.inner
-            .runs
-            .insert(run.run_id.as_bytes(), encode_versioned(run))?;
+        let id = run.run_id.as_bytes();
+        if !run.status.is_final() {
+            self.inner.live.insert(id, &[])?;
+        }
+        self.inner.runs.insert(id, encode_versioned(run))?;
+        if run.status.is_final() {
+            self.inner.live.remove(id)?;
+        }
         Ok(())
+    }
+
+    /// The runs that have not ended, oldest first.
+    pub fn live_runs(&self) -> Result<Vec<RunRecord>> {
+        self.inner
+            .live
+            .iter()
+            .keys()
+            .filter_map(|id| match id {
+                Ok(id) => self.get_run(&String::from_utf8_lossy(&id)).ok().map(Ok),
+                Err(e) => Some(Err(e.into())),
+            })
+            .collect()
     }
 
     pub fn get_run(&self, run_id: &str) -> Result<RunRecord> {
@@ -483,4 +526,64 @@ pub(crate) fn decode_versioned<T: DeserializeOwned>(bytes: &[u8], what: &str) ->
         });
     }
     Ok(record.value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str, status: RunStatus) -> RunRecord {
+        RunRecord {
+            run_id: id.into(),
+            workflow: "w".into(),
+            component_hash: "h".into(),
+            input: "null".into(),
+            status,
+            output: None,
+            error: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            wake_at_ms: None,
+        }
+    }
+
+    fn live_ids(store: &Store) -> Vec<String> {
+        store
+            .live_runs()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect()
+    }
+
+    #[test]
+    fn only_runs_that_have_not_ended_are_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.put_run(&run("a", RunStatus::Pending)).unwrap();
+        store.put_run(&run("b", RunStatus::Waiting)).unwrap();
+        store.put_run(&run("c", RunStatus::Completed)).unwrap();
+        assert_eq!(live_ids(&store), ["a", "b"]);
+        store.put_run(&run("a", RunStatus::Failed)).unwrap();
+        assert_eq!(live_ids(&store), ["b"]);
+    }
+
+    #[test]
+    fn a_store_without_the_index_is_indexed_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.put_run(&run("a", RunStatus::Running)).unwrap();
+            store.put_run(&run("b", RunStatus::Completed)).unwrap();
+            store.inner.live.clear().unwrap();
+        }
+        {
+            // As a store written before the index existed.
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            db.open_tree("meta").unwrap().clear().unwrap();
+            db.flush().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(live_ids(&store), ["a"]);
+    }
 }
