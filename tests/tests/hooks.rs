@@ -570,3 +570,54 @@ async fn a_store_without_a_capability_refuses_the_start_before_writing() {
     let plain = keel.start(&c, "order_updates", &note("11", "a")).await;
     assert!(plain.is_ok(), "a start without a token needs neither");
 }
+
+/// Waits until the run's journal holds an entry of `kind`.
+async fn journaled(keel: &Keel, run_id: &str, kind: &str) {
+    while !keel
+        .journal(run_id)
+        .unwrap()
+        .iter()
+        .any(|e| e.event.kind() == kind)
+    {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_reaches_a_live_activation_and_cancel_stops_one() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let start = |order: &'static str| {
+        let (keel, c) = (keel.clone(), c.clone());
+        async move {
+            let input = note(order, "a");
+            let options = StartOptions::token(format!("order:{order}"));
+            let run = keel
+                .start_with(&c, "note_or_timeout", &input, &options)
+                .await
+                .unwrap();
+            let driving = tokio::spawn({
+                let (keel, run_id) = (keel.clone(), run.run_id.clone());
+                async move { keel.drive(&run_id).await }
+            });
+            journaled(&keel, &run.run_id, "hook_next").await;
+            (run.run_id, driving)
+        }
+    };
+
+    // The activation waits in memory on a payload or a 30 s timer.
+    let (live, driving) = start("12").await;
+    keel.resume_hook("order:12", r#"{"note": "live"}"#)
+        .await
+        .unwrap();
+    let done = driving.await.unwrap().unwrap();
+    assert_eq!(output(&done), json!("live"), "delivered without a new drive");
+
+    let (cancelled, driving) = start("13").await;
+    let record = keel.cancel(&cancelled).await.unwrap();
+    assert_eq!(record.status, RunStatus::Cancelled);
+    assert_eq!(driving.await.unwrap().unwrap().status, RunStatus::Cancelled);
+    let resumed = keel.resume_hook("order:13", r#"{"note": "late"}"#).await;
+    assert!(matches!(resumed, Err(Error::HookNotFound { .. })), "{resumed:?}");
+    assert_replays(&keel, &[&live]).await;
+}

@@ -7,6 +7,9 @@
 mod steps;
 mod strategies;
 
+use std::time::Duration;
+
+use keel_sdk::future::Either;
 use keel_sdk::{Error, HookOptions, StartOptions, create_hook, workflow};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -70,6 +73,19 @@ async fn order_updates_scoped(order: OrderNote) -> Result<Vec<String>, Error> {
     Ok(notes)
 }
 
+/// Waits for one note on the order's hook, or 30 seconds: a short timer
+/// keeps the activation in memory, so a payload reaches it live.
+#[workflow]
+async fn note_or_timeout(order: OrderNote) -> Result<String, Error> {
+    let mut hook = create_hook::<OrderUpdate>(order_token(&order.order_id))?;
+    let next = std::pin::pin!(hook.next());
+    let timeout = std::pin::pin!(keel_sdk::sleep(Duration::from_secs(30)));
+    match keel_sdk::future::select(next, timeout).await {
+        Either::Left((update, _)) => Ok(update?.note),
+        Either::Right(((), _)) => Ok("timeout".into()),
+    }
+}
+
 /// Starts `order_updates` for the order with its token, as a child run;
 /// returns the child's run ID, or the run that holds the token.
 #[workflow]
@@ -101,6 +117,7 @@ keel_sdk::component!(
     workflows = [
         order_updates,
         order_updates_scoped,
+        note_or_timeout,
         start_order,
         start_hook_with_options,
         strategies::reject_duplicate,
