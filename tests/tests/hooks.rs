@@ -611,13 +611,54 @@ async fn a_payload_reaches_a_live_activation_and_cancel_stops_one() {
         .await
         .unwrap();
     let done = driving.await.unwrap().unwrap();
-    assert_eq!(output(&done), json!("live"), "delivered without a new drive");
+    assert_eq!(
+        output(&done),
+        json!("live"),
+        "delivered without a new drive"
+    );
 
     let (cancelled, driving) = start("13").await;
     let record = keel.cancel(&cancelled).await.unwrap();
     assert_eq!(record.status, RunStatus::Cancelled);
     assert_eq!(driving.await.unwrap().unwrap().status, RunStatus::Cancelled);
     let resumed = keel.resume_hook("order:13", r#"{"note": "late"}"#).await;
-    assert!(matches!(resumed, Err(Error::HookNotFound { .. })), "{resumed:?}");
+    assert!(
+        matches!(resumed, Err(Error::HookNotFound { .. })),
+        "{resumed:?}"
+    );
     assert_replays(&keel, &[&live]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reports_a_hook_the_code_no_longer_asks_for() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let owner = keel
+        .start_with(
+            &c,
+            "order_updates",
+            &note("14", "a"),
+            &StartOptions::token("order:14"),
+        )
+        .await
+        .unwrap();
+    keel.resume_hook("order:14", r#"{"note": "b", "done": true}"#)
+        .await
+        .unwrap();
+    keel.drive(&owner.run_id).await.unwrap();
+    let mut journal = keel.journal(&owner.run_id).unwrap();
+    for entry in &mut journal {
+        if let keel_host::journal::Event::HookCreated { token, .. } = &mut entry.event {
+            *token = "order:other".into();
+        }
+    }
+    let run = keel.get_run(&owner.run_id).unwrap();
+    match keel.replay_entries(&c, &run, journal).await {
+        keel_host::Verdict::Diverged(d) => {
+            assert_eq!(d.recorded.kind, "hook_created");
+            assert!(d.recorded.excerpt.contains("order:other"), "{d:?}");
+            assert!(d.requested.excerpt.contains("order:14"), "{d:?}");
+        }
+        other => panic!("expected a divergence, got {other:?}"),
+    }
 }
