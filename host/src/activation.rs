@@ -8,6 +8,12 @@
 //! on replay. When nothing awaited can complete soon (a long timer), the
 //! activation suspends: the guest is dropped and the run resumes later by
 //! replay.
+//!
+//! Entries are flushed when something depends on them: before a step
+//! attempt executes, before a store effect other callers can see, and at
+//! the run's end or suspension. Entries in between (commands, completions)
+//! are written at once and covered by the next flush, so a step costs one
+//! flush rather than three.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,13 +112,26 @@ impl RunJournal {
         self.state.lock().expect("journal lock poisoned")
     }
 
-    /// Appends an event and returns the entry once it is on disk.
+    /// Appends an event and returns the entry once it (and every entry
+    /// before it) is on disk.
     pub async fn append(&self, event: Event) -> Result<Entry> {
+        let entry = self.record(event)?;
+        self.flush().await?;
+        Ok(entry)
+    }
+
+    /// Appends an event without waiting for the disk. For entries nothing
+    /// outside the run depends on yet: the next flush covers them, and one
+    /// happens before anything that depends on them executes or is
+    /// acknowledged (a step attempt, a store effect others can see, the
+    /// run's end or suspension). A crash before it loses only entries whose
+    /// effects never left the run, which the recovered run makes again.
+    pub fn record(&self, event: Event) -> Result<Entry> {
         let store = self
             .store
             .as_ref()
             .ok_or_else(|| Error::Wasm("replay never writes".into()))?;
-        let (entry, idx) = {
+        let entry = {
             let mut state = self.lock();
             let last = state.entries.last().map_or(0, |e| e.at_ms);
             let entry = Entry {
@@ -121,16 +140,26 @@ impl RunJournal {
                 event,
             };
             store.append(&self.run_id, &entry)?;
-            let idx = state.push(entry.clone());
-            (entry, idx)
+            state.push(entry.clone());
+            entry
         };
-        store.sync().await?;
-        {
-            let mut state = self.lock();
-            state.durable = state.durable.max(idx + 1);
-        }
         self.changed.notify_waiters();
         Ok(entry)
+    }
+
+    /// Waits until every entry recorded so far is on disk.
+    pub async fn flush(&self) -> Result<()> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let recorded = self.lock().entries.len();
+        if self.lock().durable >= recorded {
+            return Ok(());
+        }
+        store.sync().await?;
+        let mut state = self.lock();
+        state.durable = state.durable.max(recorded);
+        Ok(())
     }
 
     /// Records a task's failure, which ends the activation.
@@ -206,25 +235,24 @@ impl RunJournal {
         (started, retry_at)
     }
 
-    /// The first durable, undelivered completion among `ids`, in journal order.
+    /// The first undelivered completion among `ids`, in journal order.
     fn take_completion(&self, ids: &[u32], delivered: &mut Delivered) -> Option<Entry> {
         let state = self.lock();
-        let durable =
-            &state.completions[..state.completions.partition_point(|&i| i < state.durable)];
-        let pos = durable.iter().skip(delivered.prefix).position(|&i| {
+        let recorded = &state.completions;
+        let pos = recorded.iter().skip(delivered.prefix).position(|&i| {
             let c = state.entries[i]
                 .event
                 .completes()
                 .expect("indexed as a completion");
             ids.contains(&c) && !delivered.commands.contains(&c)
         })? + delivered.prefix;
-        let entry = state.entries[durable[pos]].clone();
+        let entry = state.entries[recorded[pos]].clone();
         delivered
             .commands
             .insert(entry.event.completes().expect("a completion"));
-        while delivered.prefix < durable.len()
+        while delivered.prefix < recorded.len()
             && delivered.commands.contains(
-                &state.entries[durable[delivered.prefix]]
+                &state.entries[recorded[delivered.prefix]]
                     .event
                     .completes()
                     .expect("a completion"),
@@ -420,10 +448,19 @@ impl Activation {
         }
     }
 
+    /// Records a command; the flush before whatever depends on it (a step
+    /// attempt, the run's end) makes it durable.
     async fn append_command(&mut self, event: Event) -> wasmtime::Result<()> {
-        let entry = self.journal.append(event).await?;
+        let entry = self.journal.record(event)?;
         self.clock.set(entry.at_ms);
         Ok(())
+    }
+
+    /// Flushes the journal before a store effect other callers can see (a
+    /// hook registered or released, a run started): what led the workflow
+    /// there must not be lost once others have seen its effect.
+    async fn flush_before_effect(&self) -> wasmtime::Result<()> {
+        Ok(self.journal.flush().await?)
     }
 
     /// Records the divergence at `command` and returns its error.
@@ -530,7 +567,7 @@ impl Activation {
         self.in_flight.insert(command);
         let task = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(wait)).await;
-            if let Err(e) = journal.append(Event::TimerFired { command }).await {
+            if let Err(e) = journal.record(Event::TimerFired { command }) {
                 journal.fail(e.to_string());
             }
         });
@@ -611,6 +648,7 @@ impl Activation {
                     active: true,
                     next_payload: 0,
                 };
+                self.flush_before_effect().await?;
                 let (registration, claimed_from) =
                     self.inner.store.register_hook(&hook, force, now)?;
                 self.append_command(Event::HookCreated {
@@ -711,6 +749,7 @@ impl Activation {
             event,
         )?;
         if recorded.is_none() {
+            self.flush_before_effect().await?;
             self.inner.store.dispose_hook(&self.run_id, &hook.token)?;
             self.append_command(event(command)).await?;
         }
@@ -807,6 +846,7 @@ impl Activation {
         let outcome = match recorded {
             Some(outcome) => outcome,
             None => {
+                self.flush_before_effect().await?;
                 let child_id = format!("{}.{command}", self.run_id);
                 let outcome = crate::engine::start_child(
                     &self.inner,
@@ -909,7 +949,7 @@ impl Activation {
                 }
                 None => continue,
             };
-            self.journal.append(event).await?;
+            self.journal.record(event)?;
             done.push(id);
         }
         for id in &done {

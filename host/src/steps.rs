@@ -97,7 +97,9 @@ impl StepTask {
                     continue;
                 }
             };
-            self.journal.append(event).await?;
+            // The run's next flush (before its next step attempt, or its
+            // end) makes the result durable before anything depends on it.
+            self.journal.record(event)?;
             return Ok(());
         }
     }
