@@ -634,8 +634,23 @@ impl Activation {
                 registration: HookRegistration::Registered,
             },
         )?;
+        let open_here = self.hooks.values().any(|h| h.token == token);
         let registration = match recorded {
             Some(registration) => registration,
+            None if open_here => {
+                // Tokens are unique among active hooks, within a run too.
+                let registration = HookRegistration::Conflict {
+                    owner_run_id: self.run_id.clone(),
+                };
+                self.append_command(Event::HookCreated {
+                    command,
+                    token: token.clone(),
+                    force,
+                    registration: registration.clone(),
+                })
+                .await?;
+                registration
+            }
             None => {
                 let now = self.inner.config.clock.now_ms();
                 let hook = HookRecord {

@@ -662,3 +662,21 @@ async fn replay_reports_a_hook_the_code_no_longer_asks_for() {
         other => panic!("expected a divergence, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_is_held_by_one_open_hook_within_a_run_too() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let run = keel
+        .start_with(
+            &c,
+            "open_twice",
+            &note("15", "a"),
+            &StartOptions::token("order:15"),
+        )
+        .await
+        .unwrap();
+    let done = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(output(&done), json!({"second_held_by": run.run_id}));
+    assert_replays(&keel, &[&run.run_id]).await;
+}

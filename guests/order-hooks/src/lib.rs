@@ -113,11 +113,23 @@ async fn start_hook_with_options(order: OrderNote) -> Result<Value, Error> {
     }
 }
 
+/// Opens the order's hook twice; the second registers nothing, since a
+/// token is held by one active hook at a time. Returns who holds it.
+#[workflow]
+async fn open_twice(order: OrderNote) -> Result<Value, Error> {
+    let first = create_hook::<OrderUpdate>(order_token(&order.order_id))?;
+    let second = create_hook::<OrderUpdate>(order_token(&order.order_id))?;
+    let holder = second.conflict().await.map(|run| run.run_id);
+    first.dispose();
+    Ok(json!({"second_held_by": holder}))
+}
+
 keel_sdk::component!(
     workflows = [
         order_updates,
         order_updates_scoped,
         note_or_timeout,
+        open_twice,
         start_order,
         start_hook_with_options,
         strategies::reject_duplicate,
