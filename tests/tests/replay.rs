@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use common::{TestStore, json};
 use keel_host::journal::Event;
 use keel_host::payments::PaymentApi;
-use keel_host::{Grants, JournalFile, Keel, Replayer, Verdict};
+use keel_host::{Grants, JournalFile, Keel, Replayer, RunStatus, StartOptions, Verdict};
 
 fn journals(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -63,6 +63,53 @@ async fn regenerate_journal_fixtures() {
     let file = JournalFile::new(&run, keel.journal(&run.run_id).unwrap());
     std::fs::create_dir_all(journals("testbed")).unwrap();
     std::fs::write(journals("testbed").join("concurrent.json"), file.to_json()).unwrap();
+
+    let hooks = keel.load(keel_tests::ORDER_HOOKS).await.unwrap();
+    std::fs::create_dir_all(journals("order-hooks")).unwrap();
+    for workflow in ["order_updates", "order_updates_scoped"] {
+        let input = r#"{"order_id": "7", "note": "first"}"#;
+        let options = StartOptions::token("order:7");
+        let run = keel
+            .start_with(&hooks, workflow, input, &options)
+            .await
+            .unwrap();
+        for payload in [r#"{"note": "second"}"#, r#"{"note": "last", "done": true}"#] {
+            keel.resume_hook("order:7", payload).await.unwrap();
+        }
+        let mut run = keel.drive(&run.run_id).await.unwrap();
+        if run.status != RunStatus::Completed {
+            keel.resume_hook("ship:7", "{}").await.unwrap();
+            run = keel.drive(&run.run_id).await.unwrap();
+        }
+        let file = JournalFile::new(&run, keel.journal(&run.run_id).unwrap());
+        let path = journals("order-hooks").join(format!("{workflow}.json"));
+        std::fs::write(path, file.to_json()).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recorded_hook_journals_replay_cleanly() {
+    let replayer = Replayer::new(keel_tests::ORDER_HOOKS).await.unwrap();
+    let reports = replayer
+        .replay_paths(&[journals("order-hooks")])
+        .await
+        .unwrap();
+    let outputs: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|report| match &report.verdict {
+            Verdict::Ok {
+                output: Some(output),
+            } => json(output),
+            _ => panic!("{}", report.render()),
+        })
+        .collect();
+    assert_eq!(
+        outputs,
+        [
+            serde_json::json!(["first", "second", "last"]),
+            serde_json::json!(["first", "second", "last", "shipped"]),
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
