@@ -5,11 +5,11 @@
 //! answered only once its writes are on disk.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+use tokio::sync::Notify;
 
 use crate::journal::{self, Entry, FORMAT_VERSION};
 use crate::{Error, Result};
@@ -167,26 +167,82 @@ pub(crate) struct StoreInner {
     pub(crate) watchers: sled::Tree,
     /// The IDs of runs that have not ended, so that workers look at those only.
     pub(crate) live: sled::Tree,
-    committer: Committer,
+    committer: GroupCommit,
     /// Test hook: the next sync reports a failure.
     fail_next_sync: std::sync::atomic::AtomicBool,
     capabilities: std::sync::Mutex<Capabilities>,
 }
 
-type CommitRequest = oneshot::Sender<Result<()>>;
-
-/// The group-commit thread; joined on drop so the database is closed when
-/// the store is.
-struct Committer {
-    requests: Option<mpsc::Sender<CommitRequest>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// Group commit without a thread of its own: the first caller to need a
+/// flush performs it on its own thread (the leader); callers that arrive
+/// while it runs wait, and the next of them leads one flush for all. One run
+/// at a time pays no hand-off; many runs share flushes.
+struct GroupCommit {
+    db: sled::Db,
+    state: std::sync::Mutex<CommitState>,
+    flushed: Notify,
 }
 
-impl Drop for Committer {
-    fn drop(&mut self) {
-        self.requests.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+#[derive(Default)]
+struct CommitState {
+    /// A leader is flushing.
+    leading: bool,
+    /// Flushes started and completed, numbered from 1.
+    started: u64,
+    completed: u64,
+    /// The outcome of the last completed flush.
+    last: Option<sled::Error>,
+}
+
+impl GroupCommit {
+    fn new(db: sled::Db) -> Self {
+        GroupCommit {
+            db,
+            state: Default::default(),
+            flushed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CommitState> {
+        self.state.lock().expect("group commit state")
+    }
+
+    /// Waits for a flush that started after this call.
+    async fn sync(&self) -> Result<()> {
+        let needed = self.lock().started + 1;
+        loop {
+            let flushed = self.flushed.notified();
+            tokio::pin!(flushed);
+            flushed.as_mut().enable();
+            let lead = {
+                let mut state = self.lock();
+                if state.completed >= needed {
+                    return match &state.last {
+                        None => Ok(()),
+                        Some(e) => Err(Error::Storage(e.clone())),
+                    };
+                }
+                if state.leading {
+                    None
+                } else {
+                    state.leading = true;
+                    state.started += 1;
+                    Some(state.started)
+                }
+            };
+            match lead {
+                Some(flush) => {
+                    let result = self.db.flush();
+                    {
+                        let mut state = self.lock();
+                        state.leading = false;
+                        state.completed = flush;
+                        state.last = result.as_ref().err().cloned();
+                    }
+                    self.flushed.notify_waiters();
+                }
+                None => flushed.await,
+            }
         }
     }
 }
@@ -216,7 +272,7 @@ impl Store {
             wakeups: open("wakeups")?,
             watchers: open("watchers")?,
             live: open("live")?,
-            committer: spawn_committer(db),
+            committer: GroupCommit::new(db),
             fail_next_sync: Default::default(),
             capabilities: std::sync::Mutex::new(Capabilities::ALL),
             path,
@@ -256,16 +312,7 @@ impl Store {
         if self.inner.fail_next_sync.swap(false, Ordering::SeqCst) {
             return Err(Error::Wasm("injected flush failure".into()));
         }
-        let (tx, rx) = oneshot::channel();
-        self.inner
-            .committer
-            .requests
-            .as_ref()
-            .expect("the committer runs until the store is dropped")
-            .send(tx)
-            .map_err(|_| Error::Wasm("the store's committer has stopped".into()))?;
-        rx.await
-            .map_err(|_| Error::Wasm("the store's committer has stopped".into()))?
+        self.inner.committer.sync().await
     }
 
     /// Makes the next [`Store::sync`] fail, as a lost connection or a full
@@ -468,32 +515,6 @@ fn open_error(path: &Path, e: sled::Error) -> Error {
             path: path.into(),
             reason: text,
         }
-    }
-}
-
-/// A thread that flushes sled for every batch of waiting callers.
-fn spawn_committer(db: sled::Db) -> Committer {
-    let (tx, rx) = mpsc::channel::<CommitRequest>();
-    let thread = std::thread::Builder::new()
-        .name("keel-group-commit".into())
-        .spawn(move || {
-            while let Ok(first) = rx.recv() {
-                let mut waiters = vec![first];
-                waiters.extend(rx.try_iter());
-                let flushed = db.flush().map(drop);
-                for waiter in waiters {
-                    let result = match &flushed {
-                        Ok(()) => Ok(()),
-                        Err(e) => Err(Error::Storage(e.clone())),
-                    };
-                    let _ = waiter.send(result);
-                }
-            }
-        })
-        .expect("spawning the group-commit thread");
-    Committer {
-        requests: Some(tx),
-        thread: Some(thread),
     }
 }
 
