@@ -1029,7 +1029,11 @@ fn build_engine(config: &Config) -> Result<Engine> {
         .total_core_instances(config.max_instances * 4)
         .total_memories(config.max_instances)
         .total_tables(config.max_instances * 4)
-        .max_memory_size(config.max_memory);
+        .max_memory_size(config.max_memory)
+        // Every step attempt is a fresh instance; resetting slots in batches
+        // rather than one madvise (and TLB shootdown) per instance is worth
+        // ~20% of W10 throughput on two cores.
+        .decommit_batch_size(32);
     wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&wasm).map_err(|e| Error::Wasm(format!("building the wasmtime engine: {e:#}")))
 }
