@@ -680,3 +680,130 @@ async fn a_token_is_held_by_one_open_hook_within_a_run_too() {
     assert_eq!(output(&done), json!({"second_held_by": run.run_id}));
     assert_replays(&keel, &[&run.run_id]).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unopened_start_token_is_only_an_idempotency_key() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    // `start_order` never opens its own start hook.
+    let run = keel
+        .start_with(
+            &c,
+            "start_order",
+            &note("16", "a"),
+            &StartOptions::token("import:16"),
+        )
+        .await
+        .unwrap();
+    keel.resume_hook("import:16", r#"{"note": "unread"}"#)
+        .await
+        .unwrap();
+    let done = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(
+        done.status,
+        RunStatus::Completed,
+        "unread payloads are left unread"
+    );
+    let again = keel
+        .start_with(
+            &c,
+            "start_order",
+            &note("16", "b"),
+            &StartOptions::token("import:16"),
+        )
+        .await;
+    assert!(again.is_ok(), "released when the run ended: {again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_dropped_as_the_run_returns_releases_the_token_despite_retention() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let options = StartOptions {
+        hook: Some(StartHook::new("order:17").min_retention(Duration::from_millis(DAY_MS))),
+        ..StartOptions::default()
+    };
+    // reject_duplicate holds its hook in a local, dropped as it returns.
+    let run = keel
+        .start_with(&c, "reject_duplicate", &request("17", false), &options)
+        .await
+        .unwrap();
+    keel.resume_hook("order:17", r#"{"confirmed": false}"#)
+        .await
+        .unwrap();
+    let done = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(output(&done), json!({"status": "cancelled"}));
+    let again = keel
+        .start_with(&c, "reject_duplicate", &request("17", true), &options)
+        .await;
+    assert!(
+        again.is_ok(),
+        "disposed at return, so no retention: {again:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_may_reopen_a_disposed_token_unless_another_run_took_it() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let reopen = |order: &str| {
+        let (keel, c) = (keel.clone(), c.clone());
+        let order = order.to_string();
+        async move {
+            let options = StartOptions::token(format!("order:{order}"));
+            let run = keel
+                .start_with(&c, "reopen_after_dispose", &note(&order, "a"), &options)
+                .await
+                .unwrap();
+            let waiting = keel.drive(&run.run_id).await.unwrap();
+            assert_eq!(waiting.status, RunStatus::Waiting);
+            run.run_id
+        }
+    };
+    let alone = reopen("18").await;
+    keel.resume_hook("gate:18", "{}").await.unwrap();
+    let done = keel.drive(&alone).await.unwrap();
+    assert_eq!(output(&done), json!({"reopened_held_by": null}));
+
+    let first = reopen("19").await;
+    let taker = keel
+        .start_with(
+            &c,
+            "order_updates",
+            &note("19", "b"),
+            &StartOptions::token("order:19"),
+        )
+        .await
+        .unwrap();
+    keel.resume_hook("gate:19", "{}").await.unwrap();
+    let done = keel.drive(&first).await.unwrap();
+    assert_eq!(output(&done), json!({"reopened_held_by": taker.run_id}));
+    assert_replays(&keel, &[&alone, &first]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_run_keeps_its_token_for_its_retention() {
+    let clock = ManualClock::at(1_800_000_000_000);
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.clock = clock.clone();
+    let (keel, c) = open_with(config, keel_tests::ORDER_HOOKS).await;
+    let options = StartOptions {
+        hook: Some(StartHook::new("order:20").min_retention(Duration::from_secs(3600))),
+        ..StartOptions::default()
+    };
+    let run = keel
+        .start_with(&c, "order_updates", &note("20", "a"), &options)
+        .await
+        .unwrap();
+    keel.cancel(&run.run_id).await.unwrap();
+    let refused = keel
+        .start_with(&c, "order_updates", &note("20", "b"), &options)
+        .await;
+    assert_eq!(conflicting_run(refused), run.run_id);
+    clock.advance(3600 * 1000 + 1);
+    let admitted = keel
+        .start_with(&c, "order_updates", &note("20", "b"), &options)
+        .await;
+    assert!(admitted.is_ok(), "{admitted:?}");
+}

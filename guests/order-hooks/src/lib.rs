@@ -124,12 +124,26 @@ async fn open_twice(order: OrderNote) -> Result<Value, Error> {
     Ok(json!({"second_held_by": holder}))
 }
 
+/// Disposes of the order's hook, waits for the hook `gate:{order_id}`, then
+/// opens the order's hook again: a run that took the token meanwhile holds it.
+#[workflow]
+async fn reopen_after_dispose(order: OrderNote) -> Result<Value, Error> {
+    create_hook::<OrderUpdate>(order_token(&order.order_id))?.dispose();
+    create_hook::<Value>(format!("gate:{}", order.order_id))?
+        .next()
+        .await?;
+    let again = create_hook::<OrderUpdate>(order_token(&order.order_id))?;
+    let holder = again.conflict().await.map(|run| run.run_id);
+    Ok(json!({"reopened_held_by": holder}))
+}
+
 keel_sdk::component!(
     workflows = [
         order_updates,
         order_updates_scoped,
         note_or_timeout,
         open_twice,
+        reopen_after_dispose,
         start_order,
         start_hook_with_options,
         strategies::reject_duplicate,
