@@ -1,0 +1,149 @@
+//! The worker: finds the runs that can make progress (live runs that are
+//! pending, interrupted, due or woken) and drives each in its own task.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::Result;
+use crate::activation::now_ms;
+use crate::store::{RunRecord, RunStatus};
+
+use super::Keel;
+
+type DriveTasks = tokio::task::JoinSet<(String, Result<RunRecord>)>;
+
+/// Logs how a worker's drive ended; returns the run's ID ("" if unknown).
+fn log_driven(
+    result: std::result::Result<(String, Result<RunRecord>), tokio::task::JoinError>,
+) -> String {
+    match result {
+        Ok((run_id, Ok(run))) => {
+            tracing::info!(run_id, status = run.status.as_str(), "worker drove run");
+            run_id
+        }
+        Ok((run_id, Err(e))) => {
+            tracing::error!(run_id, "worker could not drive the run: {e}");
+            run_id
+        }
+        Err(e) => {
+            tracing::error!("worker task failed: {e}");
+            String::new()
+        }
+    }
+}
+
+impl Keel {
+    /// Runs that can make progress now (pending and interrupted runs,
+    /// waiting runs whose timer is due or that something woke), not counting
+    /// `busy` ones, and when the next of the others is due. Only live runs
+    /// are read.
+    fn due_runs(&self, busy: &HashSet<String>) -> Result<(Vec<String>, Option<u64>)> {
+        self.purge_expired()?;
+        let now = now_ms();
+        let active = self.inner.active.lock().expect("active runs").clone();
+        let woken = self.inner.store.wakeups()?;
+        let (mut due, mut next_wake) = (Vec::new(), None::<u64>);
+        for run in self.inner.store.live_runs()? {
+            if busy.contains(&run.run_id) || active.contains(&run.run_id) {
+                continue;
+            }
+            match (run.status, run.wake_at_ms) {
+                (RunStatus::Pending | RunStatus::Running, _) => due.push(run.run_id),
+                (RunStatus::Waiting, _) if woken.contains(&run.run_id) => due.push(run.run_id),
+                (RunStatus::Waiting, Some(at)) if at > now => {
+                    next_wake = Some(next_wake.map_or(at, |n| n.min(at)));
+                }
+                (RunStatus::Waiting, Some(_)) => due.push(run.run_id),
+                _ => {}
+            }
+        }
+        Ok((due, next_wake))
+    }
+
+    /// Deletes expired idempotency keys and retained tokens, at most once a
+    /// second of the admission clock (they are already refused by
+    /// admission once expired; this only reclaims the space).
+    fn purge_expired(&self) -> Result<()> {
+        let now = self.inner.config.clock.now_ms();
+        {
+            let mut last = self.inner.last_purge_ms.lock().expect("purge time");
+            if now < last.saturating_add(1000) {
+                return Ok(());
+            }
+            *last = now;
+        }
+        let keys = self.inner.store.purge_expired_keys(now)?;
+        let tokens = self.inner.store.purge_expired_hooks(now)?;
+        if keys + tokens > 0 {
+            tracing::debug!(keys, tokens, "expired keys and tokens deleted");
+        }
+        Ok(())
+    }
+
+    /// Drives every run that can make progress now, and waits for them to
+    /// complete, fail or wait. Returns how many it drove.
+    pub async fn work_once(&self) -> Result<usize> {
+        let mut tasks = tokio::task::JoinSet::new();
+        let (due, _) = self.due_runs(&HashSet::new())?;
+        for run_id in &due {
+            self.spawn_drive(&mut tasks, run_id);
+        }
+        while let Some(result) = tasks.join_next().await {
+            log_driven(result);
+        }
+        Ok(due.len())
+    }
+
+    /// The worker loop: drives runs as they become due, each in its own
+    /// task, so that one run parked on a short timer holds up no other.
+    /// With `until_idle`, returns once nothing runs and no run is due within
+    /// a second. Returns how many runs it drove.
+    pub async fn work(&self, until_idle: bool) -> Result<usize> {
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut in_flight = HashSet::new();
+        let mut driven = 0;
+        loop {
+            let (due, next_wake) = self.due_runs(&in_flight)?;
+            for run_id in due {
+                self.spawn_drive(&mut tasks, &run_id);
+                in_flight.insert(run_id);
+                driven += 1;
+            }
+            let wait = next_wake.map_or(Duration::from_secs(1), |at| {
+                Duration::from_millis(at.saturating_sub(now_ms()))
+            });
+            if until_idle && tasks.is_empty() && wait >= Duration::from_secs(1) {
+                return Ok(driven);
+            }
+            let progress = self.inner.progress.notified();
+            tokio::select! {
+                () = progress => {}
+                Some(result) = tasks.join_next() => {
+                    in_flight.remove(&log_driven(result));
+                }
+                () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
+            }
+        }
+    }
+
+    fn spawn_drive(&self, tasks: &mut DriveTasks, run_id: &str) {
+        let keel = self.clone();
+        let run_id = run_id.to_string();
+        tasks.spawn(async move {
+            let result = keel.drive(&run_id).await;
+            (run_id, result)
+        });
+    }
+
+    /// When the next waiting run is due, if any.
+    pub fn next_wake(&self) -> Result<Option<u64>> {
+        Ok(self
+            .inner
+            .store
+            .live_runs()?
+            .iter()
+            .filter(|r| r.status == RunStatus::Waiting)
+            .filter_map(|r| r.wake_at_ms)
+            .min())
+    }
+}
