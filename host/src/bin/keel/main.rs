@@ -40,7 +40,7 @@ struct Cli {
     /// Memory bound of any guest instance, in MiB.
     #[arg(long, global = true, default_value_t = 256)]
     max_memory: usize,
-    /// Let steps send HTTP requests to HOST[:PORT] (repeatable).
+    /// Let steps send HTTP requests to `HOST[:PORT]` (repeatable).
     #[arg(long = "allow-http", global = true, value_name = "HOST[:PORT]")]
     allow_http: Vec<String>,
     /// Preopen DIR for steps, at the same path (repeatable).
