@@ -807,3 +807,27 @@ async fn a_cancelled_run_keeps_its_token_for_its_retention() {
         .await;
     assert!(admitted.is_ok(), "{admitted:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn awaiting_a_hook_another_run_holds_fails_with_hook_conflict() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let owner = keel
+        .start_with(
+            &c,
+            "order_updates",
+            &note("21", "a"),
+            &StartOptions::token("order:21"),
+        )
+        .await
+        .unwrap();
+    // Started without the token, the second run's hook on `order:21` conflicts.
+    let second = run(&keel, &c, "order_updates", &note("21", "b")).await;
+    assert_eq!(second.status, RunStatus::Failed);
+    let message = second.error.unwrap().message;
+    assert!(
+        message.contains(&owner.run_id) && message.contains("order:21"),
+        "{message}"
+    );
+    assert_replays(&keel, &[&second.run_id]).await;
+}
