@@ -286,3 +286,72 @@ fn start_tokens_hooks_and_cancel_from_the_cli() {
     let (out, _) = start(input, &["--token", "order:c2"]);
     assert!(out.status.success(), "cancelling released the token");
 }
+
+/// A `keel worker` process, killed when dropped.
+struct Worker(std::process::Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn commands_reach_a_running_worker_through_its_socket() {
+    let db = tempfile::tempdir().unwrap();
+    let guest = keel_tests::ORDER_HOOKS;
+    // Load the component once, so the worker's store holds it.
+    let (out, _) = keel(db.path(), &["inspect", guest]);
+    assert!(out.status.success());
+    let _worker = Worker(
+        Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("--db")
+            .arg(db.path())
+            .arg("worker")
+            .env("RUST_BACKTRACE", "0")
+            .spawn()
+            .expect("starting a worker"),
+    );
+    let socket = db.path().join("control.sock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never listened"
+        );
+        std::thread::yield_now();
+    }
+
+    let input = r#"{"order_id": "w1", "note": "first"}"#;
+    let start = [
+        "start",
+        guest,
+        "order_updates",
+        "--input",
+        input,
+        "--token",
+        "order:w1",
+    ];
+    let (out, owner) = keel(db.path(), &start);
+    assert!(out.status.success(), "{owner}");
+    assert_eq!(owner["status"], "waiting");
+    let owner_id = owner["run_id"].as_str().unwrap();
+
+    let (out, dup) = keel(db.path(), &start);
+    assert!(!out.status.success());
+    assert_eq!(dup["error"]["kind"], "hook_conflict");
+    assert_eq!(dup["error"]["conflicting_run_id"], owner_id);
+
+    let (_, hook) = keel(db.path(), &["hooks", "get", "order:w1"]);
+    assert_eq!(hook["run_id"], owner_id);
+    let payload = r#"{"note": "second", "done": true}"#;
+    let (out, done) = keel(
+        db.path(),
+        &["hooks", "resume", "order:w1", "--payload", payload],
+    );
+    assert!(out.status.success(), "{done}");
+    assert_eq!(done["output"], serde_json::json!(["first", "second"]));
+    let (_, got) = keel(db.path(), &["runs", "get", owner_id]);
+    assert_eq!(got["status"], "completed");
+}

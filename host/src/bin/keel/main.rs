@@ -10,11 +10,13 @@ use keel_host::idempotency::{Clock, SystemClock};
 use keel_host::journal::{Entry, Event, excerpt};
 use keel_host::{
     Config, EventRecord, Grants, HookRecord, JournalFile, Keel, Replayer, RunRecord, RunStatus,
-    StartHook, StartOptions,
 };
 use serde_json::{Value, json};
 
+use control::{Reply, Request};
+
 mod bench;
+mod control;
 mod demo;
 
 #[derive(Parser)]
@@ -220,13 +222,14 @@ fn main() -> ExitCode {
 }
 
 fn report_error(e: &anyhow::Error, json: bool) {
-    let keel = e.downcast_ref::<keel_host::Error>();
     if json {
-        let mut error = json!({
-            "kind": keel.map_or("error", |k| k.kind()),
-            "message": format!("{e:#}"),
-        });
-        for (field, value) in keel.map(|k| k.ids()).unwrap_or_default() {
+        let remote = match e.downcast_ref::<keel_host::Error>() {
+            Some(k) => Some(control::RemoteError::from_error(k)),
+            None => e.downcast_ref::<control::RemoteError>().cloned(),
+        };
+        let kind = remote.as_ref().map_or("error", |r| r.kind.as_str());
+        let mut error = json!({ "kind": kind, "message": format!("{e:#}") });
+        for (field, value) in remote.map(|r| r.ids).unwrap_or_default() {
             error[field] = json!(value);
         }
         println!("{}", json!({ "error": error }));
@@ -274,103 +277,12 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             .await
             .map(|()| ExitCode::SUCCESS);
     }
+    if let Some(request) = request_of(&cli.command)? {
+        let reply = submit(&cli, request).await?;
+        return Ok(print_reply(&cli.command, reply, cli.json));
+    }
     let keel = Keel::open(config(&cli)?)?;
     match &cli.command {
-        Command::Run {
-            component,
-            workflow,
-            input,
-            metadata,
-        } => {
-            let loaded = keel.load(component).await?;
-            let options = StartOptions {
-                additional_metadata: json_arg("--metadata", metadata)?,
-                hook: None,
-            };
-            let run = keel.start_with(&loaded, workflow, input, &options).await?;
-            let run = keel.drive(&run.run_id).await?;
-            print_run(&run, cli.json);
-            Ok(exit_for(&run))
-        }
-        Command::Start {
-            component,
-            workflow,
-            input,
-            token,
-            retention,
-            metadata,
-            additional_metadata,
-        } => {
-            let loaded = keel.load(component).await?;
-            let hook = match token {
-                Some(token) => Some(StartHook {
-                    token: token.clone(),
-                    min_retention: *retention,
-                    metadata: json_arg("--metadata", metadata)?,
-                }),
-                None => None,
-            };
-            let options = StartOptions {
-                additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
-                hook,
-            };
-            let run = keel.start_with(&loaded, workflow, input, &options).await?;
-            let run = keel.drive(&run.run_id).await?;
-            print_run(&run, cli.json);
-            Ok(exit_for(&run))
-        }
-        Command::Hooks {
-            command: HooksCommand::Resume { token, payload },
-        } => {
-            let run_id = keel.resume_hook(token, payload).await?;
-            let run = keel.drive(&run_id).await?;
-            if cli.json {
-                println!("{}", run_json(&run));
-            } else {
-                println!("delivered to the hook of run {run_id}");
-                print_run(&run, false);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Hooks {
-            command: HooksCommand::Get { token },
-        } => {
-            let hook = keel.get_hook(token)?;
-            let value = hook_json(&hook);
-            if cli.json {
-                println!("{value}");
-            } else {
-                println!(
-                    "hook `{}` of run {}: {}",
-                    hook.token,
-                    hook.run_id,
-                    if hook.active {
-                        "active"
-                    } else {
-                        "kept after its run ended"
-                    }
-                );
-                println!("metadata: {}", value["metadata"]);
-                if let Some(until) = hook.retain_until_ms {
-                    println!("retained until {until} ms");
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Runs {
-            command: RunsCommand::Get { run_id },
-        } => {
-            let run = keel.get_run(run_id)?;
-            print_run(&run, cli.json);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Runs {
-            command: RunsCommand::Cancel { run_id },
-        } => {
-            let run = keel.cancel(run_id).await?;
-            print_run(&run, cli.json);
-            Ok(ExitCode::SUCCESS)
-        }
         Command::Events {
             command:
                 EventsCommand::Push {
@@ -422,7 +334,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(exit_for(&run))
         }
         Command::Worker { until_idle } => {
-            worker(&keel, *until_idle, cli.json).await?;
+            worker(&keel, &cli.db, *until_idle, cli.json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Runs {
@@ -489,9 +401,132 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(_) | Command::Demo { .. } | Command::Replay { .. } => {
+        Command::Bench(_)
+        | Command::Demo { .. }
+        | Command::Replay { .. }
+        | Command::Run { .. }
+        | Command::Start { .. }
+        | Command::Hooks { .. }
+        | Command::Runs {
+            command: RunsCommand::Get { .. } | RunsCommand::Cancel { .. },
+        } => {
             unreachable!("handled above")
         }
+    }
+}
+
+/// The request a command makes of the store, for the commands a running
+/// worker can answer too.
+fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
+    let absolute =
+        |p: &Path| std::path::absolute(p).with_context(|| format!("resolving {}", p.display()));
+    Ok(Some(match command {
+        Command::Run {
+            component,
+            workflow,
+            input,
+            metadata,
+        } => Request::Start {
+            component: absolute(component)?,
+            workflow: workflow.clone(),
+            input: input.clone(),
+            token: None,
+            retention_ms: None,
+            metadata: None,
+            additional_metadata: json_arg("--metadata", metadata)?,
+        },
+        Command::Start {
+            component,
+            workflow,
+            input,
+            token,
+            retention,
+            metadata,
+            additional_metadata,
+        } => Request::Start {
+            component: absolute(component)?,
+            workflow: workflow.clone(),
+            input: input.clone(),
+            token: token.clone(),
+            retention_ms: retention.map(|r| r.as_millis() as u64),
+            metadata: json_arg("--metadata", metadata)?,
+            additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
+        },
+        Command::Hooks {
+            command: HooksCommand::Resume { token, payload },
+        } => Request::Resume {
+            token: token.clone(),
+            payload: payload.clone(),
+        },
+        Command::Hooks {
+            command: HooksCommand::Get { token },
+        } => Request::GetHook {
+            token: token.clone(),
+        },
+        Command::Runs {
+            command: RunsCommand::Get { run_id },
+        } => Request::GetRun {
+            run_id: run_id.clone(),
+        },
+        Command::Runs {
+            command: RunsCommand::Cancel { run_id },
+        } => Request::Cancel {
+            run_id: run_id.clone(),
+        },
+        _ => return Ok(None),
+    }))
+}
+
+/// Executes a request on the store, or, when a `keel worker` holds the
+/// store, forwards it to that worker.
+async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
+    match Keel::open(config(cli)?) {
+        Ok(keel) => Ok(control::execute(&keel, request).await?),
+        Err(keel_host::Error::StoreLocked { .. }) if control::socket_path(&cli.db).exists() => {
+            control::forward(&cli.db, &request).await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
+    match reply {
+        Reply::Run(run) => {
+            if let (false, Command::Hooks { .. }) = (json, command) {
+                println!("delivered to the hook of run {}", run.run_id);
+            }
+            print_run(&run, json);
+            match command {
+                Command::Run { .. } | Command::Start { .. } => exit_for(&run),
+                _ => ExitCode::SUCCESS,
+            }
+        }
+        Reply::Hook(hook) => {
+            print_hook(&hook, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Error(e) => {
+            report_error(&e.into(), json);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_hook(hook: &HookRecord, json: bool) {
+    let value = hook_json(hook);
+    if json {
+        println!("{value}");
+        return;
+    }
+    let state = if hook.active {
+        "active"
+    } else {
+        "kept after its run ended"
+    };
+    println!("hook `{}` of run {}: {state}", hook.token, hook.run_id);
+    println!("metadata: {}", value["metadata"]);
+    if let Some(until) = hook.retain_until_ms {
+        println!("retained until {until} ms");
     }
 }
 
@@ -516,8 +551,17 @@ async fn replay(component: &Path, journals: &[PathBuf], json: bool) -> anyhow::R
     })
 }
 
-async fn worker(keel: &Keel, until_idle: bool, json: bool) -> anyhow::Result<()> {
-    let driven = keel.work(until_idle).await?;
+async fn worker(keel: &Keel, db: &Path, until_idle: bool, json: bool) -> anyhow::Result<()> {
+    // A long-running worker holds the store; it answers the CLI's requests.
+    let control = (!until_idle).then(|| {
+        let (keel, db) = (keel.clone(), db.to_path_buf());
+        tokio::spawn(async move { control::serve(keel, &db).await })
+    });
+    let driven = keel.work(until_idle).await;
+    if let Some(control) = control {
+        control.abort();
+    }
+    let driven = driven?;
     if json {
         println!("{}", json!({ "driven": driven }));
     } else {

@@ -1,0 +1,169 @@
+//! Requests the CLI makes of a store (start, resume, look up, cancel):
+//! executed in this process when it can open the store, or forwarded to the
+//! `keel worker` that holds the store's lock, over a Unix socket in the
+//! store's directory, one JSON line each way.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use keel_host::{HookRecord, Keel, RunRecord, StartHook, StartOptions};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+/// What the CLI asks of the store.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Start a run and drive it until it completes, fails or waits.
+    Start {
+        /// An absolute path: the worker may run elsewhere.
+        component: PathBuf,
+        workflow: String,
+        input: String,
+        token: Option<String>,
+        retention_ms: Option<u64>,
+        metadata: Option<Value>,
+        additional_metadata: Option<Value>,
+    },
+    /// Resume a hook and drive its run on.
+    Resume {
+        token: String,
+        payload: String,
+    },
+    GetHook {
+        token: String,
+    },
+    GetRun {
+        run_id: String,
+    },
+    Cancel {
+        run_id: String,
+    },
+}
+
+/// The answer to a [`Request`].
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    Run(RunRecord),
+    Hook(HookRecord),
+    Error(RemoteError),
+}
+
+/// An error the worker met executing a forwarded request.
+#[derive(Clone, Debug, thiserror::Error, Serialize, Deserialize)]
+#[error("{message}")]
+pub struct RemoteError {
+    pub kind: String,
+    pub message: String,
+    /// The IDs the error carries, as `(field, value)`.
+    pub ids: Vec<(String, String)>,
+}
+
+impl RemoteError {
+    /// The error as the CLI reports it: kind, message and IDs.
+    pub fn from_error(e: &keel_host::Error) -> Self {
+        RemoteError {
+            kind: e.kind().into(),
+            message: e.to_string(),
+            ids: e.ids().into_iter().map(|(k, v)| (k.into(), v)).collect(),
+        }
+    }
+}
+
+/// The socket a worker listens on, in the store's directory.
+pub fn socket_path(db: &Path) -> PathBuf {
+    db.join("control.sock")
+}
+
+/// Executes a request on an open store.
+pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> {
+    Ok(match request {
+        Request::Start {
+            component,
+            workflow,
+            input,
+            token,
+            retention_ms,
+            metadata,
+            additional_metadata,
+        } => {
+            let loaded = keel.load(&component).await?;
+            let options = StartOptions {
+                additional_metadata,
+                hook: token.map(|token| StartHook {
+                    token,
+                    min_retention: retention_ms.map(Duration::from_millis),
+                    metadata,
+                }),
+            };
+            let run = keel
+                .start_with(&loaded, &workflow, &input, &options)
+                .await?;
+            Reply::Run(keel.drive(&run.run_id).await?)
+        }
+        Request::Resume { token, payload } => {
+            let run_id = keel.resume_hook(&token, &payload).await?;
+            Reply::Run(keel.drive(&run_id).await?)
+        }
+        Request::GetHook { token } => Reply::Hook(keel.get_hook(&token)?),
+        Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id)?),
+        Request::Cancel { run_id } => Reply::Run(keel.cancel(&run_id).await?),
+    })
+}
+
+/// Answers requests on the store's socket until the task is dropped.
+pub async fn serve(keel: Keel, db: &Path) -> anyhow::Result<()> {
+    let path = socket_path(db);
+    // This process holds the store's lock, so a socket left here is stale.
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    tracing::info!(path = %path.display(), "accepting CLI requests");
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let keel = keel.clone();
+        tokio::spawn(async move {
+            if let Err(e) = answer(&keel, stream).await {
+                tracing::warn!("a CLI request failed: {e:#}");
+            }
+        });
+    }
+}
+
+async fn answer(keel: &Keel, stream: UnixStream) -> anyhow::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    BufReader::new(read).read_line(&mut line).await?;
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(request) => execute(keel, request)
+            .await
+            .unwrap_or_else(|e| Reply::Error(RemoteError::from_error(&e))),
+        Err(e) => Reply::Error(RemoteError {
+            kind: "invalid_request".into(),
+            message: format!("the request is not one this keel understands: {e}"),
+            ids: Vec::new(),
+        }),
+    };
+    let mut out = serde_json::to_vec(&reply)?;
+    out.push(b'\n');
+    write.write_all(&out).await?;
+    Ok(())
+}
+
+/// Sends a request to the worker holding the store and returns its reply;
+/// a worker's error comes back as a [`RemoteError`].
+pub async fn forward(db: &Path, request: &Request) -> anyhow::Result<Reply> {
+    let stream = UnixStream::connect(socket_path(db)).await?;
+    let (read, mut write) = stream.into_split();
+    let mut out = serde_json::to_vec(request)?;
+    out.push(b'\n');
+    write.write_all(&out).await?;
+    let mut line = String::new();
+    BufReader::new(read).read_line(&mut line).await?;
+    match serde_json::from_str(&line)? {
+        Reply::Error(e) => Err(e.into()),
+        reply => Ok(reply),
+    }
+}
