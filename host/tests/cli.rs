@@ -354,4 +354,11 @@ fn commands_reach_a_running_worker_through_its_socket() {
     assert_eq!(done["output"], serde_json::json!(["first", "second"]));
     let (_, got) = keel(db.path(), &["runs", "get", owner_id]);
     assert_eq!(got["status"], "completed");
+    let (_, list) = keel(db.path(), &["runs", "list"]);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let (_, shown) = keel(db.path(), &["runs", "show", owner_id]);
+    let journal = shown["journal"].as_array().unwrap();
+    assert!(journal.iter().any(|e| e["kind"] == "hook_received"));
+    let (_, result) = keel(db.path(), &["runs", "result", owner_id, "--wait"]);
+    assert_eq!(result["output"], serde_json::json!(["first", "second"]));
 }

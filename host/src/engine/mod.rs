@@ -347,8 +347,8 @@ impl Keel {
     }
 
     /// Executes a run until it completes, fails or must wait; returns its
-    /// record. A finished run, or one this process is already driving, is
-    /// returned as it is.
+    /// record. A finished run is returned as it is; if this process is
+    /// already driving the run, waits for that drive to end instead.
     pub async fn drive(&self, run_id: &str) -> Result<RunRecord> {
         let span = tracing::info_span!("run", run_id);
         self.drive_inner(run_id).instrument(span).await
@@ -356,6 +356,7 @@ impl Keel {
 
     async fn drive_inner(&self, run_id: &str) -> Result<RunRecord> {
         let Some(active) = ActiveRun::claim(&self.inner, run_id) else {
+            self.until_not_active(run_id).await;
             return self.inner.store.get_run(run_id);
         };
         let mut run = self.inner.store.get_run(run_id)?;
@@ -382,6 +383,25 @@ impl Keel {
             return Err(e);
         }
         self.finish(run, ended, &journal).await
+    }
+
+    /// Waits until this process no longer drives `run_id`.
+    async fn until_not_active(&self, run_id: &str) {
+        loop {
+            let ended = self.inner.progress.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !self
+                .inner
+                .active
+                .lock()
+                .expect("active runs")
+                .contains(run_id)
+            {
+                return;
+            }
+            ended.await;
+        }
     }
 
     /// Records how an activation ended: a suspended run waits; a finished

@@ -1,4 +1,5 @@
-//! Requests the CLI makes of a store (start, resume, look up, cancel):
+//! Requests the CLI makes of a store (start, resume, look up, cancel, push
+//! events):
 //! executed in this process when it can open the store, or forwarded to the
 //! `keel worker` that holds the store's lock, over a Unix socket in the
 //! store's directory, one JSON line each way.
@@ -6,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use keel_host::{HookRecord, Keel, RunRecord, StartHook, StartOptions};
+use keel_host::journal::Entry;
+use keel_host::{EventRecord, HookRecord, Keel, RunRecord, StartHook, StartOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -41,6 +43,23 @@ pub enum Request {
     Cancel {
         run_id: String,
     },
+    /// A run's record once it ends (with `wait`, after driving it there).
+    Result {
+        run_id: String,
+        wait: bool,
+    },
+    ListRuns,
+    /// A run and its journal.
+    ShowRun {
+        run_id: String,
+    },
+    /// Ingest an event and drive the runs it starts.
+    PushEvent {
+        key: String,
+        payload: String,
+        metadata: String,
+    },
+    ListEvents,
 }
 
 /// The answer to a [`Request`].
@@ -49,6 +68,10 @@ pub enum Request {
 pub enum Reply {
     Run(RunRecord),
     Hook(HookRecord),
+    Runs(Vec<RunRecord>),
+    Journal { run: RunRecord, journal: Vec<Entry> },
+    Event(EventRecord),
+    Events(Vec<EventRecord>),
     Error(RemoteError),
 }
 
@@ -111,6 +134,25 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         Request::GetHook { token } => Reply::Hook(keel.get_hook(&token)?),
         Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id)?),
         Request::Cancel { run_id } => Reply::Run(keel.cancel(&run_id).await?),
+        Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),
+        Request::ListRuns => Reply::Runs(keel.list_runs()?),
+        Request::ShowRun { run_id } => Reply::Journal {
+            run: keel.get_run(&run_id)?,
+            journal: keel.journal(&run_id)?,
+        },
+        Request::PushEvent {
+            key,
+            payload,
+            metadata,
+        } => {
+            let event = keel.push_event(&key, &payload, &metadata).await?;
+            let started = event.outcomes.iter().filter(|o| !o.deduplicated);
+            for run_id in started.filter_map(|o| o.run_id.as_ref()) {
+                keel.drive(run_id).await?;
+            }
+            Reply::Event(event)
+        }
+        Request::ListEvents => Reply::Events(keel.list_events()?),
     })
 }
 

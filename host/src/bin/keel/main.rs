@@ -283,84 +283,8 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let keel = Keel::open(config(&cli)?)?;
     match &cli.command {
-        Command::Events {
-            command:
-                EventsCommand::Push {
-                    key,
-                    payload,
-                    metadata,
-                },
-        } => {
-            let event = keel.push_event(key, payload, metadata).await?;
-            for run_id in event
-                .outcomes
-                .iter()
-                .filter(|o| !o.deduplicated)
-                .filter_map(|o| o.run_id.as_ref())
-            {
-                keel.drive(run_id).await?;
-            }
-            if cli.json {
-                println!("{}", serde_json::to_value(&event)?);
-            } else {
-                print_event(&event);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Events {
-            command: EventsCommand::List,
-        } => {
-            let events = keel.list_events()?;
-            if cli.json {
-                println!("{}", serde_json::to_value(&events)?);
-            } else {
-                events.iter().for_each(print_event);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Runs {
-            command: RunsCommand::Result { run_id, wait },
-        } => {
-            let run = keel.result(run_id, *wait).await?;
-            if cli.json {
-                println!("{}", run_json(&run));
-            } else {
-                match (&run.output, &run.error) {
-                    (Some(output), _) => println!("{output}"),
-                    (_, Some(error)) => println!("error [{}]: {}", error.kind, error.message),
-                    _ => println!("run {} is {}", run.run_id, run.status.as_str()),
-                }
-            }
-            Ok(exit_for(&run))
-        }
         Command::Worker { until_idle } => {
             worker(&keel, &cli.db, *until_idle, cli.json).await?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Runs {
-            command: RunsCommand::List,
-        } => {
-            let runs = keel.list_runs()?;
-            if cli.json {
-                println!("{}", Value::Array(runs.iter().map(run_json).collect()));
-            } else {
-                for run in &runs {
-                    println!(
-                        "{}  {:<10} {}",
-                        run.run_id,
-                        run.status.as_str(),
-                        run.workflow
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Runs {
-            command: RunsCommand::Show { run_id },
-        } => {
-            let run = keel.get_run(run_id)?;
-            let journal = keel.journal(run_id)?;
-            show_run(&run, &journal, cli.json);
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { component } => {
@@ -407,9 +331,8 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Run { .. }
         | Command::Start { .. }
         | Command::Hooks { .. }
-        | Command::Runs {
-            command: RunsCommand::Get { .. } | RunsCommand::Cancel { .. },
-        } => {
+        | Command::Events { .. }
+        | Command::Runs { .. } => {
             unreachable!("handled above")
         }
     }
@@ -473,6 +396,35 @@ fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
         } => Request::Cancel {
             run_id: run_id.clone(),
         },
+        Command::Runs {
+            command: RunsCommand::Result { run_id, wait },
+        } => Request::Result {
+            run_id: run_id.clone(),
+            wait: *wait,
+        },
+        Command::Runs {
+            command: RunsCommand::List,
+        } => Request::ListRuns,
+        Command::Runs {
+            command: RunsCommand::Show { run_id },
+        } => Request::ShowRun {
+            run_id: run_id.clone(),
+        },
+        Command::Events {
+            command:
+                EventsCommand::Push {
+                    key,
+                    payload,
+                    metadata,
+                },
+        } => Request::PushEvent {
+            key: key.clone(),
+            payload: payload.clone(),
+            metadata: metadata.clone(),
+        },
+        Command::Events {
+            command: EventsCommand::List,
+        } => Request::ListEvents,
         _ => return Ok(None),
     }))
 }
@@ -491,6 +443,17 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
 
 fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
     match reply {
+        Reply::Run(run)
+            if matches!(
+                command,
+                Command::Runs {
+                    command: RunsCommand::Result { .. }
+                }
+            ) =>
+        {
+            print_result(&run, json);
+            exit_for(&run)
+        }
         Reply::Run(run) => {
             if let (false, Command::Hooks { .. }) = (json, command) {
                 println!("delivered to the hook of run {}", run.run_id);
@@ -505,10 +468,61 @@ fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_hook(&hook, json);
             ExitCode::SUCCESS
         }
+        Reply::Runs(runs) => {
+            print_runs(&runs, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Journal { run, journal } => {
+            show_run(&run, &journal, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Event(event) => {
+            if json {
+                println!("{}", json!(event));
+            } else {
+                print_event(&event);
+            }
+            ExitCode::SUCCESS
+        }
+        Reply::Events(events) => {
+            if json {
+                println!("{}", json!(events));
+            } else {
+                events.iter().for_each(print_event);
+            }
+            ExitCode::SUCCESS
+        }
         Reply::Error(e) => {
             report_error(&e.into(), json);
             ExitCode::FAILURE
         }
+    }
+}
+
+fn print_result(run: &RunRecord, json: bool) {
+    if json {
+        println!("{}", run_json(run));
+        return;
+    }
+    match (&run.output, &run.error) {
+        (Some(output), _) => println!("{output}"),
+        (_, Some(error)) => println!("error [{}]: {}", error.kind, error.message),
+        _ => println!("run {} is {}", run.run_id, run.status.as_str()),
+    }
+}
+
+fn print_runs(runs: &[RunRecord], json: bool) {
+    if json {
+        println!("{}", Value::Array(runs.iter().map(run_json).collect()));
+        return;
+    }
+    for run in runs {
+        println!(
+            "{}  {:<10} {}",
+            run.run_id,
+            run.status.as_str(),
+            run.workflow
+        );
     }
 }
 
