@@ -4,6 +4,7 @@
 //! `keel worker` that holds the store's lock, over a Unix socket in the
 //! store's directory, one JSON line each way.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -162,6 +163,8 @@ pub async fn serve(keel: Keel, db: &Path) -> anyhow::Result<()> {
     // This process holds the store's lock, so a socket left here is stale.
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
+    // Only the store's owner may drive its runs.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     tracing::info!(path = %path.display(), "accepting CLI requests");
     loop {
         let (stream, _) = listener.accept().await?;
