@@ -571,14 +571,19 @@ async fn a_store_without_a_capability_refuses_the_start_before_writing() {
     assert!(plain.is_ok(), "a start without a token needs neither");
 }
 
-/// Waits until the run's journal holds an entry of `kind`.
+/// Waits until the run's journal holds an entry of `kind` (a minute at most).
 async fn journaled(keel: &Keel, run_id: &str, kind: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !keel
         .journal(run_id)
         .unwrap()
         .iter()
         .any(|e| e.event.kind() == kind)
     {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {kind} in run {run_id}"
+        );
         tokio::task::yield_now().await;
     }
 }
