@@ -22,6 +22,20 @@
 //!
 //! keel_sdk::component!(workflows = [hello], steps = [greet]);
 //! ```
+//!
+//! A workflow can also wait for outside input on a hook, look at other
+//! runs and start them; see [`create_hook`], [`RunHandle`] and [`start`].
+//!
+//! ```ignore
+//! #[workflow]
+//! async fn approval(order_id: String) -> Result<bool, keel_sdk::Error> {
+//!     let mut decisions = keel_sdk::create_hook::<bool>(format!("approve:{order_id}"))?;
+//!     if let Some(owner) = decisions.conflict().await {
+//!         return owner.return_value().await; // another run decides this order
+//!     }
+//!     decisions.next().await
+//! }
+//! ```
 
 mod error;
 mod executor;
