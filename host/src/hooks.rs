@@ -243,6 +243,18 @@ impl Store {
             })
     }
 
+    /// Every hook holding its token at `now_ms`, by token.
+    pub fn list_hooks(&self, now_ms: u64) -> Result<Vec<HookRecord>> {
+        let mut held = Vec::new();
+        for kv in self.inner.hooks.iter() {
+            let hook: HookRecord = decode_versioned(&kv?.1, "hook")?;
+            if hook.holder(now_ms).is_some() {
+                held.push(hook);
+            }
+        }
+        Ok(held)
+    }
+
     /// The `index`-th payload of `run_id`'s hook on `token`.
     pub(crate) fn payload(&self, run_id: &str, token: &str, index: u64) -> Result<Payload> {
         let i = &self.inner;

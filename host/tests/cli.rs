@@ -270,6 +270,9 @@ fn start_tokens_hooks_and_cancel_from_the_cli() {
 
     let (_, got) = keel(db.path(), &["runs", "get", owner_id]);
     assert_eq!(got["status"], "completed");
+    let (_, held) = keel(db.path(), &["hooks", "list"]);
+    assert_eq!(held[0]["token"], "order:c1");
+    assert_eq!(held.as_array().unwrap().len(), 1);
     let (_, kept) = keel(db.path(), &["hooks", "get", "order:c1"]);
     assert_eq!(kept["active"], false, "kept for its retention");
     let (out, gone) = keel(db.path(), &["hooks", "resume", "order:c1"]);

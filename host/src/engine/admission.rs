@@ -208,6 +208,13 @@ impl Keel {
         Ok(run_id)
     }
 
+    /// Every token held now, by an active hook or for a retention.
+    pub fn list_hooks(&self) -> Result<Vec<HookRecord>> {
+        self.inner
+            .store
+            .list_hooks(self.inner.config.clock.now_ms())
+    }
+
     /// The hook holding `token`: active, or kept after its run ended until
     /// its retention passes. `HookNotFound` otherwise.
     pub fn get_hook(&self, token: &str) -> Result<HookRecord> {

@@ -38,6 +38,7 @@ pub enum Request {
     GetHook {
         token: String,
     },
+    ListHooks,
     GetRun {
         run_id: String,
     },
@@ -69,6 +70,7 @@ pub enum Request {
 pub enum Reply {
     Run(RunRecord),
     Hook(HookRecord),
+    Hooks(Vec<HookRecord>),
     Runs(Vec<RunRecord>),
     Journal { run: RunRecord, journal: Vec<Entry> },
     Event(EventRecord),
@@ -133,6 +135,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             Reply::Run(keel.drive(&run_id).await?)
         }
         Request::GetHook { token } => Reply::Hook(keel.get_hook(&token)?),
+        Request::ListHooks => Reply::Hooks(keel.list_hooks()?),
         Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id)?),
         Request::Cancel { run_id } => Reply::Run(keel.cancel(&run_id).await?),
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),

@@ -181,6 +181,8 @@ enum HooksCommand {
     },
     /// The hook holding TOKEN: owner, whether active, metadata, retention.
     Get { token: String },
+    /// Every token held now, by an active hook or for a retention.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -386,6 +388,9 @@ fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
         } => Request::GetHook {
             token: token.clone(),
         },
+        Command::Hooks {
+            command: HooksCommand::List,
+        } => Request::ListHooks,
         Command::Runs {
             command: RunsCommand::Get { run_id },
         } => Request::GetRun {
@@ -466,6 +471,17 @@ fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
         }
         Reply::Hook(hook) => {
             print_hook(&hook, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Hooks(hooks) => {
+            if json {
+                println!("{}", Value::Array(hooks.iter().map(hook_json).collect()));
+            } else {
+                for hook in &hooks {
+                    let state = if hook.active { "active" } else { "retained" };
+                    println!("{:<32} {:<9} run {}", hook.token, state, hook.run_id);
+                }
+            }
             ExitCode::SUCCESS
         }
         Reply::Runs(runs) => {
