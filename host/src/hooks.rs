@@ -286,16 +286,17 @@ impl Store {
 
     /// Stores a run's final record and, in the same transaction, ends its
     /// hooks: a hook with retention left keeps the token, inactive; the
-    /// others release it. Wakes the runs awaiting this one and returns them.
+    /// others release it. Then wakes the runs awaiting this one and returns
+    /// them: read after the record is final, so a run that starts watching
+    /// meanwhile either is woken or sees the end itself.
     pub(crate) fn end_run(&self, run: &RunRecord, now_ms: u64) -> Result<Vec<String>> {
         use sled::Transactional;
         let i = &self.inner;
         let prefix = key_of(&run.run_id, "");
         let tokens: Vec<String> = self.suffixes(&i.run_hooks, &prefix)?;
-        let watchers: Vec<String> = self.suffixes(&i.watchers, &prefix)?;
         let record = encode_versioned(run);
-        let trees = (&i.runs, &i.hooks, &i.wakeups, &i.live);
-        finish(trees.transaction(|(runs, hooks, wakeups, live)| {
+        let trees = (&i.runs, &i.hooks, &i.live);
+        finish(trees.transaction(|(runs, hooks, live)| {
             for token in &tokens {
                 let Some(mut hook) = read_hook(hooks, token)? else {
                     continue;
@@ -310,13 +311,14 @@ impl Store {
                     hooks.remove(token.as_bytes())?;
                 }
             }
-            for watcher in &watchers {
-                wakeups.insert(watcher.as_bytes(), &[])?;
-            }
             live.remove(run.run_id.as_bytes())?;
             runs.insert(run.run_id.as_bytes(), record.as_slice())?;
             Ok(())
         }))?;
+        let watchers: Vec<String> = self.suffixes(&i.watchers, &prefix)?;
+        for watcher in &watchers {
+            i.wakeups.insert(watcher.as_bytes(), &[])?;
+        }
         self.drop_prefix(&i.run_hooks, &prefix)?;
         self.drop_prefix(&i.inbox, &prefix)?;
         self.drop_prefix(&i.watchers, &prefix)?;
@@ -326,27 +328,20 @@ impl Store {
     /// Deletes hooks whose run ended and whose retention has passed;
     /// returns how many.
     pub fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize> {
-        let mut purged = 0;
-        for kv in self.inner.hooks.iter() {
-            let (k, v) = kv?;
-            let hook: HookRecord = decode_versioned(&v, "hook")?;
-            if hook.holder(now_ms).is_none()
-                && self
-                    .inner
-                    .hooks
-                    .compare_and_swap(&k, Some(v), None::<&[u8]>)?
-                    .is_ok()
-            {
-                purged += 1;
-            }
-        }
-        Ok(purged)
+        self.purge(&self.inner.hooks, "hook", |h: &HookRecord| {
+            h.holder(now_ms).is_none()
+        })
     }
 
     /// Records that `watcher` waits for `run_id` to end.
     pub(crate) fn watch(&self, run_id: &str, watcher: &str) -> Result<()> {
         self.inner.watchers.insert(key_of(run_id, watcher), &[])?;
         Ok(())
+    }
+
+    /// Whether something woke the run since it was last driven.
+    pub(crate) fn is_woken(&self, run_id: &str) -> Result<bool> {
+        Ok(self.inner.wakeups.contains_key(run_id.as_bytes())?)
     }
 
     /// Clears a run's wakeup before it is driven.

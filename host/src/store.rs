@@ -409,16 +409,24 @@ impl Store {
 
     /// Deletes the keys whose window has passed; returns how many.
     pub fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
+        self.purge(&self.inner.keys, "idempotency key", |h: &KeyHold| {
+            h.expires_at_ms <= now_ms
+        })
+    }
+
+    /// Deletes the records of `tree` that are `expired`, each only if it
+    /// has not changed since it was read; returns how many.
+    pub(crate) fn purge<T: DeserializeOwned>(
+        &self,
+        tree: &sled::Tree,
+        what: &str,
+        expired: impl Fn(&T) -> bool,
+    ) -> Result<usize> {
         let mut purged = 0;
-        for kv in self.inner.keys.iter() {
+        for kv in tree.iter() {
             let (k, v) = kv?;
-            let hold: KeyHold = decode_versioned(&v, "idempotency key")?;
-            if hold.expires_at_ms <= now_ms
-                && self
-                    .inner
-                    .keys
-                    .compare_and_swap(&k, Some(v), None::<&[u8]>)?
-                    .is_ok()
+            if expired(&decode_versioned(&v, what)?)
+                && tree.compare_and_swap(&k, Some(v), None::<&[u8]>)?.is_ok()
             {
                 purged += 1;
             }

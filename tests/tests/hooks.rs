@@ -55,6 +55,31 @@ async fn settle(keel: &Keel) {
     panic!("runs were still due after 100 worker passes");
 }
 
+/// A finished `order_updates` run that keeps `order:{order}` for a day.
+async fn finished_retained_owner(keel: &Keel, c: &Loaded, order: &str) -> String {
+    let hook =
+        StartHook::new(format!("order:{order}")).min_retention(Duration::from_millis(DAY_MS));
+    let owner = keel
+        .start_with(
+            c,
+            "order_updates",
+            &note(order, "a"),
+            &StartOptions::from(hook),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    let token = format!("order:{order}");
+    keel.resume_hook(&token, r#"{"note": "b", "done": true}"#)
+        .await
+        .unwrap();
+    assert_eq!(
+        keel.drive(&owner).await.unwrap().status,
+        RunStatus::Completed
+    );
+    owner
+}
+
 /// Every run replays against its own component to the same journal.
 async fn assert_replays(keel: &Keel, runs: &[&str]) {
     for run_id in runs {
@@ -172,10 +197,7 @@ async fn retention_holds_the_token_after_the_run_ends_until_it_passes() {
     let hook = StartHook::new("order:2")
         .min_retention(Duration::from_millis(30 * DAY_MS))
         .metadata(json!({"order_id": "2"}));
-    let options = StartOptions {
-        hook: Some(hook),
-        ..StartOptions::default()
-    };
+    let options = StartOptions::from(hook);
     let owner = keel
         .start_with(&c, "order_updates", &note("2", "first"), &options)
         .await
@@ -226,10 +248,8 @@ async fn retention_holds_the_token_after_the_run_ends_until_it_passes() {
     assert!(admitted.is_ok(), "retention passed: {admitted:?}");
 
     // A running owner holds its token even after its retention passes.
-    let short = StartOptions {
-        hook: Some(StartHook::new("order:3").min_retention(Duration::from_secs(60))),
-        ..StartOptions::default()
-    };
+    let short =
+        StartOptions::from(StartHook::new("order:3").min_retention(Duration::from_secs(60)));
     let running = keel
         .start_with(&c, "order_updates", &note("3", "a"), &short)
         .await
@@ -246,10 +266,8 @@ async fn retention_holds_the_token_after_the_run_ends_until_it_passes() {
 async fn disposing_in_an_inner_scope_releases_the_token_while_the_run_goes_on() {
     let store = TestStore::new();
     let (keel, c) = hooks_engine(&store).await;
-    let options = StartOptions {
-        hook: Some(StartHook::new("order:4").min_retention(Duration::from_millis(DAY_MS))),
-        ..StartOptions::default()
-    };
+    let options =
+        StartOptions::from(StartHook::new("order:4").min_retention(Duration::from_millis(DAY_MS)));
     let owner = keel
         .start_with(&c, "order_updates_scoped", &note("4", "first"), &options)
         .await
@@ -314,19 +332,7 @@ async fn force_takes_the_token_over_and_the_old_owner_learns_who_took_it() {
     );
 
     // Force also takes a token a finished run keeps for its retention.
-    let options = StartOptions {
-        hook: Some(StartHook::new("order:6").min_retention(Duration::from_millis(DAY_MS))),
-        ..StartOptions::default()
-    };
-    let finished = keel
-        .start_with(&c, "order_updates", &note("6", "a"), &options)
-        .await
-        .unwrap()
-        .run_id;
-    keel.resume_hook("order:6", r#"{"note": "b", "done": true}"#)
-        .await
-        .unwrap();
-    keel.drive(&finished).await.unwrap();
+    let finished = finished_retained_owner(&keel, &c, "6").await;
     let taker = run(&keel, &c, "supersede", &request("6", true)).await;
     assert_eq!(keel.get_hook("order:6").unwrap().run_id, taker.run_id);
     assert_replays(&keel, &[&old.run_id, &new.run_id, &finished, &taker.run_id]).await;
@@ -372,19 +378,7 @@ async fn the_five_strategies_return_what_the_seed_says() {
         json!({"status": "duplicate", "run_id": inspected.run_id})
     );
     // ...and a completed one (holding its token for its retention) lends its result.
-    let options = StartOptions {
-        hook: Some(StartHook::new("order:i2").min_retention(Duration::from_millis(DAY_MS))),
-        ..StartOptions::default()
-    };
-    let completed = keel
-        .start_with(&c, "order_updates", &note("i2", "a"), &options)
-        .await
-        .unwrap()
-        .run_id;
-    keel.resume_hook("order:i2", r#"{"note": "b", "done": true}"#)
-        .await
-        .unwrap();
-    keel.drive(&completed).await.unwrap();
+    finished_retained_owner(&keel, &c, "i2").await;
     let reused = run(&keel, &c, "inspect_owner", &request("i2", true)).await;
     assert_eq!(output(&reused), json!(["a", "b"]));
 
@@ -540,10 +534,8 @@ async fn a_store_without_a_capability_refuses_the_start_before_writing() {
         atomic_start_hook: true,
         hook_retention: false,
     });
-    let options = StartOptions {
-        hook: Some(StartHook::new("order:11").min_retention(Duration::from_secs(60))),
-        ..StartOptions::default()
-    };
+    let options =
+        StartOptions::from(StartHook::new("order:11").min_retention(Duration::from_secs(60)));
     let refused = keel
         .start_with(&c, "order_updates", &note("11", "a"), &options)
         .await;
@@ -729,10 +721,8 @@ async fn an_unopened_start_token_is_only_an_idempotency_key() {
 async fn a_hook_dropped_as_the_run_returns_releases_the_token_despite_retention() {
     let store = TestStore::new();
     let (keel, c) = hooks_engine(&store).await;
-    let options = StartOptions {
-        hook: Some(StartHook::new("order:17").min_retention(Duration::from_millis(DAY_MS))),
-        ..StartOptions::default()
-    };
+    let options =
+        StartOptions::from(StartHook::new("order:17").min_retention(Duration::from_millis(DAY_MS)));
     // reject_duplicate holds its hook in a local, dropped as it returns.
     let run = keel
         .start_with(&c, "reject_duplicate", &request("17", false), &options)
@@ -798,10 +788,8 @@ async fn a_cancelled_run_keeps_its_token_for_its_retention() {
     let mut config = store.config();
     config.clock = clock.clone();
     let (keel, c) = open_with(config, keel_tests::ORDER_HOOKS).await;
-    let options = StartOptions {
-        hook: Some(StartHook::new("order:20").min_retention(Duration::from_secs(3600))),
-        ..StartOptions::default()
-    };
+    let options =
+        StartOptions::from(StartHook::new("order:20").min_retention(Duration::from_secs(3600)));
     let run = keel
         .start_with(&c, "order_updates", &note("20", "a"), &options)
         .await

@@ -154,10 +154,13 @@ impl RunJournal {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        let recorded = self.lock().entries.len();
-        if self.lock().durable >= recorded {
-            return Ok(());
-        }
+        let recorded = {
+            let state = self.lock();
+            if state.durable >= state.entries.len() {
+                return Ok(());
+            }
+            state.entries.len()
+        };
         store.sync().await?;
         let mut state = self.lock();
         state.durable = state.durable.max(recorded);

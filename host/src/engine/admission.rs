@@ -67,8 +67,15 @@ impl StartHook {
 impl StartOptions {
     /// Options with a start token.
     pub fn token(token: impl Into<String>) -> Self {
+        StartOptions::from(StartHook::new(token))
+    }
+}
+
+/// Options with this start hook (token, retention, metadata).
+impl From<StartHook> for StartOptions {
+    fn from(hook: StartHook) -> Self {
         StartOptions {
-            hook: Some(StartHook::new(token)),
+            hook: Some(hook),
             ..StartOptions::default()
         }
     }

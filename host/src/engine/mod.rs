@@ -324,7 +324,7 @@ impl Keel {
             RunStatus::Pending | RunStatus::Running => true,
             RunStatus::Waiting => {
                 run.wake_at_ms.is_some_and(|at| at <= now_ms())
-                    || self.inner.store.wakeups()?.contains(&run.run_id)
+                    || self.inner.store.is_woken(&run.run_id)?
             }
             _ => false,
         })

@@ -52,14 +52,7 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
         w10(keel, loaded, "10").await?;
         latencies.push(t.elapsed());
     }
-    latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize];
-    println!(
-        "W10 latency, one run at a time ({} runs): p50 {:.2} ms, p99 {:.2} ms",
-        latencies.len(),
-        ms(pct(0.5)),
-        ms(pct(0.99))
-    );
+    print_latencies("W10 latency, one run at a time", latencies);
     for in_flight in [16, 64] {
         let rate = throughput(keel, loaded, in_flight, args.throughput_runs).await?;
         println!("W10 throughput, {in_flight} in flight: {rate:.0} runs/s");
@@ -124,15 +117,20 @@ async fn start_tokens(keel: &Keel, loaded: &Arc<Loaded>, tokens: usize) -> anyho
         latencies.push(t.elapsed());
         anyhow::ensure!(run.status == RunStatus::Completed, "{run:?}");
     }
+    print_latencies("hook resume until the waiting run completes", latencies);
+    Ok(())
+}
+
+/// Prints the median and 99th percentile of `latencies`.
+fn print_latencies(what: &str, mut latencies: Vec<Duration>) {
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize];
     println!(
-        "hook resume until the waiting run completes ({} runs): p50 {:.2} ms, p99 {:.2} ms",
+        "{what} ({} runs): p50 {:.2} ms, p99 {:.2} ms",
         latencies.len(),
         ms(pct(0.5)),
         ms(pct(0.99))
     );
-    Ok(())
 }
 
 fn ms(d: Duration) -> f64 {

@@ -200,8 +200,8 @@ async fn answer(keel: &Keel, stream: UnixStream) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends a request to the worker holding the store and returns its reply;
-/// a worker's error comes back as a [`RemoteError`].
+/// Sends a request to the worker holding the store and returns its reply,
+/// a worker's error as [`Reply::Error`].
 pub async fn forward(db: &Path, request: &Request) -> anyhow::Result<Reply> {
     let stream = UnixStream::connect(socket_path(db)).await?;
     let (read, mut write) = stream.into_split();
@@ -210,8 +210,5 @@ pub async fn forward(db: &Path, request: &Request) -> anyhow::Result<Reply> {
     write.write_all(&out).await?;
     let mut line = String::new();
     BufReader::new(read).read_line(&mut line).await?;
-    match serde_json::from_str(&line)? {
-        Reply::Error(e) => Err(e.into()),
-        reply => Ok(reply),
-    }
+    Ok(serde_json::from_str(&line)?)
 }
