@@ -1,0 +1,322 @@
+//! Divergence reports and replay verdicts: how the code left the journal,
+//! decided from the journal and how the activation ended.
+
+use serde::{Deserialize, Serialize};
+
+use crate::index::JournalIndex;
+use crate::journal::{Entry, Fact, excerpt};
+
+/// A command as a replay report shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandView {
+    /// `step`, `timer` or `patch_marker`.
+    pub kind: String,
+    pub step_name: Option<String>,
+    /// Digest of the step's name and input.
+    pub input_digest: Option<String>,
+    /// A readable excerpt of the input (or the timer's due time, the patch's ID).
+    pub excerpt: String,
+}
+
+impl CommandView {
+    /// The view of a recorded or requested command.
+    pub fn of(fact: &Fact) -> CommandView {
+        let (kind, step_name, input_digest, text) = match fact {
+            Fact::StepScheduled {
+                name,
+                input,
+                digest,
+                ..
+            } => (
+                "step",
+                Some(name.clone()),
+                Some(digest.clone()),
+                excerpt(input, 120),
+            ),
+            Fact::TimerScheduled { fire_at_ms, .. } => {
+                ("timer", None, None, format!("due at {fire_at_ms} ms"))
+            }
+            Fact::PatchMarker { change_id, .. } => ("patch_marker", None, None, change_id.clone()),
+            other => (other.name(), None, None, other.describe()),
+        };
+        CommandView {
+            kind: kind.into(),
+            step_name,
+            input_digest,
+            excerpt: text,
+        }
+    }
+
+    /// The command on one line.
+    pub fn line(&self) -> String {
+        match &self.step_name {
+            Some(name) => format!(
+                "step `{name}` input {} (digest {})",
+                self.excerpt,
+                self.input_digest.as_deref().unwrap_or("-")
+            ),
+            None => format!("{} {}", self.kind, self.excerpt),
+        }
+    }
+}
+
+/// Where and how the code left the journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// The command's position: the n-th call the workflow made, from 0.
+    pub position: u32,
+    /// The sequence number of the journal entry at that position.
+    pub journal_seq: u64,
+    pub recorded: CommandView,
+    pub requested: CommandView,
+    /// Recorded commands around the position.
+    pub journal_context: Vec<(u32, CommandView)>,
+    /// The commands the code issued just before (they matched the journal).
+    pub code_context: Vec<(u32, CommandView)>,
+}
+
+/// The outcome of replaying one journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The code asked for exactly what the journal holds; `output` is its
+    /// output when the journal reaches the run's end.
+    Ok { output: Option<String> },
+    /// At some position the code asked for something else.
+    Diverged(Divergence),
+    /// The workflow ended (or failed) where the journal goes on.
+    EndedEarly {
+        issued: u32,
+        recorded: u32,
+        outcome: String,
+        next: Vec<(u32, CommandView)>,
+    },
+    /// The journal records the run's end, but the code asks for more.
+    WentFurther { issued: u32, recorded: u32 },
+    /// Same commands, another final output.
+    OutputDiffers { recorded: String, replayed: String },
+    /// The workflow failed in a way the journal does not record.
+    Failed { kind: String, message: String },
+}
+
+impl Verdict {
+    /// The code matched the journal.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Verdict::Ok { .. })
+    }
+}
+
+/// How an activation ended, as a verdict needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The workflow returned this output.
+    Completed(String),
+    /// The workflow failed, with an error of this kind.
+    Failed { kind: String, message: String },
+    /// The activation could not go on (the journal ended, or it waits).
+    Suspended,
+}
+
+/// What an activation did, beside how it ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// The first divergence from the journal, if any.
+    pub divergence: Option<Divergence>,
+    /// Commands the code issued.
+    pub issued: u32,
+    /// Commands the journal held.
+    pub recorded: u32,
+}
+
+/// The verdict of an offline activation over `entries`.
+pub fn verdict(entries: &[Entry], outcome: Outcome, trace: Trace) -> Verdict {
+    if let Some(divergence) = trace.divergence {
+        return Verdict::Diverged(divergence);
+    }
+    let Trace {
+        issued, recorded, ..
+    } = trace;
+    let recorded_end = crate::journal::recorded_end(entries);
+    let ended_early = |outcome: String| Verdict::EndedEarly {
+        issued,
+        recorded,
+        outcome,
+        next: command_views(entries, issued..issued + 3),
+    };
+    match outcome {
+        Outcome::Completed(_) if issued < recorded => ended_early("completed".into()),
+        Outcome::Completed(output) => match recorded_end {
+            Some(Fact::RunCompleted { output: r }) if *r != output => Verdict::OutputDiffers {
+                recorded: r.clone(),
+                replayed: output,
+            },
+            _ => Verdict::Ok {
+                output: Some(output),
+            },
+        },
+        Outcome::Suspended if recorded_end.is_some() => Verdict::WentFurther { issued, recorded },
+        Outcome::Suspended => Verdict::Ok { output: None },
+        Outcome::Failed { message, .. } if issued < recorded => {
+            ended_early(format!("failed: {message}"))
+        }
+        Outcome::Failed { kind, message } => match recorded_end {
+            Some(Fact::RunFailed { kind: k, .. }) if *k == kind => Verdict::Ok { output: None },
+            _ => Verdict::Failed { kind, message },
+        },
+    }
+}
+
+/// Views of the commands of `entries` in `range`.
+pub fn command_views(entries: &[Entry], range: std::ops::Range<u32>) -> Vec<(u32, CommandView)> {
+    entries
+        .iter()
+        .filter_map(|e| e.fact.command().map(|c| (c, e)))
+        .filter(|(c, _)| range.contains(c))
+        .map(|(c, e)| (c, CommandView::of(&e.fact)))
+        .collect()
+}
+
+impl Divergence {
+    /// The divergence of `requested` from the recorded command `command`
+    /// of `index`, with context on both sides.
+    pub fn at(index: &JournalIndex, command: u32, recorded: &Entry, requested: &Fact) -> Self {
+        let views = |range: std::ops::Range<u32>| {
+            index
+                .commands_in(range)
+                .into_iter()
+                .map(|(c, e)| (c, CommandView::of(&e.fact)))
+                .collect()
+        };
+        Divergence {
+            position: command,
+            journal_seq: recorded.seq,
+            recorded: CommandView::of(&recorded.fact),
+            requested: CommandView::of(requested),
+            journal_context: views(command.saturating_sub(2)..command + 3),
+            code_context: views(command.saturating_sub(2)..command),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(facts: Vec<Fact>) -> Vec<Entry> {
+        facts
+            .into_iter()
+            .enumerate()
+            .map(|(seq, fact)| Entry {
+                seq: seq as u64,
+                at_ms: 0,
+                fact,
+            })
+            .collect()
+    }
+
+    fn step(command: u32, name: &str) -> Fact {
+        Fact::StepScheduled {
+            command,
+            name: name.into(),
+            input: "1".into(),
+            step_id: String::new(),
+            digest: String::new(),
+        }
+    }
+
+    fn trace(issued: u32, recorded: u32) -> Trace {
+        Trace {
+            divergence: None,
+            issued,
+            recorded,
+        }
+    }
+
+    #[test]
+    fn same_commands_and_output_is_ok() {
+        let e = entries(vec![
+            step(0, "a"),
+            Fact::RunCompleted { output: "1".into() },
+        ]);
+        let v = verdict(&e, Outcome::Completed("1".into()), trace(1, 1));
+        assert_eq!(
+            v,
+            Verdict::Ok {
+                output: Some("1".into())
+            }
+        );
+    }
+
+    #[test]
+    fn another_output_is_reported_with_both() {
+        let e = entries(vec![Fact::RunCompleted { output: "1".into() }]);
+        let v = verdict(&e, Outcome::Completed("2".into()), trace(0, 0));
+        assert!(
+            matches!(v, Verdict::OutputDiffers { recorded, replayed } if recorded == "1" && replayed == "2")
+        );
+    }
+
+    #[test]
+    fn ending_before_the_journal_does_names_what_comes_next() {
+        let e = entries(vec![step(0, "a"), step(1, "b")]);
+        let v = verdict(&e, Outcome::Completed("x".into()), trace(1, 2));
+        let Verdict::EndedEarly { next, .. } = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(next[0].1.step_name.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn asking_for_more_after_a_recorded_end_went_further() {
+        let e = entries(vec![Fact::RunCompleted { output: "1".into() }]);
+        let v = verdict(&e, Outcome::Suspended, trace(1, 0));
+        assert_eq!(
+            v,
+            Verdict::WentFurther {
+                issued: 1,
+                recorded: 0
+            }
+        );
+        let open = entries(vec![step(0, "a")]);
+        assert!(verdict(&open, Outcome::Suspended, trace(1, 1)).is_ok());
+    }
+
+    #[test]
+    fn a_recorded_failure_of_the_same_kind_is_ok_and_another_is_not() {
+        let e = entries(vec![Fact::RunFailed {
+            kind: "guest_trap".into(),
+            error: "x".into(),
+        }]);
+        let failed = |kind: &str| Outcome::Failed {
+            kind: kind.into(),
+            message: "m".into(),
+        };
+        assert!(verdict(&e, failed("guest_trap"), trace(0, 0)).is_ok());
+        assert!(matches!(
+            verdict(&e, failed("fuel_exhausted"), trace(0, 0)),
+            Verdict::Failed { .. }
+        ));
+    }
+
+    #[test]
+    fn a_divergence_carries_context_from_the_index() {
+        let index =
+            JournalIndex::new(entries(vec![step(0, "a"), step(1, "b"), step(2, "c")])).unwrap();
+        let recorded = index.command(1).unwrap().clone();
+        let d = Divergence::at(&index, 1, &recorded, &step(1, "z"));
+        assert_eq!(d.recorded.step_name.as_deref(), Some("b"));
+        assert_eq!(d.requested.step_name.as_deref(), Some("z"));
+        assert_eq!(d.code_context.len(), 1);
+        assert_eq!(d.journal_context.len(), 3);
+        let v = verdict(
+            &[],
+            Outcome::Suspended,
+            Trace {
+                divergence: Some(d),
+                issued: 2,
+                recorded: 3,
+            },
+        );
+        assert!(matches!(v, Verdict::Diverged(_)));
+    }
+}

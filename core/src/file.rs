@@ -1,0 +1,183 @@
+//! The portable journal file: a run and its journal, self-describing and
+//! versioned, in a binary (postcard) or a JSON form.
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::FORMAT_VERSION;
+use crate::index::JournalIndex;
+use crate::journal::Entry;
+use crate::records::RunRecord;
+
+/// Why bytes are not a journal file keel can read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FileError(pub String);
+
+/// The first bytes of a journal file in its binary format.
+pub const FILE_MAGIC: &[u8; 8] = b"KEELJRNL";
+
+/// A run and its journal, self-describing and versioned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JournalFile {
+    pub header: FileHeader,
+    pub entries: Vec<Entry>,
+}
+
+/// What a journal file says about itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileHeader {
+    pub format_version: u16,
+    /// The run as recorded: workflow, input, component hash, status, output.
+    pub run: RunRecord,
+}
+
+impl JournalFile {
+    /// The file of `run` with its journal.
+    pub fn new(run: &RunRecord, entries: Vec<Entry>) -> JournalFile {
+        JournalFile {
+            header: FileHeader {
+                format_version: FORMAT_VERSION,
+                run: run.clone(),
+            },
+            entries,
+        }
+    }
+
+    /// The binary form: magic, format version (u16, little endian), postcard.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = FILE_MAGIC.to_vec();
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend(postcard::to_stdvec(self).expect("journal files always encode"));
+        out
+    }
+
+    /// The JSON form.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("journal files always encode")
+    }
+
+    /// Reads either form.
+    pub fn parse(bytes: &[u8]) -> Result<JournalFile, FileError> {
+        let bad = FileError;
+        if let Some(rest) = bytes.strip_prefix(FILE_MAGIC) {
+            let version = rest
+                .get(..2)
+                .map(|v| u16::from_le_bytes([v[0], v[1]]))
+                .ok_or_else(|| bad("it is truncated after its magic bytes".into()))?;
+            check_version(version).map_err(bad)?;
+            let file: JournalFile = postcard::from_bytes(&rest[2..])
+                .map_err(|e| bad(format!("it is truncated or corrupted ({e})")))?;
+            return file.checked();
+        }
+        if bytes.trim_ascii_start().starts_with(b"{") {
+            let value: serde_json::Value = serde_json::from_slice(bytes)
+                .map_err(|e| bad(format!("its JSON is malformed ({e})")))?;
+            let version = value["header"]["format_version"]
+                .as_u64()
+                .ok_or_else(|| bad("its JSON has no header.format_version".into()))?;
+            let version = u16::try_from(version).map_err(|_| {
+                bad(format!(
+                    "its format version {version} is not one keel has written"
+                ))
+            })?;
+            check_version(version).map_err(bad)?;
+            let file: JournalFile = serde_json::from_value(value)
+                .map_err(|e| bad(format!("its JSON does not match the format ({e})")))?;
+            return file.checked();
+        }
+        Err(bad(
+            "it is not a keel journal file (no KEELJRNL magic, not JSON)".into(),
+        ))
+    }
+
+    /// The file itself if its entries form a journal (in sequence, commands
+    /// in order).
+    fn checked(self) -> Result<JournalFile, FileError> {
+        JournalIndex::new(self.entries.clone())
+            .map_err(|e| FileError(format!("its entries do not form a journal: {e}")))?;
+        Ok(self)
+    }
+
+    /// The run record the header describes.
+    pub fn run_record(&self) -> RunRecord {
+        self.header.run.clone()
+    }
+}
+
+fn check_version(version: u16) -> std::result::Result<(), String> {
+    if version == FORMAT_VERSION {
+        Ok(())
+    } else {
+        Err(format!(
+            "it was written in journal format version {version}, and this keel reads version {FORMAT_VERSION}; \
+             export it again with a keel that reads both, or replay it with the keel that wrote it"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Fact;
+    use crate::records::RunStatus;
+
+    fn file() -> JournalFile {
+        let run = RunRecord {
+            run_id: "r".into(),
+            workflow: "w".into(),
+            component_hash: "h".into(),
+            input: "null".into(),
+            status: RunStatus::Completed,
+            output: Some("1".into()),
+            error: None,
+            created_at_ms: 1,
+            updated_at_ms: 2,
+            wake_at_ms: None,
+        };
+        let entries = vec![Entry {
+            seq: 0,
+            at_ms: 1,
+            fact: Fact::RunCompleted { output: "1".into() },
+        }];
+        JournalFile::new(&run, entries)
+    }
+
+    #[test]
+    fn both_forms_round_trip() {
+        let f = file();
+        assert_eq!(JournalFile::parse(&f.to_bytes()).unwrap(), f);
+        assert_eq!(JournalFile::parse(f.to_json().as_bytes()).unwrap(), f);
+    }
+
+    #[test]
+    fn a_version_above_u16_is_refused_not_truncated() {
+        let mut value: serde_json::Value = serde_json::from_str(&file().to_json()).unwrap();
+        value["header"]["format_version"] = serde_json::json!(65537);
+        let err = JournalFile::parse(value.to_string().as_bytes()).unwrap_err();
+        assert!(err.0.contains("65537"), "{err}");
+    }
+
+    #[test]
+    fn entries_out_of_sequence_are_refused() {
+        let mut f = file();
+        f.entries[0].seq = 4;
+        let err = JournalFile::parse(&f.to_bytes()).unwrap_err();
+        assert!(err.0.contains("out of sequence"), "{err}");
+    }
+
+    #[test]
+    fn other_bytes_are_refused_by_name() {
+        assert!(
+            JournalFile::parse(b"hello")
+                .unwrap_err()
+                .0
+                .contains("not a keel journal")
+        );
+        assert!(
+            JournalFile::parse(b"KEELJRNL")
+                .unwrap_err()
+                .0
+                .contains("truncated")
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! The journal model: the ordered, append-only record of a run.
+//!
+//! Commands (what the workflow asked for) and completions (what it was
+//! given) share one sequence. Commands are matched on replay by their
+//! command ID, the order in which the workflow issued them; completions are
+//! delivered in journal order. Entries are stored with the format version
+//! of [`crate::codec`].
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::codec::{self, CodecError};
+
+/// One journal entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Position in the run's journal, from 0.
+    pub seq: u64,
+    /// When the entry was appended, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    #[serde(rename = "fact", alias = "event")]
+    pub fact: Fact,
+}
+
+/// What a journal entry records: a command the workflow issued, a
+/// completion it was given, or a change of the run's life (start, end).
+///
+/// Variants are only ever appended: their order is the binary format.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Fact {
+    /// The run was admitted.
+    RunStarted {
+        workflow: String,
+        input: String,
+    },
+    /// The workflow scheduled a step.
+    StepScheduled {
+        command: u32,
+        name: String,
+        input: String,
+        step_id: String,
+        /// Digest of the step's name and input, to detect divergence.
+        digest: String,
+    },
+    /// An attempt is about to run; durable before it runs.
+    StepAttemptStarted {
+        command: u32,
+        attempt: u32,
+    },
+    /// An attempt failed and will be retried no sooner than `retry_at_ms`.
+    StepAttemptFailed {
+        command: u32,
+        attempt: u32,
+        error: String,
+        retry_at_ms: u64,
+    },
+    StepCompleted {
+        command: u32,
+        output: String,
+    },
+    StepFailed {
+        command: u32,
+        error: String,
+        fatal: bool,
+        attempts: u32,
+    },
+    TimerScheduled {
+        command: u32,
+        fire_at_ms: u64,
+    },
+    /// The workflow passed `patched(change_id)` with the new code.
+    PatchMarker {
+        command: u32,
+        change_id: String,
+    },
+    TimerFired {
+        command: u32,
+    },
+    RunCompleted {
+        output: String,
+    },
+    RunFailed {
+        kind: String,
+        error: String,
+    },
+    /// The workflow created a hook; the store's answer is recorded with it.
+    HookCreated {
+        command: u32,
+        token: String,
+        force: bool,
+        registration: HookRegistration,
+    },
+    /// The workflow awaits the `index`-th payload of the hook created by
+    /// command `hook`.
+    HookNext {
+        command: u32,
+        hook: u32,
+        token: String,
+        index: u64,
+    },
+    HookReceived {
+        command: u32,
+        payload: String,
+    },
+    /// Another run took the token over; the awaited payload never comes.
+    HookForceClaimed {
+        command: u32,
+        claimed_by_run_id: String,
+    },
+    /// The workflow disposed of the hook created by command `hook`.
+    HookDisposed {
+        command: u32,
+        hook: u32,
+    },
+    /// The workflow read another run's status.
+    RunStatusRead {
+        command: u32,
+        run_id: String,
+        status: String,
+    },
+    /// The workflow waits for another run to end.
+    RunAwaited {
+        command: u32,
+        run_id: String,
+    },
+    /// An awaited run ended.
+    AwaitedRunEnded {
+        command: u32,
+        status: String,
+        output: Option<String>,
+        error: Option<String>,
+    },
+    /// The workflow started a run; `outcome` is its run ID, or the run that
+    /// held the token.
+    WorkflowStarted {
+        command: u32,
+        workflow: String,
+        input: String,
+        token: Option<String>,
+        outcome: StartOutcome,
+    },
+    /// The run was cancelled.
+    RunCancelled,
+}
+
+/// How the store answered a workflow's `create_hook`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HookRegistration {
+    Registered,
+    BoundToStart,
+    Conflict { owner_run_id: String },
+}
+
+/// How a start from a workflow ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartOutcome {
+    Started { run_id: String },
+    HookConflict { conflicting_run_id: String },
+    Refused { reason: String },
+}
+
+impl Fact {
+    /// The fact ends the run.
+    pub fn is_end(&self) -> bool {
+        matches!(
+            self,
+            Fact::RunCompleted { .. } | Fact::RunFailed { .. } | Fact::RunCancelled
+        )
+    }
+
+    /// The command this fact issues, if it is a command.
+    pub fn command(&self) -> Option<u32> {
+        match self {
+            Fact::StepScheduled { command, .. }
+            | Fact::TimerScheduled { command, .. }
+            | Fact::PatchMarker { command, .. }
+            | Fact::HookCreated { command, .. }
+            | Fact::HookNext { command, .. }
+            | Fact::HookDisposed { command, .. }
+            | Fact::RunStatusRead { command, .. }
+            | Fact::RunAwaited { command, .. }
+            | Fact::WorkflowStarted { command, .. } => Some(*command),
+            _ => None,
+        }
+    }
+
+    /// The command this fact completes, if it is a completion.
+    pub fn completes(&self) -> Option<u32> {
+        match self {
+            Fact::StepCompleted { command, .. }
+            | Fact::StepFailed { command, .. }
+            | Fact::TimerFired { command }
+            | Fact::HookReceived { command, .. }
+            | Fact::HookForceClaimed { command, .. }
+            | Fact::AwaitedRunEnded { command, .. } => Some(*command),
+            _ => None,
+        }
+    }
+
+    /// The fact's name in snake case, as `keel runs show` prints it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fact::RunStarted { .. } => "run_started",
+            Fact::StepScheduled { .. } => "step_scheduled",
+            Fact::StepAttemptStarted { .. } => "step_attempt_started",
+            Fact::StepAttemptFailed { .. } => "step_attempt_failed",
+            Fact::StepCompleted { .. } => "step_completed",
+            Fact::StepFailed { .. } => "step_failed",
+            Fact::TimerScheduled { .. } => "timer_scheduled",
+            Fact::PatchMarker { .. } => "patch_marker",
+            Fact::TimerFired { .. } => "timer_fired",
+            Fact::RunCompleted { .. } => "run_completed",
+            Fact::RunFailed { .. } => "run_failed",
+            Fact::HookCreated { .. } => "hook_created",
+            Fact::HookNext { .. } => "hook_next",
+            Fact::HookReceived { .. } => "hook_received",
+            Fact::HookForceClaimed { .. } => "hook_force_claimed",
+            Fact::HookDisposed { .. } => "hook_disposed",
+            Fact::RunStatusRead { .. } => "run_status_read",
+            Fact::RunAwaited { .. } => "run_awaited",
+            Fact::AwaitedRunEnded { .. } => "awaited_run_ended",
+            Fact::WorkflowStarted { .. } => "workflow_started",
+            Fact::RunCancelled => "run_cancelled",
+        }
+    }
+
+    /// A one-line description of a command, for divergence reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Fact::StepScheduled { name, input, .. } => {
+                format!("step `{name}` with input {}", excerpt(input, 80))
+            }
+            Fact::TimerScheduled { fire_at_ms, .. } => format!("a timer due at {fire_at_ms} ms"),
+            Fact::PatchMarker { change_id, .. } => format!("patch marker `{change_id}`"),
+            Fact::HookCreated { token, force, .. } => {
+                let force = if *force { " with force" } else { "" };
+                format!("hook `{token}`{force}")
+            }
+            Fact::HookNext { token, index, .. } => format!("payload {index} of hook `{token}`"),
+            Fact::HookDisposed { hook, .. } => format!("disposal of the hook of command {hook}"),
+            Fact::RunStatusRead { run_id, .. } => format!("the status of run {run_id}"),
+            Fact::RunAwaited { run_id, .. } => format!("the end of run {run_id}"),
+            Fact::WorkflowStarted {
+                workflow, input, ..
+            } => format!("a run of `{workflow}` with input {}", excerpt(input, 80)),
+            other => other.name().to_string(),
+        }
+    }
+}
+
+/// Encodes an entry with the current format version.
+pub fn encode(entry: &Entry) -> Vec<u8> {
+    codec::encode(entry)
+}
+
+/// Decodes a stored entry, refusing other format versions.
+pub fn decode(bytes: &[u8]) -> Result<Entry, CodecError> {
+    codec::decode(bytes, "journal entry")
+}
+
+/// The digest of a step call (name and input), to detect divergence.
+pub fn step_digest(name: &str, input: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(name.as_bytes());
+    h.update([0]);
+    h.update(input.as_bytes());
+    hex::encode(&h.finalize()[..8])
+}
+
+/// At most `max` characters of `s`, with an ellipsis when cut.
+pub fn excerpt(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// The run's end as the journal records it, if it does.
+pub fn recorded_end(entries: &[Entry]) -> Option<&Fact> {
+    entries.iter().rev().map(|e| &e.fact).find(|f| f.is_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_other_versions_are_refused() {
+        let entry = Entry {
+            seq: 3,
+            at_ms: 42,
+            fact: Fact::StepCompleted {
+                command: 1,
+                output: "\"ok\"".into(),
+            },
+        };
+        let bytes = encode(&entry);
+        assert_eq!(decode(&bytes).unwrap(), entry);
+
+        let mut other = bytes.clone();
+        other[0] = 9;
+        let err = decode(&other).unwrap_err();
+        assert!(err.to_string().contains("format version 9"), "{err}");
+    }
+
+    #[test]
+    fn old_json_files_name_the_fact_event() {
+        let old = r#"{"seq": 0, "at_ms": 1, "event": {"TimerFired": {"command": 2}}}"#;
+        let entry: Entry = serde_json::from_str(old).unwrap();
+        assert_eq!(entry.fact, Fact::TimerFired { command: 2 });
+        let new = serde_json::to_value(&entry).unwrap();
+        assert!(new.get("fact").is_some(), "{new}");
+    }
+
+    #[test]
+    fn excerpts_cut_on_characters() {
+        assert_eq!(excerpt("héllo", 2), "hé…");
+        assert_eq!(excerpt("hi", 5), "hi");
+    }
+}

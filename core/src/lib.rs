@@ -1,0 +1,25 @@
+//! keel-core: the domain of keel, with no I/O.
+//!
+//! Everything here is plain data and pure functions: typed IDs and their
+//! derivations, the journal model and its index, the records a store keeps,
+//! component manifests with their retry policies, divergence reports and
+//! verdicts, and the portable journal file format. It depends on no async
+//! runtime, no storage engine and no wasm runtime, so every layer above can
+//! use it and its logic is unit-tested here.
+
+pub mod clock;
+pub mod codec;
+pub mod divergence;
+pub mod file;
+pub mod ids;
+pub mod index;
+pub mod journal;
+pub mod manifest;
+pub mod records;
+
+pub use clock::Clock;
+pub use ids::{ComponentHash, HookToken, RunId, StepId};
+pub use journal::{Entry, Fact, HookRegistration, StartOutcome};
+pub use records::{
+    Capabilities, EventOutcome, EventRecord, HookRecord, KeyHold, RunError, RunRecord, RunStatus,
+};

@@ -1,0 +1,112 @@
+//! What a component declares: its workflows (with idempotency keys and the
+//! events that start them) and its steps (with their retry policies).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How a step is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Attempts after the first.
+    pub max_retries: u32,
+    pub initial_backoff_ms: u64,
+    pub backoff_factor: f64,
+    pub max_backoff_ms: u64,
+}
+
+impl RetryPolicy {
+    /// The delay after failed attempt number `attempt` (1-based).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = self
+            .backoff_factor
+            .max(1.0)
+            .powi(attempt.saturating_sub(1) as i32);
+        let ms = (self.initial_backoff_ms as f64 * factor).min(self.max_backoff_ms as f64);
+        Duration::from_millis(ms as u64)
+    }
+}
+
+/// A step as the manifest declares it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepInfo {
+    pub name: String,
+    pub retry: RetryPolicy,
+}
+
+/// A workflow's TTL idempotency key, as declared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Idempotency {
+    /// A CEL expression over `input` and `additional_metadata`.
+    pub key: String,
+    pub ttl_ms: u64,
+}
+
+/// A workflow as the manifest declares it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkflowInfo {
+    pub name: String,
+    pub idempotency: Option<Idempotency>,
+    /// Event keys that start a run of it.
+    pub on_events: Vec<String>,
+}
+
+/// What a component exports.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Manifest {
+    pub sdk_version: String,
+    pub workflows: Vec<WorkflowInfo>,
+    pub steps: Vec<StepInfo>,
+}
+
+impl Manifest {
+    /// The step named `name`, if the component exports it.
+    pub fn step(&self, name: &str) -> Option<&StepInfo> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// The workflow named `name`, if the component exports it.
+    pub fn workflow(&self, name: &str) -> Option<&WorkflowInfo> {
+        self.workflows.iter().find(|w| w.name == name)
+    }
+
+    /// The names of the exported steps.
+    pub fn step_names(&self) -> Vec<String> {
+        self.steps.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The names of the exported workflows.
+    pub fn workflow_names(&self) -> Vec<String> {
+        self.workflows.iter().map(|w| w.name.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_by_the_factor_and_stops_at_the_bound() {
+        let retry = RetryPolicy {
+            max_retries: 5,
+            initial_backoff_ms: 100,
+            backoff_factor: 2.0,
+            max_backoff_ms: 350,
+        };
+        let delays: Vec<u64> = (1..=4)
+            .map(|a| retry.backoff(a).as_millis() as u64)
+            .collect();
+        assert_eq!(delays, [100, 200, 350, 350]);
+    }
+
+    #[test]
+    fn a_factor_below_one_never_shrinks_the_delay() {
+        let retry = RetryPolicy {
+            max_retries: 3,
+            initial_backoff_ms: 100,
+            backoff_factor: 0.5,
+            max_backoff_ms: 1000,
+        };
+        assert_eq!(retry.backoff(3), Duration::from_millis(100));
+    }
+}

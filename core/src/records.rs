@@ -1,0 +1,205 @@
+//! The records a store keeps beside the journal: runs, hooks, idempotency
+//! keys and ingested events, and the capabilities a store declares.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ComponentHash, HookToken, RunId};
+
+/// A run's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Admitted, not yet executed.
+    Pending,
+    /// Being executed, or interrupted while it was (a worker resumes it).
+    Running,
+    /// Suspended until a timer is due.
+    Waiting,
+    /// Ended with an output.
+    Completed,
+    /// Ended with an error.
+    Failed,
+    /// Ended by a cancel.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The status in snake case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// The status named by [`RunStatus::as_str`].
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Pending,
+            RunStatus::Running,
+            RunStatus::Waiting,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+
+    /// The run has ended and will not execute again.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+}
+
+/// Why a run failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunError {
+    /// The error's kind in snake case (`guest_trap`, `non_determinism`, ...).
+    pub kind: String,
+    pub message: String,
+}
+
+/// A run's index record; the journal remains the source of truth.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: RunId,
+    pub workflow: String,
+    /// The component the run is pinned to.
+    pub component_hash: ComponentHash,
+    /// The input, as JSON.
+    pub input: String,
+    pub status: RunStatus,
+    pub output: Option<String>,
+    pub error: Option<RunError>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// When a waiting run's next timer is due.
+    pub wake_at_ms: Option<u64>,
+}
+
+/// The run that holds an idempotency key, until its window passes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyHold {
+    pub run_id: RunId,
+    pub expires_at_ms: u64,
+}
+
+/// An ingested event and the runs it started or was deduplicated against.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub event_id: String,
+    pub key: String,
+    pub payload: String,
+    pub metadata: String,
+    pub at_ms: u64,
+    pub outcomes: Vec<EventOutcome>,
+}
+
+/// What an event did for one subscribed workflow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventOutcome {
+    pub workflow: String,
+    /// The run it started, or the run that already held the key.
+    pub run_id: Option<RunId>,
+    /// The start collided with an idempotency key and was swallowed.
+    pub deduplicated: bool,
+    /// Why no run was started (a key expression that failed, say).
+    pub error: Option<String>,
+}
+
+/// What a store supports, declared so that a start needing more fails
+/// before anything is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    /// A run and its start hook are admitted in one transaction.
+    pub atomic_start_hook: bool,
+    /// A token can be held after its run ends (`min_retention`).
+    pub hook_retention: bool,
+}
+
+impl Capabilities {
+    /// Everything keel can ask of a store; what sled provides.
+    pub const ALL: Capabilities = Capabilities {
+        atomic_start_hook: true,
+        hook_retention: true,
+    };
+}
+
+/// The hook that holds a token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookRecord {
+    pub token: HookToken,
+    /// The run that owns the hook.
+    pub run_id: RunId,
+    /// The workflow command that created it; `None` for a start hook.
+    pub command: Option<u32>,
+    /// JSON metadata given at creation.
+    pub metadata: Option<String>,
+    pub created_at_ms: u64,
+    /// The token stays unavailable until then, even after the run ends.
+    pub retain_until_ms: Option<u64>,
+    /// The run has not ended: the hook accepts payloads.
+    pub active: bool,
+    /// Index of the next payload resumed into it.
+    pub next_payload: u64,
+}
+
+impl HookRecord {
+    /// The run holding the token at `now_ms`, if any.
+    pub fn holder(&self, now_ms: u64) -> Option<&RunId> {
+        let retained = self.retain_until_ms.is_some_and(|t| t > now_ms);
+        (self.active || retained).then_some(&self.run_id)
+    }
+
+    /// A start hook: created by `start()` rather than by the workflow.
+    pub fn is_start_hook(&self) -> bool {
+        self.command.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip_through_their_names() {
+        for s in [
+            RunStatus::Pending,
+            RunStatus::Running,
+            RunStatus::Waiting,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert_eq!(RunStatus::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(RunStatus::parse("done"), None);
+    }
+
+    #[test]
+    fn a_token_is_held_while_active_or_retained() {
+        let mut hook = HookRecord {
+            token: "t".into(),
+            run_id: "r".into(),
+            command: None,
+            metadata: None,
+            created_at_ms: 0,
+            retain_until_ms: Some(100),
+            active: true,
+            next_payload: 0,
+        };
+        assert_eq!(hook.holder(500).map(|r| r.as_str()), Some("r"));
+        hook.active = false;
+        assert_eq!(hook.holder(99).map(|r| r.as_str()), Some("r"));
+        assert_eq!(hook.holder(100), None);
+        assert!(hook.is_start_hook());
+    }
+}

@@ -1,0 +1,673 @@
+//! The conformance suite: what every [`Store`] must do, runnable against
+//! any implementation.
+//!
+//! A [`Harness`] makes fresh stores and reopens them. [`run_all`] runs every
+//! case and returns each one's outcome; [`conformance_tests!`] turns the
+//! cases into one `#[tokio::test]` each for a store's own test suite:
+//!
+//! ```ignore
+//! keel_store::conformance_tests!(SledHarness::default());
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_core::journal::Fact;
+use keel_core::{Entry, HookRecord, HookRegistration, RunId, RunRecord, RunStatus};
+
+use crate::{Admission, HookPayload, KeyClaim, Store, StoreError};
+
+/// Makes the stores the suite runs against.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    /// A new, empty store.
+    async fn fresh(&self) -> Arc<dyn Store>;
+
+    /// The same store opened anew, as after a crash and a restart: `store`
+    /// is the only handle to it and is dropped first.
+    async fn reopen(&self, store: Arc<dyn Store>) -> Arc<dyn Store>;
+}
+
+/// A case's outcome: `Err` says what the store did wrong.
+pub type Outcome = Result<(), String>;
+
+type CaseFuture<'a> = Pin<Box<dyn Future<Output = Outcome> + Send + 'a>>;
+
+/// One case of the suite.
+pub struct Case {
+    /// The case's name, as its test is named.
+    pub name: &'static str,
+    run: for<'a> fn(&'a dyn Harness) -> CaseFuture<'a>,
+}
+
+impl Case {
+    /// Runs the case against stores from `harness`.
+    pub async fn run(&self, harness: &dyn Harness) -> Outcome {
+        (self.run)(harness).await
+    }
+}
+
+macro_rules! cases {
+    ($($name:ident),* $(,)?) => {
+        /// Every case of the suite.
+        pub fn cases() -> Vec<Case> {
+            vec![$(Case { name: stringify!($name), run: |h| Box::pin($name(h)) }),*]
+        }
+
+        /// Generates one `#[tokio::test]` per conformance case, each running
+        /// against stores from `$harness` (an expression, evaluated per test).
+        #[macro_export]
+        macro_rules! conformance_tests {
+            ($harness:expr) => {
+                $(
+                    #[tokio::test(flavor = "multi_thread")]
+                    async fn $name() {
+                        let harness = $harness;
+                        let case = $crate::conformance::cases()
+                            .into_iter()
+                            .find(|c| c.name == stringify!($name))
+                            .expect("a case of that name");
+                        if let Err(e) = case.run(&harness).await {
+                            panic!("{}: {e}", stringify!($name));
+                        }
+                    }
+                )*
+            };
+        }
+    };
+}
+
+cases!(
+    a_start_token_admits_one_of_many_racers,
+    a_refused_admission_writes_nothing,
+    a_key_admits_one_run_per_window,
+    a_refused_trigger_does_not_extend_the_window,
+    a_retained_token_is_refused_until_its_retention_passes,
+    ending_a_run_releases_unretained_tokens_and_wakes_watchers,
+    payloads_are_delivered_in_order,
+    resuming_without_an_active_hook_is_not_found,
+    a_force_claim_moves_the_token_and_tells_the_old_owner,
+    a_recovered_registration_finds_its_own_hook,
+    disposing_releases_a_token_at_once,
+    journals_read_back_in_order_and_children_stay_apart,
+    a_status_change_is_stored_with_its_entries,
+    only_runs_that_have_not_ended_are_live,
+    importing_a_run_twice_is_refused,
+    acknowledged_writes_survive_a_reopen,
+    expired_keys_and_tokens_are_purged,
+    components_are_stored_by_hash,
+);
+
+/// Runs every case; returns `(name, outcome)` for each.
+pub async fn run_all(harness: &dyn Harness) -> Vec<(&'static str, Outcome)> {
+    let mut outcomes = Vec::new();
+    for case in cases() {
+        outcomes.push((case.name, case.run(harness).await));
+    }
+    outcomes
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Outcome {
+    if ok { Ok(()) } else { Err(what()) }
+}
+
+fn fail<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+fn run(id: &str, status: RunStatus) -> RunRecord {
+    RunRecord {
+        run_id: id.into(),
+        workflow: "w".into(),
+        component_hash: "h".into(),
+        input: "null".into(),
+        status,
+        output: None,
+        error: None,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+        wake_at_ms: None,
+    }
+}
+
+fn started(workflow: &str) -> Vec<Entry> {
+    vec![Entry {
+        seq: 0,
+        at_ms: 0,
+        fact: Fact::RunStarted {
+            workflow: workflow.into(),
+            input: "null".into(),
+        },
+    }]
+}
+
+fn entry(seq: u64, command: u32) -> Entry {
+    Entry {
+        seq,
+        at_ms: seq,
+        fact: Fact::TimerFired { command },
+    }
+}
+
+fn hook(
+    token: &str,
+    run_id: &str,
+    command: Option<u32>,
+    retain_until_ms: Option<u64>,
+) -> HookRecord {
+    HookRecord {
+        token: token.into(),
+        run_id: run_id.into(),
+        command,
+        metadata: None,
+        created_at_ms: 0,
+        retain_until_ms,
+        active: true,
+        next_payload: 0,
+    }
+}
+
+/// Admits `run_id` with optional start hook and key, at `now_ms`.
+async fn admit(
+    store: &dyn Store,
+    run_id: &str,
+    start_hook: Option<&HookRecord>,
+    key: Option<KeyClaim<'_>>,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    let record = run(run_id, RunStatus::Pending);
+    let journal = started(&record.workflow);
+    store
+        .admit(Admission {
+            run: &record,
+            key,
+            start_hook,
+            journal: &journal,
+            now_ms,
+        })
+        .await
+}
+
+async fn end(store: &dyn Store, run_id: &str, now_ms: u64) -> Result<Vec<RunId>, StoreError> {
+    let mut record = run(run_id, RunStatus::Completed);
+    record.output = Some("1".into());
+    let seq = store.journal(run_id).await?.len() as u64;
+    let tail = [Entry {
+        seq,
+        at_ms: now_ms,
+        fact: Fact::RunCompleted { output: "1".into() },
+    }];
+    store.end_run(&record, &tail, now_ms).await
+}
+
+async fn a_start_token_admits_one_of_many_racers(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("run-{i:02}");
+            let start = hook("order:1", &id, None, None);
+            (
+                id,
+                admit(&*store, &format!("run-{i:02}"), Some(&start), None, 0).await,
+            )
+        }));
+    }
+    let mut admitted = Vec::new();
+    let mut refused = Vec::new();
+    for task in tasks {
+        match task.await.map_err(fail("admission task"))? {
+            (id, Ok(())) => admitted.push(id),
+            (
+                _,
+                Err(StoreError::HookConflict {
+                    conflicting_run_id, ..
+                }),
+            ) => refused.push(conflicting_run_id),
+            (id, Err(e)) => return Err(format!("{id} failed with {e}, not a conflict")),
+        }
+    }
+    check(admitted.len() == 1, || {
+        format!("{} runs admitted with one token", admitted.len())
+    })?;
+    check(refused.iter().all(|r| *r == admitted[0]), || {
+        format!("refusals name {refused:?}, not the owner {}", admitted[0])
+    })
+}
+
+async fn a_refused_admission_writes_nothing(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", Some(&hook("t", "a", None, None)), None, 0)
+        .await
+        .map_err(fail("first admission"))?;
+    let refused = admit(&*store, "b", Some(&hook("t", "b", None, None)), None, 0).await;
+    check(
+        matches!(refused, Err(StoreError::HookConflict { .. })),
+        || format!("second admission: {refused:?}"),
+    )?;
+    let record = store.get_run("b").await;
+    check(
+        matches!(record, Err(StoreError::RunNotFound { .. })),
+        || format!("a refused run has a record: {record:?}"),
+    )?;
+    let journal = store.journal("b").await.map_err(fail("journal"))?;
+    check(journal.is_empty(), || {
+        format!("a refused run has a journal: {journal:?}")
+    })
+}
+
+async fn a_key_admits_one_run_per_window(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let claim = Some(KeyClaim {
+        key: "k",
+        ttl_ms: 1000,
+    });
+    admit(&*store, "a", None, claim, 0)
+        .await
+        .map_err(fail("first"))?;
+    let second = admit(&*store, "b", None, claim, 999).await;
+    check(
+        matches!(&second, Err(StoreError::IdempotencyCollision { existing_run_id, .. }) if *existing_run_id == "a"),
+        || format!("within the window: {second:?}"),
+    )?;
+    admit(&*store, "c", None, claim, 1000)
+        .await
+        .map_err(fail("after the window"))?;
+    let hold = store.key_hold("w", "k").await.map_err(fail("key hold"))?;
+    check(
+        hold.as_ref()
+            .is_some_and(|h| h.run_id == "c" && h.expires_at_ms == 2000),
+        || format!("the key is held by {hold:?}"),
+    )
+}
+
+async fn a_refused_trigger_does_not_extend_the_window(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let claim = Some(KeyClaim {
+        key: "k",
+        ttl_ms: 100,
+    });
+    admit(&*store, "a", None, claim, 0)
+        .await
+        .map_err(fail("first"))?;
+    let _ = admit(&*store, "b", None, claim, 90).await;
+    admit(&*store, "c", None, claim, 100)
+        .await
+        .map_err(fail("a refused trigger extended the window"))
+}
+
+async fn a_retained_token_is_refused_until_its_retention_passes(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(
+        &*store,
+        "a",
+        Some(&hook("t", "a", None, Some(1000))),
+        None,
+        0,
+    )
+    .await
+    .map_err(fail("admission"))?;
+    end(&*store, "a", 10).await.map_err(fail("end"))?;
+    let during = admit(&*store, "b", Some(&hook("t", "b", None, None)), None, 500).await;
+    check(
+        matches!(&during, Err(StoreError::HookConflict { conflicting_run_id, .. }) if *conflicting_run_id == "a"),
+        || format!("during retention: {during:?}"),
+    )?;
+    let kept = store
+        .get_hook("t", 500)
+        .await
+        .map_err(fail("get_hook during retention"))?;
+    check(!kept.active && kept.run_id == "a", || {
+        format!("retained hook: {kept:?}")
+    })?;
+    let resumed = store.resume_hook("t", "1").await;
+    check(
+        matches!(resumed, Err(StoreError::HookNotFound { .. })),
+        || format!("a finished run received a payload: {resumed:?}"),
+    )?;
+    admit(&*store, "c", Some(&hook("t", "c", None, None)), None, 1000)
+        .await
+        .map_err(fail("after retention"))
+}
+
+async fn ending_a_run_releases_unretained_tokens_and_wakes_watchers(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", Some(&hook("t", "a", None, None)), None, 0)
+        .await
+        .map_err(fail("admit a"))?;
+    admit(&*store, "b", None, None, 0)
+        .await
+        .map_err(fail("admit b"))?;
+    store.watch("a", "b").await.map_err(fail("watch"))?;
+    let woken = end(&*store, "a", 5).await.map_err(fail("end"))?;
+    check(woken == ["b"], || format!("woken: {woken:?}"))?;
+    check(store.is_woken("b").await.map_err(fail("is_woken"))?, || {
+        "the watcher has no wakeup".into()
+    })?;
+    check(store.take_wakeup("b").await.map_err(fail("take"))?, || {
+        "take_wakeup found none".into()
+    })?;
+    check(
+        !store.is_woken("b").await.map_err(fail("is_woken"))?,
+        || "the wakeup survived take_wakeup".into(),
+    )?;
+    let record = store.get_run("a").await.map_err(fail("get_run"))?;
+    check(record.status == RunStatus::Completed, || {
+        format!("{record:?}")
+    })?;
+    let journal = store.journal("a").await.map_err(fail("journal"))?;
+    check(
+        journal.last().is_some_and(|e| e.fact.is_end()) && journal.len() == 2,
+        || format!("journal after the end: {journal:?}"),
+    )?;
+    admit(&*store, "c", Some(&hook("t", "c", None, None)), None, 6)
+        .await
+        .map_err(fail("the token was not released"))
+}
+
+async fn payloads_are_delivered_in_order(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", Some(&hook("t", "a", None, None)), None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    for i in 0..20 {
+        let owner = store
+            .resume_hook("t", &i.to_string())
+            .await
+            .map_err(fail("resume"))?;
+        check(owner == "a", || format!("resume answered {owner}"))?;
+    }
+    for i in 0..20u64 {
+        let p = store.payload("a", "t", i).await.map_err(fail("payload"))?;
+        check(p == HookPayload::Ready(i.to_string()), || {
+            format!("payload {i}: {p:?}")
+        })?;
+    }
+    let next = store.payload("a", "t", 20).await.map_err(fail("payload"))?;
+    check(next == HookPayload::Pending, || {
+        format!("payload 20: {next:?}")
+    })?;
+    check(store.is_woken("a").await.map_err(fail("is_woken"))?, || {
+        "a payload did not wake its run".into()
+    })
+}
+
+async fn resuming_without_an_active_hook_is_not_found(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let r = store.resume_hook("nobody", "1").await;
+    check(matches!(r, Err(StoreError::HookNotFound { .. })), || {
+        format!("{r:?}")
+    })
+}
+
+async fn a_force_claim_moves_the_token_and_tells_the_old_owner(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit a"))?;
+    admit(&*store, "b", None, None, 0)
+        .await
+        .map_err(fail("admit b"))?;
+    let first = store
+        .register_hook(&hook("t", "a", Some(0), None), false, 0)
+        .await
+        .map_err(fail("register a"))?;
+    check(first.registration == HookRegistration::Registered, || {
+        format!("{first:?}")
+    })?;
+    let plain = store
+        .register_hook(&hook("t", "b", Some(0), None), false, 0)
+        .await
+        .map_err(fail("register b"))?;
+    check(
+        plain.registration
+            == HookRegistration::Conflict {
+                owner_run_id: "a".into(),
+            },
+        || format!("without force: {plain:?}"),
+    )?;
+    store.take_wakeup("a").await.map_err(fail("take"))?;
+    let forced = store
+        .register_hook(&hook("t", "b", Some(0), None), true, 0)
+        .await
+        .map_err(fail("force"))?;
+    check(
+        forced.registration == HookRegistration::Registered
+            && forced.claimed_from.as_ref().is_some_and(|r| *r == "a"),
+        || format!("with force: {forced:?}"),
+    )?;
+    let old = store.payload("a", "t", 0).await.map_err(fail("payload"))?;
+    check(old == HookPayload::ForceClaimed("b".into()), || {
+        format!("old owner sees {old:?}")
+    })?;
+    check(store.is_woken("a").await.map_err(fail("is_woken"))?, || {
+        "the old owner was not woken".into()
+    })?;
+    let owner = store.resume_hook("t", "1").await.map_err(fail("resume"))?;
+    check(owner == "b", || format!("payload went to {owner}"))
+}
+
+async fn a_recovered_registration_finds_its_own_hook(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", Some(&hook("start", "a", None, None)), None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    let own = hook("t", "a", Some(2), None);
+    store
+        .register_hook(&own, false, 0)
+        .await
+        .map_err(fail("register"))?;
+    let again = store
+        .register_hook(&own, false, 0)
+        .await
+        .map_err(fail("again"))?;
+    check(again.registration == HookRegistration::Registered, || {
+        format!("{again:?}")
+    })?;
+    let other = store
+        .register_hook(&hook("t", "a", Some(5), None), false, 0)
+        .await
+        .map_err(fail("other command"))?;
+    check(
+        matches!(other.registration, HookRegistration::Conflict { .. }),
+        || format!("another command of the same run: {other:?}"),
+    )?;
+    let bound = store
+        .register_hook(&hook("start", "a", Some(7), None), false, 0)
+        .await
+        .map_err(fail("start token"))?;
+    check(bound.registration == HookRegistration::BoundToStart, || {
+        format!("{bound:?}")
+    })
+}
+
+async fn disposing_releases_a_token_at_once(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(
+        &*store,
+        "a",
+        Some(&hook("t", "a", None, Some(u64::MAX))),
+        None,
+        0,
+    )
+    .await
+    .map_err(fail("admit"))?;
+    store.resume_hook("t", "1").await.map_err(fail("resume"))?;
+    store
+        .dispose_hook("a", "t")
+        .await
+        .map_err(fail("dispose"))?;
+    let gone = store.get_hook("t", 1).await;
+    check(matches!(gone, Err(StoreError::HookNotFound { .. })), || {
+        format!("{gone:?}")
+    })?;
+    admit(&*store, "b", Some(&hook("t", "b", None, None)), None, 1)
+        .await
+        .map_err(fail("the disposed token is still held"))
+}
+
+async fn journals_read_back_in_order_and_children_stay_apart(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let parent: Vec<Entry> = (0..300).map(|s| entry(s, s as u32)).collect();
+    store
+        .append("p", &parent[..200], None)
+        .await
+        .map_err(fail("append"))?;
+    store
+        .append("p", &parent[200..], None)
+        .await
+        .map_err(fail("append"))?;
+    store
+        .append("p.1", &[entry(0, 9)], None)
+        .await
+        .map_err(fail("append child"))?;
+    let read = store.journal("p").await.map_err(fail("journal"))?;
+    check(read == parent, || {
+        format!("read {} entries, wrote {}", read.len(), parent.len())
+    })?;
+    let child = store.journal("p.1").await.map_err(fail("journal"))?;
+    check(child == [entry(0, 9)], || {
+        format!("child journal: {child:?}")
+    })
+}
+
+async fn a_status_change_is_stored_with_its_entries(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    let mut waiting = run("a", RunStatus::Waiting);
+    waiting.wake_at_ms = Some(99);
+    store
+        .append("a", &[entry(1, 0)], Some(&waiting))
+        .await
+        .map_err(fail("append"))?;
+    let record = store.get_run("a").await.map_err(fail("get_run"))?;
+    check(record == waiting, || format!("{record:?}"))?;
+    let live = store.live_runs().await.map_err(fail("live_runs"))?;
+    check(live.len() == 1, || format!("live: {live:?}"))
+}
+
+async fn only_runs_that_have_not_ended_are_live(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    for id in ["a", "b", "c"] {
+        admit(&*store, id, None, None, 0)
+            .await
+            .map_err(fail("admit"))?;
+    }
+    end(&*store, "b", 1).await.map_err(fail("end"))?;
+    let live: Vec<RunId> = store
+        .live_runs()
+        .await
+        .map_err(fail("live_runs"))?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    check(live == ["a", "c"], || format!("live: {live:?}"))?;
+    let all = store.list_runs().await.map_err(fail("list_runs"))?;
+    check(all.len() == 3, || format!("{} runs listed", all.len()))
+}
+
+async fn importing_a_run_twice_is_refused(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let record = run("x", RunStatus::Completed);
+    let journal = started("w");
+    store
+        .import(&record, &journal)
+        .await
+        .map_err(fail("import"))?;
+    let again = store.import(&record, &journal).await;
+    check(matches!(again, Err(StoreError::RunExists { .. })), || {
+        format!("{again:?}")
+    })?;
+    let live = store.live_runs().await.map_err(fail("live"))?;
+    check(live.is_empty(), || {
+        "an imported finished run is live".into()
+    })
+}
+
+async fn acknowledged_writes_survive_a_reopen(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", Some(&hook("t", "a", None, None)), None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    store
+        .append("a", &[entry(1, 0)], None)
+        .await
+        .map_err(fail("append"))?;
+    store
+        .resume_hook("t", "\"p\"")
+        .await
+        .map_err(fail("resume"))?;
+    let store = h.reopen(store).await;
+    let journal = store.journal("a").await.map_err(fail("journal"))?;
+    check(journal.len() == 2, || {
+        format!("journal after reopen: {journal:?}")
+    })?;
+    let p = store.payload("a", "t", 0).await.map_err(fail("payload"))?;
+    check(p == HookPayload::Ready("\"p\"".into()), || {
+        format!("payload after reopen: {p:?}")
+    })?;
+    let again = admit(&*store, "b", Some(&hook("t", "b", None, None)), None, 0).await;
+    check(
+        matches!(again, Err(StoreError::HookConflict { .. })),
+        || format!("the token was lost in the reopen: {again:?}"),
+    )
+}
+
+async fn expired_keys_and_tokens_are_purged(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let claim = Some(KeyClaim {
+        key: "k",
+        ttl_ms: 10,
+    });
+    admit(
+        &*store,
+        "a",
+        Some(&hook("t", "a", None, Some(10))),
+        claim,
+        0,
+    )
+    .await
+    .map_err(fail("admit"))?;
+    end(&*store, "a", 1).await.map_err(fail("end"))?;
+    check(
+        store.purge_expired_keys(5).await.map_err(fail("purge"))? == 0,
+        || "a key in its window was purged".into(),
+    )?;
+    let keys = store
+        .purge_expired_keys(10)
+        .await
+        .map_err(fail("purge keys"))?;
+    let tokens = store
+        .purge_expired_hooks(10)
+        .await
+        .map_err(fail("purge hooks"))?;
+    check(keys == 1 && tokens == 1, || {
+        format!("purged {keys} keys, {tokens} tokens")
+    })?;
+    let hold = store.key_hold("w", "k").await.map_err(fail("key_hold"))?;
+    check(hold.is_none(), || format!("{hold:?}"))
+}
+
+async fn components_are_stored_by_hash(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    store
+        .put_component("abc", b"wasm")
+        .await
+        .map_err(fail("put"))?;
+    store
+        .put_component("abc", b"wasm")
+        .await
+        .map_err(fail("put again"))?;
+    let bytes = store.get_component("abc").await.map_err(fail("get"))?;
+    check(bytes == b"wasm", || format!("{bytes:?}"))?;
+    let missing = store.get_component("def").await;
+    check(
+        matches!(missing, Err(StoreError::ComponentNotFound { .. })),
+        || format!("{missing:?}"),
+    )
+}

@@ -1,0 +1,85 @@
+//! The errors of a store: the domain refusals callers branch on (with the
+//! IDs they need), and the failures of the storage itself.
+
+use keel_core::codec::CodecError;
+use keel_core::{HookToken, RunId};
+
+/// Why a store operation failed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no run `{run_id}` in this store")]
+    RunNotFound { run_id: RunId },
+
+    #[error("run {run_id} is already in this store")]
+    RunExists { run_id: RunId },
+
+    #[error("the store has no component with hash {hash}")]
+    ComponentNotFound { hash: String },
+
+    #[error(
+        "no active hook holds the token `{token}`: no run registered it, or its run ended or disposed of it"
+    )]
+    HookNotFound { token: HookToken },
+
+    #[error("run {conflicting_run_id} holds the token `{token}`")]
+    HookConflict {
+        token: HookToken,
+        conflicting_run_id: RunId,
+    },
+
+    #[error(
+        "a run of `{workflow}` with idempotency key `{key}` was already admitted: run {existing_run_id}"
+    )]
+    IdempotencyCollision {
+        workflow: String,
+        key: String,
+        existing_run_id: RunId,
+    },
+
+    #[error("the store at `{location}` is locked by another process")]
+    Locked { location: String },
+
+    #[error("the store at `{location}` cannot be opened: {reason}")]
+    Unavailable { location: String, reason: String },
+
+    #[error(
+        "the store at `{location}` has schema version {found}, newer than the {supported} this keel knows"
+    )]
+    SchemaTooNew {
+        location: String,
+        found: u32,
+        supported: u32,
+    },
+
+    #[error("the store holds a record it cannot decode: {0}")]
+    Corrupt(#[from] CodecError),
+
+    #[error("the write was made but could not be confirmed durable: {reason}")]
+    Unconfirmed { reason: String },
+
+    #[error("storage failed: {reason}")]
+    Backend { reason: String },
+}
+
+impl StoreError {
+    /// The error's kind in snake case.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::RunNotFound { .. } => "run_not_found",
+            StoreError::RunExists { .. } => "run_exists",
+            StoreError::ComponentNotFound { .. } => "component_not_found",
+            StoreError::HookNotFound { .. } => "hook_not_found",
+            StoreError::HookConflict { .. } => "hook_conflict",
+            StoreError::IdempotencyCollision { .. } => "idempotency_collision",
+            StoreError::Locked { .. } => "store_locked",
+            StoreError::Unavailable { .. } => "store_unavailable",
+            StoreError::SchemaTooNew { .. } => "store_schema_too_new",
+            StoreError::Corrupt(_) => "corrupt_record",
+            StoreError::Unconfirmed { .. } => "store_unconfirmed",
+            StoreError::Backend { .. } => "storage",
+        }
+    }
+}
+
+/// A store's result.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

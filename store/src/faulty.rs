@@ -1,0 +1,190 @@
+//! A store that wraps another and injects faults, for testing what the
+//! engine does when a store fails or supports less. Every method delegates
+//! to the wrapped store unless a fault is armed.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use keel_core::{Capabilities, Entry, EventRecord, HookRecord, KeyHold, RunId, RunRecord};
+
+use crate::{
+    Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore,
+    Registered, Result, RunStore, Store, StoreError, WakeStore,
+};
+
+/// Wraps a store and injects faults.
+pub struct FaultyStore<S> {
+    inner: S,
+    unconfirm_next_write: AtomicBool,
+    lose_start_hooks: AtomicBool,
+    capabilities: Mutex<Option<Capabilities>>,
+}
+
+impl<S: Store> FaultyStore<S> {
+    /// `inner`, with no fault armed.
+    pub fn new(inner: S) -> Self {
+        FaultyStore {
+            inner,
+            unconfirm_next_write: AtomicBool::new(false),
+            lose_start_hooks: AtomicBool::new(false),
+            capabilities: Mutex::new(None),
+        }
+    }
+
+    /// The next write is made but reported [`StoreError::Unconfirmed`], as a
+    /// lost connection or a failed flush would leave it.
+    pub fn unconfirm_next_write(&self) {
+        self.unconfirm_next_write.store(true, Ordering::SeqCst);
+    }
+
+    /// Declares fewer capabilities than the wrapped store has.
+    pub fn limit_capabilities(&self, capabilities: Capabilities) {
+        *self.capabilities.lock().unwrap_or_else(|e| e.into_inner()) = Some(capabilities);
+    }
+
+    /// Admits runs without their start hooks, as a broken store would: for
+    /// proving that the conformance suite catches it.
+    pub fn lose_start_hooks(&self) {
+        self.lose_start_hooks.store(true, Ordering::SeqCst);
+    }
+
+    fn confirm<T>(&self, result: Result<T>) -> Result<T> {
+        let value = result?;
+        if self.unconfirm_next_write.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Unconfirmed {
+                reason: "injected fault".into(),
+            });
+        }
+        Ok(value)
+    }
+}
+
+#[async_trait]
+impl<S: Store> RunStore for FaultyStore<S> {
+    async fn admit(&self, mut admission: Admission<'_>) -> Result<()> {
+        if self.lose_start_hooks.load(Ordering::SeqCst) {
+            admission.start_hook = None;
+        }
+        self.confirm(self.inner.admit(admission).await)
+    }
+    async fn import(&self, run: &RunRecord, journal: &[Entry]) -> Result<()> {
+        self.confirm(self.inner.import(run, journal).await)
+    }
+    async fn get_run(&self, run_id: &str) -> Result<RunRecord> {
+        self.inner.get_run(run_id).await
+    }
+    async fn list_runs(&self) -> Result<Vec<RunRecord>> {
+        self.inner.list_runs().await
+    }
+    async fn live_runs(&self) -> Result<Vec<RunRecord>> {
+        self.inner.live_runs().await
+    }
+    async fn end_run(&self, run: &RunRecord, journal: &[Entry], now_ms: u64) -> Result<Vec<RunId>> {
+        self.confirm(self.inner.end_run(run, journal, now_ms).await)
+    }
+}
+
+#[async_trait]
+impl<S: Store> JournalStore for FaultyStore<S> {
+    async fn append(&self, run_id: &str, entries: &[Entry], run: Option<&RunRecord>) -> Result<()> {
+        self.confirm(self.inner.append(run_id, entries, run).await)
+    }
+    async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        self.inner.journal(run_id).await
+    }
+}
+
+#[async_trait]
+impl<S: Store> HookStore for FaultyStore<S> {
+    async fn register_hook(
+        &self,
+        hook: &HookRecord,
+        force: bool,
+        now_ms: u64,
+    ) -> Result<Registered> {
+        self.confirm(self.inner.register_hook(hook, force, now_ms).await)
+    }
+    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+        self.confirm(self.inner.resume_hook(token, payload).await)
+    }
+    async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord> {
+        self.inner.get_hook(token, now_ms).await
+    }
+    async fn list_hooks(&self, now_ms: u64) -> Result<Vec<HookRecord>> {
+        self.inner.list_hooks(now_ms).await
+    }
+    async fn payload(&self, run_id: &str, token: &str, index: u64) -> Result<HookPayload> {
+        self.inner.payload(run_id, token, index).await
+    }
+    async fn dispose_hook(&self, run_id: &str, token: &str) -> Result<()> {
+        self.confirm(self.inner.dispose_hook(run_id, token).await)
+    }
+    async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize> {
+        self.inner.purge_expired_hooks(now_ms).await
+    }
+}
+
+#[async_trait]
+impl<S: Store> KeyStore for FaultyStore<S> {
+    async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>> {
+        self.inner.key_hold(workflow, key).await
+    }
+    async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
+        self.inner.purge_expired_keys(now_ms).await
+    }
+}
+
+#[async_trait]
+impl<S: Store> EventStore for FaultyStore<S> {
+    async fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()> {
+        self.inner.subscribe(event_key, workflow, hash).await
+    }
+    async fn subscribers(&self, event_key: &str) -> Result<Vec<(String, String)>> {
+        self.inner.subscribers(event_key).await
+    }
+    async fn put_event(&self, event: &EventRecord) -> Result<()> {
+        self.confirm(self.inner.put_event(event).await)
+    }
+    async fn list_events(&self) -> Result<Vec<EventRecord>> {
+        self.inner.list_events().await
+    }
+}
+
+#[async_trait]
+impl<S: Store> ComponentStore for FaultyStore<S> {
+    async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
+        self.inner.put_component(hash, bytes).await
+    }
+    async fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
+        self.inner.get_component(hash).await
+    }
+}
+
+#[async_trait]
+impl<S: Store> WakeStore for FaultyStore<S> {
+    async fn watch(&self, run_id: &str, watcher: &str) -> Result<()> {
+        self.inner.watch(run_id, watcher).await
+    }
+    async fn is_woken(&self, run_id: &str) -> Result<bool> {
+        self.inner.is_woken(run_id).await
+    }
+    async fn take_wakeup(&self, run_id: &str) -> Result<bool> {
+        self.inner.take_wakeup(run_id).await
+    }
+    async fn wakeups(&self) -> Result<Vec<RunId>> {
+        self.inner.wakeups().await
+    }
+}
+
+impl<S: Store> Store for FaultyStore<S> {
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|| self.inner.capabilities())
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+}

@@ -1,0 +1,219 @@
+//! keel-store: the storage boundary of keel.
+//!
+//! The engine talks to storage through one async trait, [`Store`], made of
+//! one part per concern: [`RunStore`], [`JournalStore`], [`HookStore`],
+//! [`KeyStore`], [`EventStore`], [`ComponentStore`] and [`WakeStore`]. Their
+//! methods are domain-level operations (admit a run with its key, start
+//! hook and first journal entries; end a run with its hooks), each written
+//! with its atomicity and durability. Every store passes the
+//! [`conformance`] suite; [`sled::SledStore`] is the embedded default and
+//! [`faulty::FaultyStore`] wraps any store to inject failures in tests.
+//!
+//! Durability: unless a method says otherwise, a method that writes is
+//! atomic (all of its writes or none survive a crash) and durable when it
+//! returns `Ok`. A write whose durability could not be confirmed returns
+//! [`StoreError::Unconfirmed`]: it may or may not have happened.
+
+use async_trait::async_trait;
+use keel_core::{
+    Capabilities, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunId, RunRecord,
+};
+
+pub mod conformance;
+mod error;
+pub mod faulty;
+pub mod sled;
+
+pub use error::{Result, StoreError};
+
+/// A run to admit, with everything that must be written with it.
+#[derive(Clone, Copy, Debug)]
+pub struct Admission<'a> {
+    /// The run's first record (status `pending`).
+    pub run: &'a RunRecord,
+    /// The idempotency key the run claims, if its workflow declares one.
+    pub key: Option<KeyClaim<'a>>,
+    /// The start hook registered with the run, if started with a token.
+    pub start_hook: Option<&'a HookRecord>,
+    /// The journal's first entries (the run's start).
+    pub journal: &'a [Entry],
+    /// The time admission decides windows and retention by.
+    pub now_ms: u64,
+}
+
+/// A claim of a workflow's idempotency key.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyClaim<'a> {
+    /// The key the workflow's expression evaluated to.
+    pub key: &'a str,
+    /// How long the key is held from `now_ms`.
+    pub ttl_ms: u64,
+}
+
+/// How the store answered the registration of a workflow's hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registered {
+    /// Registered, bound to the run's start hook, or conflicting.
+    pub registration: HookRegistration,
+    /// After a force claim: the run the token was taken from.
+    pub claimed_from: Option<RunId>,
+}
+
+/// What the store holds for the next payload of a run's hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HookPayload {
+    /// The payload, as JSON.
+    Ready(String),
+    /// Another run took the token over; no payload will come.
+    ForceClaimed(RunId),
+    /// Nothing yet.
+    Pending,
+}
+
+/// Runs: admission, records and ends.
+#[async_trait]
+pub trait RunStore: Send + Sync {
+    /// Admits a run: stores its record, claims its idempotency key,
+    /// registers its start hook and appends its first journal entries, in
+    /// one atomic, durable operation. A key held within its window refuses
+    /// the run with [`StoreError::IdempotencyCollision`]; a token held by
+    /// another run (active, or retained after its end) refuses it with
+    /// [`StoreError::HookConflict`]. A refused run writes nothing.
+    async fn admit(&self, admission: Admission<'_>) -> Result<()>;
+
+    /// Stores a run and its whole journal, as exported elsewhere; atomic
+    /// and durable. [`StoreError::RunExists`] if the store holds the run.
+    async fn import(&self, run: &RunRecord, journal: &[Entry]) -> Result<()>;
+
+    /// A run's record, or [`StoreError::RunNotFound`].
+    async fn get_run(&self, run_id: &str) -> Result<RunRecord>;
+
+    /// Every run, oldest first (run IDs sort by creation time).
+    async fn list_runs(&self) -> Result<Vec<RunRecord>>;
+
+    /// The runs that have not ended, oldest first. A record that cannot be
+    /// decoded is an error, never skipped.
+    async fn live_runs(&self) -> Result<Vec<RunRecord>>;
+
+    /// Ends a run: stores its final record, ends its hooks (a hook with
+    /// retention left keeps its token, inactive; the others release it),
+    /// appends the journal's last entries and wakes the runs awaiting it,
+    /// atomically and durably. Returns the woken runs.
+    async fn end_run(&self, run: &RunRecord, journal: &[Entry], now_ms: u64) -> Result<Vec<RunId>>;
+}
+
+/// Journals: append-only, in sequence.
+#[async_trait]
+pub trait JournalStore: Send + Sync {
+    /// Appends entries to a run's journal and, with them, stores the run's
+    /// record if given (a status change); atomic and durable on return.
+    /// Entries must continue the journal's sequence.
+    async fn append(&self, run_id: &str, entries: &[Entry], run: Option<&RunRecord>) -> Result<()>;
+
+    /// A run's journal, in order (empty for an unknown run).
+    async fn journal(&self, run_id: &str) -> Result<Vec<Entry>>;
+}
+
+/// Hooks: token-addressed inboxes owned by runs.
+#[async_trait]
+pub trait HookStore: Send + Sync {
+    /// Registers the hook a workflow creates (`hook.command` is set); atomic
+    /// and durable. The run's own start hook binds; a token another run
+    /// holds is a conflict, unless `force` takes it over, which the old
+    /// owner learns from [`HookStore::payload`] and a wakeup. Registering
+    /// again from the same command (a recovered run) finds its own hook.
+    async fn register_hook(
+        &self,
+        hook: &HookRecord,
+        force: bool,
+        now_ms: u64,
+    ) -> Result<Registered>;
+
+    /// Delivers a payload to the active hook holding `token`, after the
+    /// payloads before it, and wakes its run; atomic and durable. Returns
+    /// the owner, or [`StoreError::HookNotFound`].
+    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId>;
+
+    /// The hook holding `token` at `now_ms` (active, or retained after its
+    /// run ended), or [`StoreError::HookNotFound`].
+    async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord>;
+
+    /// Every hook holding its token at `now_ms`, by token.
+    async fn list_hooks(&self, now_ms: u64) -> Result<Vec<HookRecord>>;
+
+    /// The `index`-th payload of `run_id`'s hook on `token`.
+    async fn payload(&self, run_id: &str, token: &str, index: u64) -> Result<HookPayload>;
+
+    /// Releases `run_id`'s hook on `token` at once, retention or not, and
+    /// drops its unread payloads; durable.
+    async fn dispose_hook(&self, run_id: &str, token: &str) -> Result<()>;
+
+    /// Deletes hooks whose run ended and whose retention has passed;
+    /// returns how many. Each is deleted only if unchanged since read.
+    async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize>;
+}
+
+/// TTL idempotency keys.
+#[async_trait]
+pub trait KeyStore: Send + Sync {
+    /// Who holds a workflow's idempotency key, and until when.
+    async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>>;
+
+    /// Deletes the keys whose window has passed; returns how many.
+    async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize>;
+}
+
+/// Ingested events and the workflows subscribed to them.
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Records that `workflow` of component `hash` starts on `event_key`.
+    async fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()>;
+
+    /// The `(workflow, component hash)` pairs subscribed to `event_key`.
+    async fn subscribers(&self, event_key: &str) -> Result<Vec<(String, String)>>;
+
+    /// Stores an ingested event; durable.
+    async fn put_event(&self, event: &EventRecord) -> Result<()>;
+
+    /// Every event, oldest first.
+    async fn list_events(&self) -> Result<Vec<EventRecord>>;
+}
+
+/// Components, stored by content hash so that any worker can run any run.
+#[async_trait]
+pub trait ComponentStore: Send + Sync {
+    /// Stores a component's bytes under their hash (once); durable.
+    async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()>;
+
+    /// A component's bytes, or [`StoreError::ComponentNotFound`].
+    async fn get_component(&self, hash: &str) -> Result<Vec<u8>>;
+}
+
+/// Wakeups: runs that something outside them moved on (a payload, a force
+/// claim, an awaited run's end), so that a worker drives them.
+#[async_trait]
+pub trait WakeStore: Send + Sync {
+    /// Records that `watcher` waits for `run_id` to end; durable.
+    async fn watch(&self, run_id: &str, watcher: &str) -> Result<()>;
+
+    /// Whether something woke the run since its wakeup was last taken.
+    async fn is_woken(&self, run_id: &str) -> Result<bool>;
+
+    /// Clears a run's wakeup before it is driven; true if it had one.
+    async fn take_wakeup(&self, run_id: &str) -> Result<bool>;
+
+    /// Every run with a pending wakeup.
+    async fn wakeups(&self) -> Result<Vec<RunId>>;
+}
+
+/// A store: every part, and what it supports.
+pub trait Store:
+    RunStore + JournalStore + HookStore + KeyStore + EventStore + ComponentStore + WakeStore
+{
+    /// What this store supports; a start needing more is refused before
+    /// anything is written.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Where the store is, for messages (a path, a URL without secrets).
+    fn location(&self) -> String;
+}

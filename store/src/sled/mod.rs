@@ -1,0 +1,378 @@
+//! The embedded store: sled, one directory, one process at a time.
+//!
+//! Trees: `runs` (run ID to record), `journal` (`run \0 seq` to entry),
+//! `live` (IDs of runs that have not ended), `keys`, `hooks`, `run_hooks`,
+//! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
+//! `components` and `meta` (the schema version). Writes are made at once
+//! and made durable by a group commit ([`commit`]) before a method returns.
+//! Multi-tree operations (admission, hook registration, ends) are sled
+//! transactions, so concurrent callers in this process agree on who holds
+//! a token or a key.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_core::codec;
+use keel_core::journal;
+use keel_core::{Capabilities, Entry, EventRecord, KeyHold, RunId, RunRecord};
+
+use crate::{
+    ComponentStore, EventStore, JournalStore, KeyStore, Result, Store, StoreError, WakeStore,
+};
+
+mod commit;
+mod hooks;
+mod schema;
+
+use commit::GroupCommit;
+
+/// The sled store. Clones share the database; dropping the last one
+/// closes it and releases its lock.
+#[derive(Clone)]
+pub struct SledStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    runs: sled::Tree,
+    journal: sled::Tree,
+    components: sled::Tree,
+    /// `workflow \0 key` to the admitted run and expiry.
+    keys: sled::Tree,
+    /// Ingested events, by event ID (time-sortable).
+    events: sled::Tree,
+    /// `event key \0 workflow` to the hash of the component that subscribed.
+    subscriptions: sled::Tree,
+    /// Hook tokens to the hook that holds them.
+    hooks: sled::Tree,
+    /// `run \0 token` for every token a run registered.
+    run_hooks: sled::Tree,
+    /// `run \0 token \0 index` to a resumed payload.
+    inbox: sled::Tree,
+    /// `run \0 token` to the run that took the token over with force.
+    claims: sled::Tree,
+    /// Runs that something outside them moved on (a payload, a run's end).
+    wakeups: sled::Tree,
+    /// `awaited run \0 waiting run`.
+    watchers: sled::Tree,
+    /// The IDs of runs that have not ended, so that workers look at those only.
+    live: sled::Tree,
+    committer: GroupCommit,
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `path`, migrating an older schema.
+    /// A store another process holds is [`StoreError::Locked`]; one written
+    /// by a newer keel is [`StoreError::SchemaTooNew`].
+    pub fn open(path: impl AsRef<Path>) -> Result<SledStore> {
+        let path = path.as_ref().to_path_buf();
+        let db = sled::Config::new()
+            .path(&path)
+            .mode(sled::Mode::LowSpace)
+            .open()
+            .map_err(|e| open_error(&path, e))?;
+        let open = |name: &str| db.open_tree(name).map_err(backend);
+        let meta = open("meta")?;
+        let inner = Inner {
+            runs: open("runs")?,
+            journal: open("journal")?,
+            components: open("components")?,
+            keys: open("keys")?,
+            events: open("events")?,
+            subscriptions: open("subscriptions")?,
+            hooks: open("hooks")?,
+            run_hooks: open("run_hooks")?,
+            inbox: open("inbox")?,
+            claims: open("claims")?,
+            wakeups: open("wakeups")?,
+            watchers: open("watchers")?,
+            live: open("live")?,
+            committer: GroupCommit::new(db.clone()),
+            path,
+        };
+        let store = SledStore {
+            inner: Arc::new(inner),
+        };
+        schema::migrate(&store, &meta, &db)?;
+        Ok(store)
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Waits until every write made before the call is on disk.
+    async fn sync(&self) -> Result<()> {
+        self.inner.committer.sync().await
+    }
+
+    /// Writes a run's record and keeps the index of live runs: a live run
+    /// is indexed before its record is written and a finished one after, so
+    /// a crash between the two never hides a live run from workers.
+    fn write_run(&self, run: &RunRecord) -> Result<()> {
+        let id = run.run_id.as_bytes();
+        if !run.status.is_final() {
+            self.inner.live.insert(id, &[]).map_err(backend)?;
+        }
+        self.inner
+            .runs
+            .insert(id, codec::encode(run))
+            .map_err(backend)?;
+        if run.status.is_final() {
+            self.inner.live.remove(id).map_err(backend)?;
+        }
+        Ok(())
+    }
+
+    fn write_entries(&self, run_id: &str, entries: &[Entry]) -> Result<()> {
+        for entry in entries {
+            self.inner
+                .journal
+                .insert(journal_key(run_id, entry.seq), journal::encode(entry))
+                .map_err(backend)?;
+        }
+        Ok(())
+    }
+
+    fn read_run(&self, run_id: &str) -> Result<RunRecord> {
+        match self.inner.runs.get(run_id.as_bytes()).map_err(backend)? {
+            Some(bytes) => Ok(codec::decode(&bytes, "run record")?),
+            None => Err(StoreError::RunNotFound {
+                run_id: run_id.into(),
+            }),
+        }
+    }
+
+    fn all_runs(&self) -> Result<Vec<RunRecord>> {
+        self.inner
+            .runs
+            .iter()
+            .map(|kv| Ok(codec::decode(&kv.map_err(backend)?.1, "run record")?))
+            .collect()
+    }
+
+    /// Deletes the records of `tree` that are `expired`, each only if it
+    /// has not changed since it was read; returns how many.
+    fn purge<T: serde::de::DeserializeOwned>(
+        &self,
+        tree: &sled::Tree,
+        what: &str,
+        expired: impl Fn(&T) -> bool,
+    ) -> Result<usize> {
+        let mut purged = 0;
+        for kv in tree.iter() {
+            let (k, v) = kv.map_err(backend)?;
+            if expired(&codec::decode(&v, what)?)
+                && tree
+                    .compare_and_swap(&k, Some(v), None::<&[u8]>)
+                    .map_err(backend)?
+                    .is_ok()
+            {
+                purged += 1;
+            }
+        }
+        Ok(purged)
+    }
+}
+
+#[async_trait]
+impl JournalStore for SledStore {
+    async fn append(&self, run_id: &str, entries: &[Entry], run: Option<&RunRecord>) -> Result<()> {
+        // sled recovers a prefix of its writes: entries first, then the
+        // record, so a record never describes entries that were lost.
+        self.write_entries(run_id, entries)?;
+        if let Some(run) = run {
+            self.write_run(run)?;
+        }
+        self.sync().await
+    }
+
+    async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        self.inner
+            .journal
+            .scan_prefix(key_of(run_id, ""))
+            .map(|kv| Ok(journal::decode(&kv.map_err(backend)?.1)?))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl KeyStore for SledStore {
+    async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>> {
+        self.inner
+            .keys
+            .get(key_of(workflow, key))
+            .map_err(backend)?
+            .map(|b| codec::decode(&b, "idempotency key").map_err(StoreError::from))
+            .transpose()
+    }
+
+    async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
+        self.purge(&self.inner.keys, "idempotency key", |h: &KeyHold| {
+            h.expires_at_ms <= now_ms
+        })
+    }
+}
+
+#[async_trait]
+impl EventStore for SledStore {
+    async fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()> {
+        self.inner
+            .subscriptions
+            .insert(key_of(event_key, workflow), hash.as_bytes())
+            .map_err(backend)?;
+        self.sync().await
+    }
+
+    async fn subscribers(&self, event_key: &str) -> Result<Vec<(String, String)>> {
+        let prefix = key_of(event_key, "");
+        self.inner
+            .subscriptions
+            .scan_prefix(&prefix)
+            .map(|kv| {
+                let (k, v) = kv.map_err(backend)?;
+                Ok((
+                    String::from_utf8_lossy(&k[prefix.len()..]).into(),
+                    String::from_utf8_lossy(&v).into(),
+                ))
+            })
+            .collect()
+    }
+
+    async fn put_event(&self, event: &EventRecord) -> Result<()> {
+        self.inner
+            .events
+            .insert(event.event_id.as_bytes(), codec::encode(event))
+            .map_err(backend)?;
+        self.sync().await
+    }
+
+    async fn list_events(&self) -> Result<Vec<EventRecord>> {
+        self.inner
+            .events
+            .iter()
+            .map(|kv| Ok(codec::decode(&kv.map_err(backend)?.1, "event")?))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl ComponentStore for SledStore {
+    async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
+        let components = &self.inner.components;
+        if !components.contains_key(hash).map_err(backend)? {
+            components.insert(hash, bytes).map_err(backend)?;
+            self.sync().await?;
+        }
+        Ok(())
+    }
+
+    async fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
+        self.inner
+            .components
+            .get(hash)
+            .map_err(backend)?
+            .map(|b| b.to_vec())
+            .ok_or_else(|| StoreError::ComponentNotFound { hash: hash.into() })
+    }
+}
+
+#[async_trait]
+impl WakeStore for SledStore {
+    async fn watch(&self, run_id: &str, watcher: &str) -> Result<()> {
+        self.inner
+            .watchers
+            .insert(key_of(run_id, watcher), &[])
+            .map_err(backend)?;
+        self.sync().await
+    }
+
+    async fn is_woken(&self, run_id: &str) -> Result<bool> {
+        self.inner
+            .wakeups
+            .contains_key(run_id.as_bytes())
+            .map_err(backend)
+    }
+
+    async fn take_wakeup(&self, run_id: &str) -> Result<bool> {
+        Ok(self
+            .inner
+            .wakeups
+            .remove(run_id.as_bytes())
+            .map_err(backend)?
+            .is_some())
+    }
+
+    async fn wakeups(&self) -> Result<Vec<RunId>> {
+        self.inner
+            .wakeups
+            .iter()
+            .keys()
+            .map(|k| {
+                Ok(String::from_utf8_lossy(&k.map_err(backend)?)
+                    .into_owned()
+                    .into())
+            })
+            .collect()
+    }
+}
+
+impl Store for SledStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    fn location(&self) -> String {
+        self.inner.path.display().to_string()
+    }
+}
+
+/// `a \0 b`.
+fn key_of(a: &str, b: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(a.len() + b.len() + 1);
+    key.extend_from_slice(a.as_bytes());
+    key.push(0);
+    key.extend_from_slice(b.as_bytes());
+    key
+}
+
+/// `run \0 seq`, the sequence number big-endian so that keys sort by it.
+fn journal_key(run_id: &str, seq: u64) -> Vec<u8> {
+    let mut key = key_of(run_id, "");
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn backend(e: sled::Error) -> StoreError {
+    StoreError::Backend {
+        reason: e.to_string(),
+    }
+}
+
+fn open_error(path: &Path, e: sled::Error) -> StoreError {
+    let text = e.to_string();
+    let location = path.display().to_string();
+    if text.contains("lock")
+        || text.contains("WouldBlock")
+        || text.contains("temporarily unavailable")
+    {
+        StoreError::Locked { location }
+    } else {
+        StoreError::Unavailable {
+            location,
+            reason: text,
+        }
+    }
+}
+
+impl From<sled::transaction::TransactionError<StoreError>> for StoreError {
+    fn from(e: sled::transaction::TransactionError<StoreError>) -> Self {
+        match e {
+            sled::transaction::TransactionError::Abort(e) => e,
+            sled::transaction::TransactionError::Storage(e) => backend(e),
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The sled store's schema version and its migrations, applied at open.
+//!
+//! - 1: journal keys are `run ID ++ seq`; the index of live runs may be
+//!   missing (stores written before it existed).
+//! - 2: journal keys are `run ID \0 seq`, so that a child run's ID, which
+//!   extends its parent's, never falls under the parent's prefix.
+
+use super::{SledStore, backend, key_of};
+use crate::{Result, StoreError};
+
+/// The schema this keel writes.
+pub const SCHEMA_VERSION: u32 = 2;
+
+const SCHEMA_KEY: &[u8] = b"schema";
+const LIVE_INDEX_MARKER: &[u8] = b"live-index-v1";
+
+/// Brings the store at `meta` up to [`SCHEMA_VERSION`], durably; refuses a
+/// newer one.
+pub(super) fn migrate(store: &SledStore, meta: &sled::Tree, db: &sled::Db) -> Result<()> {
+    let found = match meta.get(SCHEMA_KEY).map_err(backend)? {
+        Some(v) => {
+            u32::from_be_bytes(v.as_ref().try_into().map_err(|_| StoreError::Unavailable {
+                location: store.location_string(),
+                reason: "its schema version record is malformed".into(),
+            })?)
+        }
+        None => 1,
+    };
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            location: store.location_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    if !meta.contains_key(LIVE_INDEX_MARKER).map_err(backend)? {
+        index_live_runs(store)?;
+    }
+    separate_journal_keys(store)?;
+    meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())
+        .map_err(backend)?;
+    db.flush().map_err(backend)?;
+    tracing::info!(from = found, to = SCHEMA_VERSION, "store schema migrated");
+    Ok(())
+}
+
+/// Builds the index of live runs for a store written before it existed.
+fn index_live_runs(store: &SledStore) -> Result<()> {
+    for run in store.all_runs()? {
+        if !run.status.is_final() {
+            store
+                .inner
+                .live
+                .insert(run.run_id.as_bytes(), &[])
+                .map_err(backend)?;
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites `run ++ seq` journal keys as `run \0 seq`, each key in one
+/// batch (new written, old removed), so an interrupted migration resumes:
+/// a key already rewritten has the separator before its last 8 bytes.
+fn separate_journal_keys(store: &SledStore) -> Result<()> {
+    let tree = &store.inner.journal;
+    for kv in tree.iter() {
+        let (old, value) = kv.map_err(backend)?;
+        if old.len() < 8 || (old.len() > 8 && old[old.len() - 9] == 0) {
+            continue;
+        }
+        let (run, seq) = old.split_at(old.len() - 8);
+        let mut new = key_of(&String::from_utf8_lossy(run), "");
+        new.extend_from_slice(seq);
+        let mut batch = sled::Batch::default();
+        batch.insert(new, value);
+        batch.remove(old);
+        tree.apply_batch(batch).map_err(backend)?;
+    }
+    Ok(())
+}
+
+impl SledStore {
+    fn location_string(&self) -> String {
+        self.inner.path.display().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::JournalStore;
+    use keel_core::journal::{Entry, Fact};
+
+    fn entry(seq: u64) -> Entry {
+        Entry {
+            seq,
+            at_ms: 1,
+            fact: Fact::TimerFired {
+                command: seq as u32,
+            },
+        }
+    }
+
+    /// Writes a schema-1 store: old journal keys, no schema record.
+    fn old_store(dir: &std::path::Path) {
+        let db = sled::Config::new().path(dir).open().unwrap();
+        let journal = db.open_tree("journal").unwrap();
+        for (run, seq) in [("parent", 0u64), ("parent", 1), ("parent.1", 0)] {
+            let mut key = run.as_bytes().to_vec();
+            key.extend_from_slice(&seq.to_be_bytes());
+            journal
+                .insert(key, keel_core::journal::encode(&entry(seq)))
+                .unwrap();
+        }
+        db.open_tree("meta")
+            .unwrap()
+            .insert(LIVE_INDEX_MARKER, &[])
+            .unwrap();
+        db.flush().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_schema_1_store_is_migrated_and_children_stay_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        old_store(dir.path());
+        let store = SledStore::open(dir.path()).unwrap();
+        assert_eq!(store.journal("parent").await.unwrap(), [entry(0), entry(1)]);
+        assert_eq!(store.journal("parent.1").await.unwrap(), [entry(0)]);
+        drop(store);
+        // Opening again finds schema 2 and changes nothing.
+        let store = SledStore::open(dir.path()).unwrap();
+        assert_eq!(store.journal("parent").await.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let meta = db.open_tree("meta").unwrap();
+            meta.insert(SCHEMA_KEY, &9u32.to_be_bytes()).unwrap();
+            db.flush().unwrap();
+        }
+        let err = SledStore::open(dir.path()).err().expect("refused");
+        assert!(
+            matches!(
+                err,
+                StoreError::SchemaTooNew {
+                    found: 9,
+                    supported: 2,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}
