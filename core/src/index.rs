@@ -280,6 +280,6 @@ mod tests {
         assert!(!index.has_ended());
         index.push(entry).unwrap();
         assert!(index.has_ended());
-        assert!(index.is_completed(0) == false && index.command_count() == 1);
+        assert!(!index.is_completed(0) && index.command_count() == 1);
     }
 }

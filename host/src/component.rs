@@ -1,80 +1,36 @@
-//! Loading components: validation against the contract, the on-disk cache
-//! of compiled artifacts, and the manifest of workflows and steps.
+//! Loading components: validation against the contract, compilation (on
+//! tokio's blocking pool) with an on-disk cache of compiled artifacts, and
+//! the manifest of workflows and steps.
+//!
+//! Safety of the cache: compiled artifacts are native code that wasmtime
+//! loads without verifying it (`Component::deserialize_file` is `unsafe`).
+//! The cache directory is therefore created `0700`, must belong to the
+//! current user and must not be writable by others, and an artifact is
+//! loaded only if it belongs to the current user and is writable by no one
+//! else; otherwise keel refuses the directory or compiles afresh.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use serde::Serialize;
+use keel_core::ComponentHash;
+use keel_core::manifest::{Idempotency, Manifest, RetryPolicy, StepInfo, WorkflowInfo};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
-use crate::idempotency::KeyExpr;
+use crate::keys::KeyExpr;
 use crate::sandbox::{self, HostState, WorkflowComponentPre};
 use crate::{Error, Result};
 
 /// The exported interface every keel component must have.
 pub const GUEST_EXPORT: &str = "keel:workflow/guest@0.1.0";
 
-/// How a step is retried.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct RetryPolicy {
-    pub max_retries: u32,
-    pub initial_backoff_ms: u64,
-    pub backoff_factor: f64,
-    pub max_backoff_ms: u64,
-}
-
-impl RetryPolicy {
-    /// The delay after failed attempt number `attempt` (1-based).
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = self
-            .backoff_factor
-            .max(1.0)
-            .powi(attempt.saturating_sub(1) as i32);
-        let ms = (self.initial_backoff_ms as f64 * factor).min(self.max_backoff_ms as f64);
-        Duration::from_millis(ms as u64)
-    }
-}
-
-/// A step as the manifest declares it.
-#[derive(Clone, Debug, Serialize)]
-pub struct StepInfo {
-    pub name: String,
-    pub retry: RetryPolicy,
-}
-
-/// A workflow's TTL idempotency key, as declared.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Idempotency {
-    /// A CEL expression over `input` and `additional_metadata`.
-    pub key: String,
-    pub ttl_ms: u64,
-}
-
-/// A workflow as the manifest declares it.
-#[derive(Clone, Debug, Serialize)]
-pub struct WorkflowInfo {
-    pub name: String,
-    pub idempotency: Option<Idempotency>,
-    /// Event keys that start a run of it.
-    pub on_events: Vec<String>,
-}
-
-/// What a component exports.
-#[derive(Clone, Debug, Serialize)]
-pub struct Manifest {
-    pub sdk_version: String,
-    pub workflows: Vec<WorkflowInfo>,
-    pub steps: Vec<StepInfo>,
-}
-
 /// A validated, compiled component, ready to instantiate in either sandbox.
 pub struct Loaded {
     /// SHA-256 of the component's bytes.
-    pub hash: String,
+    pub hash: ComponentHash,
     pub manifest: Manifest,
     /// Non-deterministic imports, stubbed out for workflows.
     pub stubbed_imports: Vec<String>,
@@ -94,29 +50,14 @@ impl std::fmt::Debug for Loaded {
 }
 
 impl Loaded {
-    pub fn step(&self, name: &str) -> Option<&StepInfo> {
-        self.manifest.steps.iter().find(|s| s.name == name)
-    }
-
-    pub fn step_names(&self) -> Vec<String> {
-        self.manifest.steps.iter().map(|s| s.name.clone()).collect()
-    }
-
     /// Fails with `UnknownWorkflow` (listing the ones that exist) unless
     /// the component exports `name`.
     pub fn check_workflow(&self, name: &str) -> Result<&WorkflowInfo> {
         self.manifest
-            .workflows
-            .iter()
-            .find(|w| w.name == name)
+            .workflow(name)
             .ok_or_else(|| Error::UnknownWorkflow {
                 name: name.to_string(),
-                available: self
-                    .manifest
-                    .workflows
-                    .iter()
-                    .map(|w| w.name.clone())
-                    .collect(),
+                available: self.manifest.workflow_names(),
             })
     }
 
@@ -127,8 +68,8 @@ impl Loaded {
 }
 
 /// The content hash of a component's bytes.
-pub fn content_hash(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+pub fn content_hash(bytes: &[u8]) -> ComponentHash {
+    hex::encode(Sha256::digest(bytes)).into()
 }
 
 /// Compiles `bytes` (or loads the cached artifact from `cache_dir`),
@@ -142,7 +83,19 @@ pub async fn load(
     max_memory: usize,
 ) -> Result<Loaded> {
     let hash = content_hash(bytes);
-    let component = compile_cached(engine, cache_dir, origin, &hash, bytes)?;
+    let component = {
+        let (engine, cache_dir, origin) = (
+            engine.clone(),
+            cache_dir.to_path_buf(),
+            origin.to_path_buf(),
+        );
+        let (hash, bytes) = (hash.clone(), bytes.to_vec());
+        tokio::task::spawn_blocking(move || {
+            compile_cached(&engine, &cache_dir, &origin, &hash, &bytes)
+        })
+        .await
+        .map_err(|e| Error::Wasm(format!("compiling the component failed: {e}")))??
+    };
     let step_pre = instantiate_pre(base, &component, origin)?;
     let workflow_linker = sandbox::workflow_linker(base, engine, &component).map_err(wasm)?;
     let workflow_pre = instantiate_pre(&workflow_linker, &component, origin)?;
@@ -212,10 +165,12 @@ fn compile_cached(
 ) -> Result<Component> {
     let mut h = DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
+    ensure_private_dir(cache_dir)?;
     let artifact = cache_dir.join(format!("{hash}-{:016x}.cwasm", h.finish()));
-    if artifact.exists() {
+    if is_trusted_file(&artifact) {
         // SAFETY: the artifact was written by `precompile_component` of an
-        // engine with the same compatibility hash, into the store's own cache.
+        // engine with the same compatibility hash, into a cache only this
+        // user can write (checked just above, see the module's doc).
         if let Ok(component) = unsafe { Component::deserialize_file(engine, &artifact) } {
             return Ok(component);
         }
@@ -234,7 +189,7 @@ fn compile_cached(
         }
     };
     let compiled = engine.precompile_component(bytes).map_err(invalid)?;
-    if let Err(e) = write_artifact(cache_dir, &artifact, &compiled) {
+    if let Err(e) = write_artifact(&artifact, &compiled) {
         tracing::warn!(path = %artifact.display(), error = %e, "could not cache the compiled component; it will be compiled again next time");
     }
     // SAFETY: produced just above by this engine.
@@ -244,15 +199,88 @@ fn compile_cached(
 /// Writes a compiled artifact under a name unique to this process and call,
 /// then renames it into place, so concurrent loaders (threads or processes
 /// sharing the cache) never see or clobber a half-written file.
-fn write_artifact(cache_dir: &Path, artifact: &Path, compiled: &[u8]) -> std::io::Result<()> {
+fn write_artifact(artifact: &Path, compiled: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    std::fs::create_dir_all(cache_dir)?;
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp: PathBuf = artifact.with_extension(format!("{}.{n}.tmp", std::process::id()));
-    std::fs::write(&tmp, compiled)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?
+        .write_all(compiled)?;
     std::fs::rename(&tmp, artifact).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
+}
+
+/// The effective user ID of this process.
+fn current_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Creates `dir` (mode 0700) or checks that it belongs to this user and is
+/// writable by no one else: native code is loaded from it.
+fn ensure_private_dir(dir: &Path) -> Result<()> {
+    let unsafe_cache = |reason: String| Error::UnsafeCache {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) => return Err(unsafe_cache(format!("it cannot be created ({e})"))),
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| unsafe_cache(format!("it cannot be read ({e})")))?;
+    if !meta.is_dir() {
+        return Err(unsafe_cache("it is not a directory".into()));
+    }
+    if meta.uid() != current_uid() {
+        return Err(unsafe_cache(format!(
+            "it belongs to user {}, not to this user ({})",
+            meta.uid(),
+            current_uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_cache(format!(
+            "others can write to it (mode {:o})",
+            meta.mode() & 0o777
+        )));
+    }
+    Ok(())
+}
+
+/// A cached artifact keel may load: a regular file of this user's that no
+/// one else can write.
+fn is_trusted_file(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| m.is_file() && m.uid() == current_uid() && m.mode() & 0o022 == 0)
+}
+
+/// A trap in words: the guest's last stderr (a panic message) and the trap.
+pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
+    let trap = e
+        .downcast_ref::<wasmtime::Trap>()
+        .map(|t| t.to_string())
+        .unwrap_or_else(|| e.to_string());
+    let panic = stderr_tail.rfind("panicked at").map(|i| {
+        stderr_tail[i..]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    match panic {
+        Some(p) => format!("{p} ({trap})"),
+        None if !stderr_tail.is_empty() => format!("{trap}; guest stderr: {stderr_tail}"),
+        None => trap,
+    }
 }
 
 async fn read_manifest(
@@ -307,4 +335,47 @@ async fn read_manifest(
             })
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_cache_is_created_private() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a/compiled");
+        ensure_private_dir(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn a_cache_others_can_write_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = ensure_private_dir(root.path()).unwrap_err();
+        assert_eq!(err.kind(), "unsafe_cache");
+        assert!(err.to_string().contains("others can write"), "{err}");
+    }
+
+    #[test]
+    fn only_private_artifacts_are_trusted() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("x.cwasm");
+        write_artifact(&file, b"bytes").unwrap();
+        assert!(is_trusted_file(&file));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(!is_trusted_file(&file));
+        assert!(!is_trusted_file(&root.path().join("missing")));
+    }
+
+    #[test]
+    fn a_panic_message_explains_a_trap() {
+        let trap = wasmtime::Error::new(wasmtime::Trap::UnreachableCodeReached);
+        let text = describe_trap(&trap, "noise\nthread panicked at src/lib.rs:3:\nboom");
+        assert!(text.starts_with("panicked at src/lib.rs:3: boom"), "{text}");
+        assert_eq!(describe_trap(&trap, ""), trap.to_string());
+    }
 }

@@ -1,13 +1,18 @@
-//! Typed errors of the keel host. Each names what went wrong and how to fix
-//! it, and carries the IDs a caller branches on.
+//! Typed errors of the keel engine. Each names what went wrong and what to
+//! change, in the library's terms (its `Config` fields, its calls), and
+//! carries the IDs a caller branches on. Front ends (the CLI, the HTTP API)
+//! add their own advice by [`Error::kind`].
 
 use std::path::PathBuf;
+
+use keel_core::{HookToken, RunId};
+use keel_store::StoreError;
 
 /// A run's or a call's failure, as callers see it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "`{path}` is not a valid WebAssembly component: {reason}. Build the guest with `cargo build --release --target wasm32-wasip2` and pass the `.wasm` it produces"
+        "`{path}` is not a valid WebAssembly component: {reason}. Build the guest with `cargo build --release --target wasm32-wasip2` and use the `.wasm` it produces"
     )]
     InvalidComponent { path: PathBuf, reason: String },
 
@@ -30,57 +35,40 @@ pub enum Error {
         available: Vec<String>,
     },
 
-    #[error(
-        "the input is not valid JSON: {reason}. Pass a JSON value, for example --input '{{\"id\": 1}}'"
-    )]
+    #[error("the input is not valid JSON: {reason}. Pass a JSON value")]
     InvalidInput { reason: String },
 
-    #[error("no run `{run_id}` in this store. `keel runs list` shows the runs it holds")]
-    RunNotFound { run_id: String },
+    #[error("no run `{run_id}` in this store")]
+    RunNotFound { run_id: RunId },
 
     #[error(
         "run {run_id} is not deterministic: at journal position {position} the journal holds {recorded}, but the workflow now asks for {requested}. The workflow's code changed or reads something outside the journal; nothing after this position was executed"
     )]
     NonDeterminism {
-        run_id: String,
+        run_id: RunId,
         position: u32,
         recorded: String,
         requested: String,
     },
 
     #[error("run {run_id}: the workflow {reason}")]
-    SandboxViolation { run_id: String, reason: String },
+    SandboxViolation { run_id: RunId, reason: String },
 
     #[error(
-        "run {run_id}: the workflow used all its fuel ({fuel} units) in one activation, so it is probably stuck in a loop. If it really needs more CPU, raise the bound with --workflow-fuel"
+        "run {run_id}: the workflow used all its fuel ({fuel} units) in one activation, so it is probably stuck in a loop. If it really needs more CPU, raise the `workflow_fuel` bound"
     )]
-    FuelExhausted { run_id: String, fuel: u64 },
+    FuelExhausted { run_id: RunId, fuel: u64 },
 
     #[error(
-        "run {run_id}: the guest went over its memory bound of {limit_bytes} bytes. If it really needs more, raise the bound with --max-memory"
+        "run {run_id}: the guest went over its memory bound of {limit_bytes} bytes. If it really needs more, raise the `max_memory` bound"
     )]
-    MemoryExhausted { run_id: String, limit_bytes: usize },
+    MemoryExhausted { run_id: RunId, limit_bytes: usize },
 
     #[error("run {run_id}: the workflow trapped: {message}")]
-    GuestTrap { run_id: String, message: String },
+    GuestTrap { run_id: RunId, message: String },
 
     #[error("run {run_id}: the workflow failed: {message}")]
-    WorkflowFailed { run_id: String, message: String },
-
-    #[error(
-        "the store at `{path}` is locked by another keel process. Stop that process, or pass another directory with --db"
-    )]
-    StoreLocked { path: PathBuf },
-
-    #[error(
-        "the store at `{path}` cannot be opened: {reason}. If it is corrupted, restore it from a backup or move it aside and start afresh"
-    )]
-    StoreUnavailable { path: PathBuf, reason: String },
-
-    #[error(
-        "the store holds a record it cannot decode ({what}): {reason}. The store was written by another keel version or is corrupted"
-    )]
-    CorruptRecord { what: String, reason: String },
+    WorkflowFailed { run_id: RunId, message: String },
 
     #[error(
         "the store has no component with hash {hash}; the run was started from a component that is no longer stored"
@@ -91,7 +79,7 @@ pub enum Error {
     JournalFile { path: PathBuf, reason: String },
 
     #[error("run {run_id} is already in this store; journals are imported once")]
-    RunExists { run_id: String },
+    RunExists { run_id: RunId },
 
     #[error("workflow `{workflow}`'s idempotency key `{expression}`: {reason}. No run was created")]
     KeyExpression {
@@ -101,31 +89,31 @@ pub enum Error {
     },
 
     #[error(
-        "a run of `{workflow}` with idempotency key `{key}` was already admitted: run {existing_run_id}. Read its result with `keel runs result {existing_run_id}`"
+        "a run of `{workflow}` with idempotency key `{key}` was already admitted: run {existing_run_id}. Read that run's result instead of starting another"
     )]
     IdempotencyCollision {
         workflow: String,
         key: String,
-        existing_run_id: String,
+        existing_run_id: RunId,
     },
 
     #[error(
-        "run {conflicting_run_id} holds the token `{token}`, so no run was started. Resume that run's hook with `keel hooks resume {token}`, or read its result with `keel runs result {conflicting_run_id}`"
+        "run {conflicting_run_id} holds the token `{token}`, so no run was started. Resume that run's hook, or read its result"
     )]
     HookConflict {
-        token: String,
-        conflicting_run_id: String,
+        token: HookToken,
+        conflicting_run_id: RunId,
     },
 
     #[error(
-        "no active hook holds the token `{token}`: no run registered it, or its run ended or disposed of it. `keel hooks get {token}` shows a hook kept for its retention"
+        "no active hook holds the token `{token}`: no run registered it, or its run ended or disposed of it"
     )]
-    HookNotFound { token: String },
+    HookNotFound { token: HookToken },
 
     #[error(
         "the start of run {run_id} could not be confirmed ({reason}); it may or may not have been admitted. Retrying with the same token or key is safe: it becomes the run or is refused naming the run that holds it"
     )]
-    StartOutcomeUnknown { run_id: String, reason: String },
+    StartOutcomeUnknown { run_id: RunId, reason: String },
 
     #[error(
         "this store does not support {capability}, so the start was refused before anything was written. Use a store that does, or start without that option"
@@ -133,15 +121,15 @@ pub enum Error {
     StoreCapability { capability: String },
 
     #[error("run {run_id} was cancelled")]
-    Cancelled { run_id: String },
+    Cancelled { run_id: RunId },
 
     #[error(
         "run {run_id}: writing its journal failed ({reason}); the run is left as it was for a worker to resume"
     )]
-    JournalWrite { run_id: String, reason: String },
+    JournalWrite { run_id: RunId, reason: String },
 
-    #[error("storage error: {0}")]
-    Storage(#[from] sled::Error),
+    #[error(transparent)]
+    Store(StoreError),
 
     #[error("{0}")]
     Wasm(String),
@@ -151,6 +139,11 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+
+    #[error(
+        "the component cache `{path}` is not safe to load native code from: {reason}. Point the cache at a directory only this user can write"
+    )]
+    UnsafeCache { path: PathBuf, reason: String },
 }
 
 fn list_or_none(names: &[String]) -> String {
@@ -158,6 +151,36 @@ fn list_or_none(names: &[String]) -> String {
         "none".to_string()
     } else {
         names.join(", ")
+    }
+}
+
+impl From<StoreError> for Error {
+    /// The store's domain refusals become the engine's errors of the same
+    /// name; failures of the storage itself stay [`Error::Store`].
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::RunNotFound { run_id } => Error::RunNotFound { run_id },
+            StoreError::RunExists { run_id } => Error::RunExists { run_id },
+            StoreError::ComponentNotFound { hash } => Error::ComponentNotFound { hash },
+            StoreError::HookNotFound { token } => Error::HookNotFound { token },
+            StoreError::HookConflict {
+                token,
+                conflicting_run_id,
+            } => Error::HookConflict {
+                token,
+                conflicting_run_id,
+            },
+            StoreError::IdempotencyCollision {
+                workflow,
+                key,
+                existing_run_id,
+            } => Error::IdempotencyCollision {
+                workflow,
+                key,
+                existing_run_id,
+            },
+            other => Error::Store(other),
+        }
     }
 }
 
@@ -177,9 +200,6 @@ impl Error {
             Error::MemoryExhausted { .. } => "memory_exhausted",
             Error::GuestTrap { .. } => "guest_trap",
             Error::WorkflowFailed { .. } => "workflow_failed",
-            Error::StoreLocked { .. } => "store_locked",
-            Error::StoreUnavailable { .. } => "store_unavailable",
-            Error::CorruptRecord { .. } => "corrupt_record",
             Error::ComponentNotFound { .. } => "component_not_found",
             Error::JournalFile { .. } => "journal_file",
             Error::RunExists { .. } => "run_exists",
@@ -191,9 +211,10 @@ impl Error {
             Error::StartOutcomeUnknown { .. } => "start_outcome_unknown",
             Error::StoreCapability { .. } => "store_capability",
             Error::Cancelled { .. } => "cancelled",
-            Error::Storage(_) => "storage",
+            Error::Store(e) => e.kind(),
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
+            Error::UnsafeCache { .. } => "unsafe_cache",
         }
     }
 
@@ -209,11 +230,11 @@ impl Error {
             | Error::JournalWrite { run_id, .. }
             | Error::StartOutcomeUnknown { run_id, .. }
             | Error::Cancelled { run_id }
-            | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.clone())],
+            | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.to_string())],
             Error::NonDeterminism {
                 run_id, position, ..
             } => vec![
-                ("run_id", run_id.clone()),
+                ("run_id", run_id.to_string()),
                 ("position", position.to_string()),
             ],
             Error::IdempotencyCollision {
@@ -221,33 +242,61 @@ impl Error {
                 key,
                 ..
             } => vec![
-                ("existing_run_id", existing_run_id.clone()),
+                ("existing_run_id", existing_run_id.to_string()),
                 ("key", key.clone()),
             ],
             Error::HookConflict {
                 token,
                 conflicting_run_id,
             } => vec![
-                ("conflicting_run_id", conflicting_run_id.clone()),
-                ("token", token.clone()),
+                ("conflicting_run_id", conflicting_run_id.to_string()),
+                ("token", token.to_string()),
             ],
-            Error::HookNotFound { token } => vec![("token", token.clone())],
+            Error::HookNotFound { token } => vec![("token", token.to_string())],
             Error::UnknownWorkflow { available, .. } => {
                 vec![("available", available.join(","))]
             }
             _ => Vec::new(),
         }
     }
-}
 
-impl From<postcard::Error> for Error {
-    fn from(e: postcard::Error) -> Self {
-        Error::CorruptRecord {
-            what: "postcard record".into(),
-            reason: e.to_string(),
-        }
+    /// The error is the storage's, not the run's: what is durable stays,
+    /// and a worker resumes the run.
+    pub fn is_storage(&self) -> bool {
+        matches!(self, Error::Store(_) | Error::JournalWrite { .. })
     }
 }
 
 /// keel's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_refusals_become_engine_errors_with_their_ids() {
+        let e: Error = StoreError::HookConflict {
+            token: "t".into(),
+            conflicting_run_id: "r".into(),
+        }
+        .into();
+        assert_eq!(e.kind(), "hook_conflict");
+        assert!(e.ids().contains(&("conflicting_run_id", "r".into())));
+        let e: Error = StoreError::Locked {
+            location: "/x".into(),
+        }
+        .into();
+        assert_eq!(e.kind(), "store_locked");
+        assert!(e.is_storage());
+    }
+
+    #[test]
+    fn messages_give_no_command_line_advice() {
+        let e = Error::FuelExhausted {
+            run_id: "r".into(),
+            fuel: 1,
+        };
+        assert!(!e.to_string().contains("--"), "{e}");
+    }
+}

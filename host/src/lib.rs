@@ -1,29 +1,35 @@
-//! keel-host: runs durable workflows compiled to WebAssembly components.
+//! keel-host: the engine that runs durable workflows compiled to
+//! WebAssembly components.
 //!
-//! [`Keel`] owns a [`Store`] and a wasmtime engine. It loads components,
-//! admits runs, drives them through activations of the deterministic
-//! workflow sandbox, executes their steps in the step sandbox and journals
-//! every call, so that a crash or a restart replays to the same state.
+//! Layers, from the top: [`Keel`] (the engine: admission, driving,
+//! workers; module `engine`) over any [`keel_store::Store`]; the
+//! activation of a workflow (module `activation`), which matches the
+//! workflow's calls against its journal and reaches the outside through
+//! one narrow interface; step execution (module `steps`); the wasm
+//! [`Runtime`] and the two sandboxes (module `sandbox`); component loading
+//! ([`component`]). The domain types are `keel-core`'s, storage is
+//! `keel-store`'s.
 
 mod activation;
+mod clock;
 pub mod component;
 mod engine;
 mod error;
-pub mod hooks;
-pub mod idempotency;
-pub mod journal;
-pub mod payments;
+pub mod keys;
 pub mod replay;
+mod runtime;
 mod sandbox;
 mod steps;
-pub mod store;
 
-pub use component::{Idempotency, Loaded, Manifest, RetryPolicy, StepInfo, WorkflowInfo};
-pub use engine::{Config, Keel, StartHook, StartOptions};
+pub use clock::SystemClock;
+pub use component::Loaded;
+pub use engine::{Config, Keel, StartHook, StartOptions, defaults};
 pub use error::{Error, Result};
-pub use hooks::HookRecord;
-pub use replay::{JournalFile, ReplayReport, Replayer, Verdict};
+pub use replay::{ReplayReport, Replayer};
+pub use runtime::Runtime;
 pub use sandbox::Grants;
-pub use store::{
-    Capabilities, EventOutcome, EventRecord, KeyHold, RunError, RunRecord, RunStatus, Store,
-};
+
+/// The domain types, re-exported for embedders.
+pub use keel_core as core;
+/// The storage boundary, re-exported for embedders.
+pub use keel_store as store;

@@ -1,36 +1,33 @@
 //! Step execution: each attempt in a fresh instance of the step sandbox,
-//! retried under the step's policy, every attempt journaled before it runs.
+//! retried under the step's policy, every attempt journaled durably before
+//! it runs and its outcome recorded once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use keel_core::Clock;
+use keel_core::journal::Fact;
+use keel_core::manifest::RetryPolicy;
 use tracing::Instrument;
 
-use crate::activation::{RunJournal, now_ms};
-use crate::component::{Loaded, RetryPolicy};
-use crate::engine::Inner;
-use crate::journal::Event;
-use crate::sandbox::{GuestLog, HostState, StepContext, wit};
+use crate::activation::StepCall;
+use crate::sandbox::{Grants, GuestLog, HostState, ResumeHooks, StepContext, wit};
 
-/// One step of one run, from its next attempt until it completes or fails.
-pub(crate) struct StepTask {
-    pub inner: Arc<Inner>,
-    pub loaded: Arc<Loaded>,
-    pub journal: Arc<RunJournal>,
-    pub run_id: String,
-    pub command: u32,
-    pub name: String,
-    pub input: String,
-    pub step_id: String,
-    pub retry: RetryPolicy,
-    pub next_attempt: u32,
-    pub not_before_ms: Option<u64>,
+/// What every step attempt of an engine runs with.
+pub(crate) struct StepRunner {
+    pub engine: wasmtime::Engine,
+    pub grants: Grants,
+    pub max_memory: usize,
+    /// How long one attempt may take before it is stopped and retried.
+    pub timeout: Duration,
+    pub clock: Arc<dyn Clock>,
 }
 
 /// Fuel between two yields of a step guest to tokio (about 10 ms of work).
 const STEP_YIELD_FUEL: u64 = 10_000_000;
 
 /// How one attempt ended.
+#[derive(Debug, PartialEq)]
 enum Attempt {
     Ok(String),
     Fatal(String),
@@ -40,88 +37,120 @@ enum Attempt {
     },
 }
 
-impl StepTask {
-    pub async fn run(self) {
-        let span = tracing::info_span!("step", run_id = %self.run_id, step_id = %self.step_id, step = %self.name);
-        let journal = self.journal.clone();
-        if let Err(e) = self.attempts().instrument(span).await {
+/// What follows an attempt: the fact to record, and whether to retry
+/// after a delay.
+#[derive(Debug, PartialEq)]
+enum Next {
+    Done(Fact),
+    Retry { fact: Fact, delay: Duration },
+}
+
+/// Decides what follows attempt number `attempt` of the step of `command`.
+fn next(command: u32, retry: &RetryPolicy, attempt: u32, outcome: Attempt, now_ms: u64) -> Next {
+    match outcome {
+        Attempt::Ok(output) => Next::Done(Fact::StepCompleted { command, output }),
+        Attempt::Fatal(error) => Next::Done(Fact::StepFailed {
+            command,
+            error,
+            fatal: true,
+            attempts: attempt,
+        }),
+        Attempt::Retryable { message, .. } if attempt > retry.max_retries => {
+            Next::Done(Fact::StepFailed {
+                command,
+                error: message,
+                fatal: false,
+                attempts: attempt,
+            })
+        }
+        Attempt::Retryable { message, after } => {
+            let delay = retry.backoff(attempt).max(after.unwrap_or_default());
+            Next::Retry {
+                fact: Fact::StepAttemptFailed {
+                    command,
+                    attempt,
+                    error: message,
+                    retry_at_ms: now_ms + delay.as_millis() as u64,
+                },
+                delay,
+            }
+        }
+    }
+}
+
+impl StepRunner {
+    /// Runs `call`'s attempts until the step completes or fails; a storage
+    /// failure ends the run's activation.
+    pub async fn run(self: Arc<Self>, call: StepCall, hooks: Arc<dyn ResumeHooks>) {
+        let span = tracing::info_span!("step", run_id = %call.run_id, step_id = %call.step_id, step = %call.name);
+        let journal = call.journal.clone();
+        if let Err(e) = self.attempts(&call, hooks).instrument(span).await {
             journal.fail(e.to_string());
         }
     }
 
-    async fn attempts(self) -> crate::Result<()> {
-        if let Some(at) = self.not_before_ms {
-            tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
+    async fn attempts(&self, call: &StepCall, hooks: Arc<dyn ResumeHooks>) -> crate::Result<()> {
+        if let Some(at) = call.not_before_ms {
+            let wait = at.saturating_sub(self.clock.now_ms());
+            tokio::time::sleep(Duration::from_millis(wait)).await;
         }
-        let mut attempt = self.next_attempt;
+        let mut attempt = call.next_attempt;
         loop {
-            let started = self
+            let started = call
                 .journal
-                .append(Event::StepAttemptStarted {
-                    command: self.command,
+                .append(Fact::StepAttemptStarted {
+                    command: call.command,
                     attempt,
                 })
                 .await?;
-            let outcome = self.execute(attempt, started.at_ms).await;
-            let command = self.command;
-            let event = match outcome {
-                Attempt::Ok(output) => Event::StepCompleted { command, output },
-                Attempt::Fatal(error) => Event::StepFailed {
-                    command,
-                    error,
-                    fatal: true,
-                    attempts: attempt,
-                },
-                Attempt::Retryable { message, .. } if attempt > self.retry.max_retries => {
-                    Event::StepFailed {
-                        command,
-                        error: message,
-                        fatal: false,
-                        attempts: attempt,
-                    }
+            let outcome = self.execute(call, attempt, started.at_ms, &hooks).await;
+            match next(
+                call.command,
+                &call.retry,
+                attempt,
+                outcome,
+                self.clock.now_ms(),
+            ) {
+                Next::Done(fact) => {
+                    // The run's next flush (before its next step attempt, or
+                    // its end) makes the result durable before anything
+                    // depends on it.
+                    call.journal.record(fact)?;
+                    return Ok(());
                 }
-                Attempt::Retryable { message, after } => {
-                    let delay = self.retry.backoff(attempt).max(after.unwrap_or_default());
-                    tracing::info!(attempt, ?delay, "step attempt failed, retrying: {message}");
-                    let retry_at_ms = now_ms() + delay.as_millis() as u64;
-                    self.journal
-                        .append(Event::StepAttemptFailed {
-                            command,
-                            attempt,
-                            error: message,
-                            retry_at_ms,
-                        })
-                        .await?;
+                Next::Retry { fact, delay } => {
+                    tracing::info!(attempt, ?delay, "step attempt failed, retrying");
+                    call.journal.append(fact).await?;
                     tokio::time::sleep(delay).await;
                     attempt += 1;
-                    continue;
                 }
-            };
-            // The run's next flush (before its next step attempt, or its
-            // end) makes the result durable before anything depends on it.
-            self.journal.record(event)?;
-            return Ok(());
+            }
         }
     }
 
-    async fn execute(&self, attempt: u32, started_at_ms: u64) -> Attempt {
+    async fn execute(
+        &self,
+        call: &StepCall,
+        attempt: u32,
+        started_at_ms: u64,
+        hooks: &Arc<dyn ResumeHooks>,
+    ) -> Attempt {
         let ctx = StepContext {
             metadata: wit::StepMetadata {
-                step_id: self.step_id.clone(),
+                step_id: call.step_id.to_string(),
                 attempt,
-                step_name: self.name.clone(),
-                run_id: self.run_id.clone(),
+                step_name: call.name.clone(),
+                run_id: call.run_id.to_string(),
                 attempt_started_at_ms: started_at_ms,
             },
-            keel: crate::Keel::from_inner(self.inner.clone()),
+            hooks: hooks.clone(),
         };
-        let log = GuestLog::new(&self.run_id);
-        let config = &self.inner.config;
-        let state = match HostState::step(ctx, &config.grants, log.clone(), config.max_memory) {
+        let log = GuestLog::new(&call.run_id);
+        let state = match HostState::step(ctx, &self.grants, log.clone(), self.max_memory) {
             Ok(state) => state,
             Err(e) => return Attempt::Fatal(e.to_string()),
         };
-        let mut store = wasmtime::Store::new(&self.inner.engine, state);
+        let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         // Fuel is not a bound for steps, only a way to make a busy guest
         // yield to tokio, so that the attempt's timeout can stop it.
@@ -131,18 +160,22 @@ impl StepTask {
         if let Err(e) = fueled {
             return Attempt::Fatal(e.to_string());
         }
-        let call = async {
-            let instance = self.loaded.step_pre.instantiate_async(&mut store).await?;
+        let run = async {
+            let instance = call
+                .component
+                .step_pre
+                .instantiate_async(&mut store)
+                .await?;
             instance
                 .keel_workflow_guest()
-                .call_run_step(&mut store, &self.name, &self.input)
+                .call_run_step(&mut store, &call.name, &call.input)
                 .await
         };
-        let timeout = config.step_timeout;
-        let Ok(result) = tokio::time::timeout(timeout, call).await else {
+        let timeout = self.timeout;
+        let Ok(result) = tokio::time::timeout(timeout, run).await else {
             return Attempt::Retryable {
                 message: format!(
-                    "the attempt timed out after {timeout:?}; if the step needs longer, raise --step-timeout"
+                    "the attempt timed out after {timeout:?}; if the step needs longer, raise the step timeout"
                 ),
                 after: None,
             };
@@ -154,14 +187,91 @@ impl StepTask {
                 message: e.message,
                 after: e.retry_after_ms.map(Duration::from_millis),
             },
-            Err(trap) => {
-                let tail = log.tail();
-                let message = crate::engine::describe_trap(&trap, &tail);
-                Attempt::Retryable {
-                    message: format!("the step trapped: {message}"),
-                    after: None,
-                }
-            }
+            Err(trap) => Attempt::Retryable {
+                message: format!(
+                    "the step trapped: {}",
+                    crate::component::describe_trap(&trap, &log.tail())
+                ),
+                after: None,
+            },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RETRY: RetryPolicy = RetryPolicy {
+        max_retries: 2,
+        initial_backoff_ms: 100,
+        backoff_factor: 2.0,
+        max_backoff_ms: 10_000,
+    };
+
+    fn retryable(after: Option<u64>) -> Attempt {
+        Attempt::Retryable {
+            message: "e".into(),
+            after: after.map(Duration::from_millis),
+        }
+    }
+
+    #[test]
+    fn a_retryable_failure_backs_off_until_the_retries_are_spent() {
+        let n = next(4, &RETRY, 2, retryable(None), 1_000);
+        assert_eq!(
+            n,
+            Next::Retry {
+                fact: Fact::StepAttemptFailed {
+                    command: 4,
+                    attempt: 2,
+                    error: "e".into(),
+                    retry_at_ms: 1_200,
+                },
+                delay: Duration::from_millis(200),
+            }
+        );
+        let n = next(4, &RETRY, 3, retryable(None), 1_000);
+        assert!(matches!(
+            n,
+            Next::Done(Fact::StepFailed {
+                fatal: false,
+                attempts: 3,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn retry_after_only_lengthens_the_backoff() {
+        let Next::Retry { delay, .. } = next(0, &RETRY, 1, retryable(Some(5_000)), 0) else {
+            panic!("not retried")
+        };
+        assert_eq!(delay, Duration::from_millis(5_000));
+        let Next::Retry { delay, .. } = next(0, &RETRY, 1, retryable(Some(1)), 0) else {
+            panic!("not retried")
+        };
+        assert_eq!(delay, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn fatal_failures_and_outputs_end_the_step_at_once() {
+        let n = next(1, &RETRY, 1, Attempt::Fatal("no".into()), 0);
+        assert!(matches!(
+            n,
+            Next::Done(Fact::StepFailed {
+                fatal: true,
+                attempts: 1,
+                ..
+            })
+        ));
+        let n = next(1, &RETRY, 1, Attempt::Ok("7".into()), 0);
+        assert_eq!(
+            n,
+            Next::Done(Fact::StepCompleted {
+                command: 1,
+                output: "7".into()
+            })
+        );
     }
 }

@@ -5,7 +5,9 @@ mod common;
 use std::process::Command;
 
 use common::{TestStore, open};
-use keel_host::{Error, Keel, RunStatus};
+use keel_host::core::RunStatus;
+use keel_host::core::journal::Fact;
+use keel_host::{Error, Keel};
 
 /// After any bad input, the same engine still runs a good workflow.
 async fn still_alive(keel: &Keel) {
@@ -23,7 +25,7 @@ fn write(store: &TestStore, name: &str, bytes: &[u8]) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_and_foreign_components_are_refused() {
     let store = TestStore::new();
-    let keel = Keel::open(store.config()).unwrap();
+    let keel = Keel::open_sled(store.config()).unwrap();
 
     let garbage = write(&store, "garbage.wasm", b"this is not wasm");
     let err = keel.load(&garbage).await.unwrap_err();
@@ -75,11 +77,11 @@ async fn invalid_json_and_unknown_workflows_create_no_run() {
         other => panic!("expected UnknownWorkflow, got {other}"),
     }
     assert!(err.to_string().contains("ten_steps"), "{err}");
-    assert!(keel.list_runs().unwrap().is_empty());
+    assert!(keel.list_runs().await.unwrap().is_empty());
     still_alive(&keel).await;
 }
 
-async fn failed_run(keel: &Keel, workflow: &str, input: &str) -> keel_host::RunError {
+async fn failed_run(keel: &Keel, workflow: &str, input: &str) -> keel_host::core::RunError {
     let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
     let run = keel.run(&testbed, workflow, input).await.unwrap();
     assert_eq!(run.status, RunStatus::Failed, "{workflow} did not fail");
@@ -118,11 +120,11 @@ async fn traps_loops_and_memory_bombs_fail_the_run_naming_the_bound() {
 
     let err = failed_run(&keel, "spin", "null").await;
     assert_eq!(err.kind, "fuel_exhausted");
-    assert!(err.message.contains("--workflow-fuel"), "{}", err.message);
+    assert!(err.message.contains("workflow_fuel"), "{}", err.message);
 
     let err = failed_run(&keel, "memory_bomb", "null").await;
     assert_eq!(err.kind, "memory_exhausted");
-    assert!(err.message.contains("--max-memory"), "{}", err.message);
+    assert!(err.message.contains("max_memory"), "{}", err.message);
     still_alive(&keel).await;
 }
 
@@ -131,7 +133,7 @@ async fn traps_loops_and_memory_bombs_fail_the_run_naming_the_bound() {
 #[ignore = "run by a_store_locked_by_another_process_is_refused"]
 fn lock_child() {
     let db = std::env::var("KEEL_LOCK_DB").unwrap();
-    match Keel::open(keel_host::Config::new(db)) {
+    match Keel::open_sled(keel_host::Config::new(db)) {
         Ok(_) => println!("KIND=opened"),
         Err(e) => println!("KIND={} MESSAGE={e}", e.kind()),
     }
@@ -148,7 +150,7 @@ async fn a_store_locked_by_another_process_is_refused() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("KIND=store_locked"), "{stdout}");
-    assert!(stdout.contains("another keel process"), "{stdout}");
+    assert!(stdout.contains("another process"), "{stdout}");
     still_alive(&keel).await;
 }
 
@@ -161,16 +163,16 @@ async fn a_step_that_loops_forever_times_out_and_is_retried() {
     let run = keel.run(&testbed, "spinning_step", "null").await.unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
     assert_eq!(run.output.as_deref(), Some("2"));
-    let journal = keel.journal(&run.run_id).unwrap();
+    let journal = keel.journal(&run.run_id).await.unwrap();
     let failed = journal
         .iter()
-        .find_map(|e| match &e.event {
-            keel_host::journal::Event::StepAttemptFailed { error, .. } => Some(error.clone()),
+        .find_map(|e| match &e.fact {
+            Fact::StepAttemptFailed { error, .. } => Some(error.clone()),
             _ => None,
         })
         .unwrap();
     assert!(
-        failed.contains("timed out") && failed.contains("--step-timeout"),
+        failed.contains("timed out") && failed.contains("step timeout"),
         "{failed}"
     );
 }

@@ -6,9 +6,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{TestStore, attempts, json, open, step_ids};
-use keel_host::journal::Event;
-use keel_host::payments::PaymentApi;
-use keel_host::{Grants, Keel, RunStatus, Verdict};
+use keel_host::core::RunStatus;
+use keel_host::core::divergence::Verdict;
+use keel_host::core::journal::Fact;
+use keel_host::{Grants, Keel};
+use keel_payment_api::PaymentApi;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lost_confirmation_charges_once_with_one_idempotency_key() {
@@ -19,7 +21,7 @@ async fn lost_confirmation_charges_once_with_one_idempotency_key() {
         http: vec![api.addr.to_string()],
         ..Grants::default()
     };
-    let keel = Keel::open(config).unwrap();
+    let keel = Keel::open_sled(config).unwrap();
     let order = keel.load(keel_tests::ORDER).await.unwrap();
     let input = serde_json::json!({
         "order_id": "o-1", "user_id": "u-1", "amount": 500, "payment_url": api.url("/charge"),
@@ -30,7 +32,7 @@ async fn lost_confirmation_charges_once_with_one_idempotency_key() {
         .unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
 
-    let journal = keel.journal(&run.run_id).unwrap();
+    let journal = keel.journal(&run.run_id).await.unwrap();
     let ids = step_ids(&journal);
     assert_eq!(ids.len(), 2, "reserve_inventory, then charge_user");
     // reserve_inventory: attempt 1; charge_user: attempts 1 and 2.
@@ -63,10 +65,10 @@ async fn replay_of_a_completed_run_gives_the_same_ids_and_results() {
     let (keel, testbed) = open(store.config()).await;
     let run = keel.run(&testbed, "ten_steps", "5").await.unwrap();
     assert_eq!(run.output.as_deref(), Some("10"));
-    let before = keel.journal(&run.run_id).unwrap();
+    let before = keel.journal(&run.run_id).await.unwrap();
     let ids = step_ids(&before);
     assert_eq!(ids.len(), 5);
-    assert!(ids.iter().all(|id| id.starts_with(&run.run_id)));
+    assert!(ids.iter().all(|id| id.starts_with(run.run_id.as_str())));
 
     let replay = keel.replay(&run.run_id, None).await.unwrap();
     assert_eq!(
@@ -77,11 +79,11 @@ async fn replay_of_a_completed_run_gives_the_same_ids_and_results() {
     );
     // Driving a finished run again changes nothing.
     keel.drive(&run.run_id).await.unwrap();
-    assert_eq!(keel.journal(&run.run_id).unwrap(), before);
+    assert_eq!(keel.journal(&run.run_id).await.unwrap(), before);
 
     // Another run gets other step IDs.
     let other = keel.run(&testbed, "ten_steps", "5").await.unwrap();
-    let other_ids = step_ids(&keel.journal(&other.run_id).unwrap());
+    let other_ids = step_ids(&keel.journal(&other.run_id).await.unwrap());
     assert!(other_ids.iter().all(|id| !ids.contains(id)));
 }
 
@@ -92,7 +94,7 @@ async fn clock_and_randomness_come_from_the_journal_and_the_run_id() {
     let run = keel.run(&testbed, "clock_random", "null").await.unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
     let out = json(run.output.as_deref().unwrap());
-    let journal = keel.journal(&run.run_id).unwrap();
+    let journal = keel.journal(&run.run_id).await.unwrap();
 
     // Before the step the clock reads the run's start; after it, the time
     // of the completion the workflow was handed.
@@ -100,7 +102,7 @@ async fn clock_and_randomness_come_from_the_journal_and_the_run_id() {
     assert_eq!(out["started_at_ms"], run.created_at_ms);
     let completed_at = journal
         .iter()
-        .find(|e| matches!(e.event, Event::StepCompleted { .. }))
+        .find(|e| matches!(e.fact, Fact::StepCompleted { .. }))
         .unwrap()
         .at_ms;
     assert_eq!(out["after"][0], completed_at);
@@ -143,7 +145,7 @@ async fn concurrent_steps_keep_their_ids_and_delivery_order_on_replay() {
     assert_eq!(labels, ["s1", "s2", "s0"], "completion order");
 
     // Step IDs follow the order the steps were scheduled, not finished.
-    let journal = keel.journal(&run.run_id).unwrap();
+    let journal = keel.journal(&run.run_id).await.unwrap();
     let ids = step_ids(&journal);
     for l in out.as_array().unwrap() {
         let i: usize = l["label"].as_str().unwrap()[1..].parse().unwrap();
@@ -235,7 +237,7 @@ async fn fatal_errors_are_not_retried() {
             .message
             .contains("card declined")
     );
-    assert_eq!(attempts(&keel.journal(&run.run_id).unwrap()), vec![1]);
+    assert_eq!(attempts(&keel.journal(&run.run_id).await.unwrap()), vec![1]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -247,10 +249,10 @@ async fn retry_after_is_honoured() {
         .await
         .unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
-    let journal = keel.journal(&run.run_id).unwrap();
+    let journal = keel.journal(&run.run_id).await.unwrap();
     let failed_at = journal
         .iter()
-        .find(|e| matches!(e.event, Event::StepAttemptFailed { .. }))
+        .find(|e| matches!(e.fact, Fact::StepAttemptFailed { .. }))
         .unwrap()
         .at_ms;
     let out = json(run.output.as_deref().unwrap());
@@ -272,7 +274,10 @@ async fn exhausted_retries_fail_the_run_with_the_last_error() {
     let message = &run.error.as_ref().unwrap().message;
     assert!(message.contains("attempt 3 failed"), "{message}");
     assert!(message.contains("retries exhausted"), "{message}");
-    assert_eq!(attempts(&keel.journal(&run.run_id).unwrap()), vec![1, 2, 3]);
+    assert_eq!(
+        attempts(&keel.journal(&run.run_id).await.unwrap()),
+        vec![1, 2, 3]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -284,7 +289,7 @@ async fn a_long_sleep_suspends_the_run_and_a_worker_resumes_it() {
     let run = keel.run(&testbed, "sleeper", "300").await.unwrap();
     assert_eq!(run.status, RunStatus::Waiting);
     let wake_at = run.wake_at_ms.unwrap();
-    assert_eq!(keel.next_wake().unwrap(), Some(wake_at));
+    assert_eq!(keel.next_wake().await.unwrap(), Some(wake_at));
     assert_eq!(
         keel.work_once().await.unwrap(),
         0,
@@ -294,21 +299,22 @@ async fn a_long_sleep_suspends_the_run_and_a_worker_resumes_it() {
     let now = keel_host_now();
     tokio::time::sleep(Duration::from_millis(wake_at.saturating_sub(now) + 5)).await;
     assert_eq!(keel.work_once().await.unwrap(), 1);
-    let done = keel.get_run(&run.run_id).unwrap();
+    let done = keel.get_run(&run.run_id).await.unwrap();
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     let fired = keel
         .journal(&run.run_id)
+        .await
         .unwrap()
         .iter()
-        .find(|e| matches!(e.event, Event::TimerFired { .. }))
+        .find(|e| matches!(e.fact, Fact::TimerFired { .. }))
         .unwrap()
         .at_ms;
     assert!(fired >= wake_at);
 }
 
 fn keel_host_now() -> u64 {
-    use keel_host::idempotency::Clock;
-    keel_host::idempotency::SystemClock.now_ms()
+    use keel_host::core::Clock;
+    keel_host::SystemClock.now_ms()
 }
 
 /// The child side of the crash test: drives `crashable` until killed.
@@ -320,7 +326,7 @@ async fn crash_child() {
     let host = std::env::var("KEEL_CRASH_HOST").unwrap();
     let mut config = keel_host::Config::new(&db);
     config.grants.http = vec![host];
-    let keel = Keel::open(config).unwrap();
+    let keel = Keel::open_sled(config).unwrap();
     let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
     let input = serde_json::Value::String(url).to_string();
     keel.run(&testbed, "crashable", &input).await.unwrap();
@@ -346,16 +352,16 @@ async fn kill_9_in_the_middle_of_a_step_then_a_worker_completes_the_run() {
 
     let mut config = store.config();
     config.grants.http = vec![api.addr.to_string()];
-    let keel = Keel::open(config).unwrap();
-    let runs = keel.list_runs().unwrap();
+    let keel = Keel::open_sled(config).unwrap();
+    let runs = keel.list_runs().await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].status, RunStatus::Running, "interrupted mid-run");
-    let before = step_ids(&keel.journal(&runs[0].run_id).unwrap());
+    let before = step_ids(&keel.journal(&runs[0].run_id).await.unwrap());
     assert_eq!(keel.work_once().await.unwrap(), 1);
 
-    let run = keel.get_run(&runs[0].run_id).unwrap();
+    let run = keel.get_run(&runs[0].run_id).await.unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
-    let journal = keel.journal(&run.run_id).unwrap();
+    let journal = keel.journal(&run.run_id).await.unwrap();
     let after = step_ids(&journal);
     assert_eq!(&after[..before.len()], &before[..], "step IDs changed");
     // a: attempt 1; b: attempts 1 (killed) and 2; c: attempt 1.
@@ -415,11 +421,11 @@ async fn the_worker_resumes_due_timers_and_stops_when_only_far_ones_remain() {
 
     assert_eq!(keel.work(true).await.unwrap(), 1);
     assert_eq!(
-        keel.get_run(&near.run_id).unwrap().status,
+        keel.get_run(&near.run_id).await.unwrap().status,
         RunStatus::Completed
     );
     assert_eq!(
-        keel.get_run(&far.run_id).unwrap().status,
+        keel.get_run(&far.run_id).await.unwrap().status,
         RunStatus::Waiting
     );
 }

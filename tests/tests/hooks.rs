@@ -7,14 +7,21 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ManualClock, TestStore, json, open_with};
-use keel_host::{Capabilities, Error, Keel, Loaded, RunRecord, RunStatus, StartHook, StartOptions};
+use common::{Backend, ManualClock, TestStore, json, open_backend, open_with};
+use keel_host::core::journal::Fact;
+use keel_host::core::{Capabilities, RunId, RunRecord, RunStatus};
+use keel_host::{Error, Keel, Loaded, StartHook, StartOptions};
 use serde_json::{Value, json};
 
 const DAY_MS: u64 = 24 * 3600 * 1000;
 
 async fn hooks_engine(store: &TestStore) -> (Keel, Arc<Loaded>) {
     open_with(store.config(), keel_tests::ORDER_HOOKS).await
+}
+
+/// An engine whose store can be made to fail or to support less.
+async fn hooks_engine_with_backend(store: &TestStore) -> (Keel, Arc<Loaded>, Arc<Backend>) {
+    open_backend(store.config(), keel_tests::ORDER_HOOKS).await
 }
 
 fn note(order_id: &str, note: &str) -> String {
@@ -30,7 +37,7 @@ fn output(run: &RunRecord) -> Value {
     json(run.output.as_deref().expect("an output"))
 }
 
-fn conflicting_run(result: keel_host::Result<RunRecord>) -> String {
+fn conflicting_run(result: keel_host::Result<RunRecord>) -> RunId {
     match result {
         Err(Error::HookConflict {
             conflicting_run_id, ..
@@ -56,7 +63,7 @@ async fn settle(keel: &Keel) {
 }
 
 /// A finished `order_updates` run that keeps `order:{order}` for a day.
-async fn finished_retained_owner(keel: &Keel, c: &Loaded, order: &str) -> String {
+async fn finished_retained_owner(keel: &Keel, c: &Loaded, order: &str) -> RunId {
     let hook =
         StartHook::new(format!("order:{order}")).min_retention(Duration::from_millis(DAY_MS));
     let owner = keel
@@ -109,12 +116,12 @@ fn thirty_two_concurrent_starts_with_one_token_admit_one_run() {
             .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
-    let admitted: Vec<String> = results
+    let admitted: Vec<RunId> = results
         .iter()
         .filter_map(|r| r.as_ref().ok().map(|run| run.run_id.clone()))
         .collect();
     assert_eq!(admitted.len(), 1, "{results:?}");
-    let refusals: Vec<String> = results
+    let refusals: Vec<RunId> = results
         .into_iter()
         .filter(|r| r.is_err())
         .map(conflicting_run)
@@ -122,7 +129,7 @@ fn thirty_two_concurrent_starts_with_one_token_admit_one_run() {
     assert_eq!(refusals.len(), 31);
     assert!(refusals.iter().all(|owner| *owner == admitted[0]));
     assert_eq!(
-        keel.list_runs().unwrap().len(),
+        runtime.block_on(keel.list_runs()).unwrap().len(),
         1,
         "refused starts are not runs"
     );
@@ -130,7 +137,7 @@ fn thirty_two_concurrent_starts_with_one_token_admit_one_run() {
 
 /// The seed's loop: start, or deliver the payload to the owner, or learn
 /// which run holds the token.
-async fn start_or_route(keel: &Keel, c: &Loaded, order_id: &str, update: Value) -> (String, bool) {
+async fn start_or_route(keel: &Keel, c: &Loaded, order_id: &str, update: Value) -> (RunId, bool) {
     let token = format!("order:{order_id}");
     for _ in 0..3 {
         let input = note(order_id, update["note"].as_str().unwrap());
@@ -162,7 +169,7 @@ async fn duplicates_are_routed_to_the_owner_in_order_even_before_it_runs() {
         assert_eq!(routed, (owner.clone(), false), "delivered to the owner");
     }
     assert_eq!(
-        keel.get_run(&owner).unwrap().status,
+        keel.get_run(&owner).await.unwrap().status,
         RunStatus::Pending,
         "the owner has not executed yet"
     );
@@ -176,7 +183,7 @@ async fn duplicates_are_routed_to_the_owner_in_order_even_before_it_runs() {
         "{resumed:?}"
     );
     assert!(matches!(
-        keel.get_hook("order:1"),
+        keel.get_hook("order:1").await,
         Err(Error::HookNotFound { .. })
     ));
     let (next, started) = start_or_route(&keel, &c, "1", json!({"note": "again"})).await;
@@ -220,7 +227,7 @@ async fn retention_holds_the_token_after_the_run_ends_until_it_passes() {
         owner,
         "refused, naming the finished owner"
     );
-    let held = keel.get_hook("order:2").unwrap();
+    let held = keel.get_hook("order:2").await.unwrap();
     assert_eq!((held.run_id.as_str(), held.active), (owner.as_str(), false));
     assert_eq!(
         json(held.metadata.as_deref().unwrap()),
@@ -234,7 +241,7 @@ async fn retention_holds_the_token_after_the_run_ends_until_it_passes() {
 
     clock.advance(DAY_MS + 1);
     assert!(matches!(
-        keel.get_hook("order:2"),
+        keel.get_hook("order:2").await,
         Err(Error::HookNotFound { .. })
     ));
     let admitted = keel
@@ -296,7 +303,7 @@ async fn disposing_in_an_inner_scope_releases_the_token_while_the_run_goes_on() 
         "the disposed token is free, retention or not: {newcomer:?}"
     );
     assert_eq!(
-        keel.get_hook("order:4").unwrap().run_id,
+        keel.get_hook("order:4").await.unwrap().run_id,
         newcomer.unwrap().run_id
     );
 
@@ -334,7 +341,7 @@ async fn force_takes_the_token_over_and_the_old_owner_learns_who_took_it() {
     // Force also takes a token a finished run keeps for its retention.
     let finished = finished_retained_owner(&keel, &c, "6").await;
     let taker = run(&keel, &c, "supersede", &request("6", true)).await;
-    assert_eq!(keel.get_hook("order:6").unwrap().run_id, taker.run_id);
+    assert_eq!(keel.get_hook("order:6").await.unwrap().run_id, taker.run_id);
     assert_replays(&keel, &[&old.run_id, &new.run_id, &finished, &taker.run_id]).await;
 }
 
@@ -361,8 +368,8 @@ async fn the_five_strategies_return_what_the_seed_says() {
         .unwrap();
     settle(&keel).await;
     let (first, second) = (
-        keel.get_run(&adopter_owner.run_id).unwrap(),
-        keel.get_run(&adopter.run_id).unwrap(),
+        keel.get_run(&adopter_owner.run_id).await.unwrap(),
+        keel.get_run(&adopter.run_id).await.unwrap(),
     );
     assert_eq!(
         output(&first),
@@ -391,7 +398,7 @@ async fn the_five_strategies_return_what_the_seed_says() {
     );
     settle(&keel).await;
     assert_eq!(
-        output(&keel.get_run(&signalled.run_id).unwrap()),
+        output(&keel.get_run(&signalled.run_id).await.unwrap()),
         json!({"status": "processed", "order_id": "s"}),
         "the forwarded confirmation decided the owner's outcome"
     );
@@ -401,17 +408,18 @@ async fn the_five_strategies_return_what_the_seed_says() {
     let new = run(&keel, &c, "supersede", &request("n", false)).await;
     settle(&keel).await;
     assert_eq!(
-        output(&keel.get_run(&old.run_id).unwrap()),
+        output(&keel.get_run(&old.run_id).await.unwrap()),
         json!({"status": "superseded", "run_id": new.run_id})
     );
 
-    let all: Vec<String> = keel
+    let all: Vec<RunId> = keel
         .list_runs()
+        .await
         .unwrap()
         .into_iter()
         .map(|r| r.run_id)
         .collect();
-    assert_replays(&keel, &all.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_replays(&keel, &all.iter().map(RunId::as_str).collect::<Vec<_>>()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -439,8 +447,8 @@ async fn the_start_hook_refuses_options_that_belong_to_start() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unconfirmed_start_can_be_retried_with_its_token() {
     let store = TestStore::new();
-    let (keel, c) = hooks_engine(&store).await;
-    keel.store().inject_sync_failure();
+    let (keel, c, backend) = hooks_engine_with_backend(&store).await;
+    backend.unconfirm_next_write();
     let first = keel
         .start_with(
             &c,
@@ -500,8 +508,8 @@ async fn cancelling_a_run_ends_it_and_releases_its_token() {
         )
         .await;
     assert!(next.is_ok(), "{next:?}");
-    let journal = keel.journal(&run.run_id).unwrap();
-    assert_eq!(journal.last().unwrap().event.kind(), "run_cancelled");
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    assert_eq!(journal.last().unwrap().fact.name(), "run_cancelled");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -511,10 +519,10 @@ async fn a_workflow_starts_a_run_with_a_token_once() {
     let parent = run(&keel, &c, "start_order", &note("10", "a")).await;
     let child = output(&parent)["started"].as_str().unwrap().to_string();
     assert!(
-        child.starts_with(&parent.run_id),
+        child.starts_with(parent.run_id.as_str()),
         "derived from the parent: {child}"
     );
-    assert_eq!(keel.get_hook("order:10").unwrap().run_id, child);
+    assert_eq!(keel.get_hook("order:10").await.unwrap().run_id, child);
 
     let other = run(&keel, &c, "start_order", &note("10", "b")).await;
     assert_eq!(output(&other), json!({"owner": child}));
@@ -529,8 +537,8 @@ async fn a_workflow_starts_a_run_with_a_token_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_without_a_capability_refuses_the_start_before_writing() {
     let store = TestStore::new();
-    let (keel, c) = hooks_engine(&store).await;
-    keel.store().limit_capabilities(Capabilities {
+    let (keel, c, backend) = hooks_engine_with_backend(&store).await;
+    backend.limit_capabilities(Capabilities {
         atomic_start_hook: true,
         hook_retention: false,
     });
@@ -543,7 +551,7 @@ async fn a_store_without_a_capability_refuses_the_start_before_writing() {
         matches!(&refused, Err(Error::StoreCapability { capability }) if capability == "hook retention"),
         "{refused:?}"
     );
-    keel.store().limit_capabilities(Capabilities {
+    backend.limit_capabilities(Capabilities {
         atomic_start_hook: false,
         hook_retention: false,
     });
@@ -559,9 +567,12 @@ async fn a_store_without_a_capability_refuses_the_start_before_writing() {
         matches!(refused, Err(Error::StoreCapability { .. })),
         "{refused:?}"
     );
-    assert!(keel.list_runs().unwrap().is_empty(), "nothing was written");
+    assert!(
+        keel.list_runs().await.unwrap().is_empty(),
+        "nothing was written"
+    );
     assert!(matches!(
-        keel.get_hook("order:11"),
+        keel.get_hook("order:11").await,
         Err(Error::HookNotFound { .. })
     ));
     let plain = keel.start(&c, "order_updates", &note("11", "a")).await;
@@ -573,9 +584,10 @@ async fn journaled(keel: &Keel, run_id: &str, kind: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !keel
         .journal(run_id)
+        .await
         .unwrap()
         .iter()
-        .any(|e| e.event.kind() == kind)
+        .any(|e| e.fact.name() == kind)
     {
         assert!(
             std::time::Instant::now() < deadline,
@@ -648,15 +660,15 @@ async fn replay_reports_a_hook_the_code_no_longer_asks_for() {
         .await
         .unwrap();
     keel.drive(&owner.run_id).await.unwrap();
-    let mut journal = keel.journal(&owner.run_id).unwrap();
+    let mut journal = keel.journal(&owner.run_id).await.unwrap();
     for entry in &mut journal {
-        if let keel_host::journal::Event::HookCreated { token, .. } = &mut entry.event {
+        if let Fact::HookCreated { token, .. } = &mut entry.fact {
             *token = "order:other".into();
         }
     }
-    let run = keel.get_run(&owner.run_id).unwrap();
-    match keel.replay_entries(&c, &run, journal).await {
-        keel_host::Verdict::Diverged(d) => {
+    let run = keel.get_run(&owner.run_id).await.unwrap();
+    match keel.replay_entries(&c, &run, journal).await.unwrap() {
+        keel_host::core::divergence::Verdict::Diverged(d) => {
             assert_eq!(d.recorded.kind, "hook_created");
             assert!(d.recorded.excerpt.contains("order:other"), "{d:?}");
             assert!(d.requested.excerpt.contains("order:14"), "{d:?}");
@@ -824,7 +836,7 @@ async fn awaiting_a_hook_another_run_holds_fails_with_hook_conflict() {
     assert_eq!(second.status, RunStatus::Failed);
     let message = second.error.unwrap().message;
     assert!(
-        message.contains(&owner.run_id) && message.contains("order:21"),
+        message.contains(owner.run_id.as_str()) && message.contains("order:21"),
         "{message}"
     );
     assert_replays(&keel, &[&second.run_id]).await;

@@ -5,9 +5,11 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{ManualClock, TestStore, json, open};
-use keel_host::idempotency::Clock;
-use keel_host::{Error, Keel, Loaded, RunStatus, StartOptions};
+use common::{ManualClock, TestStore, json, open, open_backend};
+use keel_host::core::Clock;
+use keel_host::core::{RunId, RunStatus};
+use keel_host::store::KeyStore;
+use keel_host::{Error, Keel, Loaded, StartOptions};
 use serde_json::json;
 
 const MINUTE: u64 = 60_000;
@@ -25,13 +27,13 @@ async fn start(
     workflow: &str,
     input: &str,
     o: &StartOptions,
-) -> Result<String, Error> {
+) -> Result<RunId, Error> {
     keel.start_with(c, workflow, input, o)
         .await
         .map(|r| r.run_id)
 }
 
-fn collided_with(result: Result<String, Error>) -> String {
+fn collided_with(result: Result<RunId, Error>) -> RunId {
     match result {
         Err(Error::IdempotencyCollision {
             existing_run_id, ..
@@ -47,7 +49,7 @@ async fn the_seed_timeline_admits_at_00_00_and_00_06_and_holds_the_key_until_00_
     let store = TestStore::new();
     let mut config = store.config();
     config.clock = clock.clone();
-    let (keel, testbed) = open(config).await;
+    let (keel, testbed, backend) = open_backend(config, keel_tests::TESTBED).await;
     // tenant_task: key `additional_metadata.tenant + ':' + input.id`, TTL 5 minutes.
     let at = |m: u64| clock.0.store(t0 + m * MINUTE, Ordering::SeqCst);
     let acme = tenant("acme");
@@ -66,9 +68,9 @@ async fn the_seed_timeline_admits_at_00_00_and_00_06_and_holds_the_key_until_00_
     at(6);
     let second = trigger().await.unwrap();
     assert_ne!(second, first);
-    let hold = keel
-        .store()
+    let hold = backend
         .key_hold("tenant_task", "acme:42")
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(hold.run_id, second);
@@ -77,7 +79,7 @@ async fn the_seed_timeline_admits_at_00_00_and_00_06_and_holds_the_key_until_00_
     assert_eq!(collided_with(trigger().await), second);
     at(11);
     trigger().await.unwrap();
-    assert_eq!(keel.list_runs().unwrap().len(), 3);
+    assert_eq!(keel.list_runs().await.unwrap().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -124,8 +126,8 @@ async fn a_duplicate_event_starts_one_run_and_both_events_are_stored() {
     assert!(!first.outcomes[0].deduplicated);
     assert!(second.outcomes[0].deduplicated);
     assert_eq!(second.outcomes[0].run_id.as_deref(), Some(run_id.as_str()));
-    assert_eq!(keel.list_runs().unwrap().len(), 1);
-    let events = keel.list_events().unwrap();
+    assert_eq!(keel.list_runs().await.unwrap().len(), 1);
+    let events = keel.list_events().await.unwrap();
     assert_eq!(events.len(), 2);
     assert_ne!(events[0].event_id, events[1].event_id);
     let run = keel.result(&run_id, true).await.unwrap();
@@ -139,7 +141,7 @@ async fn a_duplicate_event_starts_one_run_and_both_events_are_stored() {
         .await
         .unwrap();
     assert!(lonely.outcomes.is_empty());
-    assert_eq!(keel.list_events().unwrap().len(), 3);
+    assert_eq!(keel.list_events().await.unwrap().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -164,7 +166,7 @@ async fn thirty_two_concurrent_starts_with_one_key_admit_one_run() {
     assert_eq!(admitted.len(), 1);
     assert_eq!(refused.len(), 31);
     assert!(refused.iter().all(|r| *r == admitted[0]));
-    assert_eq!(keel.list_runs().unwrap().len(), 1);
+    assert_eq!(keel.list_runs().await.unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -186,7 +188,7 @@ async fn bad_key_expressions_are_clear_errors_and_create_nothing() {
         .unwrap_err();
     assert_eq!(err.kind(), "key_expression");
     assert!(err.to_string().contains("input.id"), "{err}");
-    assert!(keel.list_runs().unwrap().is_empty());
+    assert!(keel.list_runs().await.unwrap().is_empty());
 
     let err = keel.load(keel_tests::TESTBED_BAD_KEY).await.unwrap_err();
     assert_eq!(err.kind(), "key_expression");
@@ -229,21 +231,23 @@ async fn expired_keys_are_purged_by_the_worker() {
     let store = TestStore::new();
     let mut config = store.config();
     config.clock = clock.clone();
-    let (keel, testbed) = open(config).await;
+    let (keel, testbed, backend) = open_backend(config, keel_tests::TESTBED).await;
     let run = keel
         .run(&testbed, "idempotent_task", r#"{"id": "p"}"#)
         .await
         .unwrap();
     assert!(
-        keel.store()
+        backend
             .key_hold("idempotent_task", "p")
+            .await
             .unwrap()
             .is_some()
     );
     keel.work_once().await.unwrap();
     assert!(
-        keel.store()
+        backend
             .key_hold("idempotent_task", "p")
+            .await
             .unwrap()
             .is_some(),
         "purged early"
@@ -251,13 +255,14 @@ async fn expired_keys_are_purged_by_the_worker() {
     clock.0.fetch_add(MINUTE, Ordering::SeqCst);
     keel.work_once().await.unwrap();
     assert!(
-        keel.store()
+        backend
             .key_hold("idempotent_task", "p")
+            .await
             .unwrap()
             .is_none()
     );
     assert_eq!(
-        keel.get_run(&run.run_id).unwrap().status,
+        keel.get_run(&run.run_id).await.unwrap().status,
         RunStatus::Completed
     );
 }

@@ -9,9 +9,12 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{TestStore, json};
-use keel_host::journal::Event;
-use keel_host::payments::PaymentApi;
-use keel_host::{Grants, JournalFile, Keel, Replayer, RunStatus, StartOptions, Verdict};
+use keel_host::core::RunStatus;
+use keel_host::core::divergence::Verdict;
+use keel_host::core::file::JournalFile;
+use keel_host::core::journal::Fact;
+use keel_host::{Grants, Keel, Replayer, StartOptions};
+use keel_payment_api::PaymentApi;
 
 fn journals(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -32,7 +35,7 @@ async fn order_keel(store: &TestStore, api: &PaymentApi) -> Keel {
         http: vec![api.addr.to_string()],
         ..Grants::default()
     };
-    Keel::open(config).unwrap()
+    Keel::open_sled(config).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -48,7 +51,7 @@ async fn regenerate_journal_fixtures() {
             .run(&order, "process_order", &order_input(&api, id))
             .await
             .unwrap();
-        let file = JournalFile::new(&run, keel.journal(&run.run_id).unwrap());
+        let file = JournalFile::new(&run, keel.journal(&run.run_id).await.unwrap());
         std::fs::write(
             journals("order").join(format!("{id}.journal")),
             file.to_bytes(),
@@ -60,7 +63,7 @@ async fn regenerate_journal_fixtures() {
         .run(&testbed, "concurrent", "[300, 10, 150]")
         .await
         .unwrap();
-    let file = JournalFile::new(&run, keel.journal(&run.run_id).unwrap());
+    let file = JournalFile::new(&run, keel.journal(&run.run_id).await.unwrap());
     std::fs::create_dir_all(journals("testbed")).unwrap();
     std::fs::write(journals("testbed").join("concurrent.json"), file.to_json()).unwrap();
 
@@ -81,7 +84,7 @@ async fn regenerate_journal_fixtures() {
             keel.resume_hook("ship:7", "{}").await.unwrap();
             run = keel.drive(&run.run_id).await.unwrap();
         }
-        let file = JournalFile::new(&run, keel.journal(&run.run_id).unwrap());
+        let file = JournalFile::new(&run, keel.journal(&run.run_id).await.unwrap());
         let path = journals("order-hooks").join(format!("{workflow}.json"));
         std::fs::write(path, file.to_json()).unwrap();
     }
@@ -89,7 +92,9 @@ async fn regenerate_journal_fixtures() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn recorded_hook_journals_replay_cleanly() {
-    let replayer = Replayer::new(keel_tests::ORDER_HOOKS).await.unwrap();
+    let replayer = Replayer::new(keel_tests::ORDER_HOOKS, common::shared_cache())
+        .await
+        .unwrap();
     let reports = replayer
         .replay_paths(&[journals("order-hooks")])
         .await
@@ -115,7 +120,9 @@ async fn recorded_hook_journals_replay_cleanly() {
 #[tokio::test(flavor = "multi_thread")]
 async fn v1_journals_replay_cleanly_against_v1_and_the_compatible_v2() {
     for component in [keel_tests::ORDER, keel_tests::ORDER_V2_COMPATIBLE] {
-        let replayer = Replayer::new(component).await.unwrap();
+        let replayer = Replayer::new(component, common::shared_cache())
+            .await
+            .unwrap();
         let reports = replayer.replay_paths(&[journals("order")]).await.unwrap();
         assert_eq!(reports.len(), 2);
         for report in reports {
@@ -138,7 +145,7 @@ async fn v1_journals_replay_cleanly_against_v1_and_the_compatible_v2() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_incompatible_v2_diverges_at_its_first_command_with_both_sides_shown() {
-    let replayer = Replayer::new(keel_tests::ORDER_V2_INCOMPATIBLE)
+    let replayer = Replayer::new(keel_tests::ORDER_V2_INCOMPATIBLE, common::shared_cache())
         .await
         .unwrap();
     let reports = replayer.replay_paths(&[journals("order")]).await.unwrap();
@@ -174,12 +181,12 @@ async fn patched_is_true_for_new_runs_journaled_and_false_for_old_history() {
         .run(&v2, "process_order", &order_input(&api, "o-9"))
         .await
         .unwrap();
-    let journal = keel.journal(&run.run_id).unwrap();
+    let journal = keel.journal(&run.run_id).await.unwrap();
     let kinds: Vec<_> = journal
         .iter()
-        .filter_map(|e| match &e.event {
-            Event::StepScheduled { name, .. } => Some(name.clone()),
-            Event::PatchMarker { change_id, .. } => Some(format!("patch:{change_id}")),
+        .filter_map(|e| match &e.fact {
+            Fact::StepScheduled { name, .. } => Some(name.clone()),
+            Fact::PatchMarker { change_id, .. } => Some(format!("patch:{change_id}")),
             _ => None,
         })
         .collect();
@@ -213,7 +220,9 @@ async fn patched_is_true_for_new_runs_journaled_and_false_for_old_history() {
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_steps_replay_in_their_recorded_delivery_order() {
     let path = journals("testbed").join("concurrent.json");
-    let replayer = Replayer::new(keel_tests::TESTBED).await.unwrap();
+    let replayer = Replayer::new(keel_tests::TESTBED, common::shared_cache())
+        .await
+        .unwrap();
     let report = replayer.replay_file(&path).await.unwrap();
     let Verdict::Ok {
         output: Some(output),
@@ -232,14 +241,14 @@ async fn concurrent_steps_replay_in_their_recorded_delivery_order() {
     assert_eq!(labels(output), ["s1", "s2", "s0"]);
 
     // Swap the first two completions: replay follows the journal, not timing.
-    let mut file = JournalFile::parse(&std::fs::read(&path).unwrap(), &path).unwrap();
+    let mut file = JournalFile::parse(&std::fs::read(&path).unwrap()).unwrap();
     let completions: Vec<usize> = (0..file.entries.len())
-        .filter(|&i| matches!(file.entries[i].event, Event::StepCompleted { .. }))
+        .filter(|&i| matches!(file.entries[i].fact, Fact::StepCompleted { .. }))
         .collect();
     let (a, b) = (completions[0], completions[1]);
-    let tmp = file.entries[a].event.clone();
-    file.entries[a].event = file.entries[b].event.clone();
-    file.entries[b].event = tmp;
+    let tmp = file.entries[a].fact.clone();
+    file.entries[a].fact = file.entries[b].fact.clone();
+    file.entries[b].fact = tmp;
     let dir = tempfile::tempdir().unwrap();
     let swapped = dir.path().join("swapped.journal");
     std::fs::write(&swapped, file.to_bytes()).unwrap();
@@ -255,26 +264,24 @@ async fn concurrent_steps_replay_in_their_recorded_delivery_order() {
 fn other_versions_truncation_and_garbage_are_clear_errors() {
     let path = journals("order").join("order-1.journal");
     let bytes = std::fs::read(&path).unwrap();
-    assert!(JournalFile::parse(&bytes, &path).is_ok());
+    assert!(JournalFile::parse(&bytes).is_ok());
 
     let mut other = bytes.clone();
     other[8] = 99;
-    let err = JournalFile::parse(&other, &path).unwrap_err().to_string();
+    let err = JournalFile::parse(&other).unwrap_err().to_string();
     assert!(
         err.contains("format version 99") && err.contains("reads version 1"),
         "{err}"
     );
 
-    let err = JournalFile::parse(&bytes[..bytes.len() / 2], &path)
+    let err = JournalFile::parse(&bytes[..bytes.len() / 2])
         .unwrap_err()
         .to_string();
     assert!(err.contains("truncated or corrupted"), "{err}");
-    let err = JournalFile::parse(&bytes[..9], &path)
-        .unwrap_err()
-        .to_string();
+    let err = JournalFile::parse(&bytes[..9]).unwrap_err().to_string();
     assert!(err.contains("truncated"), "{err}");
 
-    let err = JournalFile::parse(b"\x00\x01garbage", &path)
+    let err = JournalFile::parse(b"\x00\x01garbage")
         .unwrap_err()
         .to_string();
     assert!(err.contains("not a keel journal file"), "{err}");
@@ -283,7 +290,7 @@ fn other_versions_truncation_and_garbage_are_clear_errors() {
     let text = std::fs::read_to_string(&json_path).unwrap();
     let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
     value["header"]["format_version"] = 7.into();
-    let err = JournalFile::parse(value.to_string().as_bytes(), &json_path)
+    let err = JournalFile::parse(value.to_string().as_bytes())
         .unwrap_err()
         .to_string();
     assert!(err.contains("format version 7"), "{err}");

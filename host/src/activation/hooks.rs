@@ -3,13 +3,12 @@
 //! runs. Each is journaled; a command whose effect others can see (a hook
 //! registered or released, a run started) flushes the journal first.
 
-use crate::Error;
-use crate::hooks::{HookRecord, Payload};
-use crate::journal::{Event, HookRegistration, StartOutcome};
-use crate::sandbox::wit;
-use crate::store::RunStatus;
+use keel_core::journal::{Fact, HookRegistration, StartOutcome};
+use keel_core::{HookRecord, RunStatus};
+use keel_store::HookPayload;
 
-use super::Activation;
+use super::{Activation, ChildStart};
+use crate::sandbox::wit;
 
 /// What a command completed from outside the run waits for.
 pub(super) enum External {
@@ -36,18 +35,19 @@ impl Activation {
     /// `create_hook(options)`: registers the hook in the store (or binds
     /// to the run's start hook) and journals the store's answer. Options
     /// that belong to `start()` are refused on the start hook.
-    pub async fn create_hook(
+    pub(super) async fn create_hook(
         &mut self,
         options: wit::HookOptions,
     ) -> wasmtime::Result<Result<wit::Hook, String>> {
-        let token = options
-            .token
-            .clone()
-            .unwrap_or_else(|| format!("{}:hook:{}", self.run_id, self.next_command));
+        let token = options.token.clone().unwrap_or_else(|| {
+            self.run_id
+                .default_hook_token(self.next_command)
+                .into_string()
+        });
         let force = options.force;
         let (command, recorded) = self.match_command(
             |e| match e {
-                Event::HookCreated {
+                Fact::HookCreated {
                     token: t,
                     force: f,
                     registration,
@@ -55,7 +55,7 @@ impl Activation {
                 } if *t == token && *f == force => Some(registration.clone()),
                 _ => None,
             },
-            |command| Event::HookCreated {
+            |command| Fact::HookCreated {
                 command,
                 token: token.clone(),
                 force,
@@ -68,18 +68,17 @@ impl Activation {
                 // Tokens are unique among active hooks, within a run too.
                 let registration = if self.hooks.values().any(|h| h.token == token) {
                     HookRegistration::Conflict {
-                        owner_run_id: self.run_id.clone(),
+                        owner_run_id: self.run_id.to_string(),
                     }
                 } else {
                     self.register(&token, command, &options).await?
                 };
-                self.append_command(Event::HookCreated {
+                self.record_command(Fact::HookCreated {
                     command,
                     token: token.clone(),
                     force,
                     registration: registration.clone(),
-                })
-                .await?;
+                })?;
                 registration
             }
         };
@@ -126,9 +125,9 @@ impl Activation {
         command: u32,
         options: &wit::HookOptions,
     ) -> wasmtime::Result<HookRegistration> {
-        let now = self.inner.config.clock.now_ms();
+        let now = self.now_ms();
         let hook = HookRecord {
-            token: token.to_string(),
+            token: token.into(),
             run_id: self.run_id.clone(),
             command: Some(command),
             metadata: options.metadata.clone(),
@@ -138,43 +137,41 @@ impl Activation {
             next_payload: 0,
         };
         self.flush_before_effect().await?;
-        let (registration, claimed_from) =
-            self.inner.store.register_hook(&hook, options.force, now)?;
-        if let Some(old_owner) = claimed_from {
-            tracing::info!(run_id = %self.run_id, old_owner, token, "token taken over");
-            self.inner.poke(&old_owner);
+        let registered = self
+            .store()?
+            .register_hook(&hook, options.force, now)
+            .await
+            .map_err(crate::Error::from)?;
+        if let Some(old_owner) = registered.claimed_from {
+            tracing::info!(run_id = %self.run_id, %old_owner, token, "token taken over");
+            self.outside.wake(&old_owner);
         }
-        Ok(registration)
+        Ok(registered.registration)
     }
 
     /// Asks for the next payload of the hook `handle`.
-    pub async fn hook_next(&mut self, handle: u32) -> wasmtime::Result<u32> {
+    pub(super) async fn hook_next(&mut self, handle: u32) -> wasmtime::Result<u32> {
         let Some(hook) = self.hooks.get_mut(&handle) else {
-            return Err(wasmtime::Error::new(Error::WorkflowFailed {
-                run_id: self.run_id.clone(),
-                message: format!(
-                    "it awaits hook {handle}, which it does not hold (it was disposed of, or its token is held by another run)"
-                ),
-            }));
+            return Err(self.failed(format!(
+                "it awaits hook {handle}, which it does not hold (it was disposed of, or its token is held by another run)"
+            )));
         };
         let (token, index) = (hook.token.clone(), hook.next_index);
         hook.next_index += 1;
-        let (command, _) = self
-            .command(
-                |e| match e {
-                    Event::HookNext { hook, index: i, .. } => {
-                        (*hook == handle && *i == index).then_some(())
-                    }
-                    _ => None,
-                },
-                |command| Event::HookNext {
-                    command,
-                    hook: handle,
-                    token: token.clone(),
-                    index,
-                },
-            )
-            .await?;
+        let (command, _) = self.command(
+            |f| match f {
+                Fact::HookNext { hook, index: i, .. } => {
+                    (*hook == handle && *i == index).then_some(())
+                }
+                _ => None,
+            },
+            |command| Fact::HookNext {
+                command,
+                hook: handle,
+                token: token.clone(),
+                index,
+            },
+        )?;
         if !self.offline && !self.journal.is_completed(command) {
             self.external
                 .insert(command, External::Payload { token, index });
@@ -183,36 +180,39 @@ impl Activation {
     }
 
     /// Disposes of the hook `handle`: its token is released at once.
-    pub async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()> {
+    pub(super) async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()> {
         let Some(hook) = self.hooks.remove(&handle) else {
             return Ok(());
         };
-        let event = |command| Event::HookDisposed {
+        let event = |command| Fact::HookDisposed {
             command,
             hook: handle,
         };
         let (command, recorded) = self.match_command(
-            |e| matches!(e, Event::HookDisposed { hook, .. } if *hook == handle).then_some(()),
+            |e| matches!(e, Fact::HookDisposed { hook, .. } if *hook == handle).then_some(()),
             event,
         )?;
         if recorded.is_none() {
             self.flush_before_effect().await?;
-            self.inner.store.dispose_hook(&self.run_id, &hook.token)?;
-            self.append_command(event(command)).await?;
+            self.store()?
+                .dispose_hook(&self.run_id, &hook.token)
+                .await
+                .map_err(crate::Error::from)?;
+            self.record_command(event(command))?;
         }
         Ok(())
     }
 
     /// Another run's status, read once and journaled.
-    pub async fn run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus> {
+    pub(super) async fn run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus> {
         let (command, recorded) = self.match_command(
             |e| match e {
-                Event::RunStatusRead {
+                Fact::RunStatusRead {
                     run_id: r, status, ..
                 } if *r == run_id => Some(status.clone()),
                 _ => None,
             },
-            |command| Event::RunStatusRead {
+            |command| Fact::RunStatusRead {
                 command,
                 run_id: run_id.clone(),
                 status: String::new(),
@@ -221,19 +221,13 @@ impl Activation {
         let status = match recorded {
             Some(status) => status,
             None => {
-                let status = self
-                    .inner
-                    .store
-                    .get_run(&run_id)?
-                    .status
-                    .as_str()
-                    .to_string();
-                self.append_command(Event::RunStatusRead {
+                let run = self.store()?.get_run(&run_id).await;
+                let status = run.map_err(crate::Error::from)?.status.as_str().to_string();
+                self.record_command(Fact::RunStatusRead {
                     command,
                     run_id,
                     status: status.clone(),
-                })
-                .await?;
+                })?;
                 status
             }
         };
@@ -241,19 +235,21 @@ impl Activation {
     }
 
     /// Waits for another run to end; the run is woken when it does.
-    pub async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32> {
-        let (command, _) = self
-            .command(
-                |e| matches!(e, Event::RunAwaited { run_id: r, .. } if *r == run_id).then_some(()),
-                |command| Event::RunAwaited {
-                    command,
-                    run_id: run_id.clone(),
-                },
-            )
-            .await?;
+    pub(super) async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32> {
+        let (command, _) = self.command(
+            |f| matches!(f, Fact::RunAwaited { run_id: r, .. } if *r == run_id).then_some(()),
+            |command| Fact::RunAwaited {
+                command,
+                run_id: run_id.clone(),
+            },
+        )?;
         if !self.offline && !self.journal.is_completed(command) {
-            self.inner.store.get_run(&run_id)?;
-            self.inner.store.watch(&run_id, &self.run_id)?;
+            let store = self.store()?;
+            store.get_run(&run_id).await.map_err(crate::Error::from)?;
+            store
+                .watch(&run_id, &self.run_id)
+                .await
+                .map_err(crate::Error::from)?;
             self.external.insert(command, External::RunEnd { run_id });
         }
         Ok(command)
@@ -261,7 +257,7 @@ impl Activation {
 
     /// Starts a run of `workflow` of this component. Its run ID derives
     /// from this command, so a recovered run finds the run it started.
-    pub async fn start_workflow(
+    pub(super) async fn start_workflow(
         &mut self,
         workflow: String,
         input: String,
@@ -269,7 +265,7 @@ impl Activation {
     ) -> wasmtime::Result<Result<String, wit::StartError>> {
         let (command, recorded) = self.match_command(
             |e| match e {
-                Event::WorkflowStarted {
+                Fact::WorkflowStarted {
                     workflow: w,
                     input: i,
                     token,
@@ -280,7 +276,7 @@ impl Activation {
                 }
                 _ => None,
             },
-            |command| Event::WorkflowStarted {
+            |command| Fact::WorkflowStarted {
                 command,
                 workflow: workflow.clone(),
                 input: input.clone(),
@@ -294,24 +290,24 @@ impl Activation {
             Some(outcome) => outcome,
             None => {
                 self.flush_before_effect().await?;
-                let child_id = format!("{}.{command}", self.run_id);
-                let outcome = crate::engine::start_child(
-                    &self.inner,
-                    &self.loaded,
-                    child_id,
-                    &workflow,
-                    &input,
-                    &options,
-                )
-                .await?;
-                self.append_command(Event::WorkflowStarted {
+                let token = options.token.clone();
+                let outcome = self
+                    .outside
+                    .start_child(ChildStart {
+                        component: self.loaded.clone(),
+                        run_id: self.run_id.child(command),
+                        workflow: workflow.clone(),
+                        input: input.clone(),
+                        options,
+                    })
+                    .await?;
+                self.record_command(Fact::WorkflowStarted {
                     command,
                     workflow,
                     input,
-                    token: options.token,
+                    token,
                     outcome: outcome.clone(),
-                })
-                .await?;
+                })?;
                 outcome
             }
         };
@@ -327,29 +323,30 @@ impl Activation {
     /// Journals the completion of every awaited external command the store
     /// can complete now; true if it completed any.
     pub(super) async fn complete_external(&mut self, ids: &[u32]) -> wasmtime::Result<bool> {
-        let store = self.inner.store.clone();
+        let store = self.store()?.clone();
         let mut done = Vec::new();
         for &id in ids {
             let event = match self.external.get(&id) {
                 Some(External::Payload { token, index }) => {
-                    match store.payload(&self.run_id, token, *index)? {
-                        Payload::Ready(payload) => Event::HookReceived {
+                    let payload = store.payload(&self.run_id, token, *index).await;
+                    match payload.map_err(crate::Error::from)? {
+                        HookPayload::Ready(payload) => Fact::HookReceived {
                             command: id,
                             payload,
                         },
-                        Payload::ForceClaimed(by) => Event::HookForceClaimed {
+                        HookPayload::ForceClaimed(by) => Fact::HookForceClaimed {
                             command: id,
-                            claimed_by_run_id: by,
+                            claimed_by_run_id: by.into_string(),
                         },
-                        Payload::Pending => continue,
+                        HookPayload::Pending => continue,
                     }
                 }
                 Some(External::RunEnd { run_id }) => {
-                    let run = store.get_run(run_id)?;
+                    let run = store.get_run(run_id).await.map_err(crate::Error::from)?;
                     if !run.status.is_final() {
                         continue;
                     }
-                    Event::AwaitedRunEnded {
+                    Fact::AwaitedRunEnded {
                         command: id,
                         status: run.status.as_str().into(),
                         output: run.output,

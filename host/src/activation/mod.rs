@@ -5,280 +5,45 @@
 //! of the same ID; a divergence stops the run with `NonDeterminism`. A
 //! completion is delivered by `wait-any` as the first completion in journal
 //! order among the commands the workflow awaits, which is the same live and
-//! on replay. When nothing awaited can complete soon (a long timer), the
-//! activation suspends: the guest is dropped and the run resumes later by
-//! replay.
-//!
-//! Entries are flushed when something depends on them: before a step
-//! attempt executes, before a store effect other callers can see, and at
-//! the run's end or suspension. Entries in between (commands, completions)
-//! are written at once and covered by the next flush, so a step costs one
-//! flush rather than three.
+//! on replay. When nothing awaited can complete soon (a long timer, a hook),
+//! the activation suspends: the guest is dropped and the run resumes later
+//! by replay. The activation reaches beyond its run only through
+//! [`Outside`].
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use async_trait::async_trait;
+use keel_core::RunId;
+use keel_core::divergence::{Divergence, Trace};
+use keel_core::index::Delivered;
+use keel_core::journal::{Entry, Fact, step_digest};
 use tokio::task::JoinHandle;
 
 mod hooks;
+mod journal;
+mod outside;
 
 use hooks::{External, OpenHook, wit_status};
+pub use journal::RunJournal;
+pub use outside::{ChildStart, Offline, Outside, StepCall};
 
+use crate::Error;
 use crate::component::Loaded;
-use crate::engine::Inner;
-use crate::idempotency::Clock;
-use crate::journal::{self, Entry, Event, step_digest, step_id};
-use crate::replay::{CommandView, Divergence};
-use crate::sandbox::{JournalClock, wit};
-use crate::store::Store;
-use crate::{Error, Result};
+use crate::sandbox::{JournalClock, WorkflowCalls, wit};
 
-/// A run's journal in memory, shared by the activation and its step and
-/// timer tasks, backed by the store.
-pub struct RunJournal {
-    store: Option<Store>,
-    run_id: String,
-    state: Mutex<JournalState>,
-    changed: Notify,
-    cancelled: AtomicBool,
-}
-
-#[derive(Default)]
-struct JournalState {
-    entries: Vec<Entry>,
-    /// `entries[..durable]` are on disk.
-    durable: usize,
-    /// Entry index of each command, by command ID.
-    commands: Vec<usize>,
-    /// Entry indices of completions, in journal order.
-    completions: Vec<usize>,
-    completed: HashSet<u32>,
-    /// A task's storage failure, which ends the activation.
-    failure: Option<String>,
-}
-
-impl JournalState {
-    fn push(&mut self, entry: Entry) -> usize {
-        let idx = self.entries.len();
-        if let Some(c) = entry.event.command() {
-            debug_assert_eq!(c as usize, self.commands.len());
-            self.commands.push(idx);
-        }
-        if let Some(c) = entry.event.completes() {
-            self.completions.push(idx);
-            self.completed.insert(c);
-        }
-        self.entries.push(entry);
-        idx
-    }
-}
-
-impl RunJournal {
-    /// A journal loaded from `entries`. Without a store it is read-only:
-    /// appends fail (offline replay).
-    pub fn new(store: Option<Store>, run_id: &str, entries: Vec<Entry>) -> Self {
-        let mut state = JournalState::default();
-        for entry in entries {
-            state.push(entry);
-        }
-        state.durable = state.entries.len();
-        RunJournal {
-            store,
-            run_id: run_id.to_string(),
-            state: Mutex::new(state),
-            changed: Notify::new(),
-            cancelled: AtomicBool::new(false),
-        }
-    }
-
-    /// Wakes the activation to look again at what the store holds for it
-    /// (a payload, another run's end).
-    pub fn poke(&self) {
-        self.changed.notify_waiters();
-    }
-
-    /// Asks the activation to stop at its next wait: the run is cancelled.
-    pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
-        self.changed.notify_waiters();
-    }
-
-    fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, JournalState> {
-        self.state.lock().expect("journal lock poisoned")
-    }
-
-    /// Appends an event and returns the entry once it (and every entry
-    /// before it) is on disk.
-    pub async fn append(&self, event: Event) -> Result<Entry> {
-        let entry = self.record(event)?;
-        self.flush().await?;
-        Ok(entry)
-    }
-
-    /// Appends an event without waiting for the disk. For entries nothing
-    /// outside the run depends on yet: the next flush covers them, and one
-    /// happens before anything that depends on them executes or is
-    /// acknowledged (a step attempt, a store effect others can see, the
-    /// run's end or suspension). A crash before it loses only entries whose
-    /// effects never left the run, which the recovered run makes again.
-    pub fn record(&self, event: Event) -> Result<Entry> {
-        let store = self
-            .store
-            .as_ref()
-            .ok_or_else(|| Error::Wasm("replay never writes".into()))?;
-        let entry = {
-            let mut state = self.lock();
-            let last = state.entries.last().map_or(0, |e| e.at_ms);
-            let entry = Entry {
-                seq: state.entries.len() as u64,
-                at_ms: now_ms().max(last),
-                event,
-            };
-            store.append(&self.run_id, &entry)?;
-            state.push(entry.clone());
-            entry
-        };
-        self.changed.notify_waiters();
-        Ok(entry)
-    }
-
-    /// Waits until every entry recorded so far is on disk.
-    pub async fn flush(&self) -> Result<()> {
-        let Some(store) = &self.store else {
-            return Ok(());
-        };
-        let recorded = {
-            let state = self.lock();
-            if state.durable >= state.entries.len() {
-                return Ok(());
-            }
-            state.entries.len()
-        };
-        store.sync().await?;
-        let mut state = self.lock();
-        state.durable = state.durable.max(recorded);
-        Ok(())
-    }
-
-    /// Records a task's failure, which ends the activation.
-    pub fn fail(&self, message: String) {
-        self.lock().failure.get_or_insert(message);
-        self.changed.notify_waiters();
-    }
-
-    /// Compares the recorded command `command` with what the code asks for,
-    /// without copying it unless it differs: `extract` returns what the
-    /// caller needs from a matching event, or `None` if it does not match.
-    fn recorded<T>(&self, command: u32, extract: impl FnOnce(&Event) -> Option<T>) -> Recorded<T> {
-        let state = self.lock();
-        let Some(&i) = state.commands.get(command as usize) else {
-            return Recorded::Absent;
-        };
-        let entry = &state.entries[i];
-        match extract(&entry.event) {
-            Some(value) => Recorded::Matches {
-                at_ms: entry.at_ms,
-                value,
-            },
-            None => Recorded::Differs(entry.clone()),
-        }
-    }
-
-    fn recorded_command(&self, command: u32) -> Option<Entry> {
-        let state = self.lock();
-        state
-            .commands
-            .get(command as usize)
-            .map(|&i| state.entries[i].clone())
-    }
-
-    /// Views of the recorded commands in `range`, as `(command, view)`.
-    pub(crate) fn command_views(&self, range: std::ops::Range<u32>) -> Vec<(u32, CommandView)> {
-        let state = self.lock();
-        range
-            .filter_map(|c| {
-                let &i = state.commands.get(c as usize)?;
-                Some((c, CommandView::of(&state.entries[i].event)))
-            })
-            .collect()
-    }
-
-    fn is_completed(&self, command: u32) -> bool {
-        self.lock().completed.contains(&command)
-    }
-
-    /// How many attempts of a step were started, and when the next may start.
-    fn attempts(&self, command: u32) -> (u32, Option<u64>) {
-        let state = self.lock();
-        let mut started = 0;
-        let mut retry_at = None;
-        for e in &state.entries {
-            match &e.event {
-                Event::StepAttemptStarted {
-                    command: c,
-                    attempt,
-                } if *c == command => {
-                    started = started.max(*attempt);
-                }
-                Event::StepAttemptFailed {
-                    command: c,
-                    retry_at_ms,
-                    ..
-                } if *c == command => {
-                    retry_at = Some(*retry_at_ms);
-                }
-                _ => {}
-            }
-        }
-        (started, retry_at)
-    }
-
-    /// The first undelivered completion among `ids`, in journal order.
-    fn take_completion(&self, ids: &[u32], delivered: &mut Delivered) -> Option<Entry> {
-        let state = self.lock();
-        let recorded = &state.completions;
-        let pos = recorded.iter().skip(delivered.prefix).position(|&i| {
-            let c = state.entries[i]
-                .event
-                .completes()
-                .expect("indexed as a completion");
-            ids.contains(&c) && !delivered.commands.contains(&c)
-        })? + delivered.prefix;
-        let entry = state.entries[recorded[pos]].clone();
-        delivered
-            .commands
-            .insert(entry.event.completes().expect("a completion"));
-        while delivered.prefix < recorded.len()
-            && delivered.commands.contains(
-                &state.entries[recorded[delivered.prefix]]
-                    .event
-                    .completes()
-                    .expect("a completion"),
-            )
-        {
-            delivered.prefix += 1;
-        }
-        Some(entry)
-    }
-
-    /// The journal records the run's end: everything in it is history.
-    fn has_ended(&self) -> bool {
-        matches!(
-            self.lock().entries.last().map(|e| &e.event),
-            Some(Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled)
-        )
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.lock().failure.clone()
-    }
+/// Raised out of the guest when the activation cannot go on now.
+#[derive(Debug, thiserror::Error)]
+pub enum Suspend {
+    /// Waiting for a timer due at `wake_at_ms`, or for something outside
+    /// the run (a hook's payload, another run's end), which wakes it.
+    #[error("waiting for {on}")]
+    Waiting { wake_at_ms: Option<u64>, on: String },
+    /// An offline replay reached the journal's end.
+    #[error("the journal ends here")]
+    JournalEnd,
 }
 
 /// What the journal holds at a command's position.
@@ -288,41 +53,24 @@ enum Recorded<T> {
     Differs(Entry),
 }
 
-/// The completions an activation has handed to the workflow.
-#[derive(Default)]
-struct Delivered {
-    commands: HashSet<u32>,
-    /// Every completion before this index (in journal order) is delivered.
-    prefix: usize,
-}
-
-/// Raised out of the guest when the activation cannot go on now.
-#[derive(Debug, thiserror::Error)]
-pub enum Suspend {
-    /// Waiting for a timer due at `wake_at_ms`, or for something outside
-    /// the run (a hook's payload, another run's end), which wakes it.
-    #[error("waiting for {on}")]
-    Waiting { wake_at_ms: Option<u64>, on: String },
-    #[error("the journal ends here")]
-    JournalEnd,
-}
-
 /// The state of one workflow activation, held in the guest's store.
 pub struct Activation {
-    pub run_id: String,
-    pub workflow: String,
-    pub started_at_ms: u64,
-    pub(crate) inner: Arc<Inner>,
-    pub(crate) loaded: Arc<Loaded>,
-    pub(crate) journal: Arc<RunJournal>,
-    pub(crate) clock: JournalClock,
+    run_id: RunId,
+    workflow: String,
+    started_at_ms: u64,
+    outside: Arc<dyn Outside>,
+    loaded: Arc<Loaded>,
+    journal: Arc<RunJournal>,
+    clock: JournalClock,
     /// Replay only: never append, never execute a step.
-    pub(crate) offline: bool,
+    offline: bool,
     next_command: u32,
     recorded_commands: u32,
     delivered: Delivered,
     /// Commands with a live task that will complete them.
     in_flight: HashSet<u32>,
+    /// The steps among them.
+    steps: HashSet<u32>,
     /// Fire times of timers not armed in memory (too far away).
     dormant_timers: HashMap<u32, u64>,
     /// Commands completed from outside the run, by what they wait for.
@@ -331,7 +79,7 @@ pub struct Activation {
     hooks: HashMap<u32, OpenHook>,
     tasks: Vec<JoinHandle<()>>,
     /// The first divergence from the journal, in detail.
-    pub(crate) divergence: Option<Divergence>,
+    divergence: Option<Divergence>,
 }
 
 impl Drop for Activation {
@@ -343,29 +91,29 @@ impl Drop for Activation {
 }
 
 impl Activation {
-    pub(crate) fn new(
-        inner: Arc<Inner>,
+    /// An activation of `workflow` for `run_id` over `journal`.
+    pub fn new(
+        outside: Arc<dyn Outside>,
         loaded: Arc<Loaded>,
         journal: Arc<RunJournal>,
-        run_id: &str,
         workflow: &str,
         started_at_ms: u64,
-        offline: bool,
     ) -> Self {
-        let recorded_commands = journal.lock().commands.len() as u32;
+        let recorded_commands = journal.command_count();
         Activation {
-            run_id: run_id.to_string(),
+            run_id: journal.run_id().clone(),
             workflow: workflow.to_string(),
             started_at_ms,
             clock: JournalClock::new(started_at_ms),
-            inner,
+            offline: outside.store().is_none(),
+            outside,
             loaded,
             journal,
-            offline,
             next_command: 0,
             recorded_commands,
             delivered: Delivered::default(),
             in_flight: HashSet::new(),
+            steps: HashSet::new(),
             dormant_timers: HashMap::new(),
             external: HashMap::new(),
             hooks: HashMap::new(),
@@ -374,17 +122,23 @@ impl Activation {
         }
     }
 
-    /// Commands the workflow issued so far, and commands the journal holds.
-    pub(crate) fn progress(&self) -> (u32, u32) {
-        (self.next_command, self.recorded_commands)
+    /// The clock the guest reads: journal time.
+    pub fn clock(&self) -> JournalClock {
+        self.clock.clone()
     }
 
-    /// Stops the step and timer tasks of this activation and waits until
-    /// they are gone, so nothing of the run outlives it.
-    pub(crate) async fn stop_tasks(&mut self) {
+    /// Stops the step and timer tasks of this activation, waits until they
+    /// are gone (so nothing of the run outlives it), and says what the
+    /// activation did.
+    pub async fn finish(&mut self) -> Trace {
         for task in std::mem::take(&mut self.tasks) {
             task.abort();
             let _ = task.await;
+        }
+        Trace {
+            divergence: self.divergence.take(),
+            issued: self.next_command,
+            recorded: self.recorded_commands,
         }
     }
 
@@ -392,34 +146,45 @@ impl Activation {
         self.next_command < self.recorded_commands
     }
 
-    /// Matches the code's next command against the journal, or appends it.
-    /// `extract` recognises a matching recorded event and takes what the
-    /// caller needs from it; `build` makes the event to append. Returns the
+    fn now_ms(&self) -> u64 {
+        self.outside.clock().now_ms()
+    }
+
+    fn failed(&self, message: String) -> wasmtime::Error {
+        wasmtime::Error::new(Error::WorkflowFailed {
+            run_id: self.run_id.clone(),
+            message,
+        })
+    }
+
+    /// Matches the code's next command against the journal, or records it.
+    /// `extract` recognises a matching recorded fact and takes what the
+    /// caller needs from it; `build` makes the fact to record. Returns the
     /// command ID and, when replayed, the extracted value.
-    async fn command<T>(
+    fn command<T>(
         &mut self,
-        extract: impl FnOnce(&Event) -> Option<T>,
-        build: impl Fn(u32) -> Event,
+        extract: impl FnOnce(&Fact) -> Option<T>,
+        build: impl Fn(u32) -> Fact,
     ) -> wasmtime::Result<(u32, Option<T>)> {
         let (command, recorded) = self.match_command(extract, &build)?;
         if recorded.is_none() {
-            self.append_command(build(command)).await?;
+            self.record_command(build(command))?;
         }
         Ok((command, recorded))
     }
 
     /// Takes the next command ID and matches it against the journal without
-    /// appending: `None` means the journal ends here and the caller appends
-    /// (after any side effect the event records). `requested` describes the
+    /// recording: `None` means the journal ends here and the caller records
+    /// (after any side effect the fact records). `requested` describes the
     /// command for a divergence report.
     fn match_command<T>(
         &mut self,
-        extract: impl FnOnce(&Event) -> Option<T>,
-        requested: impl Fn(u32) -> Event,
+        extract: impl FnOnce(&Fact) -> Option<T>,
+        requested: impl Fn(u32) -> Fact,
     ) -> wasmtime::Result<(u32, Option<T>)> {
         let command = self.next_command;
         self.next_command += 1;
-        match self.journal.recorded(command, extract) {
+        match self.recorded(command, extract) {
             Recorded::Matches { at_ms, value } => {
                 self.clock.set(at_ms);
                 Ok((command, Some(value)))
@@ -432,10 +197,23 @@ impl Activation {
         }
     }
 
+    fn recorded<T>(&self, command: u32, extract: impl FnOnce(&Fact) -> Option<T>) -> Recorded<T> {
+        let Some(entry) = self.journal.command(command) else {
+            return Recorded::Absent;
+        };
+        match extract(&entry.fact) {
+            Some(value) => Recorded::Matches {
+                at_ms: entry.at_ms,
+                value,
+            },
+            None => Recorded::Differs(entry),
+        }
+    }
+
     /// Records a command; the flush before whatever depends on it (a step
     /// attempt, the run's end) makes it durable.
-    async fn append_command(&mut self, event: Event) -> wasmtime::Result<()> {
-        let entry = self.journal.record(event)?;
+    fn record_command(&mut self, fact: Fact) -> wasmtime::Result<()> {
+        let entry = self.journal.record(fact)?;
         self.clock.set(entry.at_ms);
         Ok(())
     }
@@ -447,57 +225,142 @@ impl Activation {
         Ok(self.journal.flush().await?)
     }
 
+    /// The store, which only a live activation reaches.
+    fn store(&self) -> wasmtime::Result<&Arc<dyn keel_store::Store>> {
+        self.outside
+            .store()
+            .ok_or_else(|| wasmtime::Error::new(Suspend::JournalEnd))
+    }
+
     /// Records the divergence at `command` and returns its error.
-    fn diverged(&mut self, command: u32, recorded: &Entry, requested: &Event) -> wasmtime::Error {
-        self.divergence = Some(Divergence {
-            position: command,
-            journal_seq: recorded.seq,
-            recorded: CommandView::of(&recorded.event),
-            requested: CommandView::of(requested),
-            journal_context: self
-                .journal
-                .command_views(command.saturating_sub(2)..command + 3),
-            code_context: self
-                .journal
-                .command_views(command.saturating_sub(2)..command),
-        });
+    fn diverged(&mut self, command: u32, recorded: &Entry, requested: &Fact) -> wasmtime::Error {
+        self.divergence = Some(self.journal.divergence(command, recorded, requested));
         wasmtime::Error::new(Error::NonDeterminism {
             run_id: self.run_id.clone(),
             position: command,
-            recorded: format!("{} (entry {})", recorded.event.describe(), recorded.seq),
+            recorded: format!("{} (entry {})", recorded.fact.describe(), recorded.seq),
             requested: requested.describe(),
         })
     }
 
-    pub async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32> {
-        let Some(step) = self.loaded.step(&name) else {
-            return Err(wasmtime::Error::new(Error::WorkflowFailed {
-                run_id: self.run_id.clone(),
-                message: format!(
-                    "it called step `{name}`, which this component does not export (it exports: {})",
-                    self.loaded.step_names().join(", ")
-                ),
-            }));
+    /// The suspension of an activation whose awaited commands nothing in
+    /// this process will complete: a dormant timer wakes it, or something
+    /// outside the run does.
+    fn suspend(&self, ids: &[u32]) -> wasmtime::Error {
+        let wake_at_ms = ids
+            .iter()
+            .filter_map(|id| self.dormant_timers.get(id))
+            .min()
+            .copied();
+        let mut on: Vec<String> = ids
+            .iter()
+            .filter_map(|id| self.external.get(id).map(External::describe))
+            .collect();
+        if let Some(at) = wake_at_ms {
+            on.push(format!("a timer due at {at} ms"));
+        }
+        if on.is_empty() {
+            // Only a guest that bypasses keel-sdk gets here.
+            return self.failed(format!(
+                "it waits for commands {ids:?}, none of which is pending, so it would wait forever"
+            ));
+        }
+        wasmtime::Error::new(Suspend::Waiting {
+            wake_at_ms,
+            on: on.join(" or "),
+        })
+    }
+
+    fn completion(&self, entry: Entry) -> wit::Completion {
+        let (id, outcome) = match entry.fact {
+            Fact::StepCompleted { command, output } => {
+                (command, wit::Outcome::StepCompleted(output))
+            }
+            Fact::StepFailed {
+                command,
+                error,
+                fatal,
+                attempts,
+            } => {
+                let (step_name, step_id) = match self.journal.command(command).map(|e| e.fact) {
+                    Some(Fact::StepScheduled { name, step_id, .. }) => (name, step_id),
+                    _ => (String::new(), self.run_id.step_id(command).into_string()),
+                };
+                (
+                    command,
+                    wit::Outcome::StepFailed(wit::StepFailure {
+                        step_name,
+                        step_id,
+                        message: error,
+                        fatal,
+                        attempts,
+                    }),
+                )
+            }
+            Fact::TimerFired { command } => (command, wit::Outcome::TimerFired),
+            Fact::HookReceived { command, payload } => {
+                (command, wit::Outcome::HookPayload(payload))
+            }
+            Fact::HookForceClaimed {
+                command,
+                claimed_by_run_id,
+            } => (
+                command,
+                wit::Outcome::HookRejected(wit::HookRejection::ForceClaimed(claimed_by_run_id)),
+            ),
+            Fact::AwaitedRunEnded {
+                command,
+                status,
+                output,
+                error,
+            } => (
+                command,
+                wit::Outcome::RunEnded(wit::RunEnd {
+                    status: wit_status(&status),
+                    output,
+                    error,
+                }),
+            ),
+            other => unreachable!("{} is not a completion", other.name()),
+        };
+        wit::Completion { id, outcome }
+    }
+}
+
+#[async_trait]
+impl WorkflowCalls for Activation {
+    fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32> {
+        let Some(step) = self.loaded.manifest.step(&name) else {
+            return Err(self.failed(format!(
+                "it called step `{name}`, which this component does not export (it exports: {})",
+                self.loaded.manifest.step_names().join(", ")
+            )));
         };
         let retry = step.retry;
         let run_id = self.run_id.clone();
-        let (command, replayed) = self
-            .command(
-                |e| match e {
-                    Event::StepScheduled {
-                        name: n, input: i, ..
-                    } => (*n == name && *i == input).then_some(()),
-                    _ => None,
-                },
-                |command| Event::StepScheduled {
-                    command,
-                    step_id: step_id(&run_id, command),
-                    digest: step_digest(&name, &input),
-                    name: name.clone(),
-                    input: input.clone(),
-                },
-            )
-            .await?;
+        let (command, replayed) = self.command(
+            |f| match f {
+                Fact::StepScheduled {
+                    name: n, input: i, ..
+                } => (*n == name && *i == input).then_some(()),
+                _ => None,
+            },
+            |command| Fact::StepScheduled {
+                command,
+                step_id: run_id.step_id(command).into_string(),
+                digest: step_digest(&name, &input),
+                name: name.clone(),
+                input: input.clone(),
+            },
+        )?;
         if self.offline || self.journal.is_completed(command) {
             return Ok(command);
         }
@@ -505,68 +368,70 @@ impl Activation {
             Some(()) => self.journal.attempts(command),
             None => (0, None),
         };
-        let step_id = step_id(&self.run_id, command);
-        let task = crate::steps::StepTask {
-            inner: self.inner.clone(),
-            loaded: self.loaded.clone(),
+        let task = self.outside.spawn_step(StepCall {
             journal: self.journal.clone(),
+            component: self.loaded.clone(),
             run_id: self.run_id.clone(),
             command,
+            step_id: self.run_id.step_id(command),
             name,
             input,
-            step_id,
             retry,
             next_attempt: started + 1,
             not_before_ms: retry_at,
-        };
+        })?;
         self.in_flight.insert(command);
-        self.tasks.push(tokio::spawn(task.run()));
+        self.steps.insert(command);
+        self.tasks.push(task);
         Ok(command)
     }
 
-    pub async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32> {
-        let requested_fire_at = self.clock_ms().saturating_add(duration_ms);
-        let (command, recorded) = self
-            .command(
-                |e| match e {
-                    Event::TimerScheduled { fire_at_ms, .. } => Some(*fire_at_ms),
-                    _ => None,
-                },
-                |command| Event::TimerScheduled {
-                    command,
-                    fire_at_ms: requested_fire_at,
-                },
-            )
-            .await?;
+    async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32> {
+        let requested_fire_at = self.clock.ms().saturating_add(duration_ms);
+        let (command, recorded) = self.command(
+            |f| match f {
+                Fact::TimerScheduled { fire_at_ms, .. } => Some(*fire_at_ms),
+                _ => None,
+            },
+            |command| Fact::TimerScheduled {
+                command,
+                fire_at_ms: requested_fire_at,
+            },
+        )?;
         let fire_at_ms = recorded.unwrap_or(requested_fire_at);
         if self.offline || self.journal.is_completed(command) {
             return Ok(command);
         }
-        let wait = fire_at_ms.saturating_sub(now_ms());
-        if Duration::from_millis(wait) > self.inner.config.park_limit {
+        let wait = Duration::from_millis(fire_at_ms.saturating_sub(self.now_ms()));
+        if wait > self.outside.park_limit() {
             self.dormant_timers.insert(command, fire_at_ms);
             return Ok(command);
         }
         let journal = self.journal.clone();
         self.in_flight.insert(command);
-        let task = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(wait)).await;
-            if let Err(e) = journal.record(Event::TimerFired { command }) {
+        self.tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            if let Err(e) = journal.record(Fact::TimerFired { command }) {
                 journal.fail(e.to_string());
             }
-        });
-        self.tasks.push(task);
+        }));
         Ok(command)
     }
 
-    /// `patched(change_id)`: true when the journal holds this marker here or
-    /// the run is past its history; false for history recorded before the
-    /// change, which consumes nothing.
-    pub async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool> {
+    /// `patched(change_id)`:
+    ///
+    /// | journal at this position            | run past its history | result | consumes a command |
+    /// |-------------------------------------|----------------------|--------|--------------------|
+    /// | this change's marker                | -                    | true   | yes                |
+    /// | another command (recorded before the change) | -           | false  | no                 |
+    /// | nothing, journal records the run's end | -                 | false  | no                 |
+    /// | nothing, offline replay             | -                    | false  | no                 |
+    /// | nothing, live                       | yes                  | true   | yes (marker recorded) |
+    async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool> {
         let command = self.next_command;
-        if let Some(recorded) = self.journal.recorded_command(command) {
-            return Ok(match &recorded.event {
-                Event::PatchMarker { change_id: c, .. } if *c == change_id => {
+        if let Some(recorded) = self.journal.command(command) {
+            return Ok(match &recorded.fact {
+                Fact::PatchMarker { change_id: c, .. } if *c == change_id => {
                     self.next_command += 1;
                     self.clock.set(recorded.at_ms);
                     true
@@ -577,23 +442,17 @@ impl Activation {
         if self.offline || self.journal.has_ended() {
             return Ok(false);
         }
-        // Past the journal's commands: nothing recorded to match.
         self.command(
             |_| Some(()),
-            |command| Event::PatchMarker {
+            |command| Fact::PatchMarker {
                 command,
                 change_id: change_id.clone(),
             },
-        )
-        .await?;
+        )?;
         Ok(true)
     }
 
-    fn clock_ms(&self) -> u64 {
-        self.clock.ms()
-    }
-
-    pub async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion> {
+    async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion> {
         loop {
             let journal = self.journal.clone();
             let changed = journal.changed.notified();
@@ -623,106 +482,25 @@ impl Activation {
             if !ids.iter().any(|id| self.in_flight.contains(id)) {
                 return Err(self.suspend(ids));
             }
+            if !ids.iter().any(|id| self.steps.contains(id)) {
+                // Waiting on a timer, a payload or another run: make what
+                // the run did so far, and what it waits for, visible. A
+                // running step flushes by itself before its attempt.
+                self.journal.flush().await?;
+            }
             changed.await;
         }
     }
 
-    /// The suspension of an activation whose awaited commands nothing in
-    /// this process will complete: a dormant timer wakes it, or something
-    /// outside the run does.
-    fn suspend(&self, ids: &[u32]) -> wasmtime::Error {
-        let wake_at_ms = ids
-            .iter()
-            .filter_map(|id| self.dormant_timers.get(id))
-            .min()
-            .copied();
-        let mut on: Vec<String> = ids
-            .iter()
-            .filter_map(|id| self.external.get(id).map(External::describe))
-            .collect();
-        if let Some(at) = wake_at_ms {
-            on.push(format!("a timer due at {at} ms"));
-        }
-        if on.is_empty() {
-            // Only a guest that bypasses keel-sdk gets here.
-            return wasmtime::Error::new(Error::WorkflowFailed {
-                run_id: self.run_id.clone(),
-                message: format!(
-                    "it waits for commands {ids:?}, none of which is pending, so it would wait forever"
-                ),
-            });
-        }
-        wasmtime::Error::new(Suspend::Waiting {
-            wake_at_ms,
-            on: on.join(" or "),
-        })
-    }
-
-    fn completion(&self, entry: Entry) -> wit::Completion {
-        let (id, outcome) = match entry.event {
-            Event::StepCompleted { command, output } => {
-                (command, wit::Outcome::StepCompleted(output))
-            }
-            Event::StepFailed {
-                command,
-                error,
-                fatal,
-                attempts,
-            } => {
-                let (step_name, step_id) =
-                    match self.journal.recorded_command(command).map(|e| e.event) {
-                        Some(Event::StepScheduled { name, step_id, .. }) => (name, step_id),
-                        _ => (String::new(), journal::step_id(&self.run_id, command)),
-                    };
-                (
-                    command,
-                    wit::Outcome::StepFailed(wit::StepFailure {
-                        step_name,
-                        step_id,
-                        message: error,
-                        fatal,
-                        attempts,
-                    }),
-                )
-            }
-            Event::TimerFired { command } => (command, wit::Outcome::TimerFired),
-            Event::HookReceived { command, payload } => {
-                (command, wit::Outcome::HookPayload(payload))
-            }
-            Event::HookForceClaimed {
-                command,
-                claimed_by_run_id,
-            } => (
-                command,
-                wit::Outcome::HookRejected(wit::HookRejection::ForceClaimed(claimed_by_run_id)),
-            ),
-            Event::AwaitedRunEnded {
-                command,
-                status,
-                output,
-                error,
-            } => (
-                command,
-                wit::Outcome::RunEnded(wit::RunEnd {
-                    status: wit_status(&status),
-                    output,
-                    error,
-                }),
-            ),
-            other => unreachable!("{} is not a completion", other.kind()),
-        };
-        wit::Completion { id, outcome }
-    }
-
-    pub fn metadata(&self) -> wit::WorkflowMetadata {
+    fn metadata(&self) -> wit::WorkflowMetadata {
         wit::WorkflowMetadata {
-            run_id: self.run_id.clone(),
+            run_id: self.run_id.to_string(),
             workflow_name: self.workflow.clone(),
             started_at_ms: self.started_at_ms,
         }
     }
 
-    pub fn log(&self, level: wit::LogLevel, message: &str) {
+    fn log(&self, level: wit::LogLevel, message: &str) {
         if self.replaying() || self.offline {
             return;
         }
@@ -735,9 +513,36 @@ impl Activation {
             wit::LogLevel::Error => tracing::error!(run_id, "{message}"),
         }
     }
-}
 
-/// Milliseconds since the Unix epoch, by the machine's clock.
-pub fn now_ms() -> u64 {
-    crate::idempotency::SystemClock.now_ms()
+    async fn create_hook(
+        &mut self,
+        options: wit::HookOptions,
+    ) -> wasmtime::Result<Result<wit::Hook, String>> {
+        Activation::create_hook(self, options).await
+    }
+
+    async fn hook_next(&mut self, handle: u32) -> wasmtime::Result<u32> {
+        Activation::hook_next(self, handle).await
+    }
+
+    async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()> {
+        Activation::dispose_hook(self, handle).await
+    }
+
+    async fn run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus> {
+        Activation::run_status(self, run_id).await
+    }
+
+    async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32> {
+        Activation::await_run(self, run_id).await
+    }
+
+    async fn start_workflow(
+        &mut self,
+        workflow: String,
+        input: String,
+        options: wit::StartOptions,
+    ) -> wasmtime::Result<Result<String, wit::StartError>> {
+        Activation::start_workflow(self, workflow, input, options).await
+    }
 }

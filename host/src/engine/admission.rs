@@ -1,19 +1,18 @@
 //! Admission: starting runs (with idempotency keys and start tokens, from
 //! callers, events and workflows), importing them, and resuming hooks from
-//! outside a run.
+//! outside a run. Each admission is one atomic store operation.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::activation::RunJournal;
-use crate::component::Loaded;
-use crate::hooks::HookRecord;
-use crate::journal::{Event, StartOutcome};
-use crate::sandbox::{self};
-use crate::store::{EventOutcome, EventRecord, RunRecord, RunStatus};
-use crate::{Error, Result};
+use keel_core::file::JournalFile;
+use keel_core::journal::{Fact, StartOutcome};
+use keel_core::{Entry, EventOutcome, EventRecord, HookRecord, RunId, RunRecord, RunStatus};
+use keel_store::{Admission, KeyClaim, StoreError};
 
-use super::{Inner, Keel};
+use super::Keel;
+use crate::activation::ChildStart;
+use crate::component::Loaded;
+use crate::{Error, Result};
 
 /// Options of a start.
 #[derive(Clone, Debug, Default)]
@@ -36,6 +35,7 @@ pub struct StartOptions {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct StartHook {
+    /// The token; exactly one run holds it.
     pub token: String,
     /// Keep the token unavailable for this long from the start, even after
     /// the run ends (not after it disposes of the hook).
@@ -45,6 +45,7 @@ pub struct StartHook {
 }
 
 impl StartHook {
+    /// A start hook on `token`, with no retention and no metadata.
     pub fn new(token: impl Into<String>) -> Self {
         StartHook {
             token: token.into(),
@@ -53,11 +54,13 @@ impl StartHook {
         }
     }
 
+    /// Keeps the token for `retention` from the start.
     pub fn min_retention(mut self, retention: Duration) -> Self {
         self.min_retention = Some(retention);
         self
     }
 
+    /// Attaches JSON metadata.
     pub fn metadata(mut self, metadata: serde_json::Value) -> Self {
         self.metadata = Some(metadata);
         self
@@ -108,7 +111,7 @@ impl Keel {
         input: &str,
         options: &StartOptions,
     ) -> Result<RunRecord> {
-        let run_id = uuid::Uuid::now_v7().to_string();
+        let run_id = RunId::from(uuid::Uuid::now_v7().to_string());
         self.admit(component, workflow, input, options, run_id)
             .await
     }
@@ -119,14 +122,11 @@ impl Keel {
         workflow: &str,
         input: &str,
         options: &StartOptions,
-        run_id: String,
+        run_id: RunId,
     ) -> Result<RunRecord> {
         component.check_workflow(workflow)?;
         self.check_capabilities(options)?;
-        let value: serde_json::Value =
-            serde_json::from_str(input).map_err(|e| Error::InvalidInput {
-                reason: e.to_string(),
-            })?;
+        let value = parse_json(input)?;
         let input = value.to_string();
         let metadata = options
             .additional_metadata
@@ -136,7 +136,7 @@ impl Keel {
             .key(workflow)
             .map(|k| Ok::<_, Error>((k.evaluate(&value, &metadata)?, k.ttl_ms)))
             .transpose()?;
-        let now = self.inner.config.clock.now_ms();
+        let now = self.now_ms();
         let run = RunRecord {
             run_id: run_id.clone(),
             workflow: workflow.into(),
@@ -150,7 +150,7 @@ impl Keel {
             wake_at_ms: None,
         };
         let start_hook = options.hook.as_ref().map(|h| HookRecord {
-            token: h.token.clone(),
+            token: h.token.as_str().into(),
             run_id: run_id.clone(),
             command: None,
             metadata: h.metadata.as_ref().map(|m| m.to_string()),
@@ -161,21 +161,38 @@ impl Keel {
             active: true,
             next_payload: 0,
         });
-        let key_ref = key.as_ref().map(|(k, ttl)| (k.as_str(), *ttl));
-        self.inner
-            .store
-            .admit(&run, key_ref, start_hook.as_ref(), now)?;
-        // Appending syncs, which makes the run record durable too.
-        let journal = RunJournal::new(Some(self.inner.store.clone()), &run_id, Vec::new());
-        let started = Event::RunStarted {
-            workflow: workflow.into(),
-            input,
+        let journal = [Entry {
+            seq: 0,
+            at_ms: now,
+            fact: Fact::RunStarted {
+                workflow: workflow.into(),
+                input,
+            },
+        }];
+        let admission = Admission {
+            run: &run,
+            key: key.as_ref().map(|(key, ttl_ms)| KeyClaim {
+                key,
+                ttl_ms: *ttl_ms,
+            }),
+            start_hook: start_hook.as_ref(),
+            journal: &journal,
+            now_ms: now,
         };
-        if let Err(e) = journal.append(started).await {
-            return Err(Error::StartOutcomeUnknown {
-                run_id,
-                reason: e.to_string(),
-            });
+        match self.store().admit(admission).await {
+            Ok(()) => {}
+            Err(
+                e @ (StoreError::HookConflict { .. } | StoreError::IdempotencyCollision { .. }),
+            ) => {
+                return Err(e.into());
+            }
+            // The store may have written the run: only a retry can tell.
+            Err(e) => {
+                return Err(Error::StartOutcomeUnknown {
+                    run_id,
+                    reason: e.to_string(),
+                });
+            }
         }
         tracing::info!(run_id = %run.run_id, workflow, "run admitted");
         self.inner.progress.notify_waiters();
@@ -185,7 +202,7 @@ impl Keel {
     /// Refuses, before anything is written, a start that needs what the
     /// store cannot do.
     fn check_capabilities(&self, options: &StartOptions) -> Result<()> {
-        let caps = self.inner.store.capabilities();
+        let caps = self.store().capabilities();
         let missing = match &options.hook {
             Some(_) if !caps.atomic_start_hook => Some("atomic start hooks"),
             Some(h) if h.min_retention.is_some() && !caps.hook_retention => Some("hook retention"),
@@ -201,33 +218,25 @@ impl Keel {
 
     /// Delivers a JSON payload to the active hook holding `token`, in order
     /// after the payloads before it, even if its run has not opened the hook
-    /// yet. Returns the owner's run ID (drive it, or let a worker), or
-    /// `HookNotFound` when no active hook holds the token.
-    pub async fn resume_hook(&self, token: &str, payload: &str) -> Result<String> {
-        let value: serde_json::Value =
-            serde_json::from_str(payload).map_err(|e| Error::InvalidInput {
-                reason: e.to_string(),
-            })?;
-        let run_id = self.inner.store.resume_hook(token, &value.to_string())?;
-        self.inner.store.sync().await?;
-        tracing::info!(run_id, token, "hook resumed");
-        self.inner.poke(&run_id);
+    /// yet; durable on return. Returns the owner's run ID (drive it, or let
+    /// a worker), or `HookNotFound` when no active hook holds the token.
+    pub async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+        let value = parse_json(payload)?;
+        let run_id = self.store().resume_hook(token, &value.to_string()).await?;
+        tracing::info!(%run_id, token, "hook resumed");
+        self.poke(&run_id);
         Ok(run_id)
     }
 
     /// Every token held now, by an active hook or for a retention.
-    pub fn list_hooks(&self) -> Result<Vec<HookRecord>> {
-        self.inner
-            .store
-            .list_hooks(self.inner.config.clock.now_ms())
+    pub async fn list_hooks(&self) -> Result<Vec<HookRecord>> {
+        Ok(self.store().list_hooks(self.now_ms()).await?)
     }
 
     /// The hook holding `token`: active, or kept after its run ended until
     /// its retention passes. `HookNotFound` otherwise.
-    pub fn get_hook(&self, token: &str) -> Result<HookRecord> {
-        self.inner
-            .store
-            .get_hook(token, self.inner.config.clock.now_ms())
+    pub async fn get_hook(&self, token: &str) -> Result<HookRecord> {
+        Ok(self.store().get_hook(token, self.now_ms()).await?)
     }
 
     /// Starts a run and drives it until it completes, fails or waits.
@@ -238,22 +247,15 @@ impl Keel {
 
     /// Loads a journal file's run into the store. To drive it on, the store
     /// must also hold its component (load the same `.wasm` once).
-    pub async fn import(&self, file: &crate::JournalFile) -> Result<RunRecord> {
+    pub async fn import(&self, file: &JournalFile) -> Result<RunRecord> {
         let run = file.run_record();
-        if self.inner.store.get_run(&run.run_id).is_ok() {
-            return Err(Error::RunExists { run_id: run.run_id });
-        }
-        for entry in &file.entries {
-            self.inner.store.append(&run.run_id, entry)?;
-        }
-        self.inner.store.put_run(&run)?;
-        self.inner.store.sync().await?;
+        self.store().import(&run, &file.entries).await?;
         Ok(run)
     }
 
-    /// Ingests an event: stores it and starts a run of every workflow
-    /// subscribed to `key`, with the payload as input and the metadata as
-    /// `additional_metadata`. A start that collides with an idempotency key
+    /// Ingests an event: starts a run of every workflow subscribed to `key`,
+    /// with the payload as input and the metadata as `additional_metadata`,
+    /// then stores the event. A start that collides with an idempotency key
     /// is swallowed and recorded against the run that holds the key.
     pub async fn push_event(
         &self,
@@ -261,18 +263,13 @@ impl Keel {
         payload: &str,
         metadata: &str,
     ) -> Result<EventRecord> {
-        let parse = |s: &str| {
-            serde_json::from_str::<serde_json::Value>(s).map_err(|e| Error::InvalidInput {
-                reason: e.to_string(),
-            })
-        };
-        let (payload_value, metadata_value) = (parse(payload)?, parse(metadata)?);
+        let (payload_value, metadata_value) = (parse_json(payload)?, parse_json(metadata)?);
         let options = StartOptions {
             additional_metadata: Some(metadata_value.clone()),
             hook: None,
         };
         let mut outcomes = Vec::new();
-        for (workflow, hash) in self.inner.store.subscribers(key)? {
+        for (workflow, hash) in self.store().subscribers(key).await? {
             let component = self.component_by_hash(&hash).await?;
             let started = self
                 .start_with(&component, &workflow, &payload_value.to_string(), &options)
@@ -305,66 +302,81 @@ impl Keel {
             key: key.into(),
             payload: payload_value.to_string(),
             metadata: metadata_value.to_string(),
-            at_ms: self.inner.config.clock.now_ms(),
+            at_ms: self.now_ms(),
             outcomes,
         };
-        self.inner.store.put_event(&event)?;
-        self.inner.store.sync().await?;
+        self.store().put_event(&event).await?;
         Ok(event)
     }
 
     /// Every ingested event, oldest first.
-    pub fn list_events(&self) -> Result<Vec<EventRecord>> {
-        self.inner.store.list_events()
+    pub async fn list_events(&self) -> Result<Vec<EventRecord>> {
+        Ok(self.store().list_events().await?)
+    }
+
+    /// Starts a run on behalf of a workflow (`start_workflow`), with the run
+    /// ID the workflow's command derives, so a recovered workflow that
+    /// starts it again finds it instead of starting another.
+    pub(super) async fn start_child_run(&self, child: ChildStart) -> Result<StartOutcome> {
+        let run_id = child.run_id;
+        if self.store().get_run(&run_id).await.is_ok() {
+            return Ok(StartOutcome::Started {
+                run_id: run_id.into_string(),
+            });
+        }
+        let options = &child.options;
+        let metadata = match options.metadata.as_deref().map(serde_json::from_str) {
+            Some(Ok(value)) => Some(value),
+            Some(Err(e)) => {
+                return Ok(StartOutcome::Refused {
+                    reason: format!("the start hook's metadata is not valid JSON: {e}"),
+                });
+            }
+            None => None,
+        };
+        let start = StartOptions {
+            additional_metadata: None,
+            hook: options.token.as_ref().map(|token| StartHook {
+                token: token.clone(),
+                min_retention: options.min_retention_ms.map(Duration::from_millis),
+                metadata,
+            }),
+        };
+        let admitted = self
+            .admit(
+                &child.component,
+                &child.workflow,
+                &child.input,
+                &start,
+                run_id,
+            )
+            .await;
+        match admitted {
+            Ok(run) => Ok(StartOutcome::Started {
+                run_id: run.run_id.into_string(),
+            }),
+            Err(Error::HookConflict {
+                conflicting_run_id, ..
+            }) => Ok(StartOutcome::HookConflict {
+                conflicting_run_id: conflicting_run_id.into_string(),
+            }),
+            Err(
+                e @ (Error::InvalidInput { .. }
+                | Error::UnknownWorkflow { .. }
+                | Error::KeyExpression { .. }
+                | Error::IdempotencyCollision { .. }
+                | Error::StoreCapability { .. }),
+            ) => Ok(StartOutcome::Refused {
+                reason: e.to_string(),
+            }),
+            Err(e) => Err(e),
+        }
     }
 }
 
-/// Starts a run on behalf of a workflow (`start_workflow`), with the run ID
-/// the workflow's command derives, so a recovered workflow that starts it
-/// again finds it instead of starting another.
-pub(crate) async fn start_child(
-    inner: &Arc<Inner>,
-    loaded: &Loaded,
-    run_id: String,
-    workflow: &str,
-    input: &str,
-    options: &sandbox::wit::StartOptions,
-) -> Result<StartOutcome> {
-    if inner.store.get_run(&run_id).is_ok() {
-        return Ok(StartOutcome::Started { run_id });
-    }
-    let metadata = match options.metadata.as_deref().map(serde_json::from_str) {
-        Some(Ok(value)) => Some(value),
-        Some(Err(e)) => {
-            return Ok(StartOutcome::Refused {
-                reason: format!("the start hook's metadata is not valid JSON: {e}"),
-            });
-        }
-        None => None,
-    };
-    let options = StartOptions {
-        additional_metadata: None,
-        hook: options.token.as_ref().map(|token| StartHook {
-            token: token.clone(),
-            min_retention: options.min_retention_ms.map(Duration::from_millis),
-            metadata,
-        }),
-    };
-    let keel = Keel::from_inner(inner.clone());
-    match keel.admit(loaded, workflow, input, &options, run_id).await {
-        Ok(run) => Ok(StartOutcome::Started { run_id: run.run_id }),
-        Err(Error::HookConflict {
-            conflicting_run_id, ..
-        }) => Ok(StartOutcome::HookConflict { conflicting_run_id }),
-        Err(
-            e @ (Error::InvalidInput { .. }
-            | Error::UnknownWorkflow { .. }
-            | Error::KeyExpression { .. }
-            | Error::IdempotencyCollision { .. }
-            | Error::StoreCapability { .. }),
-        ) => Ok(StartOutcome::Refused {
-            reason: e.to_string(),
-        }),
-        Err(e) => Err(e),
-    }
+/// Parses a JSON argument, or fails with `InvalidInput`.
+fn parse_json(s: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(s).map_err(|e| Error::InvalidInput {
+        reason: e.to_string(),
+    })
 }

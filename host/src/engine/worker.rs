@@ -4,30 +4,29 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use keel_core::{RunId, RunRecord, RunStatus};
+
+use super::{Keel, lock};
 use crate::Result;
-use crate::activation::now_ms;
-use crate::store::{RunRecord, RunStatus};
 
-use super::Keel;
-
-type DriveTasks = tokio::task::JoinSet<(String, Result<RunRecord>)>;
+type DriveTasks = tokio::task::JoinSet<(RunId, Result<RunRecord>)>;
 
 /// Logs how a worker's drive ended; returns the run's ID ("" if unknown).
 fn log_driven(
-    result: std::result::Result<(String, Result<RunRecord>), tokio::task::JoinError>,
-) -> String {
+    result: std::result::Result<(RunId, Result<RunRecord>), tokio::task::JoinError>,
+) -> RunId {
     match result {
         Ok((run_id, Ok(run))) => {
-            tracing::info!(run_id, status = run.status.as_str(), "worker drove run");
+            tracing::info!(%run_id, status = run.status.as_str(), "worker drove run");
             run_id
         }
         Ok((run_id, Err(e))) => {
-            tracing::error!(run_id, "worker could not drive the run: {e}");
+            tracing::error!(%run_id, "worker could not drive the run: {e}");
             run_id
         }
         Err(e) => {
             tracing::error!("worker task failed: {e}");
-            String::new()
+            RunId::default()
         }
     }
 }
@@ -37,13 +36,13 @@ impl Keel {
     /// waiting runs whose timer is due or that something woke), not counting
     /// `busy` ones, and when the next of the others is due. Only live runs
     /// are read.
-    fn due_runs(&self, busy: &HashSet<String>) -> Result<(Vec<String>, Option<u64>)> {
-        self.purge_expired()?;
-        let now = now_ms();
-        let active = self.inner.active.lock().expect("active runs").clone();
-        let woken = self.inner.store.wakeups()?;
+    async fn due_runs(&self, busy: &HashSet<RunId>) -> Result<(Vec<RunId>, Option<u64>)> {
+        self.purge_expired().await?;
+        let now = self.now_ms();
+        let active = lock(&self.inner.active).clone();
+        let woken: HashSet<RunId> = self.store().wakeups().await?.into_iter().collect();
         let (mut due, mut next_wake) = (Vec::new(), None::<u64>);
-        for run in self.inner.store.live_runs()? {
+        for run in self.store().live_runs().await? {
             if busy.contains(&run.run_id) || active.contains(&run.run_id) {
                 continue;
             }
@@ -63,17 +62,17 @@ impl Keel {
     /// Deletes expired idempotency keys and retained tokens, at most once a
     /// second of the admission clock (they are already refused by
     /// admission once expired; this only reclaims the space).
-    fn purge_expired(&self) -> Result<()> {
-        let now = self.inner.config.clock.now_ms();
+    async fn purge_expired(&self) -> Result<()> {
+        let now = self.now_ms();
         {
-            let mut last = self.inner.last_purge_ms.lock().expect("purge time");
+            let mut last = lock(&self.inner.last_purge_ms);
             if now < last.saturating_add(1000) {
                 return Ok(());
             }
             *last = now;
         }
-        let keys = self.inner.store.purge_expired_keys(now)?;
-        let tokens = self.inner.store.purge_expired_hooks(now)?;
+        let keys = self.store().purge_expired_keys(now).await?;
+        let tokens = self.store().purge_expired_hooks(now).await?;
         if keys + tokens > 0 {
             tracing::debug!(keys, tokens, "expired keys and tokens deleted");
         }
@@ -84,7 +83,7 @@ impl Keel {
     /// complete, fail or wait. Returns how many it drove.
     pub async fn work_once(&self) -> Result<usize> {
         let mut tasks = tokio::task::JoinSet::new();
-        let (due, _) = self.due_runs(&HashSet::new())?;
+        let (due, _) = self.due_runs(&HashSet::new()).await?;
         for run_id in &due {
             self.spawn_drive(&mut tasks, run_id);
         }
@@ -103,14 +102,14 @@ impl Keel {
         let mut in_flight = HashSet::new();
         let mut driven = 0;
         loop {
-            let (due, next_wake) = self.due_runs(&in_flight)?;
+            let (due, next_wake) = self.due_runs(&in_flight).await?;
             for run_id in due {
                 self.spawn_drive(&mut tasks, &run_id);
                 in_flight.insert(run_id);
                 driven += 1;
             }
             let wait = next_wake.map_or(Duration::from_secs(1), |at| {
-                Duration::from_millis(at.saturating_sub(now_ms()))
+                Duration::from_millis(at.saturating_sub(self.now_ms()))
             });
             if until_idle && tasks.is_empty() && wait >= Duration::from_secs(1) {
                 return Ok(driven);
@@ -126,9 +125,9 @@ impl Keel {
         }
     }
 
-    fn spawn_drive(&self, tasks: &mut DriveTasks, run_id: &str) {
+    fn spawn_drive(&self, tasks: &mut DriveTasks, run_id: &RunId) {
         let keel = self.clone();
-        let run_id = run_id.to_string();
+        let run_id = run_id.clone();
         tasks.spawn(async move {
             let result = keel.drive(&run_id).await;
             (run_id, result)
@@ -136,11 +135,11 @@ impl Keel {
     }
 
     /// When the next waiting run is due, if any.
-    pub fn next_wake(&self) -> Result<Option<u64>> {
+    pub async fn next_wake(&self) -> Result<Option<u64>> {
         Ok(self
-            .inner
-            .store
-            .live_runs()?
+            .store()
+            .live_runs()
+            .await?
             .iter()
             .filter(|r| r.status == RunStatus::Waiting)
             .filter_map(|r| r.wake_at_ms)

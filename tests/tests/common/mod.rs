@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use keel_host::idempotency::Clock;
+use keel_host::core::Clock;
 
-use keel_host::journal::{Entry, Event};
+use keel_host::core::journal::{Entry, Fact};
+use keel_host::store::faulty::FaultyStore;
+use keel_host::store::sled::SledStore;
 use keel_host::{Config, Keel, Loaded};
 
 /// A store in a fresh temporary directory; compiled components are cached
@@ -36,8 +38,10 @@ impl TestStore {
     }
 }
 
-fn shared_cache() -> PathBuf {
-    std::env::temp_dir().join("keel-test-compiled")
+/// Compiled components, shared by the tests of this build in a private
+/// folder of the target directory.
+pub fn shared_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("keel-compiled")
 }
 
 pub async fn open(config: Config) -> (Keel, Arc<Loaded>) {
@@ -46,12 +50,26 @@ pub async fn open(config: Config) -> (Keel, Arc<Loaded>) {
 
 /// Opens the store and loads the guest at `component`.
 pub async fn open_with(config: Config, component: &str) -> (Keel, Arc<Loaded>) {
-    let keel = Keel::open(config).expect("opening the store");
+    let (keel, loaded, _) = open_backend(config, component).await;
+    (keel, loaded)
+}
+
+/// The store of the tests' engines: sled, behind a wrapper that injects
+/// faults on demand.
+pub type Backend = FaultyStore<SledStore>;
+
+/// Opens the store (keeping a handle to it) and loads the guest at
+/// `component`.
+pub async fn open_backend(config: Config, component: &str) -> (Keel, Arc<Loaded>, Arc<Backend>) {
+    let backend = Arc::new(FaultyStore::new(
+        SledStore::open(&config.db).expect("opening the store"),
+    ));
+    let keel = Keel::open(config, backend.clone()).expect("opening the engine");
     let loaded = keel
         .load(component)
         .await
         .unwrap_or_else(|e| panic!("loading {component}: {e}"));
-    (keel, loaded)
+    (keel, loaded, backend)
 }
 
 /// A clock the test moves by hand.
@@ -77,8 +95,8 @@ impl Clock for ManualClock {
 pub fn step_ids(journal: &[Entry]) -> Vec<String> {
     journal
         .iter()
-        .filter_map(|e| match &e.event {
-            Event::StepScheduled { step_id, .. } => Some(step_id.clone()),
+        .filter_map(|e| match &e.fact {
+            Fact::StepScheduled { step_id, .. } => Some(step_id.clone()),
             _ => None,
         })
         .collect()
@@ -88,8 +106,8 @@ pub fn step_ids(journal: &[Entry]) -> Vec<String> {
 pub fn attempts(journal: &[Entry]) -> Vec<u32> {
     journal
         .iter()
-        .filter_map(|e| match &e.event {
-            Event::StepAttemptStarted { attempt, .. } => Some(*attempt),
+        .filter_map(|e| match &e.fact {
+            Fact::StepAttemptStarted { attempt, .. } => Some(*attempt),
             _ => None,
         })
         .collect()

@@ -8,8 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use keel_host::journal::Entry;
-use keel_host::{EventRecord, HookRecord, Keel, RunRecord, StartHook, StartOptions};
+use keel_host::core::journal::Entry;
+use keel_host::core::{EventRecord, HookRecord, RunRecord};
+use keel_host::{Keel, StartHook, StartOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -134,15 +135,15 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             let run_id = keel.resume_hook(&token, &payload).await?;
             Reply::Run(keel.drive(&run_id).await?)
         }
-        Request::GetHook { token } => Reply::Hook(keel.get_hook(&token)?),
-        Request::ListHooks => Reply::Hooks(keel.list_hooks()?),
-        Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id)?),
+        Request::GetHook { token } => Reply::Hook(keel.get_hook(&token).await?),
+        Request::ListHooks => Reply::Hooks(keel.list_hooks().await?),
+        Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id).await?),
         Request::Cancel { run_id } => Reply::Run(keel.cancel(&run_id).await?),
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),
-        Request::ListRuns => Reply::Runs(keel.list_runs()?),
+        Request::ListRuns => Reply::Runs(keel.list_runs().await?),
         Request::ShowRun { run_id } => Reply::Journal {
-            run: keel.get_run(&run_id)?,
-            journal: keel.journal(&run_id)?,
+            run: keel.get_run(&run_id).await?,
+            journal: keel.journal(&run_id).await?,
         },
         Request::PushEvent {
             key,
@@ -156,7 +157,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             }
             Reply::Event(event)
         }
-        Request::ListEvents => Reply::Events(keel.list_events()?),
+        Request::ListEvents => Reply::Events(keel.list_events().await?),
     })
 }
 

@@ -1,9 +1,8 @@
 //! TTL idempotency keys (Hatchet semantics): a workflow declares a CEL
 //! expression over `input` and `additional_metadata` that evaluates to a
 //! string, and a TTL; one run per (workflow, key) is admitted until the TTL
-//! passes. Admission itself happens in the store, in one transaction.
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! passes. Admission itself happens in the store, in one transaction; this
+//! module compiles and evaluates the expressions.
 
 use serde_json::Value;
 
@@ -56,19 +55,28 @@ impl KeyExpr {
     }
 }
 
-/// Where admission reads the time (injectable for tests).
-pub trait Clock: Send + Sync {
-    /// Milliseconds since the Unix epoch.
-    fn now_ms(&self) -> u64;
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
 
-/// The machine's clock.
-pub struct SystemClock;
+    #[test]
+    fn a_key_reads_the_input_and_the_metadata() {
+        let k = KeyExpr::compile("w", "input.id + ':' + additional_metadata.tenant", 10).unwrap();
+        let key = k
+            .evaluate(&json!({"id": "7"}), &json!({"tenant": "t"}))
+            .unwrap();
+        assert_eq!(key, "7:t");
+    }
 
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+    #[test]
+    fn a_key_that_is_not_a_string_or_does_not_parse_is_refused() {
+        let k = KeyExpr::compile("w", "input.n", 10).unwrap();
+        let err = k.evaluate(&json!({"n": 3}), &json!({})).unwrap_err();
+        assert!(
+            err.to_string().contains("must evaluate to a string"),
+            "{err}"
+        );
+        assert!(KeyExpr::compile("w", "input.(", 10).is_err());
     }
 }

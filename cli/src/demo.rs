@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use keel_host::journal::Event;
-use keel_host::payments::PaymentApi;
+use keel_host::core::journal::Fact;
 use keel_host::{Config, Grants, Keel};
+use keel_payment_api::PaymentApi;
 use serde_json::json;
 
 /// `order.wasm` as `cargo build --release --target wasm32-wasip2 -p order`
@@ -27,7 +27,7 @@ pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> 
         http: vec![api.addr.to_string()],
         ..Grants::default()
     };
-    let keel = Keel::open(config)?;
+    let keel = Keel::open_sled(config)?;
     let loaded = keel.load(component).await.with_context(|| {
         format!(
             "loading {}; build it first with `cargo build --release --target wasm32-wasip2 -p order`",
@@ -43,7 +43,7 @@ pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> 
     let run = keel
         .run(&loaded, "process_order", &input.to_string())
         .await?;
-    let journal = keel.journal(&run.run_id)?;
+    let journal = keel.journal(&run.run_id).await?;
     let requests = api.requests();
     let charges = api.charges();
     if json {
@@ -73,15 +73,15 @@ pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> 
         run.status.as_str()
     );
     for entry in &journal {
-        match &entry.event {
-            Event::StepScheduled { name, step_id, .. } => {
+        match &entry.fact {
+            Fact::StepScheduled { name, step_id, .. } => {
                 println!("  scheduled step {name}, step ID {step_id}")
             }
-            Event::StepAttemptStarted { attempt, .. } => println!("  attempt {attempt} started"),
-            Event::StepAttemptFailed { attempt, error, .. } => {
+            Fact::StepAttemptStarted { attempt, .. } => println!("  attempt {attempt} started"),
+            Fact::StepAttemptFailed { attempt, error, .. } => {
                 println!("  attempt {attempt} failed: {error}")
             }
-            Event::StepCompleted { output, .. } => println!("  step completed: {output}"),
+            Fact::StepCompleted { output, .. } => println!("  step completed: {output}"),
             _ => {}
         }
     }

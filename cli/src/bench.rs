@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keel_host::journal::Event;
-use keel_host::{Config, Keel, Loaded, RunStatus, StartOptions};
+use keel_host::core::RunStatus;
+use keel_host::core::journal::Fact;
+use keel_host::{Config, Keel, Loaded, StartOptions};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -36,7 +37,7 @@ pub struct Args {
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("keel-bench-{}", std::process::id()));
-    let keel = Keel::open(Config::new(&dir))?;
+    let keel = Keel::open_sled(Config::new(&dir))?;
     let loaded = keel.load(&args.component).await?;
     let result = figures(&keel, &loaded, args).await;
     drop(keel);
@@ -137,7 +138,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-async fn w10(keel: &Keel, loaded: &Loaded, n: &str) -> anyhow::Result<String> {
+async fn w10(keel: &Keel, loaded: &Loaded, n: &str) -> anyhow::Result<keel_host::core::RunId> {
     let run = keel.run(loaded, "ten_steps", n).await?;
     anyhow::ensure!(
         run.status == RunStatus::Completed,
@@ -175,12 +176,12 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
     // Each step journals 3 entries; the run adds 2.
     let steps = entries.saturating_sub(2) / 3;
     let run_id = w10(keel, loaded, &steps.to_string()).await?;
-    let journal = keel.journal(&run_id)?;
-    let run = keel.get_run(&run_id)?;
+    let journal = keel.journal(&run_id).await?;
+    let run = keel.get_run(&run_id).await?;
     let mut rounds = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();
-        let verdict = keel.replay_entries(loaded, &run, journal.clone()).await;
+        let verdict = keel.replay_entries(loaded, &run, journal.clone()).await?;
         rounds.push(t.elapsed());
         anyhow::ensure!(verdict.is_ok(), "the replay diverged: {verdict:?}");
     }
@@ -220,17 +221,16 @@ async fn parked(keel: &Keel, loaded: &Arc<Loaded>, count: usize) -> anyhow::Resu
     }
     // Wait until every run has journaled its timer, i.e. is parked on it.
     loop {
-        let parked = runs
-            .iter()
-            .filter(|r| {
-                keel.journal(r)
-                    .map(|j| {
-                        j.iter()
-                            .any(|e| matches!(e.event, Event::TimerScheduled { .. }))
-                    })
-                    .unwrap_or(false)
-            })
-            .count();
+        let mut parked = 0;
+        for run_id in &runs {
+            let journal = keel.journal(run_id).await.unwrap_or_default();
+            if journal
+                .iter()
+                .any(|e| matches!(e.fact, Fact::TimerScheduled { .. }))
+            {
+                parked += 1;
+            }
+        }
         if parked == runs.len() {
             break;
         }

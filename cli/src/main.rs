@@ -6,11 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use keel_host::idempotency::{Clock, SystemClock};
-use keel_host::journal::{Entry, Event, excerpt};
-use keel_host::{
-    Config, EventRecord, Grants, HookRecord, JournalFile, Keel, Replayer, RunRecord, RunStatus,
-};
+use keel_host::core::Clock;
+use keel_host::core::file::JournalFile;
+use keel_host::core::journal::{Entry, Fact, excerpt};
+use keel_host::core::{EventRecord, HookRecord, RunRecord, RunStatus};
+use keel_host::store::StoreError;
+use keel_host::{Config, Grants, Keel, Replayer, SystemClock, defaults};
 use serde_json::{Value, json};
 
 use control::{Reply, Request};
@@ -18,6 +19,7 @@ use control::{Reply, Request};
 mod bench;
 mod control;
 mod demo;
+mod hints;
 
 #[derive(Parser)]
 #[command(
@@ -33,14 +35,14 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// Fuel (about one unit per wasm instruction) for one workflow activation.
-    #[arg(long, global = true, default_value_t = 20_000_000_000)]
+    #[arg(long, global = true, default_value_t = defaults::WORKFLOW_FUEL)]
     workflow_fuel: u64,
     /// How long one step attempt may run, in seconds, before it is stopped
     /// and retried.
-    #[arg(long, global = true, default_value_t = 300)]
+    #[arg(long, global = true, default_value_t = defaults::STEP_TIMEOUT.as_secs())]
     step_timeout: u64,
     /// Memory bound of any guest instance, in MiB.
-    #[arg(long, global = true, default_value_t = 256)]
+    #[arg(long, global = true, default_value_t = defaults::MAX_MEMORY_MIB)]
     max_memory: usize,
     /// Let steps send HTTP requests to `HOST[:PORT]` (repeatable).
     #[arg(long = "allow-http", global = true, value_name = "HOST[:PORT]")]
@@ -224,19 +226,26 @@ fn main() -> ExitCode {
 }
 
 fn report_error(e: &anyhow::Error, json: bool) {
+    let remote = match e.downcast_ref::<keel_host::Error>() {
+        Some(k) => Some(control::RemoteError::from_error(k)),
+        None => e.downcast_ref::<control::RemoteError>().cloned(),
+    };
+    let hint = remote.as_ref().and_then(|r| hints::hint(&r.kind, &r.ids));
     if json {
-        let remote = match e.downcast_ref::<keel_host::Error>() {
-            Some(k) => Some(control::RemoteError::from_error(k)),
-            None => e.downcast_ref::<control::RemoteError>().cloned(),
-        };
         let kind = remote.as_ref().map_or("error", |r| r.kind.as_str());
         let mut error = json!({ "kind": kind, "message": format!("{e:#}") });
+        if let Some(hint) = &hint {
+            error["hint"] = json!(hint);
+        }
         for (field, value) in remote.map(|r| r.ids).unwrap_or_default() {
             error[field] = json!(value);
         }
         println!("{}", json!({ "error": error }));
     } else {
         eprintln!("error: {e:#}");
+        if let Some(hint) = hint {
+            eprintln!("hint: {hint}");
+        }
     }
 }
 
@@ -271,7 +280,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         journals,
     } = &cli.command
     {
-        return replay(component, journals, cli.json).await;
+        return replay(component, journals, &config(&cli)?.cache_dir, cli.json).await;
     }
     if let Command::Demo { component } = &cli.command {
         let component = component.clone().unwrap_or_else(demo::default_component);
@@ -283,7 +292,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         let reply = submit(&cli, request).await?;
         return Ok(print_reply(&cli.command, reply, cli.json));
     }
-    let keel = Keel::open(config(&cli)?)?;
+    let keel = Keel::open_sled(config(&cli)?)?;
     match &cli.command {
         Command::Worker { until_idle } => {
             worker(&keel, &cli.db, *until_idle, cli.json).await?;
@@ -302,7 +311,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     format,
                 },
         } => {
-            let file = JournalFile::new(&keel.get_run(run_id)?, keel.journal(run_id)?);
+            let file = JournalFile::new(&keel.get_run(run_id).await?, keel.journal(run_id).await?);
             let bytes = match format {
                 Format::Postcard => file.to_bytes(),
                 Format::Json => file.to_json().into_bytes(),
@@ -319,7 +328,11 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let bytes =
                 std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-            let run = keel.import(&JournalFile::parse(&bytes, file)?).await?;
+            let parsed = JournalFile::parse(&bytes).map_err(|e| keel_host::Error::JournalFile {
+                path: file.clone(),
+                reason: e.0,
+            })?;
+            let run = keel.import(&parsed).await?;
             if cli.json {
                 println!("{}", json!({ "run_id": run.run_id }));
             } else {
@@ -437,9 +450,11 @@ fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
 /// Executes a request on the store, or, when a `keel worker` holds the
 /// store, forwards it to that worker.
 async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
-    match Keel::open(config(cli)?) {
+    match Keel::open_sled(config(cli)?) {
         Ok(keel) => Ok(control::execute(&keel, request).await?),
-        Err(keel_host::Error::StoreLocked { .. }) if control::socket_path(&cli.db).exists() => {
+        Err(keel_host::Error::Store(StoreError::Locked { .. }))
+            if control::socket_path(&cli.db).exists() =>
+        {
             control::forward(&cli.db, &request).await
         }
         Err(e) => Err(e.into()),
@@ -560,8 +575,13 @@ fn print_hook(hook: &HookRecord, json: bool) {
     }
 }
 
-async fn replay(component: &Path, journals: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
-    let replayer = Replayer::new(component).await?;
+async fn replay(
+    component: &Path,
+    journals: &[PathBuf],
+    cache_dir: &Path,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let replayer = Replayer::new(component, cache_dir).await?;
     let reports = replayer.replay_paths(journals).await?;
     if json {
         println!("{}", serde_json::to_value(&reports)?);
@@ -713,13 +733,13 @@ fn entry_json(entry: &Entry) -> Value {
     let mut value = json!({
         "seq": entry.seq,
         "at_ms": entry.at_ms,
-        "kind": entry.event.kind(),
+        "kind": entry.fact.name(),
     });
-    let fields = match &entry.event {
-        Event::RunStarted { workflow, input } => {
+    let fields = match &entry.fact {
+        Fact::RunStarted { workflow, input } => {
             json!({"workflow": workflow, "input": payload(input)})
         }
-        Event::StepScheduled {
+        Fact::StepScheduled {
             command,
             name,
             input,
@@ -728,10 +748,10 @@ fn entry_json(entry: &Entry) -> Value {
         } => {
             json!({"command": command, "step_name": name, "step_id": step_id, "input": payload(input), "digest": digest})
         }
-        Event::StepAttemptStarted { command, attempt } => {
+        Fact::StepAttemptStarted { command, attempt } => {
             json!({"command": command, "attempt": attempt})
         }
-        Event::StepAttemptFailed {
+        Fact::StepAttemptFailed {
             command,
             attempt,
             error,
@@ -739,26 +759,26 @@ fn entry_json(entry: &Entry) -> Value {
         } => {
             json!({"command": command, "attempt": attempt, "error": error, "retry_at_ms": retry_at_ms})
         }
-        Event::StepCompleted { command, output } => {
+        Fact::StepCompleted { command, output } => {
             json!({"command": command, "output": payload(output)})
         }
-        Event::StepFailed {
+        Fact::StepFailed {
             command,
             error,
             fatal,
             attempts,
         } => json!({"command": command, "error": error, "fatal": fatal, "attempts": attempts}),
-        Event::TimerScheduled {
+        Fact::TimerScheduled {
             command,
             fire_at_ms,
         } => json!({"command": command, "fire_at_ms": fire_at_ms}),
-        Event::TimerFired { command } => json!({"command": command}),
-        Event::PatchMarker { command, change_id } => {
+        Fact::TimerFired { command } => json!({"command": command}),
+        Fact::PatchMarker { command, change_id } => {
             json!({"command": command, "change_id": change_id})
         }
-        Event::RunCompleted { output } => json!({"output": payload(output)}),
-        Event::RunFailed { kind, error } => json!({"error_kind": kind, "error": error}),
-        Event::HookReceived {
+        Fact::RunCompleted { output } => json!({"output": payload(output)}),
+        Fact::RunFailed { kind, error } => json!({"error_kind": kind, "error": error}),
+        Fact::HookReceived {
             command,
             payload: p,
         } => {
@@ -772,9 +792,9 @@ fn entry_json(entry: &Entry) -> Value {
     value
 }
 
-/// An event's fields as serde writes them, without the variant's name.
-fn fields_of(event: &Event) -> Value {
-    match serde_json::to_value(event) {
+/// A fact's fields as serde writes them, without the variant's name.
+fn fields_of(fact: &Fact) -> Value {
+    match serde_json::to_value(fact) {
         Ok(Value::Object(map)) => map.into_iter().next().map_or(json!({}), |(_, v)| v),
         _ => json!({}),
     }
@@ -792,22 +812,22 @@ fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
     for entry in journal {
         let v = entry_json(entry);
         let field = |k: &str| v.get(k).map(|x| x.to_string()).unwrap_or_default();
-        let summary = match &entry.event {
-            Event::StepCompleted { output, .. } | Event::RunCompleted { output } => {
+        let summary = match &entry.fact {
+            Fact::StepCompleted { output, .. } | Fact::RunCompleted { output } => {
                 excerpt(output, 60)
             }
-            Event::StepAttemptFailed { error, .. }
-            | Event::StepFailed { error, .. }
-            | Event::RunFailed { error, .. } => excerpt(error, 60),
-            Event::StepScheduled { input, .. } => format!("input {}", excerpt(input, 50)),
-            Event::HookReceived { payload, .. } => format!("payload {}", excerpt(payload, 50)),
+            Fact::StepAttemptFailed { error, .. }
+            | Fact::StepFailed { error, .. }
+            | Fact::RunFailed { error, .. } => excerpt(error, 60),
+            Fact::StepScheduled { input, .. } => format!("input {}", excerpt(input, 50)),
+            Fact::HookReceived { payload, .. } => format!("payload {}", excerpt(payload, 50)),
             other if other.command().is_some() => other.describe(),
             _ => String::new(),
         };
         println!(
             "{:>4}  {:<20} {:<14} {:<40} {:<4} {}  {}",
             entry.seq,
-            entry.event.kind(),
+            entry.fact.name(),
             field("step_name").trim_matches('"'),
             field("step_id").trim_matches('"'),
             field("attempt"),

@@ -1,0 +1,73 @@
+//! What the CLI adds to an error: the command or flag that fixes it, keyed
+//! by the error's kind. The library's messages say what is wrong; this
+//! says what to type.
+
+/// The hint for an error of `kind` carrying `ids`, if the CLI has one.
+pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
+    let id = |field: &str| {
+        ids.iter()
+            .find(|(f, _)| f == field)
+            .map_or("ID", |(_, v)| v.as_str())
+            .to_string()
+    };
+    Some(match kind {
+        "invalid_input" => "pass a JSON value, for example --input '{\"id\": 1}'".into(),
+        "run_not_found" => "`keel runs list` shows the runs this store holds".into(),
+        "fuel_exhausted" => "raise the bound with --workflow-fuel".into(),
+        "memory_exhausted" => "raise the bound with --max-memory (MiB)".into(),
+        "sandbox_violation" => {
+            "steps get capabilities with --allow-http, --allow-dir and --allow-env".into()
+        }
+        "store_locked" => "stop the other keel process, or pass another directory with --db".into(),
+        "store_unavailable" | "corrupt_record" => {
+            "if the store is corrupted, restore it from a backup or move it aside and start afresh"
+                .into()
+        }
+        "store_schema_too_new" => "use the keel that wrote this store, or a newer one".into(),
+        "unsafe_cache" => {
+            "make the store's `compiled` directory yours alone (chmod 700), or pass another --db"
+                .into()
+        }
+        "idempotency_collision" => format!(
+            "read its result with `keel runs result {}`",
+            id("existing_run_id")
+        ),
+        "hook_conflict" => format!(
+            "resume its hook with `keel hooks resume {}`, or read its result with `keel runs result {}`",
+            id("token"),
+            id("conflicting_run_id")
+        ),
+        "hook_not_found" => format!(
+            "`keel hooks get {}` shows a hook kept for its retention",
+            id("token")
+        ),
+        "start_outcome_unknown" => {
+            "run the same start again with the same --token: it is admitted once".into()
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_name_the_ids_of_the_error() {
+        let ids = vec![
+            ("conflicting_run_id".to_string(), "r-1".to_string()),
+            ("token".to_string(), "order:42".to_string()),
+        ];
+        let h = hint("hook_conflict", &ids).unwrap();
+        assert!(
+            h.contains("keel hooks resume order:42") && h.contains("runs result r-1"),
+            "{h}"
+        );
+        assert!(
+            hint("fuel_exhausted", &[])
+                .unwrap()
+                .contains("--workflow-fuel")
+        );
+        assert!(hint("wasm", &[]).is_none());
+    }
+}

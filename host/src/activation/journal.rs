@@ -1,0 +1,226 @@
+//! A run's journal in memory, shared by its activation and its step and
+//! timer tasks: the pure [`JournalIndex`] of what is recorded, and the
+//! part of it that is durable.
+//!
+//! Recording is in memory; [`RunJournal::flush`] writes every entry
+//! recorded since the last flush (and a pending status change) to the store
+//! in one durable append. The activation flushes when something depends on
+//! the entries: before a step attempt executes, before a store effect
+//! other callers can see, and at the run's end or suspension. A crash
+//! before a flush loses only entries whose effects never left the run,
+//! which the recovered run makes again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use keel_core::divergence::Divergence;
+use keel_core::index::{Delivered, JournalIndex};
+use keel_core::journal::{Entry, Fact};
+use keel_core::{Clock, RunId, RunRecord};
+use keel_store::Store;
+use tokio::sync::Notify;
+
+use crate::{Error, Result};
+
+/// A run's journal, backed by the store.
+pub struct RunJournal {
+    store: Option<Arc<dyn Store>>,
+    clock: Arc<dyn Clock>,
+    run_id: RunId,
+    state: Mutex<JournalState>,
+    /// Held while a flush writes, so flushes append in order.
+    flushing: tokio::sync::Mutex<()>,
+    pub(super) changed: Notify,
+    cancelled: AtomicBool,
+}
+
+struct JournalState {
+    index: JournalIndex,
+    /// `index.entries()[..durable]` are in the store.
+    durable: usize,
+    /// A run record to store with the next flush.
+    run: Option<RunRecord>,
+    /// A task's storage failure, which ends the activation.
+    failure: Option<String>,
+}
+
+impl RunJournal {
+    /// The journal of `run_id` as the store holds it. Without a store it
+    /// is read-only: recording fails (offline replay). Entries that do not
+    /// form a journal are refused.
+    pub fn new(
+        store: Option<Arc<dyn Store>>,
+        clock: Arc<dyn Clock>,
+        run_id: &RunId,
+        entries: Vec<Entry>,
+    ) -> Result<Self> {
+        let durable = entries.len();
+        let index = JournalIndex::new(entries).map_err(|e| Error::JournalWrite {
+            run_id: run_id.clone(),
+            reason: format!("the stored journal is malformed: {e}"),
+        })?;
+        Ok(RunJournal {
+            store,
+            clock,
+            run_id: run_id.clone(),
+            state: Mutex::new(JournalState {
+                index,
+                durable,
+                run: None,
+                failure: None,
+            }),
+            flushing: tokio::sync::Mutex::new(()),
+            changed: Notify::new(),
+            cancelled: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, JournalState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The run this journal belongs to.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// Wakes the activation to look again at what the store holds for it
+    /// (a payload, another run's end).
+    pub fn poke(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// Asks the activation to stop at its next wait: the run is cancelled.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    pub(super) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Records a fact in memory and returns its entry; the next flush
+    /// makes it durable.
+    pub fn record(&self, fact: Fact) -> Result<Entry> {
+        if self.store.is_none() {
+            return Err(Error::Wasm("replay never writes".into()));
+        }
+        let entry = {
+            let mut state = self.lock();
+            let entry = state.index.next_entry(fact, self.clock.now_ms());
+            state
+                .index
+                .push(entry.clone())
+                .map_err(|e| Error::JournalWrite {
+                    run_id: self.run_id.clone(),
+                    reason: e.to_string(),
+                })?;
+            entry
+        };
+        self.changed.notify_waiters();
+        Ok(entry)
+    }
+
+    /// Records a fact and returns its entry once it is durable.
+    pub async fn append(&self, fact: Fact) -> Result<Entry> {
+        let entry = self.record(fact)?;
+        self.flush().await?;
+        Ok(entry)
+    }
+
+    /// Stores `run` with the next flush.
+    pub fn set_run(&self, run: RunRecord) {
+        self.lock().run = Some(run);
+    }
+
+    /// Writes every entry recorded so far (and a pending run record) to
+    /// the store, durably.
+    pub async fn flush(&self) -> Result<()> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let _flushing = self.flushing.lock().await;
+        let (batch, run, end) = {
+            let mut state = self.lock();
+            let end = state.index.len();
+            let batch = state.index.entries()[state.durable..].to_vec();
+            (batch, state.run.take(), end)
+        };
+        if batch.is_empty() && run.is_none() {
+            return Ok(());
+        }
+        store.append(&self.run_id, &batch, run.as_ref()).await?;
+        let mut state = self.lock();
+        state.durable = state.durable.max(end);
+        Ok(())
+    }
+
+    /// Ends the run: records `fact` and stores the final `run` record with
+    /// every entry not yet durable, ending the run's hooks, in one durable
+    /// store operation. Returns the runs that were waiting for this one.
+    pub async fn end(&self, run: &RunRecord, fact: Fact) -> Result<Vec<RunId>> {
+        let store = self
+            .store
+            .as_ref()
+            .ok_or_else(|| Error::Wasm("replay never writes".into()))?;
+        let _flushing = self.flushing.lock().await;
+        self.record(fact)?;
+        let (batch, end) = {
+            let mut state = self.lock();
+            state.run = None;
+            let end = state.index.len();
+            (state.index.entries()[state.durable..].to_vec(), end)
+        };
+        let woken = store.end_run(run, &batch, self.clock.now_ms()).await?;
+        let mut state = self.lock();
+        state.durable = state.durable.max(end);
+        Ok(woken)
+    }
+
+    /// Records a task's failure, which ends the activation.
+    pub fn fail(&self, message: String) {
+        self.lock().failure.get_or_insert(message);
+        self.changed.notify_waiters();
+    }
+
+    pub(super) fn failure(&self) -> Option<String> {
+        self.lock().failure.clone()
+    }
+
+    /// The recorded command `command`, if any.
+    pub(super) fn command(&self, command: u32) -> Option<Entry> {
+        self.lock().index.command(command).cloned()
+    }
+
+    pub(super) fn is_completed(&self, command: u32) -> bool {
+        self.lock().index.is_completed(command)
+    }
+
+    pub(super) fn attempts(&self, command: u32) -> (u32, Option<u64>) {
+        self.lock().index.attempts(command)
+    }
+
+    pub(super) fn take_completion(&self, ids: &[u32], delivered: &mut Delivered) -> Option<Entry> {
+        self.lock().index.take_completion(ids, delivered).cloned()
+    }
+
+    pub(super) fn has_ended(&self) -> bool {
+        self.lock().index.has_ended()
+    }
+
+    pub(super) fn command_count(&self) -> u32 {
+        self.lock().index.command_count()
+    }
+
+    /// The divergence of `requested` from the recorded command `command`.
+    pub(super) fn divergence(
+        &self,
+        command: u32,
+        recorded: &Entry,
+        requested: &Fact,
+    ) -> Divergence {
+        Divergence::at(&self.lock().index, command, recorded, requested)
+    }
+}

@@ -1,0 +1,261 @@
+//! Driving runs: one activation at a time per run in this process, how an
+//! activation's end is recorded (suspended, completed, failed, cancelled),
+//! waiting for a run's result, cancelling, and offline replay.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_core::divergence::Verdict;
+use keel_core::journal::Fact;
+use keel_core::{Entry, RunError, RunId, RunRecord, RunStatus};
+use tracing::Instrument;
+
+use super::{Inner, Keel, lock};
+use crate::activation::{Outside, RunJournal, Suspend};
+use crate::component::Loaded;
+use crate::runtime::Ended;
+use crate::{Error, Result};
+
+/// Marks a run active in this process for as long as it lives.
+struct ActiveRun<'a> {
+    inner: &'a Inner,
+    run_id: RunId,
+}
+
+impl<'a> ActiveRun<'a> {
+    fn claim(inner: &'a Inner, run_id: &str) -> Option<Self> {
+        lock(&inner.active)
+            .insert(run_id.into())
+            .then(|| ActiveRun {
+                inner,
+                run_id: run_id.into(),
+            })
+    }
+
+    /// Lets others wake the run's activation through its journal.
+    fn publish(&self, journal: &Arc<RunJournal>) {
+        lock(&self.inner.live).insert(self.run_id.clone(), journal.clone());
+    }
+}
+
+impl Drop for ActiveRun<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.live).remove(&self.run_id);
+        lock(&self.inner.active).remove(&self.run_id);
+        self.inner.progress.notify_waiters();
+    }
+}
+
+impl Keel {
+    fn journal_of(&self, run_id: &RunId, entries: Vec<Entry>) -> Result<RunJournal> {
+        let clock = self.inner.config.clock.clone();
+        RunJournal::new(Some(self.store().clone()), clock, run_id, entries)
+    }
+
+    /// Cancels a run: it ends with status `cancelled` and releases its
+    /// tokens (after any retention). An activation in this process is
+    /// stopped at its next wait. A finished run is returned as it is.
+    pub async fn cancel(&self, run_id: &str) -> Result<RunRecord> {
+        loop {
+            let run = self.get_run(run_id).await?;
+            if run.status.is_final() {
+                return Ok(run);
+            }
+            if let Some(_active) = ActiveRun::claim(&self.inner, run_id) {
+                let entries = self.store().journal(run_id).await?;
+                let journal = self.journal_of(&run.run_id, entries)?;
+                let cancelled = Error::Cancelled {
+                    run_id: run.run_id.clone(),
+                };
+                return self.finish(run, Ended::Failed(cancelled), &journal).await;
+            }
+            let ended = self.inner.progress.notified();
+            if let Some(journal) = lock(&self.inner.live).get(run_id) {
+                journal.cancel();
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), ended).await;
+        }
+    }
+
+    /// A run's record once it has ended; with `wait`, drives it (and waits
+    /// for its timers) until it ends.
+    pub async fn result(&self, run_id: &str, wait: bool) -> Result<RunRecord> {
+        let mut run = self.drive(run_id).await?;
+        while wait && !run.status.is_final() {
+            // Woken by a payload or a run's end in this process, by the
+            // run's timer, or after a second to look again.
+            let progress = self.inner.progress.notified();
+            let now = self.now_ms();
+            let wake = run.wake_at_ms.unwrap_or(now + 1000);
+            let timer = Duration::from_millis(wake.saturating_sub(now));
+            let _ = tokio::time::timeout(timer, progress).await;
+            run = self.get_run(run_id).await?;
+            if self.is_due(&run).await? {
+                run = self.drive(run_id).await?;
+            }
+        }
+        Ok(run)
+    }
+
+    /// The run can make progress now.
+    pub(super) async fn is_due(&self, run: &RunRecord) -> Result<bool> {
+        Ok(match run.status {
+            RunStatus::Pending | RunStatus::Running => true,
+            RunStatus::Waiting => {
+                run.wake_at_ms.is_some_and(|at| at <= self.now_ms())
+                    || self.store().is_woken(&run.run_id).await?
+            }
+            _ => false,
+        })
+    }
+
+    /// Executes a run until it completes, fails or must wait; returns its
+    /// record. A finished run is returned as it is; if this process is
+    /// already driving the run, waits for that drive to end instead.
+    pub async fn drive(&self, run_id: &str) -> Result<RunRecord> {
+        let span = tracing::info_span!("run", run_id);
+        self.drive_inner(run_id).instrument(span).await
+    }
+
+    async fn drive_inner(&self, run_id: &str) -> Result<RunRecord> {
+        let Some(active) = ActiveRun::claim(&self.inner, run_id) else {
+            self.until_not_active(run_id).await;
+            return self.get_run(run_id).await;
+        };
+        let mut run = self.get_run(run_id).await?;
+        if run.status.is_final() {
+            return Ok(run);
+        }
+        // Cleared before the activation reads the store, so that a payload
+        // resumed from now on wakes the run again.
+        self.store().take_wakeup(run_id).await?;
+        let loaded = self.component_by_hash(&run.component_hash).await?;
+        let entries = self.store().journal(run_id).await?;
+        let journal = Arc::new(self.journal_of(&run.run_id, entries)?);
+        active.publish(&journal);
+        run.status = RunStatus::Running;
+        run.wake_at_ms = None;
+        run.updated_at_ms = self.now_ms();
+        // Stored with the activation's first flush.
+        journal.set_run(run.clone());
+        let ended = self.activate(&loaded, &run, journal.clone()).await;
+        if let Ended::Failed(e) = &ended
+            && e.is_storage()
+        {
+            // Not the run's failure: what is durable stays, a worker resumes it.
+            let Ended::Failed(e) = ended else {
+                unreachable!()
+            };
+            return Err(e);
+        }
+        self.finish(run, ended, &journal).await
+    }
+
+    /// Waits until this process no longer drives `run_id`.
+    async fn until_not_active(&self, run_id: &str) {
+        loop {
+            let ended = self.inner.progress.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !lock(&self.inner.active).contains(run_id) {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// Records how an activation ended: a suspended run waits; a finished
+    /// one gets its final record, its hooks end and the runs awaiting it are
+    /// woken, with its journal's last entry, all durable on return.
+    async fn finish(
+        &self,
+        mut run: RunRecord,
+        ended: Ended,
+        journal: &RunJournal,
+    ) -> Result<RunRecord> {
+        run.updated_at_ms = self.now_ms();
+        let fact = match ended {
+            Ended::Completed(output) => {
+                run.status = RunStatus::Completed;
+                run.output = Some(output.clone());
+                Fact::RunCompleted { output }
+            }
+            Ended::Failed(Error::Cancelled { .. }) => {
+                tracing::info!("run cancelled");
+                run.status = RunStatus::Cancelled;
+                run.error = Some(RunError {
+                    kind: "cancelled".into(),
+                    message: "the run was cancelled".into(),
+                });
+                Fact::RunCancelled
+            }
+            Ended::Failed(e) => {
+                tracing::warn!("run failed: {e}");
+                run.status = RunStatus::Failed;
+                run.error = Some(RunError {
+                    kind: e.kind().into(),
+                    message: e.to_string(),
+                });
+                Fact::RunFailed {
+                    kind: e.kind().into(),
+                    error: e.to_string(),
+                }
+            }
+            Ended::Suspended(Suspend::Waiting { wake_at_ms, on }) => {
+                tracing::debug!(on, "run waits");
+                run.status = RunStatus::Waiting;
+                run.wake_at_ms = wake_at_ms;
+                journal.set_run(run.clone());
+                journal.flush().await?;
+                return Ok(run);
+            }
+            Ended::Suspended(Suspend::JournalEnd) => {
+                return Err(Error::Wasm(
+                    "a live activation reached the journal's end".into(),
+                ));
+            }
+        };
+        for watcher in journal.end(&run, fact).await? {
+            self.poke(&watcher);
+        }
+        self.inner.progress.notify_waiters();
+        Ok(run)
+    }
+
+    /// Runs the workflow once from the start over `journal`.
+    async fn activate(
+        &self,
+        loaded: &Arc<Loaded>,
+        run: &RunRecord,
+        journal: Arc<RunJournal>,
+    ) -> Ended {
+        let outside: Arc<dyn Outside> = Arc::new(self.clone());
+        self.inner
+            .runtime
+            .activate(outside, loaded, run, journal)
+            .await
+            .0
+    }
+
+    /// Replays a run's journal against `component` (or the run's own)
+    /// without executing anything: steps are not run, nothing is written.
+    pub async fn replay(&self, run_id: &str, component: Option<&Arc<Loaded>>) -> Result<Verdict> {
+        let run = self.get_run(run_id).await?;
+        let loaded = match component {
+            Some(c) => c.clone(),
+            None => self.component_by_hash(&run.component_hash).await?,
+        };
+        let entries = self.store().journal(run_id).await?;
+        self.replay_entries(&loaded, &run, entries).await
+    }
+
+    /// Replays `entries` of `run` against `loaded`, offline.
+    pub async fn replay_entries(
+        &self,
+        loaded: &Arc<Loaded>,
+        run: &RunRecord,
+        entries: Vec<Entry>,
+    ) -> Result<Verdict> {
+        self.inner.runtime.replay(loaded, run, entries).await
+    }
+}

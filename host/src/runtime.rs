@@ -1,0 +1,215 @@
+//! The wasm runtime: the wasmtime engine with the pooling allocator and
+//! fuel, the linker, the compiled components, and one activation of a
+//! workflow over a journal. It needs no store: an offline replay is a
+//! runtime, a component and a journal.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use keel_core::divergence::{self, Outcome, Trace, Verdict};
+use keel_core::{ComponentHash, Entry, RunRecord};
+use wasmtime::component::Linker;
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::activation::{Activation, Offline, Outside, RunJournal, Suspend};
+use crate::component::{self, Loaded, describe_trap};
+use crate::engine::Config;
+use crate::sandbox::{self, GuestLog, HostState};
+use crate::{Error, Result};
+
+/// How one activation ended.
+pub(crate) enum Ended {
+    Completed(String),
+    Failed(Error),
+    Suspended(Suspend),
+}
+
+impl Ended {
+    /// The end as a verdict reads it.
+    fn outcome(&self) -> Outcome {
+        match self {
+            Ended::Completed(output) => Outcome::Completed(output.clone()),
+            Ended::Failed(e) => Outcome::Failed {
+                kind: e.kind().into(),
+                message: e.to_string(),
+            },
+            Ended::Suspended(_) => Outcome::Suspended,
+        }
+    }
+}
+
+/// The wasmtime engine, its linker and the components compiled for it.
+pub struct Runtime {
+    pub(crate) engine: Engine,
+    base_linker: Linker<HostState>,
+    pub(crate) config: Config,
+    components: Mutex<HashMap<ComponentHash, Arc<Loaded>>>,
+}
+
+impl Runtime {
+    /// A runtime with `config`'s bounds.
+    pub fn new(config: Config) -> Result<Runtime> {
+        let engine = build_engine(&config)?;
+        let base_linker =
+            sandbox::base_linker(&engine).map_err(|e| Error::Wasm(format!("{e:#}")))?;
+        Ok(Runtime {
+            engine,
+            base_linker,
+            config,
+            components: Mutex::default(),
+        })
+    }
+
+    /// Compiles and validates `bytes` (or takes the component compiled
+    /// before); `origin` names it in errors.
+    pub async fn load(&self, origin: &Path, bytes: &[u8]) -> Result<Arc<Loaded>> {
+        let hash = component::content_hash(bytes);
+        if let Some(loaded) = self.cached(&hash) {
+            return Ok(loaded);
+        }
+        let loaded = Arc::new(
+            component::load(
+                &self.engine,
+                &self.base_linker,
+                &self.config.cache_dir,
+                origin,
+                bytes,
+                self.config.max_memory,
+            )
+            .await?,
+        );
+        self.components
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(hash, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// The component of `hash`, if compiled before.
+    pub fn cached(&self, hash: &str) -> Option<Arc<Loaded>> {
+        self.components
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(hash)
+            .cloned()
+    }
+
+    /// Runs the workflow of `run` once from the start over `journal`,
+    /// reaching beyond the run through `outside`.
+    pub(crate) async fn activate(
+        &self,
+        outside: Arc<dyn Outside>,
+        loaded: &Arc<Loaded>,
+        run: &RunRecord,
+        journal: Arc<RunJournal>,
+    ) -> (Ended, Trace) {
+        let activation = Activation::new(
+            outside,
+            loaded.clone(),
+            journal,
+            &run.workflow,
+            run.created_at_ms,
+        );
+        let clock = activation.clock();
+        let log = GuestLog::new(&run.run_id);
+        let config = &self.config;
+        let state =
+            HostState::workflow(Box::new(activation), clock, log.clone(), config.max_memory);
+        let mut store = wasmtime::Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        if let Err(e) = store.set_fuel(config.workflow_fuel) {
+            return (Ended::Failed(Error::Wasm(e.to_string())), Trace::default());
+        }
+        let result = async {
+            let instance = loaded.workflow_pre.instantiate_async(&mut store).await?;
+            instance
+                .keel_workflow_guest()
+                .call_run_workflow(&mut store, &run.workflow, &run.input)
+                .await
+        }
+        .await;
+        let ended = match result {
+            Ok(Ok(output)) => Ended::Completed(output),
+            Ok(Err(message)) => Ended::Failed(Error::WorkflowFailed {
+                run_id: run.run_id.clone(),
+                message,
+            }),
+            Err(e) => self.classify(e, run, &log),
+        };
+        let activation = store
+            .data_mut()
+            .workflow_calls()
+            .and_then(|calls| calls.downcast_mut::<Activation>());
+        let trace = match activation {
+            Some(a) => a.finish().await,
+            None => Trace::default(),
+        };
+        (ended, trace)
+    }
+
+    fn classify(&self, e: wasmtime::Error, run: &RunRecord, log: &GuestLog) -> Ended {
+        let e = match e.downcast::<Suspend>() {
+            Ok(suspend) => return Ended::Suspended(suspend),
+            Err(e) => e,
+        };
+        let e = match e.downcast::<Error>() {
+            Ok(error) => return Ended::Failed(error),
+            Err(e) => e,
+        };
+        let run_id = run.run_id.clone();
+        if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::OutOfFuel) {
+            return Ended::Failed(Error::FuelExhausted {
+                run_id,
+                fuel: self.config.workflow_fuel,
+            });
+        }
+        if format!("{e:?}").contains("growing memory") {
+            return Ended::Failed(Error::MemoryExhausted {
+                run_id,
+                limit_bytes: self.config.max_memory,
+            });
+        }
+        Ended::Failed(Error::GuestTrap {
+            run_id,
+            message: describe_trap(&e, &log.tail()),
+        })
+    }
+
+    /// Replays `entries` of `run` against `loaded`, offline: the
+    /// activation has no store behind it, no step runs, nothing is written.
+    pub async fn replay(
+        &self,
+        loaded: &Arc<Loaded>,
+        run: &RunRecord,
+        entries: Vec<Entry>,
+    ) -> Result<Verdict> {
+        let clock = self.config.clock.clone();
+        let journal = Arc::new(RunJournal::new(
+            None,
+            clock.clone(),
+            &run.run_id,
+            entries.clone(),
+        )?);
+        let offline: Arc<dyn Outside> = Arc::new(Offline { clock });
+        let (ended, trace) = self.activate(offline, loaded, run, journal).await;
+        Ok(divergence::verdict(&entries, ended.outcome(), trace))
+    }
+}
+
+fn build_engine(config: &Config) -> Result<Engine> {
+    let mut wasm = wasmtime::Config::new();
+    wasm.consume_fuel(true).wasm_component_model(true);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(config.max_instances)
+        .total_core_instances(config.max_instances * 4)
+        .total_memories(config.max_instances)
+        .total_tables(config.max_instances * 4)
+        .max_memory_size(config.max_memory)
+        // Every step attempt is a fresh instance; resetting slots in batches
+        // rather than one madvise (and TLB shootdown) per instance is worth
+        // ~20% of W10 throughput on two cores.
+        .decommit_batch_size(32);
+    wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&wasm).map_err(|e| Error::Wasm(format!("building the wasmtime engine: {e:#}")))
+}

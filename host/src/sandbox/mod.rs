@@ -1,0 +1,369 @@
+//! The two sandboxes a guest runs in, and the WIT contract's host side.
+//!
+//! The workflow sandbox is deterministic: its clocks read journal time
+//! ([`clock`]), its randomness is seeded by the run ID, it has no
+//! filesystem, sockets, environment, arguments or stdin, and every
+//! non-deterministic import (filesystem, sockets, HTTP) is shadowed by a
+//! stub that fails the run. Its keel imports are answered by a
+//! [`WorkflowCalls`] (the activation). The step sandbox has real clocks and
+//! randomness and only what the operator granted ([`grants`]).
+
+use std::any::Any;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_core::RunId;
+use rand::SeedableRng;
+use rand_chacha::ChaCha12Rng;
+use sha2::{Digest, Sha256};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+mod clock;
+mod grants;
+mod log;
+
+pub use clock::JournalClock;
+pub use grants::Grants;
+use grants::HttpGrant;
+pub use log::GuestLog;
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "keel:workflow/workflow-component",
+    imports: { default: async | trappable },
+    exports: { default: async },
+});
+
+pub use keel::workflow::types as wit;
+
+/// The workflow side of the contract: what a workflow's keel imports do.
+/// The activation implements it; the sandbox only forwards.
+#[async_trait]
+pub trait WorkflowCalls: Send {
+    /// The run this activation belongs to.
+    fn run_id(&self) -> &RunId;
+    /// The activation itself, for the engine to take back after the call.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+    async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32>;
+    async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32>;
+    async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion>;
+    fn metadata(&self) -> wit::WorkflowMetadata;
+    async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool>;
+    fn log(&self, level: wit::LogLevel, message: &str);
+    async fn create_hook(
+        &mut self,
+        options: wit::HookOptions,
+    ) -> wasmtime::Result<Result<wit::Hook, String>>;
+    async fn hook_next(&mut self, handle: u32) -> wasmtime::Result<u32>;
+    async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()>;
+    async fn run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus>;
+    async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32>;
+    async fn start_workflow(
+        &mut self,
+        workflow: String,
+        input: String,
+        options: wit::StartOptions,
+    ) -> wasmtime::Result<Result<String, wit::StartError>>;
+}
+
+/// What a step may do to other runs: resume their hooks.
+#[async_trait]
+pub trait ResumeHooks: Send + Sync {
+    /// Delivers `payload` to the active hook holding `token`; the owner.
+    async fn resume_hook(&self, token: &str, payload: &str) -> crate::Result<RunId>;
+}
+
+/// What a step attempt learns about itself through `step_metadata()`, and
+/// what it may do beyond its grants.
+#[derive(Clone)]
+pub struct StepContext {
+    pub metadata: wit::StepMetadata,
+    /// Resumes hooks on the step's behalf.
+    pub hooks: Arc<dyn ResumeHooks>,
+}
+
+/// Which side of the contract a store's guest is on.
+pub enum Role {
+    /// Only `get-manifest` is called.
+    Manifest,
+    Workflow(Box<dyn WorkflowCalls>),
+    Step(StepContext),
+}
+
+/// The data of every wasmtime store the host creates.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    http_hooks: HttpGrant,
+    pub(crate) limits: StoreLimits,
+    pub(crate) role: Role,
+}
+
+impl HostState {
+    fn new(wasi: WasiCtx, http: Vec<String>, max_memory: usize, role: Role) -> Self {
+        HostState {
+            wasi,
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            http_hooks: HttpGrant { allowed: http },
+            limits: StoreLimitsBuilder::new()
+                .memory_size(max_memory)
+                .trap_on_grow_failure(true)
+                .build(),
+            role,
+        }
+    }
+
+    /// State for calling `get-manifest`: nothing granted.
+    pub fn manifest(max_memory: usize) -> Self {
+        let wasi = WasiCtxBuilder::new().build();
+        HostState::new(wasi, Vec::new(), max_memory, Role::Manifest)
+    }
+
+    /// State for one workflow activation: journal clocks, randomness
+    /// seeded by the run ID.
+    pub fn workflow(
+        calls: Box<dyn WorkflowCalls>,
+        clock: JournalClock,
+        log: GuestLog,
+        max_memory: usize,
+    ) -> Self {
+        let seed = seed_from(calls.run_id());
+        let mut b = WasiCtxBuilder::new();
+        b.wall_clock(clock.clone())
+            .monotonic_clock(clock)
+            .secure_random(ChaCha12Rng::seed_from_u64(seed))
+            .insecure_random(ChaCha12Rng::seed_from_u64(seed.rotate_left(17)))
+            .insecure_random_seed(u128::from(seed))
+            .stdout(log.stream("stdout"))
+            .stderr(log.stream("stderr"));
+        HostState::new(b.build(), Vec::new(), max_memory, Role::Workflow(calls))
+    }
+
+    /// State for one step attempt: real clocks and randomness, and the grants.
+    pub fn step(
+        ctx: StepContext,
+        grants: &Grants,
+        log: GuestLog,
+        max_memory: usize,
+    ) -> crate::Result<Self> {
+        let mut b = WasiCtxBuilder::new();
+        b.stdout(log.stream("stdout")).stderr(log.stream("stderr"));
+        b.envs(&grants.env);
+        for dir in &grants.dirs {
+            let guest = dir.to_string_lossy().to_string();
+            b.preopened_dir(dir, &guest, FsPerms::ReadWrite)
+                .map_err(|e| crate::Error::Io {
+                    path: dir.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+        }
+        Ok(HostState::new(
+            b.build(),
+            grants.http.clone(),
+            max_memory,
+            Role::Step(ctx),
+        ))
+    }
+
+    /// The workflow calls this store was made for, to take back after a call.
+    pub fn workflow_calls(&mut self) -> Option<&mut dyn Any> {
+        match &mut self.role {
+            Role::Workflow(w) => Some(w.as_any_mut()),
+            _ => None,
+        }
+    }
+}
+
+fn seed_from(run_id: &str) -> u64 {
+    let digest = Sha256::digest(run_id.as_bytes());
+    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
+    }
+}
+
+/// The linker every guest is instantiated against: WASI 0.2, wasi:http and
+/// keel's own interfaces.
+pub fn base_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    WorkflowComponent::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
+
+/// Interfaces whose results depend on the world outside the journal.
+const NON_DETERMINISTIC: &[&str] = &["wasi:filesystem/", "wasi:sockets/", "wasi:http/"];
+
+/// The component's imports that are not deterministic, as `interface#function`.
+pub fn non_deterministic_imports(engine: &Engine, component: &Component) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (name, item) in component.component_type().imports(engine) {
+        if !NON_DETERMINISTIC.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        if let ComponentItem::ComponentInstance(instance) = item.ty {
+            for (func, item) in instance.exports(engine) {
+                if matches!(item.ty, ComponentItem::ComponentFunc(_)) {
+                    out.push((name.to_string(), func.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The workflow linker for one component: the base linker with every
+/// non-deterministic function shadowed by a stub that fails the run.
+pub fn workflow_linker(
+    base: &Linker<HostState>,
+    engine: &Engine,
+    component: &Component,
+) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = base.clone();
+    linker.allow_shadowing(true);
+    for (interface, func) in non_deterministic_imports(engine, component) {
+        let what = format!("{interface}#{func}");
+        linker
+            .instance(&interface)?
+            .func_new(&func, move |store, _ty, _params, _results| {
+                let run_id = match &store.data().role {
+                    Role::Workflow(w) => w.run_id().clone(),
+                    _ => RunId::default(),
+                };
+                Err(wasmtime::Error::new(crate::Error::SandboxViolation {
+                    run_id,
+                    reason: format!(
+                        "called `{what}`, which is not deterministic and is not available to \
+                         workflows. Move this I/O into a #[step]; steps run with the \
+                         capabilities granted to the component (HTTP hosts, directories, \
+                         environment variables)"
+                    ),
+                }))
+            })?;
+    }
+    Ok(linker)
+}
+
+impl keel::workflow::types::Host for HostState {}
+
+impl keel::workflow::step_context::Host for HostState {
+    async fn metadata(&mut self) -> wasmtime::Result<wit::StepMetadata> {
+        Ok(self.step_context()?.metadata.clone())
+    }
+
+    async fn resume_hook(
+        &mut self,
+        token: String,
+        payload: String,
+    ) -> wasmtime::Result<Result<String, wit::ResumeError>> {
+        let hooks = self.step_context()?.hooks.clone();
+        Ok(match hooks.resume_hook(&token, &payload).await {
+            Ok(run_id) => Ok(run_id.into_string()),
+            Err(crate::Error::HookNotFound { .. }) => Err(wit::ResumeError::HookNotFound),
+            Err(e) => Err(wit::ResumeError::Failed(e.to_string())),
+        })
+    }
+}
+
+impl HostState {
+    fn step_context(&self) -> wasmtime::Result<&StepContext> {
+        match &self.role {
+            Role::Step(ctx) => Ok(ctx),
+            _ => Err(wasmtime::Error::msg(
+                "a step function (step_metadata, resume_hook) was called outside a step; inside a workflow use workflow_metadata() and hooks",
+            )),
+        }
+    }
+
+    fn calls(&mut self) -> wasmtime::Result<&mut dyn WorkflowCalls> {
+        match &mut self.role {
+            Role::Workflow(w) => Ok(w.as_mut()),
+            _ => Err(wasmtime::Error::msg(
+                "a step called a workflow function (schedule a step, sleep, wait); \
+                 steps cannot orchestrate: call them from a #[workflow]",
+            )),
+        }
+    }
+}
+
+impl keel::workflow::workflow_context::Host for HostState {
+    async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32> {
+        self.calls()?.schedule_step(name, input).await
+    }
+
+    async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32> {
+        self.calls()?.schedule_sleep(duration_ms).await
+    }
+
+    async fn wait_any(&mut self, ids: Vec<u32>) -> wasmtime::Result<wit::Completion> {
+        self.calls()?.wait_any(&ids).await
+    }
+
+    async fn metadata(&mut self) -> wasmtime::Result<wit::WorkflowMetadata> {
+        Ok(self.calls()?.metadata())
+    }
+
+    async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool> {
+        self.calls()?.patched(change_id).await
+    }
+
+    async fn log(&mut self, level: wit::LogLevel, message: String) -> wasmtime::Result<()> {
+        self.calls()?.log(level, &message);
+        Ok(())
+    }
+
+    async fn create_hook(
+        &mut self,
+        options: wit::HookOptions,
+    ) -> wasmtime::Result<Result<wit::Hook, String>> {
+        self.calls()?.create_hook(options).await
+    }
+
+    async fn hook_next(&mut self, handle: u32) -> wasmtime::Result<u32> {
+        self.calls()?.hook_next(handle).await
+    }
+
+    async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()> {
+        self.calls()?.dispose_hook(handle).await
+    }
+
+    async fn read_run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus> {
+        self.calls()?.run_status(run_id).await
+    }
+
+    async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32> {
+        self.calls()?.await_run(run_id).await
+    }
+
+    async fn start_workflow(
+        &mut self,
+        workflow: String,
+        input: String,
+        options: wit::StartOptions,
+    ) -> wasmtime::Result<Result<String, wit::StartError>> {
+        self.calls()?.start_workflow(workflow, input, options).await
+    }
+}
