@@ -100,9 +100,22 @@ impl RemoteError {
     }
 }
 
-/// The socket a worker listens on, in the store's directory.
+/// The socket a worker listens on: in a directory of the store's that only
+/// its owner can enter, so the socket is never reachable by other users,
+/// not even between its creation and its chmod.
 pub fn socket_path(db: &Path) -> PathBuf {
-    db.join("control.sock")
+    db.join("control").join("control.sock")
+}
+
+/// Creates the socket's directory (mode 0700) or makes it 0700.
+fn private_socket_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = path.parent().expect("the socket has a directory");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Executes a request on an open store.
@@ -166,6 +179,7 @@ pub async fn serve(keel: Keel, db: &Path) -> anyhow::Result<()> {
     let path = socket_path(db);
     // This process holds the store's lock, so a socket left here is stale.
     let _ = std::fs::remove_file(&path);
+    private_socket_dir(&path)?;
     let listener = UnixListener::bind(&path)?;
     // Only the store's owner may drive its runs.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;

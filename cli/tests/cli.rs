@@ -76,10 +76,28 @@ fn failures_print_a_kind_and_exit_non_zero() {
     );
     assert!(!out.status.success());
     assert_eq!(err["error"]["kind"], "invalid_input");
+    // The library says what is wrong; the CLI adds what to type.
+    assert!(
+        !err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--input")
+    );
+    assert!(
+        err["error"]["hint"].as_str().unwrap().contains("--input"),
+        "{err}"
+    );
 
     let (out, err) = keel(db.path(), &["runs", "show", "no-such-run"]);
     assert!(!out.status.success());
     assert_eq!(err["error"]["kind"], "run_not_found");
+    assert!(
+        err["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("keel runs list"),
+        "{err}"
+    );
 
     let (out, run) = keel(db.path(), &["run", keel_tests::TESTBED, "trap"]);
     assert!(!out.status.success());
@@ -316,7 +334,7 @@ fn commands_reach_a_running_worker_through_its_socket() {
             .spawn()
             .expect("starting a worker"),
     );
-    let socket = db.path().join("control.sock");
+    let socket = db.path().join("control/control.sock");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !socket.exists() {
         assert!(
@@ -325,6 +343,15 @@ fn commands_reach_a_running_worker_through_its_socket() {
         );
         std::thread::yield_now();
     }
+    // Only the store's owner can reach the socket, from its creation on.
+    use std::os::unix::fs::PermissionsExt;
+    let dir_mode = std::fs::metadata(socket.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(dir_mode & 0o777, 0o700, "{dir_mode:o}");
+    let socket_mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(socket_mode & 0o077, 0, "{socket_mode:o}");
 
     let input = r#"{"order_id": "w1", "note": "first"}"#;
     let start = [

@@ -15,6 +15,7 @@ pub mod ids;
 pub mod index;
 pub mod journal;
 pub mod manifest;
+pub mod patch;
 pub mod records;
 
 pub use clock::Clock;

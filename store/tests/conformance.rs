@@ -33,7 +33,7 @@ impl Harness for SledHarness {
     async fn reopen(&self, store: Arc<dyn Store>) -> Arc<dyn Store> {
         let path = store.location();
         drop(store);
-        Arc::new(SledStore::open(path).expect("reopening the sled store"))
+        Arc::new(SledStore::reopen(path).expect("reopening the sled store"))
     }
 }
 

@@ -20,6 +20,7 @@ use keel_core::RunId;
 use keel_core::divergence::{Divergence, Trace};
 use keel_core::index::Delivered;
 use keel_core::journal::{Entry, Fact, step_digest};
+use keel_core::patch::{self, Patch};
 use tokio::task::JoinHandle;
 
 mod hooks;
@@ -418,38 +419,29 @@ impl WorkflowCalls for Activation {
         Ok(command)
     }
 
-    /// `patched(change_id)`:
-    ///
-    /// | journal at this position            | run past its history | result | consumes a command |
-    /// |-------------------------------------|----------------------|--------|--------------------|
-    /// | this change's marker                | -                    | true   | yes                |
-    /// | another command (recorded before the change) | -           | false  | no                 |
-    /// | nothing, journal records the run's end | -                 | false  | no                 |
-    /// | nothing, offline replay             | -                    | false  | no                 |
-    /// | nothing, live                       | yes                  | true   | yes (marker recorded) |
+    /// `patched(change_id)`, decided by [`keel_core::patch::decide`] (its
+    /// doc has the truth table).
     async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool> {
-        let command = self.next_command;
-        if let Some(recorded) = self.journal.command(command) {
-            return Ok(match &recorded.fact {
-                Fact::PatchMarker { change_id: c, .. } if *c == change_id => {
-                    self.next_command += 1;
-                    self.clock.set(recorded.at_ms);
-                    true
-                }
-                _ => false,
-            });
+        let recorded = self.journal.command(self.next_command);
+        let can_record = !self.offline && !self.journal.has_ended();
+        let decision = patch::decide(recorded.as_ref().map(|e| &e.fact), &change_id, can_record);
+        match (decision, recorded) {
+            (Patch::Marked, Some(entry)) => {
+                self.next_command += 1;
+                self.clock.set(entry.at_ms);
+            }
+            (Patch::Record, _) => {
+                self.command(
+                    |_| Some(()),
+                    |command| Fact::PatchMarker {
+                        command,
+                        change_id: change_id.clone(),
+                    },
+                )?;
+            }
+            _ => {}
         }
-        if self.offline || self.journal.has_ended() {
-            return Ok(false);
-        }
-        self.command(
-            |_| Some(()),
-            |command| Fact::PatchMarker {
-                command,
-                change_id: change_id.clone(),
-            },
-        )?;
-        Ok(true)
+        Ok(decision.is_patched())
     }
 
     async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion> {

@@ -6,10 +6,10 @@ use tokio::sync::Notify;
 use crate::{Result, StoreError};
 
 /// Group commit without a thread of its own: the first caller to need a
-/// flush leads it, on tokio's blocking pool so that no async worker stalls
-/// on the disk; callers that arrive while it runs wait, and the next of
-/// them leads one flush for all. One run at a time pays one hand-off to the
-/// blocking pool; many runs share flushes.
+/// flush leads it, without stalling the other async tasks (see
+/// [`GroupCommit::flush`]); callers that arrive while it runs wait, and the next of
+/// them leads one flush for all. One run at a time pays no hand-off; many
+/// runs share flushes.
 pub(super) struct GroupCommit {
     db: sled::Db,
     state: std::sync::Mutex<CommitState>,
@@ -70,12 +70,7 @@ impl GroupCommit {
                 Some(flush) => {
                     // If this caller is dropped mid-flush, another leads.
                     let guard = Abdicate(self);
-                    let db = self.db.clone();
-                    let result = match tokio::task::spawn_blocking(move || db.flush()).await {
-                        Ok(Ok(_)) => None,
-                        Ok(Err(e)) => Some(e.to_string()),
-                        Err(e) => Some(format!("the flush task failed: {e}")),
-                    };
+                    let result = self.flush().await;
                     std::mem::forget(guard);
                     {
                         let mut state = self.lock();
@@ -91,6 +86,28 @@ impl GroupCommit {
     }
 }
 
+impl GroupCommit {
+    /// Flushes sled without stalling the async workers: on a multi-thread
+    /// runtime the leader's worker hands its other tasks to the runtime and
+    /// flushes in place (no thread hop); elsewhere the flush goes to the
+    /// blocking pool.
+    async fn flush(&self) -> Option<String> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let in_place =
+            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+        let result = if in_place {
+            tokio::task::block_in_place(|| self.db.flush())
+        } else {
+            let db = self.db.clone();
+            match tokio::task::spawn_blocking(move || db.flush()).await {
+                Ok(result) => result,
+                Err(e) => return Some(format!("the flush task failed: {e}")),
+            }
+        };
+        result.err().map(|e| e.to_string())
+    }
+}
+
 /// Hands leadership back when a leader is dropped before its flush ended.
 struct Abdicate<'a>(&'a GroupCommit);
 
@@ -98,5 +115,66 @@ impl Drop for Abdicate<'_> {
     fn drop(&mut self) {
         self.0.lock().leading = false;
         self.0.flushed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn commit() -> (tempfile::TempDir, Arc<GroupCommit>) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        (dir, Arc::new(GroupCommit::new(db)))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_callers_share_flushes_and_all_are_answered() {
+        let (_dir, commit) = commit();
+        let callers = 64;
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..callers {
+            let commit = commit.clone();
+            tasks.spawn(async move { commit.sync().await });
+        }
+        while let Some(result) = tasks.join_next().await {
+            result.unwrap().unwrap();
+        }
+        let flushes = commit.lock().completed;
+        assert!(
+            flushes >= 1 && flushes < callers,
+            "{flushes} flushes for {callers} callers"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_dropped_while_leading_hands_leadership_on() {
+        let (_dir, commit) = commit();
+        {
+            let mut state = commit.lock();
+            state.leading = true;
+            state.started = 1;
+        }
+        // A caller waits for the leader; the leader goes away unfinished.
+        let waiter = tokio::spawn({
+            let commit = commit.clone();
+            async move { commit.sync().await }
+        });
+        tokio::task::yield_now().await;
+        drop(Abdicate(&commit));
+        tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter was left waiting")
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_current_thread_runtime_flushes_on_the_blocking_pool() {
+        let (_dir, commit) = commit();
+        commit.sync().await.unwrap();
+        assert_eq!(commit.lock().completed, 1);
     }
 }

@@ -99,6 +99,22 @@ impl SledStore {
         Ok(store)
     }
 
+    /// Opens the store in `path` once the handles of this process that
+    /// held it are gone: sled releases its lock a moment after its last
+    /// handle drops. For tests that reopen a store; gives up after 10 s.
+    #[doc(hidden)]
+    pub fn reopen(path: impl AsRef<Path>) -> Result<SledStore> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match SledStore::open(path.as_ref()) {
+                Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// The store's directory.
     pub fn path(&self) -> &Path {
         &self.inner.path

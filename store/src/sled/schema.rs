@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(store.journal("parent.1").await.unwrap(), [entry(0)]);
         drop(store);
         // Opening again finds schema 2 and changes nothing.
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = SledStore::reopen(dir.path()).unwrap();
         assert_eq!(store.journal("parent").await.unwrap().len(), 2);
     }
 
