@@ -13,6 +13,7 @@
 mod activation;
 mod clock;
 pub mod component;
+mod config;
 mod engine;
 mod error;
 pub mod keys;
@@ -23,7 +24,8 @@ mod steps;
 
 pub use clock::SystemClock;
 pub use component::Loaded;
-pub use engine::{Config, Keel, StartHook, StartOptions, defaults};
+pub use config::{Config, defaults};
+pub use engine::{Keel, StartHook, StartOptions};
 pub use error::{Error, Result};
 pub use replay::{ReplayReport, Replayer};
 pub use runtime::Runtime;

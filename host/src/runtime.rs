@@ -14,7 +14,7 @@ use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::activation::{Activation, Offline, Outside, RunJournal, Suspend};
 use crate::component::{self, Loaded, describe_trap};
-use crate::engine::Config;
+use crate::config::Config;
 use crate::sandbox::{self, GuestLog, HostState};
 use crate::{Error, Result};
 

@@ -18,10 +18,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::activation::{ChildStart, Outside, RunJournal, StepCall};
-use crate::clock::SystemClock;
 use crate::component::Loaded;
 use crate::runtime::Runtime;
-use crate::sandbox::{Grants, ResumeHooks};
+use crate::sandbox::ResumeHooks;
 use crate::steps::StepRunner;
 use crate::{Error, Result};
 
@@ -31,67 +30,7 @@ mod worker;
 
 pub use admission::{StartHook, StartOptions};
 
-/// How the engine runs guests.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// The sled store's directory, for [`Keel::open_sled`].
-    pub db: PathBuf,
-    /// Where compiled components are cached (default: `compiled/` in the
-    /// store's directory). Native code is loaded from it: it must belong to
-    /// this user and be writable by no one else (see [`crate::component`]).
-    pub cache_dir: PathBuf,
-    /// Fuel for one workflow activation (a CPU bound; roughly one unit per
-    /// wasm instruction).
-    pub workflow_fuel: u64,
-    /// Linear memory bound of any guest instance, in bytes.
-    pub max_memory: usize,
-    /// Capabilities granted to steps.
-    pub grants: Grants,
-    /// Timers due within this bound are awaited in memory; longer ones
-    /// suspend the run until a worker resumes it.
-    pub park_limit: Duration,
-    /// Instances the pooling allocator keeps slots for.
-    pub max_instances: u32,
-    /// How long one step attempt may take before it is stopped and retried.
-    pub step_timeout: Duration,
-    /// The clock of everything the engine decides by time: admission
-    /// windows, retention, journal timestamps, timers, the worker, records.
-    pub clock: Arc<dyn Clock>,
-}
-
-/// The defaults, written once.
-pub mod defaults {
-    use std::time::Duration;
-
-    /// Fuel for one workflow activation.
-    pub const WORKFLOW_FUEL: u64 = 20_000_000_000;
-    /// Memory bound of a guest instance, in MiB.
-    pub const MAX_MEMORY_MIB: usize = 256;
-    /// How long one step attempt may take.
-    pub const STEP_TIMEOUT: Duration = Duration::from_secs(300);
-    /// Timers due within this bound are awaited in memory.
-    pub const PARK_LIMIT: Duration = Duration::from_secs(60);
-    /// Instances the pooling allocator keeps slots for.
-    pub const MAX_INSTANCES: u32 = 1000;
-}
-
-impl Config {
-    /// Defaults for a store in `db`.
-    pub fn new(db: impl Into<PathBuf>) -> Self {
-        let db = db.into();
-        Config {
-            cache_dir: db.join("compiled"),
-            db,
-            workflow_fuel: defaults::WORKFLOW_FUEL,
-            max_memory: defaults::MAX_MEMORY_MIB << 20,
-            grants: Grants::default(),
-            park_limit: defaults::PARK_LIMIT,
-            max_instances: defaults::MAX_INSTANCES,
-            step_timeout: defaults::STEP_TIMEOUT,
-            clock: Arc::new(SystemClock),
-        }
-    }
-}
+use crate::config::Config;
 
 pub(crate) struct Inner {
     runtime: Runtime,
