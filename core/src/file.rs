@@ -53,7 +53,13 @@ impl JournalFile {
 
     /// The JSON form.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("journal files always encode")
+        let entries: Vec<serde_json::Value> = self
+            .entries
+            .iter()
+            .map(crate::journal::entry_to_json)
+            .collect();
+        let value = serde_json::json!({ "header": self.header, "entries": entries });
+        serde_json::to_string_pretty(&value).expect("journal files always encode")
     }
 
     /// Reads either form.
@@ -81,9 +87,17 @@ impl JournalFile {
                 ))
             })?;
             check_version(version).map_err(bad)?;
-            let file: JournalFile = serde_json::from_value(value)
-                .map_err(|e| bad(format!("its JSON does not match the format ({e})")))?;
-            return file.checked();
+            let shape = |e: String| bad(format!("its JSON does not match the format ({e})"));
+            let header: FileHeader = serde_json::from_value(value["header"].clone())
+                .map_err(|e| shape(e.to_string()))?;
+            let entries = value["entries"]
+                .as_array()
+                .ok_or_else(|| shape("it has no `entries` array".into()))?
+                .iter()
+                .map(crate::journal::entry_from_json)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(shape)?;
+            return JournalFile { header, entries }.checked();
         }
         Err(bad(
             "it is not a keel journal file (no KEELJRNL magic, not JSON)".into(),

@@ -36,6 +36,7 @@ pub enum Fact {
     /// The workflow scheduled a step.
     StepScheduled {
         command: u32,
+        #[serde(rename = "step_name", alias = "name")]
         name: String,
         input: String,
         step_id: String,
@@ -80,6 +81,7 @@ pub enum Fact {
         output: String,
     },
     RunFailed {
+        #[serde(rename = "error_kind", alias = "kind")]
         kind: String,
         error: String,
     },
@@ -248,6 +250,63 @@ impl Fact {
     }
 }
 
+/// An entry in keel's one JSON shape, shared by journal files and every
+/// JSON output: `seq`, `at_ms`, `kind` (the fact's name), then the fact's
+/// fields, with inputs and outputs as the strings recorded, so that the
+/// shape is lossless.
+pub fn entry_to_json(entry: &Entry) -> serde_json::Value {
+    let mut out = serde_json::json!({
+        "seq": entry.seq,
+        "at_ms": entry.at_ms,
+        "kind": entry.fact.name(),
+    });
+    if let (Ok(serde_json::Value::Object(tagged)), Some(out)) =
+        (serde_json::to_value(&entry.fact), out.as_object_mut())
+        && let Some((_, serde_json::Value::Object(fields))) = tagged.into_iter().next()
+    {
+        out.extend(fields);
+    }
+    out
+}
+
+/// Reads an entry in the shape [`entry_to_json`] writes, or in the shape
+/// journal files had before it (`{"seq", "at_ms", "event": {"Variant": {..}}}`).
+pub fn entry_from_json(value: &serde_json::Value) -> Result<Entry, String> {
+    let Some(kind) = value.get("kind").and_then(|k| k.as_str()) else {
+        return serde_json::from_value(value.clone()).map_err(|e| e.to_string());
+    };
+    let number = |field: &str| {
+        value
+            .get(field)
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| format!("entry has no number `{field}`"))
+    };
+    let variant: String = kind
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map_or_else(String::new, |f| f.to_uppercase().chain(c).collect())
+        })
+        .collect();
+    let mut fields = value.as_object().cloned().unwrap_or_default();
+    for meta in ["seq", "at_ms", "kind"] {
+        fields.remove(meta);
+    }
+    let tagged = if fields.is_empty() && kind == "run_cancelled" {
+        serde_json::Value::String(variant)
+    } else {
+        serde_json::json!({ variant: fields })
+    };
+    let fact: Fact =
+        serde_json::from_value(tagged).map_err(|e| format!("entry of kind `{kind}`: {e}"))?;
+    Ok(Entry {
+        seq: number("seq")?,
+        at_ms: number("at_ms")?,
+        fact,
+    })
+}
+
 /// Encodes an entry with the current format version.
 pub fn encode(entry: &Entry) -> Vec<u8> {
     codec::encode(entry)
@@ -310,6 +369,65 @@ mod tests {
         assert_eq!(entry.fact, Fact::TimerFired { command: 2 });
         let new = serde_json::to_value(&entry).unwrap();
         assert!(new.get("fact").is_some(), "{new}");
+    }
+
+    #[test]
+    fn the_json_shape_is_flat_and_lossless() {
+        let facts = [
+            Fact::StepScheduled {
+                command: 1,
+                name: "charge".into(),
+                input: "{\"a\": 1}".into(),
+                step_id: "r-1".into(),
+                digest: "d".into(),
+            },
+            Fact::RunFailed {
+                kind: "guest_trap".into(),
+                error: "boom".into(),
+            },
+            Fact::RunCancelled,
+            Fact::HookCreated {
+                command: 2,
+                token: "t".into(),
+                force: true,
+                registration: HookRegistration::Conflict {
+                    owner_run_id: "o".into(),
+                },
+            },
+        ];
+        for (seq, fact) in facts.into_iter().enumerate() {
+            let entry = Entry {
+                seq: seq as u64,
+                at_ms: 7,
+                fact,
+            };
+            let json = entry_to_json(&entry);
+            assert_eq!(json["kind"], entry.fact.name());
+            assert_eq!(entry_from_json(&json).unwrap(), entry, "{json}");
+        }
+        let json = entry_to_json(&Entry {
+            seq: 0,
+            at_ms: 1,
+            fact: Fact::StepScheduled {
+                command: 0,
+                name: "n".into(),
+                input: "1".into(),
+                step_id: "s".into(),
+                digest: "d".into(),
+            },
+        });
+        assert_eq!(json["step_name"], "n");
+        assert_eq!(json["input"], "1");
+    }
+
+    #[test]
+    fn old_shapes_still_read() {
+        let old = serde_json::json!({"seq": 0, "at_ms": 1, "event": {"StepScheduled": {
+            "command": 0, "name": "n", "input": "1", "step_id": "s", "digest": "d"}}});
+        let entry = entry_from_json(&old).unwrap();
+        assert!(matches!(entry.fact, Fact::StepScheduled { ref name, .. } if name == "n"));
+        let bad = serde_json::json!({"seq": 0, "at_ms": 1, "kind": "no_such_fact"});
+        assert!(entry_from_json(&bad).unwrap_err().contains("no_such_fact"));
     }
 
     #[test]

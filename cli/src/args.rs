@@ -1,0 +1,193 @@
+//! The command line: every command, argument and flag, with its help.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use keel_host::defaults;
+
+use crate::bench;
+use crate::parse_duration;
+
+#[derive(Parser)]
+#[command(
+    name = "keel",
+    version,
+    about = "A durable workflow engine for WebAssembly components"
+)]
+pub struct Cli {
+    /// The store's directory.
+    #[arg(long, global = true, env = "KEEL_DB", default_value = ".keel")]
+    pub db: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Fuel (about one unit per wasm instruction) for one workflow activation.
+    #[arg(long, global = true, default_value_t = defaults::WORKFLOW_FUEL)]
+    pub workflow_fuel: u64,
+    /// How long one step attempt may run, in seconds, before it is stopped
+    /// and retried.
+    #[arg(long, global = true, default_value_t = defaults::STEP_TIMEOUT.as_secs())]
+    pub step_timeout: u64,
+    /// Memory bound of any guest instance, in MiB.
+    #[arg(long, global = true, default_value_t = defaults::MAX_MEMORY_MIB)]
+    pub max_memory: usize,
+    /// Let steps send HTTP requests to `HOST[:PORT]` (repeatable).
+    #[arg(long = "allow-http", global = true, value_name = "HOST[:PORT]")]
+    pub allow_http: Vec<String>,
+    /// Preopen DIR for steps, at the same path (repeatable).
+    #[arg(long = "allow-dir", global = true, value_name = "DIR")]
+    pub allow_dir: Vec<PathBuf>,
+    /// Pass the environment variable NAME to steps (repeatable).
+    #[arg(long = "allow-env", global = true, value_name = "NAME")]
+    pub allow_env: Vec<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Start a run and drive it until it completes, fails or waits.
+    Run {
+        component: PathBuf,
+        workflow: String,
+        /// The run's input, as JSON.
+        #[arg(long, default_value = "null")]
+        input: String,
+        /// A JSON object, `additional_metadata` of key expressions.
+        #[arg(long)]
+        metadata: Option<String>,
+    },
+    /// Start a run (with a start token, admitted at most once while the
+    /// token is held) and drive it until it completes, fails or waits.
+    Start {
+        component: PathBuf,
+        workflow: String,
+        /// The run's input, as JSON.
+        #[arg(long, default_value = "null")]
+        input: String,
+        /// A start token: refused with `hook_conflict` while another run holds it.
+        #[arg(long)]
+        token: Option<String>,
+        /// Keep the token after the run ends, counted from now: `30s`,
+        /// `10m`, `30 days`, or milliseconds.
+        #[arg(long, value_parser = parse_duration, requires = "token")]
+        retention: Option<std::time::Duration>,
+        /// JSON metadata of the start hook, shown by `keel hooks get`.
+        #[arg(long, requires = "token")]
+        metadata: Option<String>,
+        /// A JSON object, `additional_metadata` of key expressions.
+        #[arg(long)]
+        additional_metadata: Option<String>,
+    },
+    /// Resume and look up hooks.
+    Hooks {
+        #[command(subcommand)]
+        command: HooksCommand,
+    },
+    /// Push events and list them.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+    /// Drive every run that can make progress.
+    Worker {
+        /// Exit when no run can make progress now.
+        #[arg(long)]
+        until_idle: bool,
+    },
+    /// List or show runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// List the workflows and steps a component exports.
+    Inspect { component: PathBuf },
+    /// Charge an order against a payment API that loses the first confirmation.
+    Demo {
+        /// The `order` guest [default: order.wasm under $CARGO_TARGET_DIR or
+        /// ./target, wasm32-wasip2/release].
+        #[arg(long)]
+        component: Option<PathBuf>,
+    },
+    /// Export or import a run's journal.
+    Journal {
+        #[command(subcommand)]
+        command: JournalCommand,
+    },
+    /// Replay journal files (or directories of them) against a component,
+    /// offline; exits non-zero if any diverged.
+    Replay {
+        component: PathBuf,
+        #[arg(required = true)]
+        journals: Vec<PathBuf>,
+    },
+    /// Measure latency, throughput, replay speed and memory.
+    Bench(bench::Args),
+}
+
+#[derive(Subcommand)]
+pub enum JournalCommand {
+    /// Write a run's journal to a file (or stdout).
+    Export {
+        run_id: String,
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Postcard)]
+        format: Format,
+    },
+    /// Load a journal file into the store.
+    Import { file: PathBuf },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Format {
+    Postcard,
+    Json,
+}
+
+#[derive(Subcommand)]
+pub enum EventsCommand {
+    /// Ingest an event: start every workflow subscribed to KEY and drive them.
+    Push {
+        key: String,
+        #[arg(long, default_value = "null")]
+        payload: String,
+        /// A JSON object, `additional_metadata` of the runs it starts.
+        #[arg(long, default_value = "{}")]
+        metadata: String,
+    },
+    /// Every event, with the runs it started or was deduplicated against.
+    List,
+}
+
+#[derive(Subcommand)]
+pub enum HooksCommand {
+    /// Deliver a payload to the active hook holding TOKEN and drive its run on.
+    Resume {
+        token: String,
+        #[arg(long, default_value = "null")]
+        payload: String,
+    },
+    /// The hook holding TOKEN: owner, whether active, metadata, retention.
+    Get { token: String },
+    /// Every token held now, by an active hook or for a retention.
+    List,
+}
+
+#[derive(Subcommand)]
+pub enum RunsCommand {
+    /// Every run, oldest first.
+    List,
+    /// A run's status and output.
+    Get { run_id: String },
+    /// Cancel a run: it ends and releases its tokens (after any retention).
+    Cancel { run_id: String },
+    /// A run's output; with --wait, drive it until it ends first.
+    Result {
+        run_id: String,
+        #[arg(long)]
+        wait: bool,
+    },
+    /// A run and its journal.
+    Show { run_id: String },
+}
