@@ -33,6 +33,12 @@ pub struct Config {
     pub max_instances: u32,
     /// How long one step attempt may take before it is stopped and retried.
     pub step_timeout: Duration,
+    /// How long a worker's lease on a run lasts without renewal; the driver
+    /// renews it every third of that. A worker that dies loses its runs to
+    /// another after at most this long.
+    pub lease_ttl: Duration,
+    /// This engine's name as the owner of leases (host, process, random).
+    pub worker_id: String,
     /// The clock of everything the engine decides by time: admission
     /// windows, retention, journal timestamps, timers, the worker, records.
     pub clock: Arc<dyn Clock>,
@@ -52,6 +58,18 @@ pub mod defaults {
     pub const PARK_LIMIT: Duration = Duration::from_secs(60);
     /// Instances the pooling allocator keeps slots for.
     pub const MAX_INSTANCES: u32 = 1000;
+    /// How long a lease on a run lasts without renewal.
+    pub const LEASE_TTL: Duration = Duration::from_secs(10);
+}
+
+/// A name for this process as a lease owner: host, process ID and a random
+/// suffix (two engines in one process are two owners).
+fn worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &unique[..8])
 }
 
 impl Config {
@@ -67,6 +85,8 @@ impl Config {
             park_limit: defaults::PARK_LIMIT,
             max_instances: defaults::MAX_INSTANCES,
             step_timeout: defaults::STEP_TIMEOUT,
+            lease_ttl: defaults::LEASE_TTL,
+            worker_id: worker_id(),
             clock: Arc::new(SystemClock),
         }
     }

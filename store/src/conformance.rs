@@ -98,6 +98,9 @@ cases!(
     acknowledged_writes_survive_a_reopen,
     expired_keys_and_tokens_are_purged,
     components_are_stored_by_hash,
+    one_owner_holds_a_lease_until_it_expires,
+    a_write_fenced_by_a_lost_lease_is_refused,
+    a_journal_position_is_written_once,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -199,7 +202,7 @@ async fn end(store: &dyn Store, run_id: &str, now_ms: u64) -> Result<Vec<RunId>,
         at_ms: now_ms,
         fact: Fact::RunCompleted { output: "1".into() },
     }];
-    store.end_run(&record, &tail, now_ms).await
+    store.end_run(&record, &tail, now_ms, None).await
 }
 
 async fn a_start_token_admits_one_of_many_racers(h: &dyn Harness) -> Outcome {
@@ -513,15 +516,15 @@ async fn journals_read_back_in_order_and_children_stay_apart(h: &dyn Harness) ->
     let store = h.fresh().await;
     let parent: Vec<Entry> = (0..300).map(|s| entry(s, s as u32)).collect();
     store
-        .append("p", &parent[..200], None)
+        .append("p", &parent[..200], None, None)
         .await
         .map_err(fail("append"))?;
     store
-        .append("p", &parent[200..], None)
+        .append("p", &parent[200..], None, None)
         .await
         .map_err(fail("append"))?;
     store
-        .append("p.1", &[entry(0, 9)], None)
+        .append("p.1", &[entry(0, 9)], None, None)
         .await
         .map_err(fail("append child"))?;
     let read = store.journal("p").await.map_err(fail("journal"))?;
@@ -542,7 +545,7 @@ async fn a_status_change_is_stored_with_its_entries(h: &dyn Harness) -> Outcome 
     let mut waiting = run("a", RunStatus::Waiting);
     waiting.wake_at_ms = Some(99);
     store
-        .append("a", &[entry(1, 0)], Some(&waiting))
+        .append("a", &[entry(1, 0)], Some(&waiting), None)
         .await
         .map_err(fail("append"))?;
     let record = store.get_run("a").await.map_err(fail("get_run"))?;
@@ -595,7 +598,7 @@ async fn acknowledged_writes_survive_a_reopen(h: &dyn Harness) -> Outcome {
         .await
         .map_err(fail("admit"))?;
     store
-        .append("a", &[entry(1, 0)], None)
+        .append("a", &[entry(1, 0)], None, None)
         .await
         .map_err(fail("append"))?;
     store
@@ -670,4 +673,141 @@ async fn components_are_stored_by_hash(h: &dyn Harness) -> Outcome {
         matches!(missing, Err(StoreError::ComponentNotFound { .. })),
         || format!("{missing:?}"),
     )
+}
+
+async fn one_owner_holds_a_lease_until_it_expires(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    let first = store
+        .acquire_lease("a", "w1", 100, 0)
+        .await
+        .map_err(fail("acquire"))?;
+    let first = first.ok_or("a free run's lease was not taken")?;
+    let other = store
+        .acquire_lease("a", "w2", 100, 50)
+        .await
+        .map_err(fail("acquire"))?;
+    check(other.is_none(), || {
+        format!("a held lease was taken: {other:?}")
+    })?;
+    let renewed = store
+        .renew_lease(&first, 100, 90)
+        .await
+        .map_err(fail("renew"))?;
+    check(
+        renewed.expires_at_ms == 190 && renewed.epoch == first.epoch,
+        || format!("renewed: {renewed:?}"),
+    )?;
+    let still = store
+        .acquire_lease("a", "w2", 100, 150)
+        .await
+        .map_err(fail("acquire"))?;
+    check(still.is_none(), || {
+        "a renewed lease was taken before it expired".into()
+    })?;
+    let taken = store
+        .acquire_lease("a", "w2", 100, 190)
+        .await
+        .map_err(fail("acquire"))?;
+    let taken = taken.ok_or("an expired lease was not taken")?;
+    check(taken.epoch > first.epoch, || {
+        format!("epochs {} then {}", first.epoch, taken.epoch)
+    })?;
+    let elsewhere = store
+        .leased_elsewhere("w1", 190)
+        .await
+        .map_err(fail("leased_elsewhere"))?;
+    check(elsewhere.len() == 1 && elsewhere[0].owner == "w2", || {
+        format!("{elsewhere:?}")
+    })?;
+    let mine = store
+        .leased_elsewhere("w2", 190)
+        .await
+        .map_err(fail("leased_elsewhere"))?;
+    check(mine.is_empty(), || format!("own leases listed: {mine:?}"))?;
+    let lost = store.renew_lease(&first, 100, 200).await;
+    check(matches!(lost, Err(StoreError::LeaseLost { .. })), || {
+        format!("{lost:?}")
+    })?;
+    store.release_lease(&taken).await.map_err(fail("release"))?;
+    let again = store
+        .acquire_lease("a", "w3", 100, 200)
+        .await
+        .map_err(fail("acquire"))?;
+    check(again.is_some_and(|l| l.epoch > taken.epoch), || {
+        "a released lease was not free, or its epoch went back".into()
+    })
+}
+
+async fn a_write_fenced_by_a_lost_lease_is_refused(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    let old = store
+        .acquire_lease("a", "w1", 10, 0)
+        .await
+        .map_err(fail("acquire"))?;
+    let old = old.ok_or("lease not taken")?;
+    store
+        .append("a", &[entry(1, 0)], None, Some(&old))
+        .await
+        .map_err(fail("a write under a held lease"))?;
+    let new = store
+        .acquire_lease("a", "w2", 10, 10)
+        .await
+        .map_err(fail("acquire"))?;
+    let new = new.ok_or("an expired lease was not taken")?;
+    let zombie = store.append("a", &[entry(2, 1)], None, Some(&old)).await;
+    check(matches!(zombie, Err(StoreError::LeaseLost { .. })), || {
+        format!("a zombie's append: {zombie:?}")
+    })?;
+    let mut record = run("a", RunStatus::Completed);
+    record.output = Some("1".into());
+    let tail = [entry(2, 1)];
+    let ended = store.end_run(&record, &tail, 11, Some(&old)).await;
+    check(matches!(ended, Err(StoreError::LeaseLost { .. })), || {
+        format!("a zombie's end: {ended:?}")
+    })?;
+    let journal = store.journal("a").await.map_err(fail("journal"))?;
+    check(journal.len() == 2, || {
+        format!("the zombie wrote: {journal:?}")
+    })?;
+    let status = store.get_run("a").await.map_err(fail("get_run"))?.status;
+    check(status == RunStatus::Pending, || {
+        format!("the zombie ended the run: {status:?}")
+    })?;
+    store
+        .end_run(&record, &tail, 12, Some(&new))
+        .await
+        .map_err(fail("the new owner's end"))?;
+    let taken = store
+        .acquire_lease("a", "w3", 10, 12)
+        .await
+        .map_err(fail("acquire"))?;
+    check(taken.is_some(), || {
+        "ending a run did not release its lease".into()
+    })
+}
+
+async fn a_journal_position_is_written_once(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    store
+        .append("a", &[entry(1, 0)], None, None)
+        .await
+        .map_err(fail("append"))?;
+    let twice = store.append("a", &[entry(1, 5)], None, None).await;
+    check(
+        matches!(twice, Err(StoreError::JournalConflict { seq: 1, .. })),
+        || format!("a second entry 1: {twice:?}"),
+    )?;
+    let journal = store.journal("a").await.map_err(fail("journal"))?;
+    check(journal[1] == entry(1, 0), || {
+        format!("entry 1 is now {:?}", journal[1])
+    })
 }

@@ -51,6 +51,14 @@ pub enum StoreError {
         supported: u32,
     },
 
+    #[error(
+        "run {run_id}: this worker's lease (epoch {epoch}) was taken over; the write was refused"
+    )]
+    LeaseLost { run_id: RunId, epoch: u64 },
+
+    #[error("run {run_id}: the journal already holds entry {seq}; the write was refused")]
+    JournalConflict { run_id: RunId, seq: u64 },
+
     #[error("the store holds a record it cannot decode: {0}")]
     Corrupt(#[from] CodecError),
 
@@ -74,6 +82,8 @@ impl StoreError {
             StoreError::Locked { .. } => "store_locked",
             StoreError::Unavailable { .. } => "store_unavailable",
             StoreError::SchemaTooNew { .. } => "store_schema_too_new",
+            StoreError::LeaseLost { .. } => "lease_lost",
+            StoreError::JournalConflict { .. } => "journal_conflict",
             StoreError::Corrupt(_) => "corrupt_record",
             StoreError::Unconfirmed { .. } => "store_unconfirmed",
             StoreError::Backend { .. } => "storage",

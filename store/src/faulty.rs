@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use keel_core::{Capabilities, Entry, EventRecord, HookRecord, KeyHold, RunId, RunRecord};
 
 use crate::{
-    Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore,
-    Registered, Result, RunStore, Store, StoreError, WakeStore,
+    Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
+    LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore,
 };
 
 /// Wraps a store and injects faults.
@@ -80,18 +80,54 @@ impl<S: Store> RunStore for FaultyStore<S> {
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner.live_runs().await
     }
-    async fn end_run(&self, run: &RunRecord, journal: &[Entry], now_ms: u64) -> Result<Vec<RunId>> {
-        self.confirm(self.inner.end_run(run, journal, now_ms).await)
+    async fn end_run(
+        &self,
+        run: &RunRecord,
+        journal: &[Entry],
+        now_ms: u64,
+        fence: Option<&Lease>,
+    ) -> Result<Vec<RunId>> {
+        self.confirm(self.inner.end_run(run, journal, now_ms, fence).await)
     }
 }
 
 #[async_trait]
 impl<S: Store> JournalStore for FaultyStore<S> {
-    async fn append(&self, run_id: &str, entries: &[Entry], run: Option<&RunRecord>) -> Result<()> {
-        self.confirm(self.inner.append(run_id, entries, run).await)
+    async fn append(
+        &self,
+        run_id: &str,
+        entries: &[Entry],
+        run: Option<&RunRecord>,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        self.confirm(self.inner.append(run_id, entries, run, fence).await)
     }
     async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
         self.inner.journal(run_id).await
+    }
+}
+
+#[async_trait]
+impl<S: Store> LeaseStore for FaultyStore<S> {
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<Lease>> {
+        self.inner
+            .acquire_lease(run_id, owner, ttl_ms, now_ms)
+            .await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease> {
+        self.inner.renew_lease(lease, ttl_ms, now_ms).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
+        self.inner.leased_elsewhere(owner, now_ms).await
     }
 }
 
@@ -174,6 +210,9 @@ impl<S: Store> WakeStore for FaultyStore<S> {
     }
     async fn wakeups(&self) -> Result<Vec<RunId>> {
         self.inner.wakeups().await
+    }
+    fn wake_stream(&self) -> Option<tokio::sync::broadcast::Receiver<Wake>> {
+        self.inner.wake_stream()
     }
 }
 

@@ -1,7 +1,7 @@
 //! keel-store: the storage boundary of keel.
 //!
 //! The engine talks to storage through one async trait, [`Store`], made of
-//! one part per concern: [`RunStore`], [`JournalStore`], [`HookStore`],
+//! one part per concern: [`RunStore`], [`JournalStore`], [`LeaseStore`], [`HookStore`],
 //! [`KeyStore`], [`EventStore`], [`ComponentStore`] and [`WakeStore`]. Their
 //! methods are domain-level operations (admit a run with its key, start
 //! hook and first journal entries; end a run with its hooks), each written
@@ -22,6 +22,7 @@ use keel_core::{
 pub mod conformance;
 mod error;
 pub mod faulty;
+pub mod postgres;
 pub mod sled;
 
 pub use error::{Result, StoreError};
@@ -70,6 +71,29 @@ pub enum HookPayload {
     Pending,
 }
 
+/// A worker's exclusive right to drive a run until `expires_at_ms`. Every
+/// take of a run's lease increments its epoch; writes fenced by a lease are
+/// refused once another owner has taken the run (a later epoch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub run_id: RunId,
+    /// The worker holding it.
+    pub owner: String,
+    pub epoch: u64,
+    pub expires_at_ms: u64,
+}
+
+/// Something that moved a run on, announced to every process sharing the
+/// store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// A run was admitted: workers look for due runs.
+    Admitted,
+    /// A payload, a force claim, an awaited run's end or a cancel request
+    /// moved this run on.
+    Run(RunId),
+}
+
 /// Runs: admission, records and ends.
 #[async_trait]
 pub trait RunStore: Send + Sync {
@@ -99,7 +123,44 @@ pub trait RunStore: Send + Sync {
     /// retention left keeps its token, inactive; the others release it),
     /// appends the journal's last entries and wakes the runs awaiting it,
     /// atomically and durably. Returns the woken runs.
-    async fn end_run(&self, run: &RunRecord, journal: &[Entry], now_ms: u64) -> Result<Vec<RunId>>;
+    /// With `fence`, refused with [`StoreError::LeaseLost`] (nothing
+    /// written) unless the run's lease is still at that owner and epoch.
+    /// The run's lease is released.
+    async fn end_run(
+        &self,
+        run: &RunRecord,
+        journal: &[Entry],
+        now_ms: u64,
+        fence: Option<&Lease>,
+    ) -> Result<Vec<RunId>>;
+}
+
+/// Leases: at most one worker drives a run at a time.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Takes the lease on `run_id` for `owner` until `now_ms + ttl_ms`,
+    /// unless another owner holds it unexpired (`None`); atomic and durable.
+    /// Each take increments the run's epoch, so writes fenced by an older
+    /// lease are refused from then on.
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<Lease>>;
+
+    /// Extends a lease still held at its epoch, or
+    /// [`StoreError::LeaseLost`].
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease>;
+
+    /// Gives a lease up so another worker may take the run at once; a lease
+    /// already lost is left alone.
+    async fn release_lease(&self, lease: &Lease) -> Result<()>;
+
+    /// The unexpired leases on live runs held by owners other than `owner`:
+    /// runs a worker should leave alone until the lease expires.
+    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>>;
 }
 
 /// Journals: append-only, in sequence.
@@ -107,8 +168,18 @@ pub trait RunStore: Send + Sync {
 pub trait JournalStore: Send + Sync {
     /// Appends entries to a run's journal and, with them, stores the run's
     /// record if given (a status change); atomic and durable on return.
-    /// Entries must continue the journal's sequence.
-    async fn append(&self, run_id: &str, entries: &[Entry], run: Option<&RunRecord>) -> Result<()>;
+    /// Entries must continue the journal's sequence: an entry at a position
+    /// the journal already holds is refused with
+    /// [`StoreError::JournalConflict`]. With `fence`, refused with
+    /// [`StoreError::LeaseLost`] (nothing written) unless the run's lease
+    /// is still at that owner and epoch.
+    async fn append(
+        &self,
+        run_id: &str,
+        entries: &[Entry],
+        run: Option<&RunRecord>,
+        fence: Option<&Lease>,
+    ) -> Result<()>;
 
     /// A run's journal, in order (empty for an unknown run).
     async fn journal(&self, run_id: &str) -> Result<Vec<Entry>>;
@@ -204,11 +275,24 @@ pub trait WakeStore: Send + Sync {
 
     /// Every run with a pending wakeup.
     async fn wakeups(&self) -> Result<Vec<RunId>>;
+
+    /// Wakes announced by other processes sharing the store, as they
+    /// happen; `None` for a store only one process opens.
+    fn wake_stream(&self) -> Option<tokio::sync::broadcast::Receiver<Wake>> {
+        None
+    }
 }
 
 /// A store: every part, and what it supports.
 pub trait Store:
-    RunStore + JournalStore + HookStore + KeyStore + EventStore + ComponentStore + WakeStore
+    RunStore
+    + JournalStore
+    + LeaseStore
+    + HookStore
+    + KeyStore
+    + EventStore
+    + ComponentStore
+    + WakeStore
 {
     /// What this store supports; a start needing more is refused before
     /// anything is written.

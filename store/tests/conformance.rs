@@ -1,13 +1,17 @@
-//! The conformance suite on the sled store, and proof that the suite fails
-//! a store that breaks its rules.
+//! The conformance suite on the sled store and on PostgreSQL, and proof
+//! that the suite fails a store that breaks its rules.
+//!
+//! The PostgreSQL cases need a database: `KEEL_TEST_POSTGRES` holds its
+//! URL (`scripts/test.sh` starts one and sets it). Without it they fail,
+//! never skip.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use keel_store::Store;
 use keel_store::conformance::{self, Harness};
 use keel_store::faulty::FaultyStore;
 use keel_store::sled::SledStore;
+use keel_store::{HookStore, RunStore, Store, WakeStore};
 
 /// Sled stores in temporary directories, kept until the harness drops.
 #[derive(Default)]
@@ -76,4 +80,159 @@ async fn the_suite_fails_a_store_that_loses_start_hooks() {
     }
     // The cases that do not involve start hooks still pass.
     assert!(!failed.contains(&"journals_read_back_in_order_and_children_stay_apart"));
+}
+
+/// PostgreSQL stores, each in a schema of its own in the test database.
+mod postgres {
+    use super::*;
+    use keel_store::postgres::{PgOptions, PgStore};
+
+    /// The test database's URL, from `KEEL_TEST_POSTGRES`.
+    pub fn url() -> String {
+        std::env::var("KEEL_TEST_POSTGRES").unwrap_or_else(|_| {
+            panic!(
+                "KEEL_TEST_POSTGRES is not set: the PostgreSQL tests need a database. \
+                 Run scripts/test.sh, which starts PostgreSQL and sets it, or set it to a \
+                 database you own, e.g. postgresql:///keel_test?host=/var/run/postgresql"
+            )
+        })
+    }
+
+    #[derive(Default)]
+    pub struct PgHarness;
+
+    impl PgHarness {
+        fn options(schema: &str) -> PgOptions {
+            let mut options = PgOptions::new(url());
+            options.schema = schema.into();
+            options.pool_size = 8;
+            options
+        }
+    }
+
+    #[async_trait]
+    impl Harness for PgHarness {
+        async fn fresh(&self) -> Arc<dyn Store> {
+            let schema = format!("keel_test_{}", uuid_like());
+            Arc::new(
+                PgStore::open(Self::options(&schema))
+                    .await
+                    .expect("opening a PostgreSQL store"),
+            )
+        }
+
+        async fn reopen(&self, store: Arc<dyn Store>) -> Arc<dyn Store> {
+            let location = store.location();
+            let schema = location
+                .rsplit_once("(schema ")
+                .and_then(|(_, s)| s.strip_suffix(')'))
+                .expect("the location names the schema")
+                .to_string();
+            drop(store);
+            Arc::new(
+                PgStore::open(Self::options(&schema))
+                    .await
+                    .expect("reopening the PostgreSQL store"),
+            )
+        }
+    }
+
+    fn uuid_like() -> String {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        format!(
+            "{}_{nanos}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    keel_store::conformance_tests!(PgHarness);
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_newer_schema_is_refused() {
+        let schema = format!("keel_test_{}", uuid_like());
+        let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
+        drop(store);
+        let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .execute(
+                &format!("UPDATE {schema}.meta SET value = 99 WHERE key = 'schema_version'"),
+                &[],
+            )
+            .await
+            .unwrap();
+        let err = PgStore::open(PgHarness::options(&schema))
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(err, keel_store::StoreError::SchemaTooNew { found: 99, .. }),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_wake_reaches_another_process_s_store() {
+        let schema = format!("keel_test_{}", uuid_like());
+        let a = PgStore::open(PgHarness::options(&schema)).await.unwrap();
+        let b = PgStore::open(PgHarness::options(&schema)).await.unwrap();
+        let mut wakes = b.wake_stream().expect("PostgreSQL announces wakes");
+        // The listener may still be connecting: announce until one arrives.
+        let record = keel_core::RunRecord {
+            run_id: "w".into(),
+            workflow: "w".into(),
+            component_hash: "h".into(),
+            input: "null".into(),
+            status: keel_core::RunStatus::Pending,
+            output: None,
+            error: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            wake_at_ms: None,
+        };
+        let hook = keel_core::HookRecord {
+            token: "t".into(),
+            run_id: "w".into(),
+            command: None,
+            metadata: None,
+            created_at_ms: 0,
+            retain_until_ms: None,
+            active: true,
+            next_payload: 0,
+        };
+        a.admit(keel_store::Admission {
+            run: &record,
+            key: None,
+            start_hook: Some(&hook),
+            journal: &[],
+            now_ms: 0,
+        })
+        .await
+        .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            a.resume_hook("t", "1").await.unwrap();
+            let got = tokio::time::timeout(std::time::Duration::from_millis(200), async {
+                loop {
+                    if let Ok(keel_store::Wake::Run(run)) = wakes.recv().await {
+                        return run;
+                    }
+                }
+            })
+            .await;
+            if let Ok(run) = got {
+                assert_eq!(run, "w");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no wake arrived");
+        }
+    }
 }

@@ -18,7 +18,7 @@ use keel_core::divergence::Divergence;
 use keel_core::index::{Delivered, JournalIndex};
 use keel_core::journal::{Entry, Fact};
 use keel_core::{Clock, RunId, RunRecord};
-use keel_store::Store;
+use keel_store::{Lease, Store};
 use tokio::sync::Notify;
 
 use crate::{Error, Result};
@@ -26,6 +26,8 @@ use crate::{Error, Result};
 /// A run's journal, backed by the store.
 pub struct RunJournal {
     store: Option<Arc<dyn Store>>,
+    /// The lease this journal's writes are fenced by.
+    fence: Option<Lease>,
     clock: Arc<dyn Clock>,
     run_id: RunId,
     state: Mutex<JournalState>,
@@ -55,6 +57,18 @@ impl RunJournal {
         run_id: &RunId,
         entries: Vec<Entry>,
     ) -> Result<Self> {
+        Self::fenced(store, clock, run_id, entries, None)
+    }
+
+    /// A journal whose writes are refused once `fence` is no longer the
+    /// run's lease.
+    pub fn fenced(
+        store: Option<Arc<dyn Store>>,
+        clock: Arc<dyn Clock>,
+        run_id: &RunId,
+        entries: Vec<Entry>,
+        fence: Option<Lease>,
+    ) -> Result<Self> {
         let durable = entries.len();
         let index = JournalIndex::new(entries).map_err(|e| Error::JournalWrite {
             run_id: run_id.clone(),
@@ -62,6 +76,7 @@ impl RunJournal {
         })?;
         Ok(RunJournal {
             store,
+            fence,
             clock,
             run_id: run_id.clone(),
             state: Mutex::new(JournalState {
@@ -151,7 +166,9 @@ impl RunJournal {
         if batch.is_empty() && run.is_none() {
             return Ok(());
         }
-        store.append(&self.run_id, &batch, run.as_ref()).await?;
+        store
+            .append(&self.run_id, &batch, run.as_ref(), self.fence.as_ref())
+            .await?;
         let mut state = self.lock();
         state.durable = state.durable.max(end);
         Ok(())
@@ -173,7 +190,8 @@ impl RunJournal {
             let end = state.index.len();
             (state.index.entries()[state.durable..].to_vec(), end)
         };
-        let woken = store.end_run(run, &batch, self.clock.now_ms()).await?;
+        let now = self.clock.now_ms();
+        let woken = store.end_run(run, &batch, now, self.fence.as_ref()).await?;
         let mut state = self.lock();
         state.durable = state.durable.max(end);
         Ok(woken)

@@ -8,6 +8,7 @@ use std::time::Duration;
 use keel_core::divergence::Verdict;
 use keel_core::journal::Fact;
 use keel_core::{Entry, RunError, RunId, RunRecord, RunStatus};
+use keel_store::{Lease, StoreError};
 use tracing::Instrument;
 
 use super::{Inner, Keel, lock};
@@ -47,9 +48,50 @@ impl Drop for ActiveRun<'_> {
 }
 
 impl Keel {
-    fn journal_of(&self, run_id: &RunId, entries: Vec<Entry>) -> Result<RunJournal> {
+    fn journal_of(&self, lease: &Lease, entries: Vec<Entry>) -> Result<RunJournal> {
         let clock = self.inner.config.clock.clone();
-        RunJournal::new(Some(self.store().clone()), clock, run_id, entries)
+        let store = Some(self.store().clone());
+        RunJournal::fenced(store, clock, &lease.run_id, entries, Some(lease.clone()))
+    }
+
+    /// Takes the run's lease for this worker, or `None` if another worker
+    /// holds it.
+    async fn lease(&self, run_id: &str) -> Result<Option<Lease>> {
+        let config = &self.inner.config;
+        let ttl = config.lease_ttl.as_millis() as u64;
+        Ok(self
+            .store()
+            .acquire_lease(run_id, &config.worker_id, ttl, self.now_ms())
+            .await?)
+    }
+
+    /// Renews `lease` every third of its time to live until the returned
+    /// task is aborted; a lost lease stops the activation of `journal`.
+    fn keep_lease(&self, lease: Lease, journal: Arc<RunJournal>) -> tokio::task::JoinHandle<()> {
+        let keel = self.clone();
+        tokio::spawn(async move {
+            let ttl = keel.inner.config.lease_ttl;
+            let mut lease = lease;
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                let renewed = keel
+                    .store()
+                    .renew_lease(&lease, ttl.as_millis() as u64, keel.now_ms())
+                    .await;
+                match renewed {
+                    Ok(l) => lease = l,
+                    Err(e @ StoreError::LeaseLost { .. }) => {
+                        tracing::warn!(run_id = %lease.run_id, "{e}");
+                        journal.fail(e.to_string());
+                        return;
+                    }
+                    // Retried at the next tick; the lease may still hold.
+                    Err(e) => {
+                        tracing::warn!(run_id = %lease.run_id, "renewing the lease failed: {e}")
+                    }
+                }
+            }
+        })
     }
 
     /// Cancels a run: it ends with status `cancelled` and releases its
@@ -61,9 +103,11 @@ impl Keel {
             if run.status.is_final() {
                 return Ok(run);
             }
-            if let Some(_active) = ActiveRun::claim(&self.inner, run_id) {
+            if let Some(_active) = ActiveRun::claim(&self.inner, run_id)
+                && let Some(lease) = self.lease(run_id).await?
+            {
                 let entries = self.store().journal(run_id).await?;
-                let journal = self.journal_of(&run.run_id, entries)?;
+                let journal = self.journal_of(&lease, entries)?;
                 let cancelled = Error::Cancelled {
                     run_id: run.run_id.clone(),
                 };
@@ -122,6 +166,28 @@ impl Keel {
             self.until_not_active(run_id).await;
             return self.get_run(run_id).await;
         };
+        let run = self.get_run(run_id).await?;
+        if run.status.is_final() {
+            return Ok(run);
+        }
+        let Some(lease) = self.lease(run_id).await? else {
+            tracing::debug!("another worker drives the run");
+            return Ok(run);
+        };
+        let driven = self.drive_leased(&lease, &active).await;
+        if !driven.as_ref().is_ok_and(|r| r.status.is_final()) {
+            // Suspended or interrupted: another worker may take it at once.
+            if let Err(e) = self.store().release_lease(&lease).await {
+                tracing::warn!("releasing the lease failed: {e}");
+            }
+        }
+        driven
+    }
+
+    /// Drives a run whose lease this worker holds.
+    async fn drive_leased(&self, lease: &Lease, active: &ActiveRun<'_>) -> Result<RunRecord> {
+        let run_id = lease.run_id.as_str();
+        // Read under the lease: another worker may have moved it on.
         let mut run = self.get_run(run_id).await?;
         if run.status.is_final() {
             return Ok(run);
@@ -131,7 +197,8 @@ impl Keel {
         self.store().take_wakeup(run_id).await?;
         let loaded = self.component_by_hash(&run.component_hash).await?;
         let entries = self.store().journal(run_id).await?;
-        let journal = Arc::new(self.journal_of(&run.run_id, entries)?);
+        let journal = Arc::new(self.journal_of(lease, entries)?);
+        let renewal = self.keep_lease(lease.clone(), journal.clone());
         active.publish(&journal);
         run.status = RunStatus::Running;
         run.wake_at_ms = None;
@@ -139,6 +206,7 @@ impl Keel {
         // Stored with the activation's first flush.
         journal.set_run(run.clone());
         let ended = self.activate(&loaded, &run, journal.clone()).await;
+        renewal.abort();
         if let Ended::Failed(e) = &ended
             && e.is_storage()
         {

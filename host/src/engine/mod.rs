@@ -12,8 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use keel_core::journal::StartOutcome;
 use keel_core::{Clock, Entry, RunId, RunRecord};
-use keel_store::Store;
 use keel_store::sled::SledStore;
+use keel_store::{Store, Wake};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -80,7 +80,7 @@ impl Keel {
             timeout: config.step_timeout,
             clock: config.clock.clone(),
         });
-        Ok(Keel {
+        let keel = Keel {
             inner: Arc::new(Inner {
                 runtime,
                 store,
@@ -91,7 +91,42 @@ impl Keel {
                 progress: Notify::new(),
                 last_purge_ms: Mutex::default(),
             }),
-        })
+        };
+        keel.listen_for_wakes();
+        Ok(keel)
+    }
+
+    /// Passes wakes announced by other processes sharing the store to the
+    /// runs and the worker loop of this engine, for as long as it lives.
+    fn listen_for_wakes(&self) {
+        let (Some(mut wakes), Ok(runtime)) = (
+            self.inner.store.wake_stream(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        let engine = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            loop {
+                let wake = wakes.recv().await;
+                let Some(inner) = engine.upgrade() else {
+                    return;
+                };
+                let keel = Keel { inner };
+                match wake {
+                    Ok(Wake::Run(run_id)) => keel.poke(&run_id),
+                    Ok(Wake::Admitted) => keel.inner.progress.notify_waiters(),
+                    // Missed some: every run may have moved.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        for journal in lock(&keel.inner.live).values() {
+                            journal.poke();
+                        }
+                        keel.inner.progress.notify_waiters();
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
     }
 
     /// An engine over the sled store in `config.db`, opened (or created).

@@ -42,8 +42,18 @@ impl Keel {
         let active = lock(&self.inner.active).clone();
         let woken: HashSet<RunId> = self.store().wakeups().await?.into_iter().collect();
         let (mut due, mut next_wake) = (Vec::new(), None::<u64>);
+        let owner = &self.inner.config.worker_id;
+        let mut elsewhere = HashSet::new();
+        // Another worker drives these; look again when its lease would expire.
+        for lease in self.store().leased_elsewhere(owner, now).await? {
+            next_wake = Some(next_wake.map_or(lease.expires_at_ms, |n| n.min(lease.expires_at_ms)));
+            elsewhere.insert(lease.run_id);
+        }
         for run in self.store().live_runs().await? {
-            if busy.contains(&run.run_id) || active.contains(&run.run_id) {
+            if busy.contains(&run.run_id)
+                || active.contains(&run.run_id)
+                || elsewhere.contains(&run.run_id)
+            {
                 continue;
             }
             match (run.status, run.wake_at_ms) {

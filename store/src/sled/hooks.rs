@@ -12,7 +12,9 @@ use sled::transaction::{
 };
 
 use super::{SledStore, backend, journal_key, key_of};
-use crate::{Admission, HookPayload, HookStore, Registered, Result, RunStore, StoreError};
+use crate::{
+    Admission, HookPayload, HookStore, Lease, LeaseStore, Registered, Result, RunStore, StoreError,
+};
 
 type TxResult<T> = std::result::Result<T, ConflictableTransactionError<StoreError>>;
 
@@ -39,13 +41,17 @@ fn write_hook(
     Ok(())
 }
 
-fn write_entries(
-    tree: &TransactionalTree,
-    run_id: &str,
-    entries: &[Entry],
-) -> std::result::Result<(), UnabortableTransactionError> {
+/// Writes entries at positions the journal does not hold yet.
+fn write_entries(tree: &TransactionalTree, run_id: &str, entries: &[Entry]) -> TxResult<()> {
     for entry in entries {
-        tree.insert(journal_key(run_id, entry.seq), journal::encode(entry))?;
+        let key = journal_key(run_id, entry.seq);
+        if tree.get(&key)?.is_some() {
+            return abort(StoreError::JournalConflict {
+                run_id: run_id.into(),
+                seq: entry.seq,
+            });
+        }
+        tree.insert(key, journal::encode(entry))?;
     }
     Ok(())
 }
@@ -163,8 +169,15 @@ impl RunStore for SledStore {
             .collect()
     }
 
-    async fn end_run(&self, run: &RunRecord, entries: &[Entry], now_ms: u64) -> Result<Vec<RunId>> {
+    async fn end_run(
+        &self,
+        run: &RunRecord,
+        entries: &[Entry],
+        now_ms: u64,
+        fence: Option<&Lease>,
+    ) -> Result<Vec<RunId>> {
         let i = &self.inner;
+        self.check_fence(fence)?;
         let prefix = key_of(&run.run_id, "");
         let tokens = self.suffixes(&i.run_hooks, &prefix)?;
         let record = codec::encode(run);
@@ -197,6 +210,9 @@ impl RunStore for SledStore {
         self.drop_prefix(&i.run_hooks, &prefix)?;
         self.drop_prefix(&i.inbox, &prefix)?;
         self.drop_prefix(&i.watchers, &prefix)?;
+        if let Some(fence) = fence {
+            self.release_lease(fence).await?;
+        }
         self.sync().await?;
         Ok(watchers.into_iter().map(RunId::from).collect())
     }

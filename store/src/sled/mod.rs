@@ -18,7 +18,8 @@ use keel_core::journal;
 use keel_core::{Capabilities, Entry, EventRecord, KeyHold, RunId, RunRecord};
 
 use crate::{
-    ComponentStore, EventStore, JournalStore, KeyStore, Result, Store, StoreError, WakeStore,
+    ComponentStore, EventStore, JournalStore, KeyStore, Lease, LeaseStore, Result, Store,
+    StoreError, WakeStore,
 };
 
 mod commit;
@@ -59,6 +60,8 @@ struct Inner {
     watchers: sled::Tree,
     /// The IDs of runs that have not ended, so that workers look at those only.
     live: sled::Tree,
+    /// Run ID to its lease (owner, epoch, expiry); the epoch outlives releases.
+    leases: sled::Tree,
     committer: GroupCommit,
 }
 
@@ -89,6 +92,7 @@ impl SledStore {
             wakeups: open("wakeups")?,
             watchers: open("watchers")?,
             live: open("live")?,
+            leases: open("leases")?,
             committer: GroupCommit::new(db.clone()),
             path,
         };
@@ -96,6 +100,7 @@ impl SledStore {
             inner: Arc::new(inner),
         };
         schema::migrate(&store, &meta, &db)?;
+        store.void_leases()?;
         Ok(store)
     }
 
@@ -143,12 +148,60 @@ impl SledStore {
         Ok(())
     }
 
+    /// Writes entries at positions the journal does not hold yet.
     fn write_entries(&self, run_id: &str, entries: &[Entry]) -> Result<()> {
         for entry in entries {
-            self.inner
+            let key = journal_key(run_id, entry.seq);
+            let written = self
+                .inner
                 .journal
-                .insert(journal_key(run_id, entry.seq), journal::encode(entry))
+                .compare_and_swap(key, None::<&[u8]>, Some(journal::encode(entry)))
                 .map_err(backend)?;
+            if written.is_err() {
+                return Err(StoreError::JournalConflict {
+                    run_id: run_id.into(),
+                    seq: entry.seq,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The lease record of a run (epoch 0 and no owner if never leased).
+    fn lease_of(&self, run_id: &str) -> Result<LeaseRecord> {
+        Ok(match self.inner.leases.get(run_id).map_err(backend)? {
+            Some(bytes) => codec::decode(&bytes, "lease")?,
+            None => LeaseRecord::default(),
+        })
+    }
+
+    /// Releases every lease: one process opens a sled store at a time, so
+    /// a lease found at open belongs to a process that is gone.
+    fn void_leases(&self) -> Result<()> {
+        for kv in self.inner.leases.iter() {
+            let (run_id, _) = kv.map_err(backend)?;
+            let run_id = String::from_utf8_lossy(&run_id).into_owned();
+            self.swap_lease(&run_id, |held| {
+                (!held.owner.is_empty()).then(|| LeaseRecord {
+                    owner: String::new(),
+                    expires_at_ms: 0,
+                    ..held
+                })
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Refuses a write fenced by a lease that is no longer the run's.
+    fn check_fence(&self, fence: Option<&Lease>) -> Result<()> {
+        if let Some(fence) = fence {
+            let held = self.lease_of(&fence.run_id)?;
+            if !held.is(fence) {
+                return Err(StoreError::LeaseLost {
+                    run_id: fence.run_id.clone(),
+                    epoch: fence.epoch,
+                });
+            }
         }
         Ok(())
     }
@@ -196,7 +249,16 @@ impl SledStore {
 
 #[async_trait]
 impl JournalStore for SledStore {
-    async fn append(&self, run_id: &str, entries: &[Entry], run: Option<&RunRecord>) -> Result<()> {
+    async fn append(
+        &self,
+        run_id: &str,
+        entries: &[Entry],
+        run: Option<&RunRecord>,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        // One process opens a sled store, and drives a run from one task at
+        // a time: checking the fence before writing is enough here.
+        self.check_fence(fence)?;
         // sled recovers a prefix of its writes: entries first, then the
         // record, so a record never describes entries that were lost.
         self.write_entries(run_id, entries)?;
@@ -212,6 +274,120 @@ impl JournalStore for SledStore {
             .scan_prefix(key_of(run_id, ""))
             .map(|kv| Ok(journal::decode(&kv.map_err(backend)?.1)?))
             .collect()
+    }
+}
+
+/// A run's lease as sled keeps it.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+struct LeaseRecord {
+    /// Empty when released.
+    owner: String,
+    epoch: u64,
+    expires_at_ms: u64,
+}
+
+impl LeaseRecord {
+    fn is(&self, lease: &Lease) -> bool {
+        self.owner == lease.owner && self.epoch == lease.epoch
+    }
+
+    fn lease(&self, run_id: &str) -> Lease {
+        Lease {
+            run_id: run_id.into(),
+            owner: self.owner.clone(),
+            epoch: self.epoch,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+impl SledStore {
+    /// Replaces the lease record `old` of `run_id` by what `change` makes
+    /// of it, if no one changed it meanwhile; `None` if `change` declines.
+    fn swap_lease(
+        &self,
+        run_id: &str,
+        change: impl Fn(LeaseRecord) -> Option<LeaseRecord>,
+    ) -> Result<Option<LeaseRecord>> {
+        loop {
+            let old = self.inner.leases.get(run_id).map_err(backend)?;
+            let held: LeaseRecord = match &old {
+                Some(bytes) => codec::decode(bytes, "lease")?,
+                None => LeaseRecord::default(),
+            };
+            let Some(new) = change(held) else {
+                return Ok(None);
+            };
+            let swapped = self
+                .inner
+                .leases
+                .compare_and_swap(run_id, old, Some(codec::encode(&new)))
+                .map_err(backend)?;
+            if swapped.is_ok() {
+                return Ok(Some(new));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SledStore {
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<Lease>> {
+        let taken = self.swap_lease(run_id, |held| {
+            let free = held.owner.is_empty() || held.owner == owner || held.expires_at_ms <= now_ms;
+            free.then(|| LeaseRecord {
+                owner: owner.into(),
+                epoch: held.epoch + 1,
+                expires_at_ms: now_ms.saturating_add(ttl_ms),
+            })
+        })?;
+        // Not flushed on its own: one process opens a sled store, so after a
+        // restart no earlier owner runs; the next flush covers it anyway.
+        Ok(taken.map(|t| t.lease(run_id)))
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease> {
+        let renewed = self.swap_lease(&lease.run_id, |held| {
+            held.is(lease).then(|| LeaseRecord {
+                expires_at_ms: now_ms.saturating_add(ttl_ms),
+                ..held
+            })
+        })?;
+        renewed
+            .map(|r| r.lease(&lease.run_id))
+            .ok_or_else(|| StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            })
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.swap_lease(&lease.run_id, |held| {
+            held.is(lease).then(|| LeaseRecord {
+                owner: String::new(),
+                expires_at_ms: 0,
+                ..held
+            })
+        })?;
+        Ok(())
+    }
+
+    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
+        let mut held = Vec::new();
+        for id in self.inner.live.iter().keys() {
+            let id = String::from_utf8_lossy(&id.map_err(backend)?).into_owned();
+            let lease = self.lease_of(&id)?;
+            if !lease.owner.is_empty() && lease.owner != owner && lease.expires_at_ms > now_ms {
+                held.push(lease.lease(&id));
+            }
+        }
+        Ok(held)
     }
 }
 

@@ -1,0 +1,1191 @@
+//! The PostgreSQL store: one database that any number of processes on any
+//! number of machines share.
+//!
+//! Every operation of the [`Store`] trait is one transaction. Token and key
+//! ownership is decided under row locks (`SELECT ... FOR UPDATE`, or a
+//! conditional `UPDATE`); two transactions that both find a token free race
+//! on its primary key, and the loser is retried, then sees the winner and is
+//! refused naming it. Payload order is the order of the row lock on the
+//! hook. Leases live on the run's row: taking one increments its epoch, and
+//! every fenced write locks the row and checks owner and epoch in the same
+//! transaction. Wakes cross processes as `NOTIFY` on the channel
+//! `keel_<schema>`, committed with the change they announce; a dedicated
+//! connection `LISTEN`s and reconnects with backoff. A failed commit is
+//! reported [`StoreError::Unconfirmed`].
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use keel_core::codec;
+use keel_core::journal;
+use keel_core::{
+    Capabilities, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunId, RunRecord,
+};
+use tokio::sync::broadcast;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{AsyncMessage, NoTls, Transaction};
+
+use crate::{
+    Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
+    LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore,
+};
+
+mod schema;
+
+pub use schema::SCHEMA_VERSION;
+
+/// How to reach and use a PostgreSQL store.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// A libpq URL: `postgres://user@host/db` or
+    /// `postgresql:///db?host=/var/run/postgresql`.
+    pub url: String,
+    /// The schema keel's tables live in, so that several deployments can
+    /// share a database (`[a-z_][a-z0-9_]*`).
+    pub schema: String,
+    /// Connections in the pool.
+    pub pool_size: usize,
+    /// Any statement running longer is cancelled by the server.
+    pub statement_timeout: Duration,
+}
+
+impl PgOptions {
+    /// Defaults for the database at `url`: schema `keel`, 16 connections,
+    /// a 30 s statement timeout.
+    pub fn new(url: impl Into<String>) -> Self {
+        PgOptions {
+            url: url.into(),
+            schema: "keel".into(),
+            pool_size: 16,
+            statement_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The PostgreSQL store. Clones share the pool and the listener.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    schema: String,
+    /// The URL without its password, for messages.
+    location: String,
+    wakes: broadcast::Sender<Wake>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// An attempt at a transaction: done, refused, or to be retried because it
+/// lost a race (a unique key, a serialization failure, a deadlock).
+enum Attempt<T> {
+    Done(T),
+    Retry,
+}
+
+/// Runs `$body` (an async block's body, with `$tx` the transaction) and
+/// commits, again while it loses races; evaluates to the store result. A
+/// failed commit is [`StoreError::Unconfirmed`].
+macro_rules! transact {
+    ($store:expr, |$tx:ident| $body:block) => {{
+        let mut client = $store.client().await?;
+        let mut outcome = None;
+        for _ in 0..RETRIES {
+            let txn = client.transaction().await.map_err(pg)?;
+            let attempt: Result<Attempt<_>> = {
+                let $tx = &txn;
+                async { $body }.await
+            };
+            match attempt? {
+                Attempt::Retry => {
+                    let _ = txn.rollback().await;
+                }
+                Attempt::Done(value) => match txn.commit().await {
+                    Ok(()) => {
+                        outcome = Some(Ok(value));
+                        break;
+                    }
+                    Err(e) if is_race(&e) => {}
+                    Err(e) => {
+                        outcome = Some(Err(StoreError::Unconfirmed {
+                            reason: describe(&e),
+                        }));
+                        break;
+                    }
+                },
+            }
+        }
+        outcome.unwrap_or_else(|| {
+            Err(StoreError::Backend {
+                reason: format!("the transaction lost {RETRIES} races in a row"),
+            })
+        })
+    }};
+}
+
+/// How many times a transaction that lost a race is tried again.
+const RETRIES: usize = 50;
+
+pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
+    StoreError::Backend {
+        reason: describe(&e),
+    }
+}
+
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+/// The error lost a race that a retry resolves.
+fn is_race(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION
+            || *c == SqlState::T_R_SERIALIZATION_FAILURE
+            || *c == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+/// `Retry` if `e` lost a race, the error otherwise.
+fn race<T>(e: tokio_postgres::Error) -> Result<Attempt<T>> {
+    if is_race(&e) {
+        Ok(Attempt::Retry)
+    } else {
+        Err(pg(e))
+    }
+}
+
+fn i(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn u(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+impl PgStore {
+    /// Connects, applies the migrations the schema lacks (refusing a newer
+    /// schema) and starts listening for wakes.
+    pub async fn open(options: PgOptions) -> Result<PgStore> {
+        let location = redact(&options.url);
+        let unavailable = |reason: String| StoreError::Unavailable {
+            location: location.clone(),
+            reason,
+        };
+        let schema = options.schema.clone();
+        let valid = schema
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+            && schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return Err(unavailable(format!(
+                "`{schema}` is not a schema name keel uses (lower-case letters, digits, _)"
+            )));
+        }
+        let mut config = tokio_postgres::Config::from_str(&options.url)
+            .map_err(|e| unavailable(format!("the URL does not parse: {e}")))?;
+        config.options(format!(
+            "-c search_path={schema} -c statement_timeout={}",
+            options.statement_timeout.as_millis()
+        ));
+        config.connect_timeout(Duration::from_secs(10));
+        let (mut client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|e| unavailable(describe(&e)))?;
+        let driver = tokio::spawn(connection);
+        let migrated = schema::migrate(&mut client, &schema, &location).await;
+        drop(client);
+        let _ = driver.await;
+        migrated?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .build()
+            .map_err(|e| unavailable(e.to_string()))?;
+        let (wakes, _) = broadcast::channel(1024);
+        let listener = tokio::spawn(listen(config, channel(&schema), wakes.clone()));
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                pool,
+                schema,
+                location,
+                wakes,
+                listener,
+            }),
+        })
+    }
+
+    /// Applies the migrations the schema lacks and returns the version it
+    /// had, without keeping a store open.
+    pub async fn migrate(options: &PgOptions) -> Result<i64> {
+        let location = redact(&options.url);
+        let config = tokio_postgres::Config::from_str(&options.url).map_err(|e| {
+            StoreError::Unavailable {
+                location: location.clone(),
+                reason: format!("the URL does not parse: {e}"),
+            }
+        })?;
+        let (mut client, connection) =
+            config
+                .connect(NoTls)
+                .await
+                .map_err(|e| StoreError::Unavailable {
+                    location: location.clone(),
+                    reason: describe(&e),
+                })?;
+        let driver = tokio::spawn(connection);
+        let found = schema::migrate(&mut client, &options.schema, &location).await;
+        drop(client);
+        let _ = driver.await;
+        found
+    }
+
+    /// Drops the store's schema and everything in it: for tests.
+    #[doc(hidden)]
+    pub async fn drop_schema(&self) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.inner.schema))
+            .await
+            .map_err(pg)
+    }
+
+    async fn client(&self) -> Result<Object> {
+        self.inner
+            .pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Backend {
+                reason: format!("no database connection: {e}"),
+            })
+    }
+
+    /// Announces `wake` to every process on commit of `tx`.
+    async fn notify(&self, tx: &Transaction<'_>, wake: &Wake) -> Result<()> {
+        let payload = match wake {
+            Wake::Admitted => String::new(),
+            Wake::Run(run_id) => run_id.to_string(),
+        };
+        tx.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&channel(&self.inner.schema), &payload],
+        )
+        .await
+        .map_err(pg)?;
+        Ok(())
+    }
+}
+
+/// The URL without its password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+fn channel(schema: &str) -> String {
+    format!("keel_{schema}")
+}
+
+/// Listens for wakes on a connection of its own, reconnecting with backoff
+/// (wakes missed meanwhile are made up for by a general wake and by the
+/// engine's polling).
+async fn listen(config: tokio_postgres::Config, channel: String, wakes: broadcast::Sender<Wake>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                backoff = Duration::from_millis(100);
+                let listening = async {
+                    client
+                        .batch_execute(&format!("LISTEN {channel}"))
+                        .await
+                        .map_err(|e| describe(&e))
+                };
+                let messages = async {
+                    loop {
+                        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                            Some(Ok(AsyncMessage::Notification(n))) => {
+                                let wake = match n.payload() {
+                                    "" => Wake::Admitted,
+                                    run_id => Wake::Run(run_id.into()),
+                                };
+                                let _ = wakes.send(wake);
+                            }
+                            Some(Ok(_)) => {}
+                            Some(Err(e)) => return describe(&e),
+                            None => return "the connection closed".to_string(),
+                        }
+                    }
+                };
+                tokio::pin!(messages);
+                let reason = tokio::select! {
+                    listened = listening => match listened {
+                        Ok(()) => {
+                            // A wake may have been missed while connecting.
+                            let _ = wakes.send(Wake::Admitted);
+                            messages.await
+                        }
+                        Err(e) => e,
+                    },
+                    reason = &mut messages => reason,
+                };
+                tracing::warn!(
+                    channel,
+                    "listening for wakes stopped ({reason}); reconnecting"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(
+                    channel,
+                    ?backoff,
+                    "cannot listen for wakes: {}",
+                    describe(&e)
+                );
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Inserts entries; a position the journal holds is a conflict.
+async fn insert_entries(tx: &Transaction<'_>, run_id: &str, entries: &[Entry]) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let seqs: Vec<i64> = entries.iter().map(|e| i(e.seq)).collect();
+    let bytes: Vec<Vec<u8>> = entries.iter().map(journal::encode).collect();
+    let inserted = tx
+        .execute(
+            "INSERT INTO journal (run_id, seq, entry)
+             SELECT $1, seq, entry FROM unnest($2::bigint[], $3::bytea[]) AS t(seq, entry)",
+            &[&run_id, &seqs, &bytes],
+        )
+        .await;
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            Err(StoreError::JournalConflict {
+                run_id: run_id.into(),
+                seq: entries[0].seq,
+            })
+        }
+        Err(e) => Err(pg(e)),
+    }
+}
+
+/// Locks the run's row and refuses if `fence` is no longer its lease.
+async fn check_fence(tx: &Transaction<'_>, run_id: &str, fence: Option<&Lease>) -> Result<()> {
+    let Some(fence) = fence else { return Ok(()) };
+    let row = tx
+        .query_opt(
+            "SELECT lease_owner, lease_epoch FROM runs WHERE run_id = $1 FOR UPDATE",
+            &[&run_id],
+        )
+        .await
+        .map_err(pg)?;
+    let held = row.is_some_and(|r| {
+        r.get::<_, String>(0) == fence.owner && u(r.get::<_, i64>(1)) == fence.epoch
+    });
+    if held {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost {
+            run_id: fence.run_id.clone(),
+            epoch: fence.epoch,
+        })
+    }
+}
+
+fn hook_of(row: &tokio_postgres::Row) -> HookRecord {
+    HookRecord {
+        token: row.get::<_, String>("token").into(),
+        run_id: row.get::<_, String>("run_id").into(),
+        command: row.get::<_, Option<i64>>("command").map(|c| c as u32),
+        metadata: row.get("metadata"),
+        created_at_ms: u(row.get("created_at_ms")),
+        retain_until_ms: row.get::<_, Option<i64>>("retain_until_ms").map(u),
+        active: row.get("active"),
+        next_payload: u(row.get("next_payload")),
+    }
+}
+
+const HOOK_COLUMNS: &str =
+    "token, run_id, command, metadata, created_at_ms, retain_until_ms, active, next_payload";
+
+/// Writes `hook` as a new row (`existing` false) or over the row it
+/// replaces, whose lock the caller holds.
+async fn write_hook(
+    tx: &Transaction<'_>,
+    hook: &HookRecord,
+    existing: bool,
+) -> Result<Attempt<()>> {
+    let sql = if existing {
+        "UPDATE hooks SET run_id = $2, command = $3, metadata = $4, created_at_ms = $5,
+             retain_until_ms = $6, active = $7, next_payload = $8 WHERE token = $1"
+    } else {
+        "INSERT INTO hooks (token, run_id, command, metadata, created_at_ms, retain_until_ms,
+             active, next_payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    };
+    let written = tx
+        .execute(
+            sql,
+            &[
+                &hook.token.as_str(),
+                &hook.run_id.as_str(),
+                &hook.command.map(i64::from),
+                &hook.metadata,
+                &i(hook.created_at_ms),
+                &hook.retain_until_ms.map(i),
+                &hook.active,
+                &i(hook.next_payload),
+            ],
+        )
+        .await;
+    match written {
+        Ok(_) => Ok(Attempt::Done(())),
+        Err(e) => race(e),
+    }
+}
+
+/// The hook row of `token`, locked for this transaction.
+async fn lock_hook(tx: &Transaction<'_>, token: &str) -> Result<Option<HookRecord>> {
+    let row = tx
+        .query_opt(
+            &format!("SELECT {HOOK_COLUMNS} FROM hooks WHERE token = $1 FOR UPDATE"),
+            &[&token],
+        )
+        .await
+        .map_err(pg)?;
+    Ok(row.as_ref().map(hook_of))
+}
+
+#[async_trait]
+impl RunStore for PgStore {
+    async fn admit(&self, a: Admission<'_>) -> Result<()> {
+        let run = a.run;
+        let record = codec::encode(run);
+        transact!(self, |tx| {
+            let mut hook_row = false;
+            if let Some(hook) = a.start_hook
+                && let Some(held) = lock_hook(tx, &hook.token).await?
+            {
+                if let Some(owner) = held.holder(a.now_ms) {
+                    return Err(StoreError::HookConflict {
+                        token: hook.token.clone(),
+                        conflicting_run_id: owner.clone(),
+                    });
+                }
+                hook_row = true;
+            }
+            if let Some(claim) = a.key {
+                let held = tx
+                    .query_opt(
+                        "SELECT run_id, expires_at_ms FROM keys
+                         WHERE workflow = $1 AND key = $2 FOR UPDATE",
+                        &[&run.workflow, &claim.key],
+                    )
+                    .await
+                    .map_err(pg)?;
+                let expires = i(a.now_ms.saturating_add(claim.ttl_ms));
+                let sql = match &held {
+                    Some(row) if u(row.get(1)) > a.now_ms => {
+                        return Err(StoreError::IdempotencyCollision {
+                            workflow: run.workflow.clone(),
+                            key: claim.key.into(),
+                            existing_run_id: row.get::<_, String>(0).into(),
+                        });
+                    }
+                    Some(_) => {
+                        "UPDATE keys SET run_id = $3, expires_at_ms = $4
+                         WHERE workflow = $1 AND key = $2"
+                    }
+                    None => {
+                        "INSERT INTO keys (workflow, key, run_id, expires_at_ms)
+                         VALUES ($1, $2, $3, $4)"
+                    }
+                };
+                if let Err(e) = tx
+                    .execute(
+                        sql,
+                        &[&run.workflow, &claim.key, &run.run_id.as_str(), &expires],
+                    )
+                    .await
+                {
+                    return race(e);
+                }
+            }
+            if let Err(e) = tx
+                .execute(
+                    "INSERT INTO runs (run_id, live, record) VALUES ($1, true, $2)",
+                    &[&run.run_id.as_str(), &record],
+                )
+                .await
+            {
+                return race(e);
+            }
+            if let Some(hook) = a.start_hook
+                && let Attempt::Retry = write_hook(tx, hook, hook_row).await?
+            {
+                return Ok(Attempt::Retry);
+            }
+            insert_entries(tx, &run.run_id, a.journal).await?;
+            self.notify(tx, &Wake::Admitted).await?;
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn import(&self, run: &RunRecord, entries: &[Entry]) -> Result<()> {
+        let record = codec::encode(run);
+        transact!(self, |tx| {
+            let inserted = tx
+                .execute(
+                    "INSERT INTO runs (run_id, live, record) VALUES ($1, $2, $3)
+                     ON CONFLICT (run_id) DO NOTHING",
+                    &[&run.run_id.as_str(), &!run.status.is_final(), &record],
+                )
+                .await
+                .map_err(pg)?;
+            if inserted == 0 {
+                return Err(StoreError::RunExists {
+                    run_id: run.run_id.clone(),
+                });
+            }
+            insert_entries(tx, &run.run_id, entries).await?;
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<RunRecord> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT record FROM runs WHERE run_id = $1", &[&run_id])
+            .await
+            .map_err(pg)?
+            .ok_or_else(|| StoreError::RunNotFound {
+                run_id: run_id.into(),
+            })?;
+        Ok(codec::decode(row.get(0), "run record")?)
+    }
+
+    async fn list_runs(&self) -> Result<Vec<RunRecord>> {
+        self.runs("SELECT record FROM runs ORDER BY run_id").await
+    }
+
+    async fn live_runs(&self) -> Result<Vec<RunRecord>> {
+        self.runs("SELECT record FROM runs WHERE live ORDER BY run_id")
+            .await
+    }
+
+    async fn end_run(
+        &self,
+        run: &RunRecord,
+        entries: &[Entry],
+        now_ms: u64,
+        fence: Option<&Lease>,
+    ) -> Result<Vec<RunId>> {
+        let record = codec::encode(run);
+        let run_id = run.run_id.as_str();
+        transact!(self, |tx| {
+            check_fence(tx, run_id, fence).await?;
+            tx.execute(
+                "UPDATE hooks SET active = false WHERE run_id = $1 AND retain_until_ms > $2",
+                &[&run_id, &i(now_ms)],
+            )
+            .await
+            .map_err(pg)?;
+            tx.execute("DELETE FROM hooks WHERE run_id = $1 AND active", &[&run_id])
+                .await
+                .map_err(pg)?;
+            tx.execute(
+                "UPDATE runs SET record = $2, live = false, lease_owner = '',
+                     lease_expires_ms = 0 WHERE run_id = $1",
+                &[&run_id, &record],
+            )
+            .await
+            .map_err(pg)?;
+            insert_entries(tx, run_id, entries).await?;
+            let watchers: Vec<RunId> = tx
+                .query(
+                    "DELETE FROM watchers WHERE run_id = $1 RETURNING watcher",
+                    &[&run_id],
+                )
+                .await
+                .map_err(pg)?
+                .iter()
+                .map(|r| r.get::<_, String>(0).into())
+                .collect();
+            for watcher in &watchers {
+                tx.execute(
+                    "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                    &[&watcher.as_str()],
+                )
+                .await
+                .map_err(pg)?;
+                self.notify(tx, &Wake::Run(watcher.clone())).await?;
+            }
+            tx.execute("DELETE FROM inbox WHERE run_id = $1", &[&run_id])
+                .await
+                .map_err(pg)?;
+            tx.execute("DELETE FROM claims WHERE run_id = $1", &[&run_id])
+                .await
+                .map_err(pg)?;
+            Ok(Attempt::Done(watchers))
+        })
+    }
+}
+
+impl PgStore {
+    async fn runs(&self, sql: &str) -> Result<Vec<RunRecord>> {
+        let client = self.client().await?;
+        client
+            .query(sql, &[])
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(|r| Ok(codec::decode(r.get(0), "run record")?))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl JournalStore for PgStore {
+    async fn append(
+        &self,
+        run_id: &str,
+        entries: &[Entry],
+        run: Option<&RunRecord>,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        let record = run.map(|r| (codec::encode(r), !r.status.is_final()));
+        transact!(self, |tx| {
+            check_fence(tx, run_id, fence).await?;
+            insert_entries(tx, run_id, entries).await?;
+            if let Some((record, live)) = &record {
+                tx.execute(
+                    "UPDATE runs SET record = $2, live = $3 WHERE run_id = $1",
+                    &[&run_id, record, live],
+                )
+                .await
+                .map_err(pg)?;
+            }
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        let client = self.client().await?;
+        client
+            .query(
+                "SELECT entry FROM journal WHERE run_id = $1 ORDER BY seq",
+                &[&run_id],
+            )
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(|r| Ok(journal::decode(r.get(0))?))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PgStore {
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<Lease>> {
+        let client = self.client().await?;
+        let expires = i(now_ms.saturating_add(ttl_ms));
+        let row = client
+            .query_opt(
+                "UPDATE runs SET lease_owner = $2, lease_epoch = lease_epoch + 1,
+                     lease_expires_ms = $3
+                 WHERE run_id = $1
+                   AND (lease_owner = '' OR lease_owner = $2 OR lease_expires_ms <= $4)
+                 RETURNING lease_epoch",
+                &[&run_id, &owner, &expires, &i(now_ms)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| Lease {
+            run_id: run_id.into(),
+            owner: owner.into(),
+            epoch: u(r.get(0)),
+            expires_at_ms: u(expires),
+        }))
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease> {
+        let client = self.client().await?;
+        let expires = i(now_ms.saturating_add(ttl_ms));
+        let renewed = client
+            .execute(
+                "UPDATE runs SET lease_expires_ms = $4
+                 WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+                &[
+                    &lease.run_id.as_str(),
+                    &lease.owner,
+                    &i(lease.epoch),
+                    &expires,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        if renewed == 0 {
+            return Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            });
+        }
+        Ok(Lease {
+            expires_at_ms: u(expires),
+            ..lease.clone()
+        })
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE runs SET lease_owner = '', lease_expires_ms = 0
+                 WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+                &[&lease.run_id.as_str(), &lease.owner, &i(lease.epoch)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                "SELECT run_id, lease_owner, lease_epoch, lease_expires_ms FROM runs
+                 WHERE live AND lease_owner <> '' AND lease_owner <> $1
+                   AND lease_expires_ms > $2",
+                &[&owner, &i(now_ms)],
+            )
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(|r| Lease {
+                run_id: r.get::<_, String>(0).into(),
+                owner: r.get(1),
+                epoch: u(r.get(2)),
+                expires_at_ms: u(r.get(3)),
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl HookStore for PgStore {
+    async fn register_hook(
+        &self,
+        hook: &HookRecord,
+        force: bool,
+        now_ms: u64,
+    ) -> Result<Registered> {
+        transact!(self, |tx| {
+            let held = lock_hook(tx, &hook.token).await?;
+            let holder = held
+                .as_ref()
+                .and_then(|h| h.holder(now_ms).map(|o| (h, o.clone())));
+            let registered = |registration, claimed_from| {
+                Ok(Attempt::Done(Registered {
+                    registration,
+                    claimed_from,
+                }))
+            };
+            match holder {
+                Some((h, owner)) if owner == hook.run_id => {
+                    let registration = if h.is_start_hook() {
+                        HookRegistration::BoundToStart
+                    } else if h.command == hook.command {
+                        HookRegistration::Registered
+                    } else {
+                        HookRegistration::Conflict {
+                            owner_run_id: owner.into(),
+                        }
+                    };
+                    registered(registration, None)
+                }
+                Some((_, owner)) if !force => registered(
+                    HookRegistration::Conflict {
+                        owner_run_id: owner.into(),
+                    },
+                    None,
+                ),
+                Some((_, owner)) => {
+                    tx.execute(
+                        "INSERT INTO claims (run_id, token, claimed_by) VALUES ($1, $2, $3)
+                         ON CONFLICT (run_id, token) DO UPDATE SET claimed_by = excluded.claimed_by",
+                        &[&owner.as_str(), &hook.token.as_str(), &hook.run_id.as_str()],
+                    )
+                    .await
+                    .map_err(pg)?;
+                    tx.execute(
+                        "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                        &[&owner.as_str()],
+                    )
+                    .await
+                    .map_err(pg)?;
+                    self.notify(tx, &Wake::Run(owner.clone())).await?;
+                    if let Attempt::Retry = write_hook(tx, hook, true).await? {
+                        return Ok(Attempt::Retry);
+                    }
+                    registered(HookRegistration::Registered, Some(owner))
+                }
+                None => {
+                    if let Attempt::Retry = write_hook(tx, hook, held.is_some()).await? {
+                        return Ok(Attempt::Retry);
+                    }
+                    registered(HookRegistration::Registered, None)
+                }
+            }
+        })
+    }
+
+    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+        transact!(self, |tx| {
+            let row = tx
+                .query_opt(
+                    "UPDATE hooks SET next_payload = next_payload + 1
+                     WHERE token = $1 AND active RETURNING run_id, next_payload - 1",
+                    &[&token],
+                )
+                .await
+                .map_err(pg)?;
+            let Some(row) = row else {
+                return Err(StoreError::HookNotFound {
+                    token: token.into(),
+                });
+            };
+            let owner: String = row.get(0);
+            let index: i64 = row.get(1);
+            tx.execute(
+                "INSERT INTO inbox (run_id, token, idx, payload) VALUES ($1, $2, $3, $4)",
+                &[&owner, &token, &index, &payload],
+            )
+            .await
+            .map_err(pg)?;
+            tx.execute(
+                "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                &[&owner],
+            )
+            .await
+            .map_err(pg)?;
+            let owner = RunId::from(owner);
+            self.notify(tx, &Wake::Run(owner.clone())).await?;
+            Ok(Attempt::Done(owner))
+        })
+    }
+
+    async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {HOOK_COLUMNS} FROM hooks WHERE token = $1"),
+                &[&token],
+            )
+            .await
+            .map_err(pg)?;
+        row.map(|r| hook_of(&r))
+            .filter(|h| h.holder(now_ms).is_some())
+            .ok_or_else(|| StoreError::HookNotFound {
+                token: token.into(),
+            })
+    }
+
+    async fn list_hooks(&self, now_ms: u64) -> Result<Vec<HookRecord>> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                &format!("SELECT {HOOK_COLUMNS} FROM hooks ORDER BY token"),
+                &[],
+            )
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(hook_of)
+            .filter(|h| h.holder(now_ms).is_some())
+            .collect())
+    }
+
+    async fn payload(&self, run_id: &str, token: &str, index: u64) -> Result<HookPayload> {
+        let client = self.client().await?;
+        let claimed = client
+            .query_opt(
+                "SELECT claimed_by FROM claims WHERE run_id = $1 AND token = $2",
+                &[&run_id, &token],
+            )
+            .await
+            .map_err(pg)?;
+        if let Some(row) = claimed {
+            return Ok(HookPayload::ForceClaimed(row.get::<_, String>(0).into()));
+        }
+        let row = client
+            .query_opt(
+                "SELECT payload FROM inbox WHERE run_id = $1 AND token = $2 AND idx = $3",
+                &[&run_id, &token, &i(index)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(match row {
+            Some(row) => HookPayload::Ready(row.get(0)),
+            None => HookPayload::Pending,
+        })
+    }
+
+    async fn dispose_hook(&self, run_id: &str, token: &str) -> Result<()> {
+        transact!(self, |tx| {
+            tx.execute(
+                "DELETE FROM hooks WHERE token = $1 AND run_id = $2",
+                &[&token, &run_id],
+            )
+            .await
+            .map_err(pg)?;
+            tx.execute(
+                "DELETE FROM inbox WHERE run_id = $1 AND token = $2",
+                &[&run_id, &token],
+            )
+            .await
+            .map_err(pg)?;
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize> {
+        let client = self.client().await?;
+        let purged = client
+            .execute(
+                "DELETE FROM hooks WHERE NOT active
+                   AND (retain_until_ms IS NULL OR retain_until_ms <= $1)",
+                &[&i(now_ms)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(purged as usize)
+    }
+}
+
+#[async_trait]
+impl KeyStore for PgStore {
+    async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT run_id, expires_at_ms FROM keys WHERE workflow = $1 AND key = $2",
+                &[&workflow, &key],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| KeyHold {
+            run_id: r.get::<_, String>(0).into(),
+            expires_at_ms: u(r.get(1)),
+        }))
+    }
+
+    async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
+        let client = self.client().await?;
+        let purged = client
+            .execute("DELETE FROM keys WHERE expires_at_ms <= $1", &[&i(now_ms)])
+            .await
+            .map_err(pg)?;
+        Ok(purged as usize)
+    }
+}
+
+#[async_trait]
+impl EventStore for PgStore {
+    async fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO subscriptions (event_key, workflow, hash) VALUES ($1, $2, $3)
+                 ON CONFLICT (event_key, workflow) DO UPDATE SET hash = excluded.hash",
+                &[&event_key, &workflow, &hash],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn subscribers(&self, event_key: &str) -> Result<Vec<(String, String)>> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                "SELECT workflow, hash FROM subscriptions WHERE event_key = $1 ORDER BY workflow",
+                &[&event_key],
+            )
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
+    }
+
+    async fn put_event(&self, event: &EventRecord) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO events (event_id, record) VALUES ($1, $2)",
+                &[&event.event_id, &codec::encode(event)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn list_events(&self) -> Result<Vec<EventRecord>> {
+        let client = self.client().await?;
+        client
+            .query("SELECT record FROM events ORDER BY event_id", &[])
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(|r| Ok(codec::decode(r.get(0), "event")?))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl ComponentStore for PgStore {
+    async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
+        let client = self.client().await?;
+        let known = client
+            .query_opt("SELECT 1 FROM components WHERE hash = $1", &[&hash])
+            .await
+            .map_err(pg)?;
+        if known.is_none() {
+            client
+                .execute(
+                    "INSERT INTO components (hash, bytes) VALUES ($1, $2)
+                     ON CONFLICT (hash) DO NOTHING",
+                    &[&hash, &bytes],
+                )
+                .await
+                .map_err(pg)?;
+        }
+        Ok(())
+    }
+
+    async fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
+        let client = self.client().await?;
+        client
+            .query_opt("SELECT bytes FROM components WHERE hash = $1", &[&hash])
+            .await
+            .map_err(pg)?
+            .map(|r| r.get(0))
+            .ok_or_else(|| StoreError::ComponentNotFound { hash: hash.into() })
+    }
+}
+
+#[async_trait]
+impl WakeStore for PgStore {
+    async fn watch(&self, run_id: &str, watcher: &str) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO watchers (run_id, watcher) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&run_id, &watcher],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn is_woken(&self, run_id: &str) -> Result<bool> {
+        let client = self.client().await?;
+        Ok(client
+            .query_opt("SELECT 1 FROM wakeups WHERE run_id = $1", &[&run_id])
+            .await
+            .map_err(pg)?
+            .is_some())
+    }
+
+    async fn take_wakeup(&self, run_id: &str) -> Result<bool> {
+        let client = self.client().await?;
+        Ok(client
+            .execute("DELETE FROM wakeups WHERE run_id = $1", &[&run_id])
+            .await
+            .map_err(pg)?
+            > 0)
+    }
+
+    async fn wakeups(&self) -> Result<Vec<RunId>> {
+        let client = self.client().await?;
+        Ok(client
+            .query("SELECT run_id FROM wakeups", &[])
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(|r| r.get::<_, String>(0).into())
+            .collect())
+    }
+
+    fn wake_stream(&self) -> Option<broadcast::Receiver<Wake>> {
+        Some(self.inner.wakes.subscribe())
+    }
+}
+
+impl Store for PgStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    fn location(&self) -> String {
+        format!("{} (schema {})", self.inner.location, self.inner.schema)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("postgres://keel:s3cret@db:5432/keel"),
+            "postgres://keel:***@db:5432/keel"
+        );
+        assert_eq!(
+            redact("postgresql:///keel?host=/run"),
+            "postgresql:///keel?host=/run"
+        );
+    }
+}

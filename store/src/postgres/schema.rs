@@ -1,0 +1,124 @@
+//! The PostgreSQL store's schema and its migrations, applied at open (or by
+//! `keel store migrate`) under an advisory lock, so that processes opening
+//! the store at once migrate it once. A schema newer than this keel knows
+//! is refused.
+
+use tokio_postgres::Client;
+
+use super::pg;
+use crate::{Result, StoreError};
+
+/// The schema version this keel writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The migrations, in order: the one at index `i` brings version `i` to
+/// `i + 1`.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE runs (
+    run_id text PRIMARY KEY,
+    live boolean NOT NULL,
+    record bytea NOT NULL,
+    lease_owner text NOT NULL DEFAULT '',
+    lease_epoch bigint NOT NULL DEFAULT 0,
+    lease_expires_ms bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_live ON runs (run_id) WHERE live;
+CREATE TABLE journal (
+    run_id text NOT NULL,
+    seq bigint NOT NULL,
+    entry bytea NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE keys (
+    workflow text NOT NULL,
+    key text NOT NULL,
+    run_id text NOT NULL,
+    expires_at_ms bigint NOT NULL,
+    PRIMARY KEY (workflow, key)
+);
+CREATE TABLE hooks (
+    token text PRIMARY KEY,
+    run_id text NOT NULL,
+    command bigint,
+    metadata text,
+    created_at_ms bigint NOT NULL,
+    retain_until_ms bigint,
+    active boolean NOT NULL,
+    next_payload bigint NOT NULL
+);
+CREATE INDEX hooks_run ON hooks (run_id);
+CREATE TABLE inbox (
+    run_id text NOT NULL,
+    token text NOT NULL,
+    idx bigint NOT NULL,
+    payload text NOT NULL,
+    PRIMARY KEY (run_id, token, idx)
+);
+CREATE TABLE claims (
+    run_id text NOT NULL,
+    token text NOT NULL,
+    claimed_by text NOT NULL,
+    PRIMARY KEY (run_id, token)
+);
+CREATE TABLE wakeups (run_id text PRIMARY KEY);
+CREATE TABLE watchers (
+    run_id text NOT NULL,
+    watcher text NOT NULL,
+    PRIMARY KEY (run_id, watcher)
+);
+CREATE TABLE events (event_id text PRIMARY KEY, record bytea NOT NULL);
+CREATE TABLE subscriptions (
+    event_key text NOT NULL,
+    workflow text NOT NULL,
+    hash text NOT NULL,
+    PRIMARY KEY (event_key, workflow)
+);
+CREATE TABLE components (hash text PRIMARY KEY, bytes bytea NOT NULL);
+"#];
+
+/// Creates the store's schema if needed and applies the migrations it
+/// lacks; returns the version it had.
+pub(super) async fn migrate(client: &mut Client, schema: &str, location: &str) -> Result<i64> {
+    let tx = client.transaction().await.map_err(pg)?;
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&schema])
+        .await
+        .map_err(pg)?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value bigint NOT NULL);"
+    ))
+    .await
+    .map_err(pg)?;
+    let found: i64 = tx
+        .query_opt(
+            &format!("SELECT value FROM {schema}.meta WHERE key = 'schema_version'"),
+            &[],
+        )
+        .await
+        .map_err(pg)?
+        .map_or(0, |row| row.get(0));
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            location: location.into(),
+            found: found as u32,
+            supported: SCHEMA_VERSION as u32,
+        });
+    }
+    for (version, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.batch_execute(&format!("SET LOCAL search_path TO {schema}; {migration}"))
+            .await
+            .map_err(pg)?;
+        tracing::info!(schema, to = version + 1, "store schema migrated");
+    }
+    tx.execute(
+        &format!(
+            "INSERT INTO {schema}.meta (key, value) VALUES ('schema_version', $1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        ),
+        &[&SCHEMA_VERSION],
+    )
+    .await
+    .map_err(pg)?;
+    tx.commit().await.map_err(pg)?;
+    Ok(found)
+}
