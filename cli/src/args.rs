@@ -15,9 +15,24 @@ use crate::parse_duration;
     about = "A durable workflow engine for WebAssembly components"
 )]
 pub struct Cli {
-    /// The store's directory.
+    /// The store: a directory (the embedded sled store, one process at a
+    /// time) or a PostgreSQL URL (`postgres://user@host/db`, shared by any
+    /// number of processes and machines).
     #[arg(long, global = true, env = "KEEL_DB", default_value = ".keel")]
-    pub db: PathBuf,
+    pub db: String,
+    /// PostgreSQL: the schema keel's tables live in.
+    #[arg(long, global = true, env = "KEEL_PG_SCHEMA", default_value = "keel")]
+    pub pg_schema: String,
+    /// PostgreSQL: connections in this process's pool.
+    #[arg(long, global = true, default_value_t = 16)]
+    pub pg_pool_size: usize,
+    /// PostgreSQL: seconds after which the server cancels a statement.
+    #[arg(long, global = true, default_value_t = 30)]
+    pub pg_statement_timeout: u64,
+    /// Seconds a worker's lease on a run lasts without renewal: a worker
+    /// that dies loses its runs to another after at most this long.
+    #[arg(long, global = true, default_value_t = defaults::LEASE_TTL.as_secs())]
+    pub lease_ttl: u64,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -78,6 +93,9 @@ pub enum Command {
         /// A JSON object, `additional_metadata` of key expressions.
         #[arg(long)]
         additional_metadata: Option<String>,
+        /// Admit the run and return at once; a worker drives it.
+        #[arg(long)]
+        detach: bool,
     },
     /// Resume and look up hooks.
     Hooks {
@@ -99,6 +117,11 @@ pub enum Command {
     Runs {
         #[command(subcommand)]
         command: RunsCommand,
+    },
+    /// Manage the store itself.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
     },
     /// List the workflows and steps a component exports.
     Inspect { component: PathBuf },
@@ -123,6 +146,13 @@ pub enum Command {
     },
     /// Measure latency, throughput, replay speed and memory.
     Bench(bench::Args),
+}
+
+#[derive(Subcommand)]
+pub enum StoreCommand {
+    /// Apply the schema migrations the store lacks (opening a store applies
+    /// them too); refused for a schema newer than this keel.
+    Migrate,
 }
 
 #[derive(Subcommand)]

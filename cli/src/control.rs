@@ -30,6 +30,9 @@ pub enum Request {
         retention_ms: Option<u64>,
         metadata: Option<Value>,
         additional_metadata: Option<Value>,
+        /// Admit only: a worker drives the run.
+        #[serde(default)]
+        detach: bool,
     },
     /// Resume a hook and drive its run on.
     Resume {
@@ -129,6 +132,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             retention_ms,
             metadata,
             additional_metadata,
+            detach,
         } => {
             let loaded = keel.load(&component).await?;
             let options = StartOptions {
@@ -142,7 +146,11 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             let run = keel
                 .start_with(&loaded, &workflow, &input, &options)
                 .await?;
-            Reply::Run(keel.drive(&run.run_id).await?)
+            if detach {
+                Reply::Run(run)
+            } else {
+                Reply::Run(keel.drive(&run.run_id).await?)
+            }
         }
         Request::Resume { token, payload } => {
             let run_id = keel.resume_hook(&token, &payload).await?;

@@ -3,11 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
 use keel_host::core::file::JournalFile;
 use keel_host::store::StoreError;
+use keel_host::store::postgres::{PgOptions, PgStore};
 use keel_host::{Config, Grants, Keel, Replayer};
 use serde_json::json;
 
@@ -21,7 +23,7 @@ mod hints;
 mod print;
 mod request;
 
-use args::{Cli, Command, Format, JournalCommand};
+use args::{Cli, Command, Format, JournalCommand, StoreCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -67,8 +69,61 @@ pub fn report_error(e: &anyhow::Error, json: bool) {
     }
 }
 
+/// Where the store is.
+enum Db {
+    /// The embedded store in this directory.
+    Sled(PathBuf),
+    /// A PostgreSQL database.
+    Postgres(PgOptions),
+}
+
+impl Db {
+    fn of(cli: &Cli) -> Db {
+        if cli.db.starts_with("postgres://") || cli.db.starts_with("postgresql://") {
+            let mut options = PgOptions::new(&cli.db);
+            options.schema = cli.pg_schema.clone();
+            options.pool_size = cli.pg_pool_size;
+            options.statement_timeout = std::time::Duration::from_secs(cli.pg_statement_timeout);
+            Db::Postgres(options)
+        } else {
+            Db::Sled(PathBuf::from(&cli.db))
+        }
+    }
+}
+
+/// Opens the engine over the store `--db` names.
+async fn open(cli: &Cli) -> anyhow::Result<Keel> {
+    let config = config(cli)?;
+    Ok(match Db::of(cli) {
+        Db::Sled(_) => Keel::open_sled(config)?,
+        Db::Postgres(options) => {
+            let store = PgStore::open(options)
+                .await
+                .map_err(keel_host::Error::from)?;
+            Keel::open(config, Arc::new(store))?
+        }
+    })
+}
+
+/// Compiled components of a PostgreSQL store's runs, cached per user.
+fn user_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("keel").join("compiled")
+}
+
 fn config(cli: &Cli) -> anyhow::Result<Config> {
-    let mut config = Config::new(&cli.db);
+    let mut config = match Db::of(cli) {
+        Db::Sled(path) => Config::new(path),
+        Db::Postgres(_) => {
+            let mut config = Config::new(std::env::temp_dir());
+            config.cache_dir = user_cache_dir();
+            config
+        }
+    };
+    config.lease_ttl = std::time::Duration::from_secs(cli.lease_ttl.max(1));
     config.workflow_fuel = cli.workflow_fuel;
     config.max_memory = cli.max_memory << 20;
     config.step_timeout = std::time::Duration::from_secs(cli.step_timeout);
@@ -101,19 +156,32 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         return replay(component, journals, &config(&cli)?.cache_dir, cli.json).await;
     }
     if let Command::Demo { component } = &cli.command {
+        let Db::Sled(path) = Db::of(&cli) else {
+            anyhow::bail!("the demo runs on the embedded store: pass a directory with --db");
+        };
         let component = component.clone().unwrap_or_else(demo::default_component);
-        return demo::run(&cli.db, &component, cli.json)
+        return demo::run(&path, &component, cli.json)
             .await
             .map(|()| ExitCode::SUCCESS);
+    }
+    if let Command::Store {
+        command: StoreCommand::Migrate,
+    } = &cli.command
+    {
+        return migrate(&cli).await;
     }
     if let Some(request) = request::request_of(&cli.command)? {
         let reply = submit(&cli, request).await?;
         return Ok(print::print_reply(&cli.command, reply, cli.json));
     }
-    let keel = Keel::open_sled(config(&cli)?)?;
+    let keel = open(&cli).await?;
     match &cli.command {
         Command::Worker { until_idle } => {
-            worker(&keel, &cli.db, *until_idle, cli.json).await?;
+            let socket_dir = match Db::of(&cli) {
+                Db::Sled(path) => Some(path),
+                Db::Postgres(_) => None,
+            };
+            worker(&keel, socket_dir.as_deref(), *until_idle, cli.json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { component } => {
@@ -159,6 +227,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(_)
+        | Command::Store { .. }
         | Command::Demo { .. }
         | Command::Replay { .. }
         | Command::Run { .. }
@@ -174,15 +243,48 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Executes a request on the store, or, when a `keel worker` holds the
 /// store, forwards it to that worker.
 async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
+    let Db::Sled(path) = Db::of(cli) else {
+        // Any number of processes share a PostgreSQL store.
+        return Ok(control::execute(&open(cli).await?, request).await?);
+    };
     match Keel::open_sled(config(cli)?) {
         Ok(keel) => Ok(control::execute(&keel, request).await?),
         Err(keel_host::Error::Store(StoreError::Locked { .. }))
-            if control::socket_path(&cli.db).exists() =>
+            if control::socket_path(&path).exists() =>
         {
-            control::forward(&cli.db, &request).await
+            control::forward(&path, &request).await
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// `keel store migrate`.
+async fn migrate(cli: &Cli) -> anyhow::Result<ExitCode> {
+    let (from, to) = match Db::of(cli) {
+        Db::Postgres(options) => {
+            let from = PgStore::migrate(&options)
+                .await
+                .map_err(keel_host::Error::from)?;
+            (
+                from as u32,
+                keel_host::store::postgres::SCHEMA_VERSION as u32,
+            )
+        }
+        Db::Sled(path) => {
+            let from = keel_host::store::sled::SledStore::schema_version_of(&path)
+                .map_err(keel_host::Error::from)?;
+            keel_host::store::sled::SledStore::open(&path).map_err(keel_host::Error::from)?;
+            (from, keel_host::store::sled::SCHEMA_VERSION)
+        }
+    };
+    if cli.json {
+        println!("{}", json!({ "from": from, "to": to }));
+    } else if from == to {
+        println!("the store is at schema version {to}; nothing to migrate");
+    } else {
+        println!("the store was migrated from schema version {from} to {to}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn replay(
@@ -211,9 +313,14 @@ async fn replay(
     })
 }
 
-async fn worker(keel: &Keel, db: &Path, until_idle: bool, json: bool) -> anyhow::Result<()> {
-    // A long-running worker holds the store; it answers the CLI's requests.
-    let control = (!until_idle).then(|| {
+async fn worker(
+    keel: &Keel,
+    socket_dir: Option<&Path>,
+    until_idle: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    // A long-running worker holds a sled store; it answers the CLI's requests.
+    let control = socket_dir.filter(|_| !until_idle).map(|db| {
         let (keel, db) = (keel.clone(), db.to_path_buf());
         tokio::spawn(async move { control::serve(keel, &db).await })
     });

@@ -28,6 +28,7 @@ pub fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
             retention_ms: None,
             metadata: None,
             additional_metadata: json_arg("--metadata", metadata)?,
+            detach: false,
         },
         Command::Start {
             component,
@@ -37,6 +38,7 @@ pub fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
             retention,
             metadata,
             additional_metadata,
+            detach,
         } => Request::Start {
             component: absolute(component)?,
             workflow: workflow.clone(),
@@ -45,6 +47,7 @@ pub fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
             retention_ms: retention.map(|r| r.as_millis() as u64),
             metadata: json_arg("--metadata", metadata)?,
             additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
+            detach: *detach,
         },
         Command::Hooks {
             command: HooksCommand::Resume { token, payload },

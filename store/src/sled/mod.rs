@@ -27,6 +27,7 @@ mod hooks;
 mod schema;
 
 use commit::GroupCommit;
+pub use schema::SCHEMA_VERSION;
 
 /// The sled store. Clones share the database; dropping the last one
 /// closes it and releases its lock.
@@ -118,6 +119,21 @@ impl SledStore {
                 other => return other,
             }
         }
+    }
+
+    /// The schema version of the store in `path` (0 if there is none),
+    /// without migrating it.
+    pub fn schema_version_of(path: impl AsRef<Path>) -> Result<u32> {
+        let path = path.as_ref();
+        if !path.exists() {
+            return Ok(0);
+        }
+        let db = sled::Config::new()
+            .path(path)
+            .open()
+            .map_err(|e| open_error(path, e))?;
+        let meta = db.open_tree("meta").map_err(backend)?;
+        schema::version(&meta, &path.display().to_string())
     }
 
     /// The store's directory.

@@ -17,15 +17,7 @@ const LIVE_INDEX_MARKER: &[u8] = b"live-index-v1";
 /// Brings the store at `meta` up to [`SCHEMA_VERSION`], durably; refuses a
 /// newer one.
 pub(super) fn migrate(store: &SledStore, meta: &sled::Tree, db: &sled::Db) -> Result<()> {
-    let found = match meta.get(SCHEMA_KEY).map_err(backend)? {
-        Some(v) => {
-            u32::from_be_bytes(v.as_ref().try_into().map_err(|_| StoreError::Unavailable {
-                location: store.location_string(),
-                reason: "its schema version record is malformed".into(),
-            })?)
-        }
-        None => 1,
-    };
+    let found = version(meta, &store.location_string())?;
     if found > SCHEMA_VERSION {
         return Err(StoreError::SchemaTooNew {
             location: store.location_string(),
@@ -45,6 +37,20 @@ pub(super) fn migrate(store: &SledStore, meta: &sled::Tree, db: &sled::Db) -> Re
     db.flush().map_err(backend)?;
     tracing::info!(from = found, to = SCHEMA_VERSION, "store schema migrated");
     Ok(())
+}
+
+/// The schema version `meta` records (1 for stores from before versions
+/// were recorded).
+pub(super) fn version(meta: &sled::Tree, location: &str) -> Result<u32> {
+    Ok(match meta.get(SCHEMA_KEY).map_err(backend)? {
+        Some(v) => {
+            u32::from_be_bytes(v.as_ref().try_into().map_err(|_| StoreError::Unavailable {
+                location: location.into(),
+                reason: "its schema version record is malformed".into(),
+            })?)
+        }
+        None => 1,
+    })
 }
 
 /// Builds the index of live runs for a store written before it existed.
