@@ -33,6 +33,9 @@ pub struct Cli {
     /// that dies loses its runs to another after at most this long.
     #[arg(long, global = true, default_value_t = defaults::LEASE_TTL.as_secs())]
     pub lease_ttl: u64,
+    /// How many runs `keel worker` drives at once.
+    #[arg(long, global = true, default_value_t = defaults::MAX_CONCURRENT_RUNS)]
+    pub max_concurrent_runs: usize,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,

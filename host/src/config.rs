@@ -33,6 +33,9 @@ pub struct Config {
     pub max_instances: u32,
     /// How long one step attempt may take before it is stopped and retried.
     pub step_timeout: Duration,
+    /// How many runs a worker drives at once; others wait for a slot (or for
+    /// another worker sharing the store).
+    pub max_concurrent_runs: usize,
     /// How long a worker's lease on a run lasts without renewal; the driver
     /// renews it every third of that. A worker that dies loses its runs to
     /// another after at most this long.
@@ -60,6 +63,8 @@ pub mod defaults {
     pub const MAX_INSTANCES: u32 = 1000;
     /// How long a lease on a run lasts without renewal.
     pub const LEASE_TTL: Duration = Duration::from_secs(10);
+    /// How many runs a worker drives at once.
+    pub const MAX_CONCURRENT_RUNS: usize = 64;
 }
 
 /// A name for this process as a lease owner: host, process ID and a random
@@ -86,6 +91,7 @@ impl Config {
             max_instances: defaults::MAX_INSTANCES,
             step_timeout: defaults::STEP_TIMEOUT,
             lease_ttl: defaults::LEASE_TTL,
+            max_concurrent_runs: defaults::MAX_CONCURRENT_RUNS,
             worker_id: worker_id(),
             clock: Arc::new(SystemClock),
         }

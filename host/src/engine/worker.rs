@@ -113,7 +113,13 @@ impl Keel {
         let mut driven = 0;
         loop {
             let (due, next_wake) = self.due_runs(&in_flight).await?;
-            for run_id in due {
+            let slots = self
+                .inner
+                .config
+                .max_concurrent_runs
+                .saturating_sub(tasks.len());
+            let waiting = due.len() > slots;
+            for run_id in due.into_iter().take(slots) {
                 self.spawn_drive(&mut tasks, &run_id);
                 in_flight.insert(run_id);
                 driven += 1;
@@ -121,7 +127,7 @@ impl Keel {
             let wait = next_wake.map_or(Duration::from_secs(1), |at| {
                 Duration::from_millis(at.saturating_sub(self.now_ms()))
             });
-            if until_idle && tasks.is_empty() && wait >= Duration::from_secs(1) {
+            if until_idle && tasks.is_empty() && !waiting && wait >= Duration::from_secs(1) {
                 return Ok(driven);
             }
             let progress = self.inner.progress.notified();

@@ -1,0 +1,479 @@
+//! Many `keel` processes on one PostgreSQL database: workers sharing runs,
+//! a worker killed mid-step, a paused worker whose lease was taken over,
+//! start tokens and keys raced from many processes, and a payload resumed
+//! in one process waking a run another drives.
+//!
+//! The database is `KEEL_TEST_POSTGRES` (`scripts/test.sh` starts one and
+//! sets it); without it these tests fail, never skip. Each test works in a
+//! schema of its own.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_host::core::RunStatus;
+use keel_host::core::journal::Fact;
+use keel_host::store::postgres::{PgOptions, PgStore};
+use keel_host::{Config, Keel, Replayer};
+use keel_payment_api::PaymentApi;
+use serde_json::{Value, json};
+
+fn url() -> String {
+    std::env::var("KEEL_TEST_POSTGRES").unwrap_or_else(|_| {
+        panic!(
+            "KEEL_TEST_POSTGRES is not set: these tests need a PostgreSQL database. \
+             Run scripts/test.sh, which starts PostgreSQL and sets it"
+        )
+    })
+}
+
+/// A schema of its own for one test.
+fn schema(test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("keel_workers_{test}_{}_{nanos}", std::process::id())
+}
+
+fn cache() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("keel-compiled")
+}
+
+/// `keel --db URL --pg-schema SCHEMA --json ARGS...`, with the tests' cache.
+fn cli(schema: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
+    cmd.args([
+        "--db",
+        &url(),
+        "--pg-schema",
+        schema,
+        "--pg-pool-size",
+        "4",
+        "--json",
+    ])
+    .args(args)
+    .env("XDG_CACHE_HOME", cache())
+    .env("RUST_BACKTRACE", "0")
+    .env("KEEL_LOG", "warn");
+    cmd
+}
+
+fn json_of(out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A child process killed when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A long-running worker with a short lease, its stderr in `log`.
+fn worker(schema: &str, log: &Path) -> Running {
+    let log = std::fs::File::create(log).unwrap();
+    Running(
+        cli(schema, &["--lease-ttl", "2", "worker"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting a worker"),
+    )
+}
+
+/// An engine in this process over the test's schema, for admitting runs
+/// and reading journals.
+async fn engine(schema: &str) -> Keel {
+    let mut options = PgOptions::new(url());
+    options.schema = schema.into();
+    options.pool_size = 4;
+    let store = PgStore::open(options).await.expect("opening the store");
+    let mut config = Config::new(std::env::temp_dir());
+    config.cache_dir = cache().join("keel");
+    config.max_instances = 50;
+    Keel::open(config, Arc::new(store)).expect("opening the engine")
+}
+
+/// Waits (polling the store, up to a minute) until `run_id` has ended.
+async fn ended(keel: &Keel, run_id: &str) -> keel_host::core::RunRecord {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = keel.get_run(run_id).await.unwrap();
+        if run.status.is_final() {
+            return run;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {run_id} never ended: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every journal of the schema replays offline against `component`.
+async fn all_replay(keel: &Keel, component: &str) {
+    let replayer = Replayer::new(component, cache().join("keel"))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for run in keel.list_runs().await.unwrap() {
+        let file =
+            keel_host::core::file::JournalFile::new(&run, keel.journal(&run.run_id).await.unwrap());
+        let path = dir.path().join(format!("{}.journal", run.run_id));
+        std::fs::write(&path, file.to_bytes()).unwrap();
+        let report = replayer.replay_file(&path).await.unwrap();
+        assert!(report.is_ok(), "{}", report.render());
+    }
+}
+
+/// How many times each command's completion is journaled.
+fn completions(journal: &[keel_host::core::Entry]) -> HashMap<u32, usize> {
+    let mut counts = HashMap::new();
+    for e in journal {
+        if let Fact::StepCompleted { command, .. } = e.fact {
+            *counts.entry(command).or_default() += 1;
+        }
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_workers_share_200_runs_and_each_completes_once() {
+    let schema = schema("share");
+    let keel = engine(&schema).await;
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..200 {
+        runs.push(keel.start(&testbed, "ten_steps", "3").await.unwrap().run_id);
+    }
+    let workers: Vec<Child> = (0..2)
+        .map(|_| {
+            cli(
+                &schema,
+                &["--max-concurrent-runs", "4", "worker", "--until-idle"],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let driven: Vec<u64> = workers
+        .into_iter()
+        .map(|w| {
+            let out = w.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            json_of(&out)["driven"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(
+        driven.iter().all(|&d| d > 0),
+        "work was not shared: {driven:?}"
+    );
+    for run_id in &runs {
+        let run = keel.get_run(run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+        let journal = keel.journal(run_id).await.unwrap();
+        let ends = journal.iter().filter(|e| e.fact.is_end()).count();
+        assert_eq!(ends, 1, "run {run_id} ended {ends} times");
+        assert!(completions(&journal).values().all(|&n| n == 1));
+    }
+    all_replay(&keel, keel_tests::TESTBED).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn thirty_two_processes_race_one_token_and_one_key() {
+    let schema = schema("race");
+    let keel = engine(&schema).await;
+    keel.load(keel_tests::ORDER_HOOKS).await.unwrap();
+    keel.load(keel_tests::TESTBED).await.unwrap();
+    let race = |args: Vec<String>| {
+        let children: Vec<Child> = (0..32)
+            .map(|_| {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                cli(&schema, &args)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        children
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_with_output().unwrap();
+                (out.status.success(), json_of(&out))
+            })
+            .collect::<Vec<_>>()
+    };
+    let input = json!({"order_id": "race", "note": "n"}).to_string();
+    let token = race(
+        [
+            "start",
+            keel_tests::ORDER_HOOKS,
+            "order_updates",
+            "--input",
+            &input,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--token", "order:race", "--detach"].map(String::from))
+        .collect(),
+    );
+    let admitted: Vec<&Value> = token.iter().filter(|(ok, _)| *ok).map(|(_, v)| v).collect();
+    assert_eq!(admitted.len(), 1, "{token:?}");
+    let owner = admitted[0]["run_id"].as_str().unwrap();
+    for (_, refused) in token.iter().filter(|(ok, _)| !ok) {
+        assert_eq!(refused["error"]["kind"], "hook_conflict", "{refused}");
+        assert_eq!(refused["error"]["conflicting_run_id"], owner);
+    }
+
+    let key = race(
+        [
+            "start",
+            keel_tests::TESTBED,
+            "idempotent_task",
+            "--input",
+            r#"{"id": "k"}"#,
+            "--detach",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let admitted: Vec<&Value> = key.iter().filter(|(ok, _)| *ok).map(|(_, v)| v).collect();
+    assert_eq!(admitted.len(), 1, "{key:?}");
+    let holder = admitted[0]["run_id"].as_str().unwrap();
+    for (_, refused) in key.iter().filter(|(ok, _)| !ok) {
+        assert_eq!(
+            refused["error"]["kind"], "idempotency_collision",
+            "{refused}"
+        );
+        assert_eq!(refused["error"]["existing_run_id"], holder);
+    }
+    assert_eq!(keel.list_runs().await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_resumed_in_one_process_wakes_a_run_another_drives() {
+    let schema = schema("wake");
+    let keel = engine(&schema).await;
+    keel.load(keel_tests::ORDER_HOOKS).await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let _worker = worker(&schema, &logs.path().join("worker.log"));
+    // The run waits in the worker's memory for a payload or a 30 s timer.
+    let input = json!({"order_id": "wake", "note": "a"}).to_string();
+    let out = cli(
+        &schema,
+        &[
+            "start",
+            keel_tests::ORDER_HOOKS,
+            "note_or_timeout",
+            "--input",
+            &input,
+            "--token",
+            "order:wake",
+            "--detach",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !keel
+        .journal(&run_id)
+        .await
+        .unwrap()
+        .iter()
+        .any(|e| e.fact.name() == "hook_next")
+    {
+        assert!(Instant::now() < deadline, "the worker never drove the run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resumed = Instant::now();
+    let out = cli(
+        &schema,
+        &[
+            "hooks",
+            "resume",
+            "order:wake",
+            "--payload",
+            r#"{"note": "live"}"#,
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = ended(&keel, &run_id).await;
+    let took = resumed.elapsed();
+    assert_eq!(run.output.as_deref(), Some("\"live\""), "{run:?}");
+    assert!(took < Duration::from_secs(10), "the wake took {took:?}");
+}
+
+/// Starts `crashable` (three probes; the second hangs on its first attempt)
+/// under `worker`, and waits until the hanging attempt has reported in.
+async fn crashable_in_flight(schema: &str, api: &PaymentApi) -> String {
+    let input = Value::String(api.url("/probe")).to_string();
+    let out = cli(
+        schema,
+        &[
+            "--allow-http",
+            &api.addr.to_string(),
+            "start",
+            keel_tests::TESTBED,
+            "crashable",
+            "--input",
+            &input,
+            "--detach",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    api.wait_for(|r| r.body.contains("\"label\":\"b\"")).await;
+    json_of(&out)["run_id"].as_str().unwrap().to_string()
+}
+
+/// The probes the API received: `(label, step_id, attempt)`.
+fn probes(api: &PaymentApi) -> Vec<(String, String, u64)> {
+    api.requests()
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_str(&r.body).unwrap();
+            (
+                v["label"].as_str().unwrap().to_string(),
+                v["step_id"].as_str().unwrap().to_string(),
+                v["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn worker_with_grants(schema: &str, api: &PaymentApi, log: &Path) -> Running {
+    let log = std::fs::File::create(log).unwrap();
+    Running(
+        cli(
+            schema,
+            &[
+                "--allow-http",
+                &api.addr.to_string(),
+                "--lease-ttl",
+                "2",
+                "worker",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_mid_step_loses_its_run_to_another() {
+    let schema = schema("kill");
+    let api = PaymentApi::start(false).await.unwrap();
+    let keel = engine(&schema).await;
+    keel.load(keel_tests::TESTBED).await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let mut first = worker_with_grants(&schema, &api, &logs.path().join("first.log"));
+    let run_id = crashable_in_flight(&schema, &api).await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+
+    let second = worker_with_grants(&schema, &api, &logs.path().join("second.log"));
+    let run = ended(&keel, &run_id).await;
+    drop(second);
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    let probes = probes(&api);
+    let of = |label: &str| probes.iter().filter(|p| p.0 == label).collect::<Vec<_>>();
+    assert_eq!(of("a").len(), 1, "a completed step ran again: {probes:?}");
+    let b = of("b");
+    assert_eq!(
+        b.iter().map(|p| p.2).collect::<Vec<_>>(),
+        [1, 2],
+        "{probes:?}"
+    );
+    assert_eq!(b[0].1, b[1].1, "the retried attempt has another step ID");
+    assert_eq!(of("c").len(), 1);
+    let journal = keel.journal(&run_id).await.unwrap();
+    assert!(completions(&journal).values().all(|&n| n == 1));
+    all_replay(&keel, keel_tests::TESTBED).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_worker_s_writes_are_refused_after_its_lease_is_taken() {
+    let schema = schema("zombie");
+    let api = PaymentApi::start(false).await.unwrap();
+    let keel = engine(&schema).await;
+    keel.load(keel_tests::TESTBED).await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let zombie_log = logs.path().join("zombie.log");
+    let zombie = worker_with_grants(&schema, &api, &zombie_log);
+    let run_id = crashable_in_flight(&schema, &api).await;
+    let pid = zombie.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    let second = worker_with_grants(&schema, &api, &logs.path().join("second.log"));
+    let run = ended(&keel, &run_id).await;
+    drop(second);
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    let journal = keel.journal(&run_id).await.unwrap();
+
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = std::fs::read_to_string(&zombie_log).unwrap_or_default();
+        if log.contains("was taken over") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the zombie never noticed: {log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(zombie);
+    let after = keel.journal(&run_id).await.unwrap();
+    assert_eq!(after, journal, "the zombie wrote to the journal");
+    assert_eq!(after.iter().filter(|e| e.fact.is_end()).count(), 1);
+    assert!(completions(&after).values().all(|&n| n == 1));
+    all_replay(&keel, keel_tests::TESTBED).await;
+}
