@@ -33,6 +33,10 @@ pub struct Args {
     /// Tokens for the start-token figures; each is started by 8 callers at once.
     #[arg(long, default_value_t = 200)]
     tokens: usize,
+    /// A PostgreSQL database to measure W10 on too, with one engine and
+    /// with two sharing it (in a scratch schema, dropped afterwards).
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
 }
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {
@@ -42,7 +46,76 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let result = figures(&keel, &loaded, args).await;
     drop(keel);
     let _ = std::fs::remove_dir_all(&dir);
-    result
+    result?;
+    if let Some(url) = &args.postgres {
+        for engines in [1, 2] {
+            postgres(url, engines, args).await?;
+        }
+    }
+    Ok(())
+}
+
+/// W10 latency and throughput on PostgreSQL with `engines` engines (each
+/// with its own pool and lease owner) sharing one database.
+async fn postgres(url: &str, engines: usize, args: &Args) -> anyhow::Result<()> {
+    use keel_host::store::postgres::{PgOptions, PgStore};
+    let mut options = PgOptions::new(url);
+    options.schema = format!("keel_bench_{}_{engines}", std::process::id());
+    let mut keels = Vec::new();
+    let mut stores = Vec::new();
+    for _ in 0..engines {
+        let store = Arc::new(PgStore::open(options.clone()).await?);
+        let keel = Keel::open(Config::new(std::env::temp_dir()), store.clone())?;
+        let loaded = keel.load(&args.component).await?;
+        keels.push((keel, loaded));
+        stores.push(store);
+    }
+    let what = format!("PostgreSQL, {engines} engine(s)");
+    let (keel, loaded) = &keels[0];
+    w10(keel, loaded, "10").await?;
+    if engines == 1 {
+        let mut latencies = Vec::with_capacity(args.latency_runs);
+        for _ in 0..args.latency_runs {
+            let t = Instant::now();
+            w10(keel, loaded, "10").await?;
+            latencies.push(t.elapsed());
+        }
+        print_latencies(
+            &format!("{what}: W10 latency, one run at a time"),
+            latencies,
+        );
+    }
+    for in_flight in [16, 64] {
+        let rate = throughput_across(&keels, in_flight, args.throughput_runs).await?;
+        println!("{what}: W10 throughput, {in_flight} in flight: {rate:.0} runs/s");
+    }
+    stores[0].drop_schema().await?;
+    Ok(())
+}
+
+/// Runs `total` W10 runs with `in_flight` at a time, spread over engines.
+async fn throughput_across(
+    keels: &[(Keel, Arc<Loaded>)],
+    in_flight: usize,
+    total: usize,
+) -> anyhow::Result<f64> {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for i in 0..in_flight {
+        let (keel, loaded) = keels[i % keels.len()].clone();
+        let next = next.clone();
+        workers.spawn(async move {
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                w10(&keel, &loaded, "10").await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = workers.join_next().await {
+        r??;
+    }
+    Ok(total as f64 / t.elapsed().as_secs_f64())
 }
 
 async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<()> {
@@ -154,22 +227,7 @@ async fn throughput(
     in_flight: usize,
     total: usize,
 ) -> anyhow::Result<f64> {
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let t = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..in_flight {
-        let (keel, loaded, next) = (keel.clone(), loaded.clone(), next.clone());
-        workers.spawn(async move {
-            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
-                w10(&keel, &loaded, "10").await?;
-            }
-            anyhow::Ok(())
-        });
-    }
-    while let Some(r) = workers.join_next().await {
-        r??;
-    }
-    Ok(total as f64 / t.elapsed().as_secs_f64())
+    throughput_across(&[(keel.clone(), loaded.clone())], in_flight, total).await
 }
 
 async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Result<()> {

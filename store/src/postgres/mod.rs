@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
 use keel_core::codec;
 use keel_core::journal;
 use keel_core::{
@@ -26,7 +26,8 @@ use keel_core::{
 };
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{AsyncMessage, NoTls, Transaction};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
     Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
@@ -85,6 +86,42 @@ impl Drop for Inner {
         self.listener.abort();
     }
 }
+
+/// Statements through the connection's prepared-statement cache: one round
+/// trip each instead of two (prepare, then execute).
+trait Cached {
+    async fn run(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> PgResult<u64>;
+    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> PgResult<Vec<Row>>;
+    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> PgResult<Option<Row>>;
+}
+
+type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
+
+macro_rules! cached {
+    ($t:ty) => {
+        impl Cached for $t {
+            async fn run(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> PgResult<u64> {
+                let statement = self.prepare_cached(sql).await?;
+                self.execute(&statement, params).await
+            }
+            async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> PgResult<Vec<Row>> {
+                let statement = self.prepare_cached(sql).await?;
+                self.query(&statement, params).await
+            }
+            async fn row(
+                &self,
+                sql: &str,
+                params: &[&(dyn ToSql + Sync)],
+            ) -> PgResult<Option<Row>> {
+                let statement = self.prepare_cached(sql).await?;
+                self.query_opt(&statement, params).await
+            }
+        }
+    };
+}
+
+cached!(Object);
+cached!(Transaction<'_>);
 
 /// An attempt at a transaction: done, refused, or to be retried because it
 /// lost a race (a unique key, a serialization failure, a deadlock).
@@ -289,7 +326,7 @@ impl PgStore {
             Wake::Admitted => String::new(),
             Wake::Run(run_id) => run_id.to_string(),
         };
-        tx.execute(
+        tx.run(
             "SELECT pg_notify($1, $2)",
             &[&channel(&self.inner.schema), &payload],
         )
@@ -387,7 +424,7 @@ async fn insert_entries(tx: &Transaction<'_>, run_id: &str, entries: &[Entry]) -
     let seqs: Vec<i64> = entries.iter().map(|e| i(e.seq)).collect();
     let bytes: Vec<Vec<u8>> = entries.iter().map(journal::encode).collect();
     let inserted = tx
-        .execute(
+        .run(
             "INSERT INTO journal (run_id, seq, entry)
              SELECT $1, seq, entry FROM unnest($2::bigint[], $3::bytea[]) AS t(seq, entry)",
             &[&run_id, &seqs, &bytes],
@@ -409,7 +446,7 @@ async fn insert_entries(tx: &Transaction<'_>, run_id: &str, entries: &[Entry]) -
 async fn check_fence(tx: &Transaction<'_>, run_id: &str, fence: Option<&Lease>) -> Result<()> {
     let Some(fence) = fence else { return Ok(()) };
     let row = tx
-        .query_opt(
+        .row(
             "SELECT lease_owner, lease_epoch FROM runs WHERE run_id = $1 FOR UPDATE",
             &[&run_id],
         )
@@ -459,7 +496,7 @@ async fn write_hook(
              active, next_payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
     };
     let written = tx
-        .execute(
+        .run(
             sql,
             &[
                 &hook.token.as_str(),
@@ -482,7 +519,7 @@ async fn write_hook(
 /// The hook row of `token`, locked for this transaction.
 async fn lock_hook(tx: &Transaction<'_>, token: &str) -> Result<Option<HookRecord>> {
     let row = tx
-        .query_opt(
+        .row(
             &format!("SELECT {HOOK_COLUMNS} FROM hooks WHERE token = $1 FOR UPDATE"),
             &[&token],
         )
@@ -511,7 +548,7 @@ impl RunStore for PgStore {
             }
             if let Some(claim) = a.key {
                 let held = tx
-                    .query_opt(
+                    .row(
                         "SELECT run_id, expires_at_ms FROM keys
                          WHERE workflow = $1 AND key = $2 FOR UPDATE",
                         &[&run.workflow, &claim.key],
@@ -537,7 +574,7 @@ impl RunStore for PgStore {
                     }
                 };
                 if let Err(e) = tx
-                    .execute(
+                    .run(
                         sql,
                         &[&run.workflow, &claim.key, &run.run_id.as_str(), &expires],
                     )
@@ -547,7 +584,7 @@ impl RunStore for PgStore {
                 }
             }
             if let Err(e) = tx
-                .execute(
+                .run(
                     "INSERT INTO runs (run_id, live, record) VALUES ($1, true, $2)",
                     &[&run.run_id.as_str(), &record],
                 )
@@ -570,7 +607,7 @@ impl RunStore for PgStore {
         let record = codec::encode(run);
         transact!(self, |tx| {
             let inserted = tx
-                .execute(
+                .run(
                     "INSERT INTO runs (run_id, live, record) VALUES ($1, $2, $3)
                      ON CONFLICT (run_id) DO NOTHING",
                     &[&run.run_id.as_str(), &!run.status.is_final(), &record],
@@ -590,7 +627,7 @@ impl RunStore for PgStore {
     async fn get_run(&self, run_id: &str) -> Result<RunRecord> {
         let client = self.client().await?;
         let row = client
-            .query_opt("SELECT record FROM runs WHERE run_id = $1", &[&run_id])
+            .row("SELECT record FROM runs WHERE run_id = $1", &[&run_id])
             .await
             .map_err(pg)?
             .ok_or_else(|| StoreError::RunNotFound {
@@ -619,16 +656,16 @@ impl RunStore for PgStore {
         let run_id = run.run_id.as_str();
         transact!(self, |tx| {
             check_fence(tx, run_id, fence).await?;
-            tx.execute(
+            tx.run(
                 "UPDATE hooks SET active = false WHERE run_id = $1 AND retain_until_ms > $2",
                 &[&run_id, &i(now_ms)],
             )
             .await
             .map_err(pg)?;
-            tx.execute("DELETE FROM hooks WHERE run_id = $1 AND active", &[&run_id])
+            tx.run("DELETE FROM hooks WHERE run_id = $1 AND active", &[&run_id])
                 .await
                 .map_err(pg)?;
-            tx.execute(
+            tx.run(
                 "UPDATE runs SET record = $2, live = false, lease_owner = '',
                      lease_expires_ms = 0 WHERE run_id = $1",
                 &[&run_id, &record],
@@ -637,7 +674,7 @@ impl RunStore for PgStore {
             .map_err(pg)?;
             insert_entries(tx, run_id, entries).await?;
             let watchers: Vec<RunId> = tx
-                .query(
+                .rows(
                     "DELETE FROM watchers WHERE run_id = $1 RETURNING watcher",
                     &[&run_id],
                 )
@@ -647,7 +684,7 @@ impl RunStore for PgStore {
                 .map(|r| r.get::<_, String>(0).into())
                 .collect();
             for watcher in &watchers {
-                tx.execute(
+                tx.run(
                     "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
                     &[&watcher.as_str()],
                 )
@@ -655,10 +692,10 @@ impl RunStore for PgStore {
                 .map_err(pg)?;
                 self.notify(tx, &Wake::Run(watcher.clone())).await?;
             }
-            tx.execute("DELETE FROM inbox WHERE run_id = $1", &[&run_id])
+            tx.run("DELETE FROM inbox WHERE run_id = $1", &[&run_id])
                 .await
                 .map_err(pg)?;
-            tx.execute("DELETE FROM claims WHERE run_id = $1", &[&run_id])
+            tx.run("DELETE FROM claims WHERE run_id = $1", &[&run_id])
                 .await
                 .map_err(pg)?;
             Ok(Attempt::Done(watchers))
@@ -670,7 +707,7 @@ impl PgStore {
     async fn runs(&self, sql: &str) -> Result<Vec<RunRecord>> {
         let client = self.client().await?;
         client
-            .query(sql, &[])
+            .rows(sql, &[])
             .await
             .map_err(pg)?
             .iter()
@@ -693,7 +730,7 @@ impl JournalStore for PgStore {
             check_fence(tx, run_id, fence).await?;
             insert_entries(tx, run_id, entries).await?;
             if let Some((record, live)) = &record {
-                tx.execute(
+                tx.run(
                     "UPDATE runs SET record = $2, live = $3 WHERE run_id = $1",
                     &[&run_id, record, live],
                 )
@@ -707,7 +744,7 @@ impl JournalStore for PgStore {
     async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
         let client = self.client().await?;
         client
-            .query(
+            .rows(
                 "SELECT entry FROM journal WHERE run_id = $1 ORDER BY seq",
                 &[&run_id],
             )
@@ -731,7 +768,7 @@ impl LeaseStore for PgStore {
         let client = self.client().await?;
         let expires = i(now_ms.saturating_add(ttl_ms));
         let row = client
-            .query_opt(
+            .row(
                 "UPDATE runs SET lease_owner = $2, lease_epoch = lease_epoch + 1,
                      lease_expires_ms = $3
                  WHERE run_id = $1
@@ -753,7 +790,7 @@ impl LeaseStore for PgStore {
         let client = self.client().await?;
         let expires = i(now_ms.saturating_add(ttl_ms));
         let renewed = client
-            .execute(
+            .run(
                 "UPDATE runs SET lease_expires_ms = $4
                  WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
                 &[
@@ -780,7 +817,7 @@ impl LeaseStore for PgStore {
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         let client = self.client().await?;
         client
-            .execute(
+            .run(
                 "UPDATE runs SET lease_owner = '', lease_expires_ms = 0
                  WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
                 &[&lease.run_id.as_str(), &lease.owner, &i(lease.epoch)],
@@ -793,7 +830,7 @@ impl LeaseStore for PgStore {
     async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
         let client = self.client().await?;
         Ok(client
-            .query(
+            .rows(
                 "SELECT run_id, lease_owner, lease_epoch, lease_expires_ms FROM runs
                  WHERE live AND lease_owner <> '' AND lease_owner <> $1
                    AND lease_expires_ms > $2",
@@ -851,14 +888,14 @@ impl HookStore for PgStore {
                     None,
                 ),
                 Some((_, owner)) => {
-                    tx.execute(
+                    tx.run(
                         "INSERT INTO claims (run_id, token, claimed_by) VALUES ($1, $2, $3)
                          ON CONFLICT (run_id, token) DO UPDATE SET claimed_by = excluded.claimed_by",
                         &[&owner.as_str(), &hook.token.as_str(), &hook.run_id.as_str()],
                     )
                     .await
                     .map_err(pg)?;
-                    tx.execute(
+                    tx.run(
                         "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
                         &[&owner.as_str()],
                     )
@@ -883,7 +920,7 @@ impl HookStore for PgStore {
     async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
         transact!(self, |tx| {
             let row = tx
-                .query_opt(
+                .row(
                     "UPDATE hooks SET next_payload = next_payload + 1
                      WHERE token = $1 AND active RETURNING run_id, next_payload - 1",
                     &[&token],
@@ -897,13 +934,13 @@ impl HookStore for PgStore {
             };
             let owner: String = row.get(0);
             let index: i64 = row.get(1);
-            tx.execute(
+            tx.run(
                 "INSERT INTO inbox (run_id, token, idx, payload) VALUES ($1, $2, $3, $4)",
                 &[&owner, &token, &index, &payload],
             )
             .await
             .map_err(pg)?;
-            tx.execute(
+            tx.run(
                 "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
                 &[&owner],
             )
@@ -918,7 +955,7 @@ impl HookStore for PgStore {
     async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord> {
         let client = self.client().await?;
         let row = client
-            .query_opt(
+            .row(
                 &format!("SELECT {HOOK_COLUMNS} FROM hooks WHERE token = $1"),
                 &[&token],
             )
@@ -934,7 +971,7 @@ impl HookStore for PgStore {
     async fn list_hooks(&self, now_ms: u64) -> Result<Vec<HookRecord>> {
         let client = self.client().await?;
         Ok(client
-            .query(
+            .rows(
                 &format!("SELECT {HOOK_COLUMNS} FROM hooks ORDER BY token"),
                 &[],
             )
@@ -949,7 +986,7 @@ impl HookStore for PgStore {
     async fn payload(&self, run_id: &str, token: &str, index: u64) -> Result<HookPayload> {
         let client = self.client().await?;
         let claimed = client
-            .query_opt(
+            .row(
                 "SELECT claimed_by FROM claims WHERE run_id = $1 AND token = $2",
                 &[&run_id, &token],
             )
@@ -959,7 +996,7 @@ impl HookStore for PgStore {
             return Ok(HookPayload::ForceClaimed(row.get::<_, String>(0).into()));
         }
         let row = client
-            .query_opt(
+            .row(
                 "SELECT payload FROM inbox WHERE run_id = $1 AND token = $2 AND idx = $3",
                 &[&run_id, &token, &i(index)],
             )
@@ -973,13 +1010,13 @@ impl HookStore for PgStore {
 
     async fn dispose_hook(&self, run_id: &str, token: &str) -> Result<()> {
         transact!(self, |tx| {
-            tx.execute(
+            tx.run(
                 "DELETE FROM hooks WHERE token = $1 AND run_id = $2",
                 &[&token, &run_id],
             )
             .await
             .map_err(pg)?;
-            tx.execute(
+            tx.run(
                 "DELETE FROM inbox WHERE run_id = $1 AND token = $2",
                 &[&run_id, &token],
             )
@@ -992,7 +1029,7 @@ impl HookStore for PgStore {
     async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize> {
         let client = self.client().await?;
         let purged = client
-            .execute(
+            .run(
                 "DELETE FROM hooks WHERE NOT active
                    AND (retain_until_ms IS NULL OR retain_until_ms <= $1)",
                 &[&i(now_ms)],
@@ -1008,7 +1045,7 @@ impl KeyStore for PgStore {
     async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>> {
         let client = self.client().await?;
         let row = client
-            .query_opt(
+            .row(
                 "SELECT run_id, expires_at_ms FROM keys WHERE workflow = $1 AND key = $2",
                 &[&workflow, &key],
             )
@@ -1023,7 +1060,7 @@ impl KeyStore for PgStore {
     async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
         let client = self.client().await?;
         let purged = client
-            .execute("DELETE FROM keys WHERE expires_at_ms <= $1", &[&i(now_ms)])
+            .run("DELETE FROM keys WHERE expires_at_ms <= $1", &[&i(now_ms)])
             .await
             .map_err(pg)?;
         Ok(purged as usize)
@@ -1035,7 +1072,7 @@ impl EventStore for PgStore {
     async fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()> {
         let client = self.client().await?;
         client
-            .execute(
+            .run(
                 "INSERT INTO subscriptions (event_key, workflow, hash) VALUES ($1, $2, $3)
                  ON CONFLICT (event_key, workflow) DO UPDATE SET hash = excluded.hash",
                 &[&event_key, &workflow, &hash],
@@ -1048,7 +1085,7 @@ impl EventStore for PgStore {
     async fn subscribers(&self, event_key: &str) -> Result<Vec<(String, String)>> {
         let client = self.client().await?;
         Ok(client
-            .query(
+            .rows(
                 "SELECT workflow, hash FROM subscriptions WHERE event_key = $1 ORDER BY workflow",
                 &[&event_key],
             )
@@ -1062,7 +1099,7 @@ impl EventStore for PgStore {
     async fn put_event(&self, event: &EventRecord) -> Result<()> {
         let client = self.client().await?;
         client
-            .execute(
+            .run(
                 "INSERT INTO events (event_id, record) VALUES ($1, $2)",
                 &[&event.event_id, &codec::encode(event)],
             )
@@ -1074,7 +1111,7 @@ impl EventStore for PgStore {
     async fn list_events(&self) -> Result<Vec<EventRecord>> {
         let client = self.client().await?;
         client
-            .query("SELECT record FROM events ORDER BY event_id", &[])
+            .rows("SELECT record FROM events ORDER BY event_id", &[])
             .await
             .map_err(pg)?
             .iter()
@@ -1088,12 +1125,12 @@ impl ComponentStore for PgStore {
     async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
         let client = self.client().await?;
         let known = client
-            .query_opt("SELECT 1 FROM components WHERE hash = $1", &[&hash])
+            .row("SELECT 1 FROM components WHERE hash = $1", &[&hash])
             .await
             .map_err(pg)?;
         if known.is_none() {
             client
-                .execute(
+                .run(
                     "INSERT INTO components (hash, bytes) VALUES ($1, $2)
                      ON CONFLICT (hash) DO NOTHING",
                     &[&hash, &bytes],
@@ -1107,7 +1144,7 @@ impl ComponentStore for PgStore {
     async fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
         let client = self.client().await?;
         client
-            .query_opt("SELECT bytes FROM components WHERE hash = $1", &[&hash])
+            .row("SELECT bytes FROM components WHERE hash = $1", &[&hash])
             .await
             .map_err(pg)?
             .map(|r| r.get(0))
@@ -1120,7 +1157,7 @@ impl WakeStore for PgStore {
     async fn watch(&self, run_id: &str, watcher: &str) -> Result<()> {
         let client = self.client().await?;
         client
-            .execute(
+            .run(
                 "INSERT INTO watchers (run_id, watcher) VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 &[&run_id, &watcher],
             )
@@ -1132,7 +1169,7 @@ impl WakeStore for PgStore {
     async fn is_woken(&self, run_id: &str) -> Result<bool> {
         let client = self.client().await?;
         Ok(client
-            .query_opt("SELECT 1 FROM wakeups WHERE run_id = $1", &[&run_id])
+            .row("SELECT 1 FROM wakeups WHERE run_id = $1", &[&run_id])
             .await
             .map_err(pg)?
             .is_some())
@@ -1141,7 +1178,7 @@ impl WakeStore for PgStore {
     async fn take_wakeup(&self, run_id: &str) -> Result<bool> {
         let client = self.client().await?;
         Ok(client
-            .execute("DELETE FROM wakeups WHERE run_id = $1", &[&run_id])
+            .run("DELETE FROM wakeups WHERE run_id = $1", &[&run_id])
             .await
             .map_err(pg)?
             > 0)
@@ -1150,7 +1187,7 @@ impl WakeStore for PgStore {
     async fn wakeups(&self) -> Result<Vec<RunId>> {
         let client = self.client().await?;
         Ok(client
-            .query("SELECT run_id FROM wakeups", &[])
+            .rows("SELECT run_id FROM wakeups", &[])
             .await
             .map_err(pg)?
             .iter()
