@@ -325,7 +325,18 @@ async fn worker(
         let (keel, db) = (keel.clone(), db.to_path_buf());
         tokio::spawn(async move { control::serve(keel, &db).await })
     });
+    // On SIGTERM or SIGINT the worker stops claiming runs, its activations
+    // stop and release their leases, and `work` returns.
+    let stopper = {
+        let keel = keel.clone();
+        tokio::spawn(async move {
+            termination().await;
+            tracing::warn!("shutting down: releasing runs to other workers");
+            keel.shutdown();
+        })
+    };
     let driven = keel.work(until_idle).await;
+    stopper.abort();
     if let Some(control) = control {
         control.abort();
     }
@@ -336,6 +347,23 @@ async fn worker(
         println!("worker idle after driving {driven} run(s)");
     }
     Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn termination() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
 }
 
 /// A duration given as `30s`, `10m`, `30 days`, or a number of milliseconds.

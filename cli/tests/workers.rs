@@ -477,3 +477,60 @@ async fn a_paused_worker_s_writes_are_refused_after_its_lease_is_taken() {
     assert!(completions(&after).values().all(|&n| n == 1));
     all_replay(&keel, keel_tests::TESTBED).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_releases_a_worker_s_runs_to_another_at_once() {
+    let schema = schema("sigterm");
+    let api = PaymentApi::start(false).await.unwrap();
+    let keel = engine(&schema).await;
+    keel.load(keel_tests::TESTBED).await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let long_lease = |log: &str| {
+        let log = std::fs::File::create(logs.path().join(log)).unwrap();
+        Running(
+            cli(
+                &schema,
+                &[
+                    "--allow-http",
+                    &api.addr.to_string(),
+                    "--lease-ttl",
+                    "60",
+                    "worker",
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+        )
+    };
+    let mut first = long_lease("first.log");
+    let run_id = crashable_in_flight(&schema, &api).await;
+    let stopped = Instant::now();
+    let pid = first.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = first.0.wait().unwrap();
+    assert!(
+        status.success(),
+        "the worker did not exit cleanly: {status:?}"
+    );
+    // The lease was released, not left to expire (it would last a minute).
+    let second = long_lease("second.log");
+    let run = ended(&keel, &run_id).await;
+    drop(second);
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        stopped.elapsed()
+    );
+    let b: Vec<_> = probes(&api).into_iter().filter(|p| p.0 == "b").collect();
+    assert_eq!(b.len(), 2, "{b:?}");
+    assert_eq!(b[0].1, b[1].1, "the rerun attempt has another step ID");
+}

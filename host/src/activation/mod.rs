@@ -47,6 +47,10 @@ pub enum Suspend {
     JournalEnd,
 }
 
+/// How often an activation waiting on something outside its run (a
+/// payload, another run's end) looks at the store in case a wake was lost.
+const EXTERNAL_POLL: Duration = Duration::from_secs(1);
+
 /// What the journal holds at a command's position.
 enum Recorded<T> {
     Absent,
@@ -480,7 +484,13 @@ impl WorkflowCalls for Activation {
                 // running step flushes by itself before its attempt.
                 self.journal.flush().await?;
             }
-            changed.await;
+            if ids.iter().any(|id| self.external.contains_key(id)) {
+                // Another process may complete it: its wake normally arrives
+                // at once; looking again now and then covers a lost one.
+                let _ = tokio::time::timeout(EXTERNAL_POLL, changed).await;
+            } else {
+                changed.await;
+            }
         }
     }
 

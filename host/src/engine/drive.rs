@@ -170,6 +170,9 @@ impl Keel {
         if run.status.is_final() {
             return Ok(run);
         }
+        if self.is_stopping() {
+            return Ok(run);
+        }
         let Some(lease) = self.lease(run_id).await? else {
             tracing::debug!("another worker drives the run");
             return Ok(run);

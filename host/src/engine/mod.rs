@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     progress: Notify,
     /// When expired keys and tokens were last deleted.
     last_purge_ms: Mutex<u64>,
+    /// The engine is shutting down: it starts no drive.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// Locks a mutex, taking the data of a poisoned one (every critical
@@ -90,6 +92,7 @@ impl Keel {
                 live: Mutex::default(),
                 progress: Notify::new(),
                 last_purge_ms: Mutex::default(),
+                stopping: Default::default(),
             }),
         };
         keel.listen_for_wakes();
@@ -141,6 +144,27 @@ impl Keel {
 
     fn now_ms(&self) -> u64 {
         self.inner.config.clock.now_ms()
+    }
+
+    /// Shuts the engine down gracefully: the worker loop starts no drive,
+    /// and every activation of this process stops at its next wait and
+    /// releases its run's lease, so another worker takes the run over at
+    /// once (steps already running are abandoned and rerun there, with the
+    /// same step IDs). `work` returns once its drives have ended.
+    pub fn shutdown(&self) {
+        self.inner
+            .stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for journal in lock(&self.inner.live).values() {
+            journal.fail("the worker is shutting down".into());
+        }
+        self.inner.progress.notify_waiters();
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.inner
+            .stopping
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Where the engine's store is.

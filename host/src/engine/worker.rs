@@ -112,6 +112,12 @@ impl Keel {
         let mut in_flight = HashSet::new();
         let mut driven = 0;
         loop {
+            if self.is_stopping() {
+                while let Some(result) = tasks.join_next().await {
+                    log_driven(result);
+                }
+                return Ok(driven);
+            }
             let (due, next_wake) = self.due_runs(&in_flight).await?;
             let slots = self
                 .inner
