@@ -121,6 +121,11 @@ pub enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// The workers sharing the store.
+    Workers {
+        #[command(subcommand)]
+        command: WorkersCommand,
+    },
     /// Manage the store itself.
     Store {
         #[command(subcommand)]
@@ -149,6 +154,13 @@ pub enum Command {
     },
     /// Measure latency, throughput, replay speed and memory.
     Bench(bench::Args),
+}
+
+#[derive(Subcommand)]
+pub enum WorkersCommand {
+    /// Every worker that announced itself and did not sign off: ID, host,
+    /// last heartbeat, runs held.
+    List,
 }
 
 #[derive(Subcommand)]

@@ -23,7 +23,7 @@ mod hints;
 mod print;
 mod request;
 
-use args::{Cli, Command, Format, JournalCommand, StoreCommand};
+use args::{Cli, Command, Format, JournalCommand, StoreCommand, WorkersCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -183,6 +183,12 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 Db::Postgres(_) => None,
             };
             worker(&keel, socket_dir.as_deref(), *until_idle, cli.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Workers {
+            command: WorkersCommand::List,
+        } => {
+            print::workers(&keel.workers().await?, cli.json);
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { component } => {

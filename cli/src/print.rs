@@ -297,3 +297,34 @@ pub fn inspect(loaded: &keel_host::Loaded, json: bool) {
         println!("  {import}");
     }
 }
+
+/// `keel workers list`.
+pub fn workers(workers: &[(keel_host::store::WorkerRecord, usize)], json: bool) {
+    if json {
+        let list: Vec<Value> = workers
+            .iter()
+            .map(|(w, runs)| {
+                json!({
+                    "worker_id": w.worker_id,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "started_at_ms": w.started_at_ms,
+                    "heartbeat_at_ms": w.heartbeat_at_ms,
+                    "runs_held": runs,
+                })
+            })
+            .collect();
+        println!("{}", Value::Array(list));
+        return;
+    }
+    let now = now_ms();
+    for (w, runs) in workers {
+        println!(
+            "{:<40} host {:<16} pid {:<8} heartbeat {:.1} s ago  runs held {runs}",
+            w.worker_id,
+            w.host,
+            w.pid,
+            now.saturating_sub(w.heartbeat_at_ms) as f64 / 1000.0
+        );
+    }
+}

@@ -310,6 +310,11 @@ async fn a_payload_resumed_in_one_process_wakes_a_run_another_drives() {
         assert!(Instant::now() < deadline, "the worker never drove the run");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let out = cli(&schema, &["workers", "list"]).output().unwrap();
+    let workers = json_of(&out);
+    assert_eq!(workers.as_array().unwrap().len(), 1, "{workers}");
+    assert_eq!(workers[0]["runs_held"], 1, "{workers}");
+    assert_eq!(workers[0]["pid"], _worker.0.id(), "{workers}");
     let resumed = Instant::now();
     let out = cli(
         &schema,
@@ -520,6 +525,8 @@ async fn sigterm_releases_a_worker_s_runs_to_another_at_once() {
         status.success(),
         "the worker did not exit cleanly: {status:?}"
     );
+    let out = cli(&schema, &["workers", "list"]).output().unwrap();
+    assert_eq!(json_of(&out), json!([]), "the worker did not sign off");
     // The lease was released, not left to expire (it would last a minute).
     let second = long_lease("second.log");
     let run = ended(&keel, &run_id).await;

@@ -67,12 +67,17 @@ pub mod defaults {
     pub const MAX_CONCURRENT_RUNS: usize = 64;
 }
 
+/// This machine's name.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 /// A name for this process as a lease owner: host, process ID and a random
 /// suffix (two engines in one process are two owners).
 fn worker_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
+    let host = host_name();
     let unique = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}:{}:{}", std::process::id(), &unique[..8])
 }

@@ -101,6 +101,7 @@ cases!(
     one_owner_holds_a_lease_until_it_expires,
     a_write_fenced_by_a_lost_lease_is_refused,
     a_journal_position_is_written_once,
+    workers_are_listed_with_the_runs_they_hold,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -809,5 +810,53 @@ async fn a_journal_position_is_written_once(h: &dyn Harness) -> Outcome {
     let journal = store.journal("a").await.map_err(fail("journal"))?;
     check(journal[1] == entry(1, 0), || {
         format!("entry 1 is now {:?}", journal[1])
+    })
+}
+
+async fn workers_are_listed_with_the_runs_they_hold(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let worker = |id: &str, at: u64| crate::WorkerRecord {
+        worker_id: id.into(),
+        host: "h".into(),
+        pid: 7,
+        started_at_ms: 1,
+        heartbeat_at_ms: at,
+    };
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    store
+        .heartbeat(&worker("w1", 5))
+        .await
+        .map_err(fail("heartbeat"))?;
+    store
+        .heartbeat(&worker("w2", 5))
+        .await
+        .map_err(fail("heartbeat"))?;
+    store
+        .heartbeat(&worker("w1", 9))
+        .await
+        .map_err(fail("heartbeat"))?;
+    store
+        .acquire_lease("a", "w1", 100, 10)
+        .await
+        .map_err(fail("acquire"))?;
+    let listed = store.list_workers(20).await.map_err(fail("list_workers"))?;
+    let w1 = listed.iter().find(|(w, _)| w.worker_id == "w1");
+    check(
+        w1.is_some_and(|(w, runs)| w.heartbeat_at_ms == 9 && *runs == 1),
+        || format!("{listed:?}"),
+    )?;
+    check(listed.len() == 2, || format!("{listed:?}"))?;
+    store
+        .remove_worker("w2")
+        .await
+        .map_err(fail("remove_worker"))?;
+    let listed = store
+        .list_workers(200)
+        .await
+        .map_err(fail("list_workers"))?;
+    check(listed.len() == 1 && listed[0].1 == 0, || {
+        format!("after removal and expiry: {listed:?}")
     })
 }

@@ -10,7 +10,8 @@ use keel_core::{Capabilities, Entry, EventRecord, HookRecord, KeyHold, RunId, Ru
 
 use crate::{
     Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
-    LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore,
+    LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore, WorkerRecord,
+    WorkerStore,
 };
 
 /// Wraps a store and injects faults.
@@ -128,6 +129,19 @@ impl<S: Store> LeaseStore for FaultyStore<S> {
     }
     async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
         self.inner.leased_elsewhere(owner, now_ms).await
+    }
+}
+
+#[async_trait]
+impl<S: Store> WorkerStore for FaultyStore<S> {
+    async fn heartbeat(&self, worker: &WorkerRecord) -> Result<()> {
+        self.inner.heartbeat(worker).await
+    }
+    async fn list_workers(&self, now_ms: u64) -> Result<Vec<(WorkerRecord, usize)>> {
+        self.inner.list_workers(now_ms).await
+    }
+    async fn remove_worker(&self, worker_id: &str) -> Result<()> {
+        self.inner.remove_worker(worker_id).await
     }
 }
 

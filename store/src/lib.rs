@@ -83,6 +83,18 @@ pub struct Lease {
     pub expires_at_ms: u64,
 }
 
+/// A worker process as it announces itself.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WorkerRecord {
+    /// Its lease owner name.
+    pub worker_id: String,
+    pub host: String,
+    pub pid: u32,
+    pub started_at_ms: u64,
+    /// When it last said it was alive.
+    pub heartbeat_at_ms: u64,
+}
+
 /// Something that moved a run on, announced to every process sharing the
 /// store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,6 +195,20 @@ pub trait JournalStore: Send + Sync {
 
     /// A run's journal, in order (empty for an unknown run).
     async fn journal(&self, run_id: &str) -> Result<Vec<Entry>>;
+}
+
+/// Workers: who drives runs, and whether they are alive.
+#[async_trait]
+pub trait WorkerStore: Send + Sync {
+    /// Records that `worker` is alive at its `heartbeat_at_ms`.
+    async fn heartbeat(&self, worker: &WorkerRecord) -> Result<()>;
+
+    /// Every worker that announced itself and did not leave, with how many
+    /// live runs it holds unexpired leases on at `now_ms`.
+    async fn list_workers(&self, now_ms: u64) -> Result<Vec<(WorkerRecord, usize)>>;
+
+    /// Forgets a worker that leaves.
+    async fn remove_worker(&self, worker_id: &str) -> Result<()>;
 }
 
 /// Hooks: token-addressed inboxes owned by runs.
@@ -288,6 +314,7 @@ pub trait Store:
     RunStore
     + JournalStore
     + LeaseStore
+    + WorkerStore
     + HookStore
     + KeyStore
     + EventStore

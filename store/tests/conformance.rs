@@ -180,6 +180,31 @@ mod postgres {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn an_older_schema_is_migrated_at_open() {
+        use keel_store::WorkerStore;
+        let schema = format!("keel_test_{}", uuid_like());
+        drop(PgStore::open(PgHarness::options(&schema)).await.unwrap());
+        let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        // As version 1 left it: no workers table.
+        client
+            .batch_execute(&format!(
+                "DROP TABLE {schema}.workers;
+                 UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
+            ))
+            .await
+            .unwrap();
+        let from = PgStore::migrate(&PgHarness::options(&schema))
+            .await
+            .unwrap();
+        assert_eq!(from, 1);
+        let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
+        assert!(store.list_workers(0).await.unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn a_wake_reaches_another_process_s_store() {
         let schema = format!("keel_test_{}", uuid_like());
         let a = PgStore::open(PgHarness::options(&schema)).await.unwrap();

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use keel_core::{RunId, RunRecord, RunStatus};
+use keel_store::WorkerRecord;
 
 use super::{Keel, lock};
 use crate::Result;
@@ -108,9 +109,43 @@ impl Keel {
     /// With `until_idle`, returns once nothing runs and no run is due within
     /// a second. Returns how many runs it drove.
     pub async fn work(&self, until_idle: bool) -> Result<usize> {
+        let started_at_ms = self.now_ms();
+        let driven = self.work_loop(until_idle, started_at_ms).await;
+        let leave = self
+            .store()
+            .remove_worker(&self.inner.config.worker_id)
+            .await;
+        if let Err(e) = leave {
+            tracing::warn!("the worker could not sign off: {e}");
+        }
+        driven
+    }
+
+    /// Announces this worker as alive, at most every third of a lease.
+    async fn heartbeat(&self, started_at_ms: u64, last: &mut u64) {
+        let now = self.now_ms();
+        let every = self.inner.config.lease_ttl.as_millis() as u64 / 3;
+        if now < last.saturating_add(every) {
+            return;
+        }
+        *last = now;
+        let worker = WorkerRecord {
+            worker_id: self.inner.config.worker_id.clone(),
+            host: crate::config::host_name(),
+            pid: std::process::id(),
+            started_at_ms,
+            heartbeat_at_ms: now,
+        };
+        if let Err(e) = self.store().heartbeat(&worker).await {
+            tracing::warn!("the worker's heartbeat failed: {e}");
+        }
+    }
+
+    async fn work_loop(&self, until_idle: bool, started_at_ms: u64) -> Result<usize> {
         let mut tasks = tokio::task::JoinSet::new();
         let mut in_flight = HashSet::new();
         let mut driven = 0;
+        let mut last_heartbeat = 0;
         loop {
             if self.is_stopping() {
                 while let Some(result) = tasks.join_next().await {
@@ -118,6 +153,7 @@ impl Keel {
                 }
                 return Ok(driven);
             }
+            self.heartbeat(started_at_ms, &mut last_heartbeat).await;
             let (due, next_wake) = self.due_runs(&in_flight).await?;
             let slots = self
                 .inner
@@ -154,6 +190,12 @@ impl Keel {
             let result = keel.drive(&run_id).await;
             (run_id, result)
         });
+    }
+
+    /// The workers sharing the store (those that announced themselves and
+    /// did not sign off), with how many runs each holds now.
+    pub async fn workers(&self) -> Result<Vec<(WorkerRecord, usize)>> {
+        Ok(self.store().list_workers(self.now_ms()).await?)
     }
 
     /// When the next waiting run is due, if any.

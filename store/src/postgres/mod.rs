@@ -31,7 +31,8 @@ use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
     Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
-    LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore,
+    LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore, WorkerRecord,
+    WorkerStore,
 };
 
 mod schema;
@@ -846,6 +847,64 @@ impl LeaseStore for PgStore {
                 expires_at_ms: u(r.get(3)),
             })
             .collect())
+    }
+}
+
+#[async_trait]
+impl WorkerStore for PgStore {
+    async fn heartbeat(&self, w: &WorkerRecord) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .run(
+                "INSERT INTO workers (worker_id, host, pid, started_at_ms, heartbeat_at_ms)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at_ms = excluded.heartbeat_at_ms",
+                &[
+                    &w.worker_id,
+                    &w.host,
+                    &i64::from(w.pid),
+                    &i(w.started_at_ms),
+                    &i(w.heartbeat_at_ms),
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn list_workers(&self, now_ms: u64) -> Result<Vec<(WorkerRecord, usize)>> {
+        let client = self.client().await?;
+        Ok(client
+            .rows(
+                "SELECT w.worker_id, w.host, w.pid, w.started_at_ms, w.heartbeat_at_ms,
+                     (SELECT count(*) FROM runs r WHERE r.live AND r.lease_owner = w.worker_id
+                        AND r.lease_expires_ms > $1)
+                 FROM workers w ORDER BY w.worker_id",
+                &[&i(now_ms)],
+            )
+            .await
+            .map_err(pg)?
+            .iter()
+            .map(|r| {
+                let worker = WorkerRecord {
+                    worker_id: r.get(0),
+                    host: r.get(1),
+                    pid: r.get::<_, i64>(2) as u32,
+                    started_at_ms: u(r.get(3)),
+                    heartbeat_at_ms: u(r.get(4)),
+                };
+                (worker, u(r.get(5)) as usize)
+            })
+            .collect())
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .run("DELETE FROM workers WHERE worker_id = $1", &[&worker_id])
+            .await
+            .map_err(pg)?;
+        Ok(())
     }
 }
 

@@ -9,11 +9,12 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE runs (
     run_id text PRIMARY KEY,
     live boolean NOT NULL,
@@ -74,7 +75,17 @@ CREATE TABLE subscriptions (
     PRIMARY KEY (event_key, workflow)
 );
 CREATE TABLE components (hash text PRIMARY KEY, bytes bytea NOT NULL);
-"#];
+"#,
+    r#"
+CREATE TABLE workers (
+    worker_id text PRIMARY KEY,
+    host text NOT NULL,
+    pid bigint NOT NULL,
+    started_at_ms bigint NOT NULL,
+    heartbeat_at_ms bigint NOT NULL
+);
+"#,
+];
 
 /// Creates the store's schema if needed and applies the migrations it
 /// lacks; returns the version it had.

@@ -19,7 +19,7 @@ use keel_core::{Capabilities, Entry, EventRecord, KeyHold, RunId, RunRecord};
 
 use crate::{
     ComponentStore, EventStore, JournalStore, KeyStore, Lease, LeaseStore, Result, Store,
-    StoreError, WakeStore,
+    StoreError, WakeStore, WorkerRecord, WorkerStore,
 };
 
 mod commit;
@@ -63,6 +63,8 @@ struct Inner {
     live: sled::Tree,
     /// Run ID to its lease (owner, epoch, expiry); the epoch outlives releases.
     leases: sled::Tree,
+    /// Worker ID to its announcement.
+    workers: sled::Tree,
     committer: GroupCommit,
 }
 
@@ -94,6 +96,7 @@ impl SledStore {
             watchers: open("watchers")?,
             live: open("live")?,
             leases: open("leases")?,
+            workers: open("workers")?,
             committer: GroupCommit::new(db.clone()),
             path,
         };
@@ -404,6 +407,45 @@ impl LeaseStore for SledStore {
             }
         }
         Ok(held)
+    }
+}
+
+#[async_trait]
+impl WorkerStore for SledStore {
+    async fn heartbeat(&self, worker: &WorkerRecord) -> Result<()> {
+        self.inner
+            .workers
+            .insert(worker.worker_id.as_bytes(), codec::encode(worker))
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn list_workers(&self, now_ms: u64) -> Result<Vec<(WorkerRecord, usize)>> {
+        let mut held: std::collections::HashMap<String, usize> = Default::default();
+        for id in self.inner.live.iter().keys() {
+            let id = String::from_utf8_lossy(&id.map_err(backend)?).into_owned();
+            let lease = self.lease_of(&id)?;
+            if !lease.owner.is_empty() && lease.expires_at_ms > now_ms {
+                *held.entry(lease.owner).or_default() += 1;
+            }
+        }
+        self.inner
+            .workers
+            .iter()
+            .map(|kv| {
+                let worker: WorkerRecord = codec::decode(&kv.map_err(backend)?.1, "worker")?;
+                let runs = held.get(&worker.worker_id).copied().unwrap_or(0);
+                Ok((worker, runs))
+            })
+            .collect()
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> Result<()> {
+        self.inner
+            .workers
+            .remove(worker_id.as_bytes())
+            .map_err(backend)?;
+        Ok(())
     }
 }
 
