@@ -541,3 +541,59 @@ async fn sigterm_releases_a_worker_s_runs_to_another_at_once() {
     assert_eq!(b.len(), 2, "{b:?}");
     assert_eq!(b[0].1, b[1].1, "the rerun attempt has another step ID");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_from_one_process_stops_a_run_another_drives() {
+    let schema = schema("cancel");
+    let keel = engine(&schema).await;
+    keel.load(keel_tests::ORDER_HOOKS).await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let _worker = worker(&schema, &logs.path().join("worker.log"));
+    let input = json!({"order_id": "c", "note": "a"}).to_string();
+    let out = cli(
+        &schema,
+        &[
+            "start",
+            keel_tests::ORDER_HOOKS,
+            "note_or_timeout",
+            "--input",
+            &input,
+            "--token",
+            "order:c",
+            "--detach",
+        ],
+    )
+    .output()
+    .unwrap();
+    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !keel
+        .journal(&run_id)
+        .await
+        .unwrap()
+        .iter()
+        .any(|e| e.fact.name() == "hook_next")
+    {
+        assert!(Instant::now() < deadline, "the worker never drove the run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = Instant::now();
+    let out = cli(&schema, &["runs", "cancel", &run_id]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_of(&out)["status"], "cancelled");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        asked.elapsed()
+    );
+    let journal = keel.journal(&run_id).await.unwrap();
+    assert_eq!(journal.last().unwrap().fact.name(), "run_cancelled");
+    let out = cli(&schema, &["hooks", "resume", "order:c", "--payload", "{}"])
+        .output()
+        .unwrap();
+    assert_eq!(json_of(&out)["error"]["kind"], "hook_not_found");
+}

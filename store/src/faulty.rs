@@ -228,6 +228,9 @@ impl<S: Store> WakeStore for FaultyStore<S> {
     fn wake_stream(&self) -> Option<tokio::sync::broadcast::Receiver<Wake>> {
         self.inner.wake_stream()
     }
+    async fn announce(&self, wake: &Wake) -> Result<()> {
+        self.inner.announce(wake).await
+    }
 }
 
 impl<S: Store> Store for FaultyStore<S> {

@@ -101,9 +101,10 @@ pub struct WorkerRecord {
 pub enum Wake {
     /// A run was admitted: workers look for due runs.
     Admitted,
-    /// A payload, a force claim, an awaited run's end or a cancel request
-    /// moved this run on.
+    /// A payload, a force claim or an awaited run's end moved this run on.
     Run(RunId),
+    /// Someone asked for this run to be cancelled: its driver stops it.
+    Cancel(RunId),
 }
 
 /// Runs: admission, records and ends.
@@ -306,6 +307,12 @@ pub trait WakeStore: Send + Sync {
     /// happen; `None` for a store only one process opens.
     fn wake_stream(&self) -> Option<tokio::sync::broadcast::Receiver<Wake>> {
         None
+    }
+
+    /// Announces `wake` to the other processes sharing the store (nothing
+    /// for a store only one process opens).
+    async fn announce(&self, _wake: &Wake) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use keel_core::divergence::Verdict;
 use keel_core::journal::Fact;
 use keel_core::{Entry, RunError, RunId, RunRecord, RunStatus};
-use keel_store::{Lease, StoreError};
+use keel_store::{Lease, StoreError, Wake};
 use tracing::Instrument;
 
 use super::{Inner, Keel, lock};
@@ -95,9 +95,11 @@ impl Keel {
     }
 
     /// Cancels a run: it ends with status `cancelled` and releases its
-    /// tokens (after any retention). An activation in this process is
-    /// stopped at its next wait. A finished run is returned as it is.
+    /// tokens (after any retention). An activation driving it, in this
+    /// process or another sharing the store, is stopped at its next wait.
+    /// A finished run is returned as it is.
     pub async fn cancel(&self, run_id: &str) -> Result<RunRecord> {
+        let mut announced = false;
         loop {
             let run = self.get_run(run_id).await?;
             if run.status.is_final() {
@@ -116,6 +118,10 @@ impl Keel {
             let ended = self.inner.progress.notified();
             if let Some(journal) = lock(&self.inner.live).get(run_id) {
                 journal.cancel();
+            } else if !announced {
+                // Another process drives it: its driver stops it.
+                self.store().announce(&Wake::Cancel(run_id.into())).await?;
+                announced = true;
             }
             let _ = tokio::time::timeout(Duration::from_millis(100), ended).await;
         }

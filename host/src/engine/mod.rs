@@ -118,6 +118,11 @@ impl Keel {
                 let keel = Keel { inner };
                 match wake {
                     Ok(Wake::Run(run_id)) => keel.poke(&run_id),
+                    Ok(Wake::Cancel(run_id)) => {
+                        if let Some(journal) = lock(&keel.inner.live).get(&run_id) {
+                            journal.cancel();
+                        }
+                    }
                     Ok(Wake::Admitted) => keel.inner.progress.notify_waiters(),
                     // Missed some: every run may have moved.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {

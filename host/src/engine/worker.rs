@@ -146,6 +146,7 @@ impl Keel {
         let mut in_flight = HashSet::new();
         let mut driven = 0;
         let mut last_heartbeat = 0;
+        let mut backoff = Duration::from_millis(100);
         loop {
             if self.is_stopping() {
                 while let Some(result) = tasks.join_next().await {
@@ -154,7 +155,20 @@ impl Keel {
                 return Ok(driven);
             }
             self.heartbeat(started_at_ms, &mut last_heartbeat).await;
-            let (due, next_wake) = self.due_runs(&in_flight).await?;
+            let (due, next_wake) = match self.due_runs(&in_flight).await {
+                Ok(found) => {
+                    backoff = Duration::from_millis(100);
+                    found
+                }
+                // The store is unreachable (a database restarting, say):
+                // drives in flight go on; look again after a while.
+                Err(e) => {
+                    tracing::warn!(?backoff, "the worker cannot read the store: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            };
             let slots = self
                 .inner
                 .config

@@ -323,13 +323,9 @@ impl PgStore {
 
     /// Announces `wake` to every process on commit of `tx`.
     async fn notify(&self, tx: &Transaction<'_>, wake: &Wake) -> Result<()> {
-        let payload = match wake {
-            Wake::Admitted => String::new(),
-            Wake::Run(run_id) => run_id.to_string(),
-        };
         tx.run(
             "SELECT pg_notify($1, $2)",
-            &[&channel(&self.inner.schema), &payload],
+            &[&channel(&self.inner.schema), &payload_of(wake)],
         )
         .await
         .map_err(pg)?;
@@ -348,6 +344,26 @@ fn redact(url: &str) -> String {
             }
         }
         _ => url.to_string(),
+    }
+}
+
+/// A wake as a notification's payload: empty for an admission, the run ID
+/// for a run moved on, `cancel:` and the run ID for a cancel request.
+fn payload_of(wake: &Wake) -> String {
+    match wake {
+        Wake::Admitted => String::new(),
+        Wake::Run(run_id) => run_id.to_string(),
+        Wake::Cancel(run_id) => format!("cancel:{run_id}"),
+    }
+}
+
+fn wake_of(payload: &str) -> Wake {
+    match payload {
+        "" => Wake::Admitted,
+        p => match p.strip_prefix("cancel:") {
+            Some(run_id) => Wake::Cancel(run_id.into()),
+            None => Wake::Run(p.into()),
+        },
     }
 }
 
@@ -374,11 +390,7 @@ async fn listen(config: tokio_postgres::Config, channel: String, wakes: broadcas
                     loop {
                         match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                             Some(Ok(AsyncMessage::Notification(n))) => {
-                                let wake = match n.payload() {
-                                    "" => Wake::Admitted,
-                                    run_id => Wake::Run(run_id.into()),
-                                };
-                                let _ = wakes.send(wake);
+                                let _ = wakes.send(wake_of(n.payload()));
                             }
                             Some(Ok(_)) => {}
                             Some(Err(e)) => return describe(&e),
@@ -1257,6 +1269,18 @@ impl WakeStore for PgStore {
     fn wake_stream(&self) -> Option<broadcast::Receiver<Wake>> {
         Some(self.inner.wakes.subscribe())
     }
+
+    async fn announce(&self, wake: &Wake) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .run(
+                "SELECT pg_notify($1, $2)",
+                &[&channel(&self.inner.schema), &payload_of(wake)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
 }
 
 impl Store for PgStore {
@@ -1272,6 +1296,17 @@ impl Store for PgStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wakes_round_trip_through_payloads() {
+        for wake in [
+            Wake::Admitted,
+            Wake::Run("r-1".into()),
+            Wake::Cancel("r-2".into()),
+        ] {
+            assert_eq!(wake_of(&payload_of(&wake)), wake);
+        }
+    }
 
     #[test]
     fn passwords_never_reach_messages() {
