@@ -269,17 +269,13 @@ async fn thirty_two_processes_race_one_token_and_one_key() {
     assert_eq!(keel.list_runs().await.unwrap().len(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_payload_resumed_in_one_process_wakes_a_run_another_drives() {
-    let schema = schema("wake");
-    let keel = engine(&schema).await;
-    keel.load(keel_tests::ORDER_HOOKS).await.unwrap();
-    let logs = tempfile::tempdir().unwrap();
-    let _worker = worker(&schema, &logs.path().join("worker.log"));
-    // The run waits in the worker's memory for a payload or a 30 s timer.
-    let input = json!({"order_id": "wake", "note": "a"}).to_string();
+/// Starts `note_or_timeout` with token `order:ORDER` (it waits for a payload
+/// or a 30 s timer) and waits until a worker holds it parked in memory.
+async fn parked(schema: &str, keel: &Keel, order: &str) -> String {
+    let input = json!({"order_id": order, "note": "a"}).to_string();
+    let token = format!("order:{order}");
     let out = cli(
-        &schema,
+        schema,
         &[
             "start",
             keel_tests::ORDER_HOOKS,
@@ -287,7 +283,7 @@ async fn a_payload_resumed_in_one_process_wakes_a_run_another_drives() {
             "--input",
             &input,
             "--token",
-            "order:wake",
+            &token,
             "--detach",
         ],
     )
@@ -310,6 +306,17 @@ async fn a_payload_resumed_in_one_process_wakes_a_run_another_drives() {
         assert!(Instant::now() < deadline, "the worker never drove the run");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    run_id
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_resumed_in_one_process_wakes_a_run_another_drives() {
+    let schema = schema("wake");
+    let keel = engine(&schema).await;
+    keel.load(keel_tests::ORDER_HOOKS).await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let _worker = worker(&schema, &logs.path().join("worker.log"));
+    let run_id = parked(&schema, &keel, "wake").await;
     let out = cli(&schema, &["workers", "list"]).output().unwrap();
     let workers = json_of(&out);
     assert_eq!(workers.as_array().unwrap().len(), 1, "{workers}");
@@ -549,34 +556,7 @@ async fn a_cancel_from_one_process_stops_a_run_another_drives() {
     keel.load(keel_tests::ORDER_HOOKS).await.unwrap();
     let logs = tempfile::tempdir().unwrap();
     let _worker = worker(&schema, &logs.path().join("worker.log"));
-    let input = json!({"order_id": "c", "note": "a"}).to_string();
-    let out = cli(
-        &schema,
-        &[
-            "start",
-            keel_tests::ORDER_HOOKS,
-            "note_or_timeout",
-            "--input",
-            &input,
-            "--token",
-            "order:c",
-            "--detach",
-        ],
-    )
-    .output()
-    .unwrap();
-    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !keel
-        .journal(&run_id)
-        .await
-        .unwrap()
-        .iter()
-        .any(|e| e.fact.name() == "hook_next")
-    {
-        assert!(Instant::now() < deadline, "the worker never drove the run");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let run_id = parked(&schema, &keel, "c").await;
     let asked = Instant::now();
     let out = cli(&schema, &["runs", "cancel", &run_id]).output().unwrap();
     assert!(

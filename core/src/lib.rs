@@ -22,5 +22,6 @@ pub use clock::Clock;
 pub use ids::{ComponentHash, HookToken, RunId, StepId};
 pub use journal::{Entry, Fact, HookRegistration, StartOutcome};
 pub use records::{
-    Capabilities, EventOutcome, EventRecord, HookRecord, KeyHold, RunError, RunRecord, RunStatus,
+    Capabilities, EventOutcome, EventRecord, HookRecord, KeyHold, Registration, RunError,
+    RunRecord, RunStatus,
 };

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{ComponentHash, HookToken, RunId};
+use crate::journal::HookRegistration;
 
 /// A run's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +166,48 @@ impl HookRecord {
     }
 }
 
+/// What registering a workflow's hook does, given the hook that holds its
+/// token now (if any).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// Nothing to write: the run's own start hook or its own earlier
+    /// registration (a recovered run), or a conflict; the answer is final.
+    Answer(HookRegistration),
+    /// The token is free: write the hook.
+    Take,
+    /// Another run holds it and `force` takes it over: write the hook, and
+    /// tell this run (a claim and a wakeup) that it lost the token.
+    TakeFrom(RunId),
+}
+
+impl Registration {
+    /// Decides the registration of `hook` (created by a workflow's command)
+    /// with `force`, when `held` holds its token, at `now_ms`.
+    pub fn decide(held: Option<&HookRecord>, hook: &HookRecord, force: bool, now_ms: u64) -> Self {
+        let Some((held, owner)) = held.and_then(|h| h.holder(now_ms).map(|o| (h, o))) else {
+            return Registration::Take;
+        };
+        let conflict = || {
+            Registration::Answer(HookRegistration::Conflict {
+                owner_run_id: owner.to_string(),
+            })
+        };
+        if *owner == hook.run_id {
+            if held.is_start_hook() {
+                Registration::Answer(HookRegistration::BoundToStart)
+            } else if held.command == hook.command {
+                Registration::Answer(HookRegistration::Registered)
+            } else {
+                conflict()
+            }
+        } else if force {
+            Registration::TakeFrom(owner.clone())
+        } else {
+            conflict()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +244,50 @@ mod tests {
         assert_eq!(hook.holder(99).map(|r| r.as_str()), Some("r"));
         assert_eq!(hook.holder(100), None);
         assert!(hook.is_start_hook());
+    }
+
+    #[test]
+    fn registration_decides_by_who_holds_the_token() {
+        let hook = |run: &str, command: Option<u32>| HookRecord {
+            token: "t".into(),
+            run_id: run.into(),
+            command,
+            metadata: None,
+            created_at_ms: 0,
+            retain_until_ms: None,
+            active: true,
+            next_payload: 0,
+        };
+        let mine = hook("a", Some(2));
+        let decide = |held: Option<&HookRecord>, force| Registration::decide(held, &mine, force, 0);
+        assert_eq!(decide(None, false), Registration::Take);
+        let start = hook("a", None);
+        assert_eq!(
+            decide(Some(&start), false),
+            Registration::Answer(HookRegistration::BoundToStart)
+        );
+        assert_eq!(
+            decide(Some(&mine), false),
+            Registration::Answer(HookRegistration::Registered)
+        );
+        let other_command = hook("a", Some(5));
+        assert!(matches!(
+            decide(Some(&other_command), true),
+            Registration::Answer(HookRegistration::Conflict { .. })
+        ));
+        let other_run = hook("b", Some(0));
+        assert_eq!(
+            decide(Some(&other_run), false),
+            Registration::Answer(HookRegistration::Conflict {
+                owner_run_id: "b".into()
+            })
+        );
+        assert_eq!(
+            decide(Some(&other_run), true),
+            Registration::TakeFrom("b".into())
+        );
+        let mut ended = other_run.clone();
+        ended.active = false;
+        assert_eq!(decide(Some(&ended), false), Registration::Take);
     }
 }

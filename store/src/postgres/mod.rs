@@ -22,7 +22,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, T
 use keel_core::codec;
 use keel_core::journal;
 use keel_core::{
-    Capabilities, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunId, RunRecord,
+    Capabilities, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, Registration, RunId,
+    RunRecord,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
@@ -930,35 +931,21 @@ impl HookStore for PgStore {
     ) -> Result<Registered> {
         transact!(self, |tx| {
             let held = lock_hook(tx, &hook.token).await?;
-            let holder = held
-                .as_ref()
-                .and_then(|h| h.holder(now_ms).map(|o| (h, o.clone())));
             let registered = |registration, claimed_from| {
                 Ok(Attempt::Done(Registered {
                     registration,
                     claimed_from,
                 }))
             };
-            match holder {
-                Some((h, owner)) if owner == hook.run_id => {
-                    let registration = if h.is_start_hook() {
-                        HookRegistration::BoundToStart
-                    } else if h.command == hook.command {
-                        HookRegistration::Registered
-                    } else {
-                        HookRegistration::Conflict {
-                            owner_run_id: owner.into(),
-                        }
-                    };
-                    registered(registration, None)
+            match Registration::decide(held.as_ref(), hook, force, now_ms) {
+                Registration::Answer(registration) => registered(registration, None),
+                Registration::Take => {
+                    if let Attempt::Retry = write_hook(tx, hook, held.is_some()).await? {
+                        return Ok(Attempt::Retry);
+                    }
+                    registered(HookRegistration::Registered, None)
                 }
-                Some((_, owner)) if !force => registered(
-                    HookRegistration::Conflict {
-                        owner_run_id: owner.into(),
-                    },
-                    None,
-                ),
-                Some((_, owner)) => {
+                Registration::TakeFrom(owner) => {
                     tx.run(
                         "INSERT INTO claims (run_id, token, claimed_by) VALUES ($1, $2, $3)
                          ON CONFLICT (run_id, token) DO UPDATE SET claimed_by = excluded.claimed_by",
@@ -977,12 +964,6 @@ impl HookStore for PgStore {
                         return Ok(Attempt::Retry);
                     }
                     registered(HookRegistration::Registered, Some(owner))
-                }
-                None => {
-                    if let Attempt::Retry = write_hook(tx, hook, held.is_some()).await? {
-                        return Ok(Attempt::Retry);
-                    }
-                    registered(HookRegistration::Registered, None)
                 }
             }
         })

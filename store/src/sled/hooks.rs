@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use keel_core::codec;
 use keel_core::journal;
-use keel_core::{Entry, HookRecord, HookRegistration, KeyHold, RunId, RunRecord};
+use keel_core::{Entry, HookRecord, HookRegistration, KeyHold, Registration, RunId, RunRecord};
 use sled::Transactional;
 use sled::transaction::{
     ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
@@ -230,43 +230,25 @@ impl HookStore for SledStore {
         let trees = (&i.hooks, &i.run_hooks, &i.claims, &i.wakeups);
         let registered = trees.transaction(|(hooks, run_hooks, claims, wakeups)| {
             let held = read_hook(hooks, &hook.token)?;
-            let holder = held
-                .as_ref()
-                .and_then(|h| h.holder(now_ms).map(|o| (h, o.clone())));
             let registered = |registration, claimed_from| Registered {
                 registration,
                 claimed_from,
             };
-            match holder {
-                Some((h, owner)) if owner == hook.run_id => {
-                    let registration = if h.is_start_hook() {
-                        HookRegistration::BoundToStart
-                    } else if h.command == hook.command {
-                        HookRegistration::Registered
-                    } else {
-                        HookRegistration::Conflict {
-                            owner_run_id: owner.into(),
-                        }
-                    };
-                    Ok(registered(registration, None))
-                }
-                Some((_, owner)) if !force => Ok(registered(
-                    HookRegistration::Conflict {
-                        owner_run_id: owner.into(),
-                    },
-                    None,
-                )),
-                Some((_, owner)) => {
-                    claims.insert(key_of(&owner, &hook.token), hook.run_id.as_bytes())?;
-                    wakeups.insert(owner.as_bytes(), &[])?;
-                    write_hook(hooks, run_hooks, hook)?;
-                    Ok(registered(HookRegistration::Registered, Some(owner)))
-                }
-                None => {
-                    write_hook(hooks, run_hooks, hook)?;
-                    Ok(registered(HookRegistration::Registered, None))
-                }
-            }
+            Ok(
+                match Registration::decide(held.as_ref(), hook, force, now_ms) {
+                    Registration::Answer(registration) => registered(registration, None),
+                    Registration::Take => {
+                        write_hook(hooks, run_hooks, hook)?;
+                        registered(HookRegistration::Registered, None)
+                    }
+                    Registration::TakeFrom(owner) => {
+                        claims.insert(key_of(&owner, &hook.token), hook.run_id.as_bytes())?;
+                        wakeups.insert(owner.as_bytes(), &[])?;
+                        write_hook(hooks, run_hooks, hook)?;
+                        registered(HookRegistration::Registered, Some(owner))
+                    }
+                },
+            )
         })?;
         self.sync().await?;
         Ok(registered)
