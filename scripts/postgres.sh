@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Makes sure a PostgreSQL server runs on this machine with a database for
-# keel's tests, and prints its URL. Uses KEEL_TEST_POSTGRES as it is when
-# it is set. On a fresh machine, as root: installs Debian's postgresql if
-# missing, starts the cluster (with room for the many connections of the
-# multi-process tests), creates a role for this user and recreates the
-# database `keel_test`.
+# keel's tests, and prints the variables the tests read, as shell
+# assignments: KEEL_TEST_POSTGRES (a Unix-socket URL), and for the TLS test
+# KEEL_TEST_POSTGRES_TLS (a TCP URL with sslmode=require) and
+# KEEL_TEST_POSTGRES_CA (the CA that signed the server's certificate).
+# Variables already set are printed as they are. On a fresh machine, as
+# root: installs Debian's postgresql if missing, starts the cluster (with room
+# for the many connections of the multi-process tests and a certificate for
+# localhost signed by a test CA), creates a role for this user with the test
+# password, and recreates the database `keel_test`.
 set -euo pipefail
 
-if [ -n "${KEEL_TEST_POSTGRES:-}" ]; then
-  echo "$KEEL_TEST_POSTGRES"
+if [ -n "${KEEL_TEST_POSTGRES:-}" ] && [ -n "${KEEL_TEST_POSTGRES_TLS:-}" ]; then
+  printf 'KEEL_TEST_POSTGRES=%q\nKEEL_TEST_POSTGRES_TLS=%q\nKEEL_TEST_POSTGRES_CA=%q\n' \
+    "$KEEL_TEST_POSTGRES" "$KEEL_TEST_POSTGRES_TLS" "${KEEL_TEST_POSTGRES_CA:-}"
   exit 0
 fi
 
@@ -50,10 +55,39 @@ if [ "$(as_postgres "psql -Atqc 'show max_connections'")" -lt 400 ]; then
   wait_ready
 fi
 
+# A certificate for localhost, signed by a CA made for these tests.
+tls=/var/lib/postgresql/keel-test-tls
+if root && [ ! -f "$tls/server.crt" ]; then
+  say "making a test CA and a certificate for localhost"
+  mkdir -p "$tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=keel-test-ca \
+    -keyout "$tls/ca.key" -out "$tls/ca.crt" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj /CN=localhost \
+    -keyout "$tls/server.key" -out "$tls/server.csr" >/dev/null 2>&1
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' > "$tls/ext"
+  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
+    -CAcreateserial -days 3650 -extfile "$tls/ext" -out "$tls/server.crt" >/dev/null 2>&1
+  chown -R postgres:postgres "$tls"
+  chmod 600 "$tls/server.key" "$tls/ca.key"
+  chmod 644 "$tls/ca.crt" "$tls/server.crt"
+fi
+if root && [ "$(as_postgres "psql -Atqc 'show ssl_cert_file'")" != "$tls/server.crt" ]; then
+  say "serving TLS with the test certificate"
+  as_postgres "psql -qc \"ALTER SYSTEM SET ssl = on\"" >&2
+  as_postgres "psql -qc \"ALTER SYSTEM SET ssl_cert_file = '$tls/server.crt'\"" >&2
+  as_postgres "psql -qc \"ALTER SYSTEM SET ssl_key_file = '$tls/server.key'\"" >&2
+  cluster restart >&2
+  wait_ready
+fi
+
 user=$(id -un)
 if ! as_postgres "psql -Atqc \"select 1 from pg_roles where rolname = '$user'\"" | grep -q 1; then
   as_postgres "createuser -s '$user'" >&2
 fi
+# The password the TLS test connects with over TCP.
+psql -h /var/run/postgresql -d postgres -qc "ALTER ROLE \"$user\" PASSWORD 'keel-test'" >&2
 dropdb --if-exists -h /var/run/postgresql keel_test >&2
 createdb -h /var/run/postgresql keel_test >&2
-echo "postgresql:///keel_test?host=/var/run/postgresql"
+echo "KEEL_TEST_POSTGRES=postgresql:///keel_test?host=/var/run/postgresql"
+echo "KEEL_TEST_POSTGRES_TLS='postgres://$user:keel-test@localhost:5432/keel_test?sslmode=require'"
+echo "KEEL_TEST_POSTGRES_CA=$tls/ca.crt"

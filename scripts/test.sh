@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup toolchain install >&2
-KEEL_TEST_POSTGRES=$(scripts/postgres.sh)
-export KEEL_TEST_POSTGRES
+settings=$(scripts/postgres.sh)
+eval "$settings"
+export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA
 cargo test --workspace "$@"

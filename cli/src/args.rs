@@ -23,6 +23,10 @@ pub struct Cli {
     /// PostgreSQL: the schema keel's tables live in.
     #[arg(long, global = true, env = "KEEL_PG_SCHEMA", default_value = "keel")]
     pub pg_schema: String,
+    /// PostgreSQL: a PEM file of CA certificates to trust besides the
+    /// system's, for `sslmode=require` in the URL.
+    #[arg(long, global = true, env = "KEEL_PG_CA_CERT")]
+    pub pg_ca_cert: Option<PathBuf>,
     /// PostgreSQL: connections in this process's pool.
     #[arg(long, global = true, default_value_t = 16)]
     pub pg_pool_size: usize,

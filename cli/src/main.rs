@@ -84,6 +84,7 @@ impl Db {
             options.schema = cli.pg_schema.clone();
             options.pool_size = cli.pg_pool_size;
             options.statement_timeout = std::time::Duration::from_secs(cli.pg_statement_timeout);
+            options.ca_cert = cli.pg_ca_cert.clone();
             Db::Postgres(options)
         } else {
             Db::Sled(PathBuf::from(&cli.db))

@@ -179,6 +179,54 @@ mod postgres {
         );
     }
 
+    /// The TCP URL with `sslmode=require` and the CA of the test server's
+    /// certificate, from `KEEL_TEST_POSTGRES_TLS` and `KEEL_TEST_POSTGRES_CA`.
+    fn tls_options(schema: &str) -> PgOptions {
+        let var = |name: &str| {
+            std::env::var(name).unwrap_or_else(|_| {
+                panic!("{name} is not set: run scripts/test.sh, which serves TLS and sets it")
+            })
+        };
+        let mut options = PgOptions::new(var("KEEL_TEST_POSTGRES_TLS"));
+        options.schema = schema.into();
+        options.pool_size = 2;
+        options.ca_cert = Some(var("KEEL_TEST_POSTGRES_CA").into());
+        options
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn connections_over_tls_verify_the_server() {
+        let schema = format!("keel_test_{}", uuid_like());
+        let store = PgStore::open(tls_options(&schema))
+            .await
+            .expect("opening over TLS");
+        assert!(store.list_runs().await.unwrap().is_empty());
+        // The store's connections (its listener at least) are encrypted.
+        let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let encrypted: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+                 WHERE s.ssl AND a.client_addr IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(encrypted >= 1, "no TLS connection to the server");
+
+        let mut untrusted = tls_options(&schema);
+        untrusted.ca_cert = None;
+        let err = PgStore::open(untrusted).await.err().expect("refused");
+        assert_eq!(err.kind(), "store_unavailable", "{err}");
+        assert!(
+            err.to_string().to_lowercase().contains("certificate"),
+            "{err}"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn an_older_schema_is_migrated_at_open() {
         use keel_store::WorkerStore;

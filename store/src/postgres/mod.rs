@@ -37,6 +37,7 @@ use crate::{
 };
 
 mod schema;
+mod tls;
 
 pub use schema::SCHEMA_VERSION;
 
@@ -53,6 +54,10 @@ pub struct PgOptions {
     pub pool_size: usize,
     /// Any statement running longer is cancelled by the server.
     pub statement_timeout: Duration,
+    /// With `sslmode=require` in the URL, connections use TLS and the
+    /// server's certificate must chain to the system's roots or to the
+    /// certificates in this PEM file.
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 impl PgOptions {
@@ -64,6 +69,7 @@ impl PgOptions {
             schema: "keel".into(),
             pool_size: 16,
             statement_timeout: Duration::from_secs(30),
+            ca_cert: None,
         }
     }
 }
@@ -181,11 +187,18 @@ pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
     }
 }
 
+/// An error in words, with its causes (a TLS handshake's reason, say).
 fn describe(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
     }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
 }
 
 /// The error lost a race that a retry resolves.
@@ -217,8 +230,22 @@ fn u(v: i64) -> u64 {
 
 impl PgStore {
     /// Connects, applies the migrations the schema lacks (refusing a newer
-    /// schema) and starts listening for wakes.
+    /// schema) and starts listening for wakes. TLS is used when the URL asks
+    /// for it (`sslmode=require`), never silently skipped then.
     pub async fn open(options: PgOptions) -> Result<PgStore> {
+        match tls::connector(&options)? {
+            Some(tls) => Self::open_with(options, tls).await,
+            None => Self::open_with(options, NoTls).await,
+        }
+    }
+
+    async fn open_with<T>(options: PgOptions, tls: T) -> Result<PgStore>
+    where
+        T: tls::Connector,
+        T::Stream: Send + Sync,
+        T::TlsConnect: Send + Sync,
+        <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+    {
         let location = redact(&options.url);
         let unavailable = |reason: String| StoreError::Unavailable {
             location: location.clone(),
@@ -245,7 +272,7 @@ impl PgStore {
         ));
         config.connect_timeout(Duration::from_secs(10));
         let (mut client, connection) = config
-            .connect(NoTls)
+            .connect(tls.clone())
             .await
             .map_err(|e| unavailable(describe(&e)))?;
         let driver = tokio::spawn(connection);
@@ -255,7 +282,7 @@ impl PgStore {
         migrated?;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -265,7 +292,7 @@ impl PgStore {
             .build()
             .map_err(|e| unavailable(e.to_string()))?;
         let (wakes, _) = broadcast::channel(1024);
-        let listener = tokio::spawn(listen(config, channel(&schema), wakes.clone()));
+        let listener = tokio::spawn(listen(config, tls, channel(&schema), wakes.clone()));
         Ok(PgStore {
             inner: Arc::new(Inner {
                 pool,
@@ -280,6 +307,19 @@ impl PgStore {
     /// Applies the migrations the schema lacks and returns the version it
     /// had, without keeping a store open.
     pub async fn migrate(options: &PgOptions) -> Result<i64> {
+        match tls::connector(options)? {
+            Some(tls) => Self::migrate_with(options, tls).await,
+            None => Self::migrate_with(options, NoTls).await,
+        }
+    }
+
+    async fn migrate_with<T>(options: &PgOptions, tls: T) -> Result<i64>
+    where
+        T: tls::Connector,
+        T::Stream: Send + Sync,
+        T::TlsConnect: Send + Sync,
+        <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+    {
         let location = redact(&options.url);
         let config = tokio_postgres::Config::from_str(&options.url).map_err(|e| {
             StoreError::Unavailable {
@@ -289,7 +329,7 @@ impl PgStore {
         })?;
         let (mut client, connection) =
             config
-                .connect(NoTls)
+                .connect(tls)
                 .await
                 .map_err(|e| StoreError::Unavailable {
                     location: location.clone(),
@@ -375,10 +415,20 @@ fn channel(schema: &str) -> String {
 /// Listens for wakes on a connection of its own, reconnecting with backoff
 /// (wakes missed meanwhile are made up for by a general wake and by the
 /// engine's polling).
-async fn listen(config: tokio_postgres::Config, channel: String, wakes: broadcast::Sender<Wake>) {
+async fn listen<T>(
+    config: tokio_postgres::Config,
+    tls: T,
+    channel: String,
+    wakes: broadcast::Sender<Wake>,
+) where
+    T: tls::Connector,
+    T::Stream: Send + Sync,
+    T::TlsConnect: Send + Sync,
+    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+{
     let mut backoff = Duration::from_millis(100);
     loop {
-        match config.connect(NoTls).await {
+        match config.connect(tls.clone()).await {
             Ok((client, mut connection)) => {
                 backoff = Duration::from_millis(100);
                 let listening = async {
