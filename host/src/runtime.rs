@@ -39,6 +39,9 @@ impl Ended {
     }
 }
 
+/// Fuel between two yields of a guest to tokio (about 10 ms of work).
+pub(crate) const YIELD_FUEL: u64 = 10_000_000;
+
 /// The wasmtime engine, its linker and the components compiled for it.
 pub struct Runtime {
     pub(crate) engine: Engine,
@@ -118,7 +121,12 @@ impl Runtime {
             HostState::workflow(Box::new(activation), clock, log.clone(), config.max_memory);
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        if let Err(e) = store.set_fuel(config.workflow_fuel) {
+        // Fuel bounds the activation's CPU; yielding every slice of it lets
+        // the other runs on this thread go on while a busy workflow computes.
+        let fueled = store
+            .set_fuel(config.workflow_fuel)
+            .and_then(|()| store.fuel_async_yield_interval(Some(YIELD_FUEL)));
+        if let Err(e) = fueled {
             return (Ended::Failed(Error::Wasm(e.to_string())), Trace::default());
         }
         let result = async {

@@ -23,9 +23,6 @@ pub(crate) struct StepRunner {
     pub clock: Arc<dyn Clock>,
 }
 
-/// Fuel between two yields of a step guest to tokio (about 10 ms of work).
-const STEP_YIELD_FUEL: u64 = 10_000_000;
-
 /// How one attempt ended.
 #[derive(Debug, PartialEq)]
 enum Attempt {
@@ -156,7 +153,7 @@ impl StepRunner {
         // yield to tokio, so that the attempt's timeout can stop it.
         let fueled = store
             .set_fuel(u64::MAX)
-            .and_then(|()| store.fuel_async_yield_interval(Some(STEP_YIELD_FUEL)));
+            .and_then(|()| store.fuel_async_yield_interval(Some(crate::runtime::YIELD_FUEL)));
         if let Err(e) = fueled {
             return Attempt::Fatal(e.to_string());
         }

@@ -4,9 +4,10 @@ mod common;
 
 use std::process::Command;
 
-use common::{TestStore, open};
+use common::{TestStore, open, open_backend};
 use keel_host::core::RunStatus;
 use keel_host::core::journal::Fact;
+use keel_host::store::LeaseStore;
 use keel_host::{Error, Keel};
 
 /// After any bad input, the same engine still runs a good workflow.
@@ -175,4 +176,39 @@ async fn a_step_that_loops_forever_times_out_and_is_retried() {
         failed.contains("timed out") && failed.contains("step timeout"),
         "{failed}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_workflows_do_not_stall_other_runs() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    // About a minute of spinning for each, far longer than a small run takes.
+    config.workflow_fuel = 200_000_000_000;
+    let (keel, testbed, backend) = open_backend(config, keel_tests::TESTBED).await;
+    let spinners: Vec<_> = (0..4)
+        .map(|_| {
+            let (keel, testbed) = (keel.clone(), testbed.clone());
+            tokio::spawn(async move { keel.run(&testbed, "spin", "null").await })
+        })
+        .collect();
+    // Each spinner takes its run's lease just before its guest starts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while backend.leased_elsewhere("nobody", 0).await.unwrap().len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spinners never started"
+        );
+        tokio::task::yield_now().await;
+    }
+    let run = keel.run(&testbed, "ten_steps", "3").await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert!(
+        spinners.iter().all(|s| !s.is_finished()),
+        "the small run waited for a spinner to end"
+    );
+    // Dropping a drive stops its guest at its next yield.
+    for spinner in spinners {
+        spinner.abort();
+        assert!(spinner.await.unwrap_err().is_cancelled());
+    }
 }
