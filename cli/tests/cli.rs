@@ -392,3 +392,45 @@ fn commands_reach_a_running_worker_through_its_socket() {
     let (_, result) = keel(db.path(), &["runs", "result", owner_id, "--wait"]);
     assert_eq!(result["output"], serde_json::json!(["first", "second"]));
 }
+
+#[test]
+fn a_worker_until_idle_gives_up_on_a_run_it_cannot_drive() {
+    let db = tempfile::tempdir().unwrap();
+    // A live run whose component this store does not hold.
+    let file = db.path().join("orphan.json");
+    let journal = serde_json::json!({
+        "header": {"format_version": 1, "run": {
+            "run_id": "orphan", "workflow": "w", "component_hash": "0000",
+            "input": "null", "status": "pending", "output": null, "error": null,
+            "created_at_ms": 1, "updated_at_ms": 1, "wake_at_ms": null}},
+        "entries": [{"seq": 0, "at_ms": 1, "kind": "run_started", "workflow": "w", "input": "null"}]
+    });
+    std::fs::write(&file, journal.to_string()).unwrap();
+    let (out, imported) = keel(db.path(), &["journal", "import", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{imported}");
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["--json", "worker", "--until-idle"])
+        .env("RUST_BACKTRACE", "0")
+        .env("KEEL_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while worker.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            worker.kill().unwrap();
+            panic!("the worker never became idle");
+        }
+        std::thread::yield_now();
+    }
+    let out = worker.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let attempts = stderr.matches("could not drive").count();
+    assert!(attempts >= 1, "{stderr}");
+    assert!(attempts <= 8, "{attempts} attempts: {stderr}");
+    assert!(stderr.contains("no component with hash 0000"), "{stderr}");
+}

@@ -1,7 +1,7 @@
 //! The worker: finds the runs that can make progress (live runs that are
 //! pending, interrupted, due or woken) and drives each in its own task.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use keel_core::{RunId, RunRecord, RunStatus};
@@ -12,23 +12,69 @@ use crate::Result;
 
 type DriveTasks = tokio::task::JoinSet<(RunId, Result<RunRecord>)>;
 
-/// Logs how a worker's drive ended; returns the run's ID ("" if unknown).
+/// Logs how a worker's drive ended; returns the run's ID ("" if unknown)
+/// and whether the drive failed.
 fn log_driven(
     result: std::result::Result<(RunId, Result<RunRecord>), tokio::task::JoinError>,
-) -> RunId {
+) -> (RunId, bool) {
     match result {
         Ok((run_id, Ok(run))) => {
             tracing::info!(%run_id, status = run.status.as_str(), "worker drove run");
-            run_id
+            (run_id, false)
         }
         Ok((run_id, Err(e))) => {
             tracing::error!(%run_id, "worker could not drive the run: {e}");
-            run_id
+            (run_id, true)
         }
         Err(e) => {
             tracing::error!("worker task failed: {e}");
-            RunId::default()
+            (RunId::default(), true)
         }
+    }
+}
+
+/// Runs whose last drive failed for a reason outside the run (its component
+/// missing from the store, a storage error): each is tried again after a
+/// delay that doubles with every failure, from 100 ms up to a minute,
+/// instead of at once and forever.
+#[derive(Debug, Default)]
+struct Retries {
+    /// Failures in a row, and when the run may be tried again.
+    failed: HashMap<RunId, (u32, u64)>,
+}
+
+impl Retries {
+    const FIRST_MS: u64 = 100;
+    const MAX_MS: u64 = 60_000;
+
+    /// Records a failed drive at `now_ms`; returns when to try again.
+    fn failed(&mut self, run_id: RunId, now_ms: u64) -> u64 {
+        let (failures, retry_at) = self.failed.entry(run_id).or_insert((0, 0));
+        *failures += 1;
+        let delay = Self::FIRST_MS
+            .saturating_mul(1 << (*failures - 1).min(20))
+            .min(Self::MAX_MS);
+        *retry_at = now_ms.saturating_add(delay);
+        *retry_at
+    }
+
+    fn succeeded(&mut self, run_id: &RunId) {
+        self.failed.remove(run_id);
+    }
+
+    /// The runs still waiting at `now_ms`, and the earliest retry among them.
+    fn waiting(&self, now_ms: u64) -> (HashSet<RunId>, Option<u64>) {
+        let waiting: Vec<(&RunId, u64)> = self
+            .failed
+            .iter()
+            .filter(|(_, (_, at))| *at > now_ms)
+            .map(|(id, (_, at))| (id, *at))
+            .collect();
+        let next = waiting.iter().map(|(_, at)| *at).min();
+        (
+            waiting.into_iter().map(|(id, _)| id.clone()).collect(),
+            next,
+        )
     }
 }
 
@@ -147,6 +193,7 @@ impl Keel {
         let mut driven = 0;
         let mut last_heartbeat = 0;
         let mut backoff = Duration::from_millis(100);
+        let mut retries = Retries::default();
         loop {
             if self.is_stopping() {
                 while let Some(result) = tasks.join_next().await {
@@ -155,7 +202,9 @@ impl Keel {
                 return Ok(driven);
             }
             self.heartbeat(started_at_ms, &mut last_heartbeat).await;
-            let (due, next_wake) = match self.due_runs(&in_flight).await {
+            let (held, next_retry) = retries.waiting(self.now_ms());
+            let busy: HashSet<RunId> = in_flight.union(&held).cloned().collect();
+            let (due, next_wake) = match self.due_runs(&busy).await {
                 Ok(found) => {
                     backoff = Duration::from_millis(100);
                     found
@@ -180,6 +229,10 @@ impl Keel {
                 in_flight.insert(run_id);
                 driven += 1;
             }
+            let next_wake = match (next_wake, next_retry) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let wait = next_wake.map_or(Duration::from_secs(1), |at| {
                 Duration::from_millis(at.saturating_sub(self.now_ms()))
             });
@@ -190,7 +243,14 @@ impl Keel {
             tokio::select! {
                 () = progress => {}
                 Some(result) = tasks.join_next() => {
-                    in_flight.remove(&log_driven(result));
+                    let (run_id, failed) = log_driven(result);
+                    if failed {
+                        let at = retries.failed(run_id.clone(), self.now_ms());
+                        tracing::warn!(%run_id, retry_at_ms = at, "the run will be tried again later");
+                    } else {
+                        retries.succeeded(&run_id);
+                    }
+                    in_flight.remove(&run_id);
                 }
                 () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
             }
@@ -222,5 +282,27 @@ impl Keel {
             .filter(|r| r.status == RunStatus::Waiting)
             .filter_map(|r| r.wake_at_ms)
             .min())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_runs_wait_longer_after_each_failure_up_to_a_minute() {
+        let mut retries = Retries::default();
+        let run = RunId::from("r");
+        let delays: Vec<u64> = (0..12)
+            .map(|_| retries.failed(run.clone(), 1_000) - 1_000)
+            .collect();
+        assert_eq!(&delays[..4], [100, 200, 400, 800]);
+        assert_eq!(*delays.last().unwrap(), 60_000);
+        let (waiting, next) = retries.waiting(1_000);
+        assert!(waiting.contains(&run));
+        assert_eq!(next, Some(61_000));
+        assert!(retries.waiting(61_000).0.is_empty());
+        retries.succeeded(&run);
+        assert_eq!(retries.failed(run, 0), 100);
     }
 }
