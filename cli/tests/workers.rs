@@ -81,6 +81,15 @@ impl Drop for Running {
     }
 }
 
+/// Sends `signal` (`STOP`, `CONT`, `TERM`) to the process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
 /// A long-running worker with a short lease, its stderr in `log`.
 fn worker(schema: &str, log: &Path) -> Running {
     let log = std::fs::File::create(log).unwrap();
@@ -451,14 +460,8 @@ async fn a_paused_worker_s_writes_are_refused_after_its_lease_is_taken() {
     let zombie_log = logs.path().join("zombie.log");
     let zombie = worker_with_grants(&schema, &api, &zombie_log);
     let run_id = crashable_in_flight(&schema, &api).await;
-    let pid = zombie.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let pid = zombie.0.id();
+    signal(pid, "STOP");
 
     let second = worker_with_grants(&schema, &api, &logs.path().join("second.log"));
     let run = ended(&keel, &run_id).await;
@@ -466,13 +469,7 @@ async fn a_paused_worker_s_writes_are_refused_after_its_lease_is_taken() {
     assert_eq!(run.status, RunStatus::Completed, "{run:?}");
     let journal = keel.journal(&run_id).await.unwrap();
 
-    assert!(
-        Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(pid, "CONT");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let log = std::fs::read_to_string(&zombie_log).unwrap_or_default();
@@ -519,14 +516,8 @@ async fn sigterm_releases_a_worker_s_runs_to_another_at_once() {
     let mut first = long_lease("first.log");
     let run_id = crashable_in_flight(&schema, &api).await;
     let stopped = Instant::now();
-    let pid = first.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let pid = first.0.id();
+    signal(pid, "TERM");
     let status = first.0.wait().unwrap();
     assert!(
         status.success(),
