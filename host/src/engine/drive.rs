@@ -215,7 +215,9 @@ impl Keel {
         // Stored with the activation's first flush.
         journal.set_run(run.clone());
         let ended = self.activate(&loaded, &run, journal.clone()).await;
+        // Gone before the drive returns: it holds the engine, and so the store.
         renewal.abort();
+        let _ = renewal.await;
         if let Ended::Failed(e) = &ended
             && e.is_storage()
         {

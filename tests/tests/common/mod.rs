@@ -62,7 +62,8 @@ pub type Backend = FaultyStore<SledStore>;
 /// `component`.
 pub async fn open_backend(config: Config, component: &str) -> (Keel, Arc<Loaded>, Arc<Backend>) {
     let backend = Arc::new(FaultyStore::new(
-        SledStore::open(&config.db).expect("opening the store"),
+        // Tests reopen a store they just dropped: wait for sled to let go.
+        SledStore::reopen(&config.db).expect("opening the store"),
     ));
     let keel = Keel::open(config, backend.clone()).expect("opening the engine");
     let loaded = keel
