@@ -264,6 +264,12 @@ fn is_trusted_file(path: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.uid() == current_uid() && m.mode() & 0o022 == 0)
 }
 
+/// The guest went over its memory bound (a failed `memory.grow`, which the
+/// store's limiter turns into an error).
+pub(crate) fn exceeded_memory(e: &wasmtime::Error) -> bool {
+    format!("{e:?}").contains("growing memory")
+}
+
 /// A trap in words: the guest's last stderr (a panic message) and the trap.
 pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
     let trap = e

@@ -172,7 +172,7 @@ impl Runtime {
                 fuel: self.config.workflow_fuel,
             });
         }
-        if format!("{e:?}").contains("growing memory") {
+        if component::exceeded_memory(&e) {
             return Ended::Failed(Error::MemoryExhausted {
                 run_id,
                 limit_bytes: self.config.max_memory,

@@ -184,6 +184,13 @@ impl StepRunner {
                 message: e.message,
                 after: e.retry_after_ms.map(Duration::from_millis),
             },
+            Err(trap) if crate::component::exceeded_memory(&trap) => Attempt::Retryable {
+                message: format!(
+                    "the step went over its memory bound of {} bytes; if it really needs more, raise the `max_memory` bound",
+                    self.max_memory
+                ),
+                after: None,
+            },
             Err(trap) => Attempt::Retryable {
                 message: format!(
                     "the step trapped: {}",

@@ -212,3 +212,19 @@ async fn busy_workflows_do_not_stall_other_runs() {
         assert!(spinner.await.unwrap_err().is_cancelled());
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_over_its_memory_bound_names_the_bound() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.max_memory = 32 << 20;
+    let (keel, _) = open(config).await;
+    let err = failed_run(&keel, "memory_bomb_step", "null").await;
+    assert!(
+        err.message.contains("memory bound of 33554432 bytes")
+            && err.message.contains("max_memory"),
+        "{}",
+        err.message
+    );
+    still_alive(&keel).await;
+}

@@ -211,6 +211,22 @@ async fn memory_bomb() -> Result<usize, Error> {
     }
 }
 
+/// A step that allocates until its memory bound stops it.
+#[step(max_retries = 0)]
+async fn hoard() -> Result<usize, StepError> {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        hoard.push(vec![1u8; 1 << 20]);
+        std::hint::black_box(&hoard);
+    }
+}
+
+/// Calls the hoarding step.
+#[workflow]
+async fn memory_bomb_step() -> Result<usize, Error> {
+    Ok(hoard().await?)
+}
+
 /// Tries an HTTP call from the workflow itself, which the sandbox forbids.
 #[workflow]
 async fn http_in_workflow(url: String) -> Result<u16, Error> {
@@ -369,6 +385,7 @@ keel_sdk::component!(
         trap,
         spin,
         memory_bomb,
+        memory_bomb_step,
         http_in_workflow,
         file_in_workflow,
         sleeper,
@@ -392,5 +409,6 @@ keel_sdk::component!(
         probe,
         read_env_and_file,
         spin_once,
+        hoard,
     ]
 );
