@@ -225,13 +225,30 @@ async fn answer(keel: &Keel, stream: UnixStream) -> anyhow::Result<()> {
 
 /// Sends a request to the worker holding the store and returns its reply,
 /// a worker's error as [`Reply::Error`].
-pub async fn forward(db: &Path, request: &Request) -> anyhow::Result<Reply> {
-    let stream = UnixStream::connect(socket_path(db)).await?;
+/// `None` if no worker listens on the socket: it was left by a worker that
+/// is gone, and is removed.
+pub async fn forward(db: &Path, request: &Request) -> anyhow::Result<Option<Reply>> {
+    let path = socket_path(db);
+    let stream = match UnixStream::connect(&path).await {
+        Ok(stream) => stream,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            tracing::warn!(path = %path.display(), "removing the socket of a worker that is gone");
+            let _ = std::fs::remove_file(&path);
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let (read, mut write) = stream.into_split();
     let mut out = serde_json::to_vec(request)?;
     out.push(b'\n');
     write.write_all(&out).await?;
     let mut line = String::new();
     BufReader::new(read).read_line(&mut line).await?;
-    Ok(serde_json::from_str(&line)?)
+    if line.is_empty() {
+        anyhow::bail!(
+            "the worker holding the store closed the connection without answering (it may have died); \
+             check with `keel runs list` whether the request took effect before repeating it"
+        );
+    }
+    Ok(Some(serde_json::from_str(&line)?))
 }

@@ -257,10 +257,13 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
     };
     match Keel::open_sled(config(cli)?) {
         Ok(keel) => Ok(control::execute(&keel, request).await?),
-        Err(keel_host::Error::Store(StoreError::Locked { .. }))
+        Err(locked @ keel_host::Error::Store(StoreError::Locked { .. }))
             if control::socket_path(&path).exists() =>
         {
-            control::forward(&path, &request).await
+            // No worker answers: the process holding the store is another.
+            control::forward(&path, &request)
+                .await?
+                .ok_or_else(|| locked.into())
         }
         Err(e) => Err(e.into()),
     }
