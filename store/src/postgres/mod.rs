@@ -701,12 +701,16 @@ impl RunStore for PgStore {
     }
 
     async fn list_runs(&self) -> Result<Vec<RunRecord>> {
-        self.runs("SELECT record FROM runs ORDER BY run_id").await
+        self.records("SELECT record FROM runs ORDER BY run_id", "run record")
+            .await
     }
 
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
-        self.runs("SELECT record FROM runs WHERE live ORDER BY run_id")
-            .await
+        self.records(
+            "SELECT record FROM runs WHERE live ORDER BY run_id",
+            "run record",
+        )
+        .await
     }
 
     async fn end_run(
@@ -768,14 +772,19 @@ impl RunStore for PgStore {
 }
 
 impl PgStore {
-    async fn runs(&self, sql: &str) -> Result<Vec<RunRecord>> {
+    /// The records `sql` selects (one encoded column), decoded as `what`.
+    async fn records<T: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        what: &str,
+    ) -> Result<Vec<T>> {
         let client = self.client().await?;
         client
             .rows(sql, &[])
             .await
             .map_err(pg)?
             .iter()
-            .map(|r| Ok(codec::decode(r.get(0), "run record")?))
+            .map(|r| Ok(codec::decode(r.get(0), what)?))
             .collect()
     }
 }
@@ -1211,14 +1220,8 @@ impl EventStore for PgStore {
     }
 
     async fn list_events(&self) -> Result<Vec<EventRecord>> {
-        let client = self.client().await?;
-        client
-            .rows("SELECT record FROM events ORDER BY event_id", &[])
+        self.records("SELECT record FROM events ORDER BY event_id", "event")
             .await
-            .map_err(pg)?
-            .iter()
-            .map(|r| Ok(codec::decode(r.get(0), "event")?))
-            .collect()
     }
 }
 
