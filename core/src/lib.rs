@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod codec;
+pub mod deployment;
 pub mod divergence;
 pub mod file;
 pub mod ids;
@@ -16,9 +17,13 @@ pub mod index;
 pub mod journal;
 pub mod manifest;
 pub mod patch;
+pub mod query;
 pub mod records;
+pub mod timeline;
 
 pub use clock::Clock;
+pub use deployment::{Deployment, GrantSpec, StepLimits};
+pub use query::{RunFilter, RunPage};
 pub use ids::{ComponentHash, HookToken, RunId, StepId};
 pub use journal::{Entry, Fact, HookRegistration, StartOutcome};
 pub use records::{

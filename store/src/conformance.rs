@@ -102,6 +102,8 @@ cases!(
     a_write_fenced_by_a_lost_lease_is_refused,
     a_journal_position_is_written_once,
     workers_are_listed_with_the_runs_they_hold,
+    runs_are_paged_newest_first,
+    a_deployment_is_replaced_by_its_hash_and_survives_a_reopen,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -859,4 +861,67 @@ async fn workers_are_listed_with_the_runs_they_hold(h: &dyn Harness) -> Outcome 
     check(listed.len() == 1 && listed[0].1 == 0, || {
         format!("after removal and expiry: {listed:?}")
     })
+}
+
+async fn runs_are_paged_newest_first(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    for id in ["r1", "r2", "r3", "r4", "r5"] {
+        admit(&*store, id, None, None, 0)
+            .await
+            .map_err(fail("admit"))?;
+    }
+    let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+    let first = ids(store.runs_before(None, 2).await.map_err(fail("page 1"))?);
+    check(first == ["r5", "r4"], || format!("page 1: {first:?}"))?;
+    let second = ids(
+        store
+            .runs_before(Some("r4"), 2)
+            .await
+            .map_err(fail("page 2"))?,
+    );
+    check(second == ["r3", "r2"], || format!("page 2: {second:?}"))?;
+    let last = ids(
+        store
+            .runs_before(Some("r2"), 10)
+            .await
+            .map_err(fail("page 3"))?,
+    );
+    check(last == ["r1"], || format!("page 3: {last:?}"))
+}
+
+async fn a_deployment_is_replaced_by_its_hash_and_survives_a_reopen(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let mut deployment = keel_core::Deployment {
+        name: "order".into(),
+        hash: "h1".into(),
+        workflows: vec!["process_order".into()],
+        steps: vec!["charge".into()],
+        grants: keel_core::GrantSpec::default(),
+        limits: keel_core::StepLimits::default(),
+        size_bytes: 4,
+        deployed_at_ms: 1,
+    };
+    store
+        .put_deployment(&deployment)
+        .await
+        .map_err(fail("put"))?;
+    deployment.grants.http = vec!["api.example".into()];
+    deployment.limits.step_timeout_ms = Some(5000);
+    deployment.deployed_at_ms = 2;
+    store
+        .put_deployment(&deployment)
+        .await
+        .map_err(fail("put again"))?;
+    let mut other = deployment.clone();
+    other.hash = "h2".into();
+    store.put_deployment(&other).await.map_err(fail("put h2"))?;
+    let store = h.reopen(store).await;
+    let all = store.deployments().await.map_err(fail("list"))?;
+    check(all.len() == 2, || format!("deployments: {all:?}"))?;
+    let found = store.deployment("h1").await.map_err(fail("get"))?;
+    check(found.as_ref() == Some(&deployment), || {
+        format!("h1 after reopen: {found:?}")
+    })?;
+    let missing = store.deployment("h3").await.map_err(fail("get h3"))?;
+    check(missing.is_none(), || format!("h3: {missing:?}"))
 }

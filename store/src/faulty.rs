@@ -6,10 +6,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use keel_core::{Capabilities, Entry, EventRecord, HookRecord, KeyHold, RunId, RunRecord};
+use keel_core::{
+    Capabilities, Deployment, Entry, EventRecord, HookRecord, KeyHold, RunId, RunRecord};
 
 use crate::{
-    Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
+    Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
     LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore, WorkerRecord,
     WorkerStore,
 };
@@ -77,6 +78,9 @@ impl<S: Store> RunStore for FaultyStore<S> {
     }
     async fn list_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner.list_runs().await
+    }
+    async fn runs_before(&self, before: Option<&str>, limit: usize) -> Result<Vec<RunRecord>> {
+        self.inner.runs_before(before, limit).await
     }
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner.live_runs().await
@@ -208,6 +212,19 @@ impl<S: Store> ComponentStore for FaultyStore<S> {
     }
     async fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
         self.inner.get_component(hash).await
+    }
+}
+
+#[async_trait]
+impl<S: Store> DeploymentStore for FaultyStore<S> {
+    async fn put_deployment(&self, deployment: &Deployment) -> Result<()> {
+        self.confirm(self.inner.put_deployment(deployment).await)
+    }
+    async fn deployments(&self) -> Result<Vec<Deployment>> {
+        self.inner.deployments().await
+    }
+    async fn deployment(&self, hash: &str) -> Result<Option<Deployment>> {
+        self.inner.deployment(hash).await
     }
 }
 

@@ -16,7 +16,7 @@
 
 use async_trait::async_trait;
 use keel_core::{
-    Capabilities, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunId, RunRecord,
+    Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunId, RunRecord,
 };
 
 pub mod conformance;
@@ -105,6 +105,8 @@ pub enum Wake {
     Run(RunId),
     /// Someone asked for this run to be cancelled: its driver stops it.
     Cancel(RunId),
+    /// A component was deployed: cached deployments are stale.
+    Deployed,
 }
 
 /// Runs: admission, records and ends.
@@ -127,6 +129,10 @@ pub trait RunStore: Send + Sync {
 
     /// Every run, oldest first (run IDs sort by creation time).
     async fn list_runs(&self) -> Result<Vec<RunRecord>>;
+
+    /// Up to `limit` runs whose IDs sort before `before` (every run if
+    /// `None`), newest first: one page of a listing.
+    async fn runs_before(&self, before: Option<&str>, limit: usize) -> Result<Vec<RunRecord>>;
 
     /// The runs that have not ended, oldest first. A record that cannot be
     /// decoded is an error, never skipped.
@@ -287,6 +293,21 @@ pub trait ComponentStore: Send + Sync {
     async fn get_component(&self, hash: &str) -> Result<Vec<u8>>;
 }
 
+/// Deployments: components registered under a name with their grants and
+/// limits, one per component hash.
+#[async_trait]
+pub trait DeploymentStore: Send + Sync {
+    /// Stores a deployment, replacing the one of the same hash; durable.
+    /// The component's bytes are stored with [`ComponentStore::put_component`].
+    async fn put_deployment(&self, deployment: &Deployment) -> Result<()>;
+
+    /// Every deployment, in no particular order.
+    async fn deployments(&self) -> Result<Vec<Deployment>>;
+
+    /// The deployment of a component hash, if it was deployed.
+    async fn deployment(&self, hash: &str) -> Result<Option<Deployment>>;
+}
+
 /// Wakeups: runs that something outside them moved on (a payload, a force
 /// claim, an awaited run's end), so that a worker drives them.
 #[async_trait]
@@ -326,6 +347,7 @@ pub trait Store:
     + KeyStore
     + EventStore
     + ComponentStore
+    + DeploymentStore
     + WakeStore
 {
     /// What this store supports; a start needing more is refused before

@@ -229,17 +229,17 @@ mod postgres {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn an_older_schema_is_migrated_at_open() {
-        use keel_store::WorkerStore;
+        use keel_store::{DeploymentStore, WorkerStore};
         let schema = format!("keel_test_{}", uuid_like());
         drop(PgStore::open(PgHarness::options(&schema)).await.unwrap());
         let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
             .await
             .unwrap();
         tokio::spawn(connection);
-        // As version 1 left it: no workers table.
+        // As version 1 left it: no workers or deployments tables.
         client
             .batch_execute(&format!(
-                "DROP TABLE {schema}.workers;
+                "DROP TABLE {schema}.workers; DROP TABLE {schema}.deployments;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))
             .await
@@ -250,6 +250,7 @@ mod postgres {
         assert_eq!(from, 1);
         let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
         assert!(store.list_workers(0).await.unwrap().is_empty());
+        assert!(store.deployments().await.unwrap().is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -22,8 +22,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, T
 use keel_core::codec;
 use keel_core::journal;
 use keel_core::{
-    Capabilities, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, Registration, RunId,
-    RunRecord,
+    Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold,
+    Registration, RunId, RunRecord,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
@@ -31,7 +31,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
-    Admission, ComponentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
+    Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
     LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore, WorkerRecord,
     WorkerStore,
 };
@@ -395,12 +395,17 @@ fn payload_of(wake: &Wake) -> String {
         Wake::Admitted => String::new(),
         Wake::Run(run_id) => run_id.to_string(),
         Wake::Cancel(run_id) => format!("cancel:{run_id}"),
+        Wake::Deployed => DEPLOYED.into(),
     }
 }
+
+/// The payload of [`Wake::Deployed`] (no run ID starts with a colon).
+const DEPLOYED: &str = ":deployed";
 
 fn wake_of(payload: &str) -> Wake {
     match payload {
         "" => Wake::Admitted,
+        DEPLOYED => Wake::Deployed,
         p => match p.strip_prefix("cancel:") {
             Some(run_id) => Wake::Cancel(run_id.into()),
             None => Wake::Run(p.into()),
@@ -701,14 +706,35 @@ impl RunStore for PgStore {
     }
 
     async fn list_runs(&self) -> Result<Vec<RunRecord>> {
-        self.records("SELECT record FROM runs ORDER BY run_id", "run record")
+        self.records("SELECT record FROM runs ORDER BY run_id", &[], "run record")
             .await
+    }
+
+    async fn runs_before(&self, before: Option<&str>, limit: usize) -> Result<Vec<RunRecord>> {
+        let limit = limit as i64;
+        match before {
+            Some(before) => {
+                self.records(
+                    "SELECT record FROM runs WHERE run_id < $1 ORDER BY run_id DESC LIMIT $2",
+                    &[&before, &limit],
+                    "run record",
+                )
+                .await
+            }
+            None => {
+                self.records(
+                    "SELECT record FROM runs ORDER BY run_id DESC LIMIT $1",
+                    &[&limit],
+                    "run record",
+                )
+                .await
+            }
+        }
     }
 
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.records(
-            "SELECT record FROM runs WHERE live ORDER BY run_id",
-            "run record",
+            "SELECT record FROM runs WHERE live ORDER BY run_id", &[], "run record",
         )
         .await
     }
@@ -776,11 +802,12 @@ impl PgStore {
     async fn records<T: serde::de::DeserializeOwned>(
         &self,
         sql: &str,
+        params: &[&(dyn ToSql + Sync)],
         what: &str,
     ) -> Result<Vec<T>> {
         let client = self.client().await?;
         client
-            .rows(sql, &[])
+            .rows(sql, params)
             .await
             .map_err(pg)?
             .iter()
@@ -1220,7 +1247,7 @@ impl EventStore for PgStore {
     }
 
     async fn list_events(&self) -> Result<Vec<EventRecord>> {
-        self.records("SELECT record FROM events ORDER BY event_id", "event")
+        self.records("SELECT record FROM events ORDER BY event_id", &[], "event")
             .await
     }
 }
@@ -1254,6 +1281,41 @@ impl ComponentStore for PgStore {
             .map_err(pg)?
             .map(|r| r.get(0))
             .ok_or_else(|| StoreError::ComponentNotFound { hash: hash.into() })
+    }
+}
+
+#[async_trait]
+impl DeploymentStore for PgStore {
+    async fn put_deployment(&self, deployment: &Deployment) -> Result<()> {
+        let record = codec::encode(deployment);
+        let hash = deployment.hash.as_str();
+        transact!(self, |tx| {
+            tx.run(
+                "INSERT INTO deployments (hash, record) VALUES ($1, $2)
+                 ON CONFLICT (hash) DO UPDATE SET record = excluded.record",
+                &[&hash, &record],
+            )
+            .await
+            .map_err(pg)?;
+            self.notify(tx, &Wake::Deployed).await?;
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn deployments(&self) -> Result<Vec<Deployment>> {
+        self.records("SELECT record FROM deployments", &[], "deployment")
+            .await
+    }
+
+    async fn deployment(&self, hash: &str) -> Result<Option<Deployment>> {
+        Ok(self
+            .records(
+                "SELECT record FROM deployments WHERE hash = $1",
+                &[&hash],
+                "deployment",
+            )
+            .await?
+            .pop())
     }
 }
 

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -84,6 +84,9 @@ CREATE TABLE workers (
     started_at_ms bigint NOT NULL,
     heartbeat_at_ms bigint NOT NULL
 );
+"#,
+    r#"
+CREATE TABLE deployments (hash text PRIMARY KEY, record bytea NOT NULL);
 "#,
 ];
 

@@ -160,6 +160,19 @@ impl RunStore for SledStore {
         self.all_runs()
     }
 
+    async fn runs_before(&self, before: Option<&str>, limit: usize) -> Result<Vec<RunRecord>> {
+        let runs = &self.inner.runs;
+        let range = match before {
+            Some(id) => runs.range(..id.as_bytes()),
+            None => runs.iter(),
+        };
+        range
+            .rev()
+            .take(limit)
+            .map(|kv| Ok(codec::decode(&kv.map_err(backend)?.1, "run record")?))
+            .collect()
+    }
+
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner
             .live

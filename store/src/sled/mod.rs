@@ -15,10 +15,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use keel_core::codec;
 use keel_core::journal;
-use keel_core::{Capabilities, Entry, EventRecord, KeyHold, RunId, RunRecord};
+use keel_core::{Capabilities, Deployment, Entry, EventRecord, KeyHold, RunId, RunRecord};
 
 use crate::{
-    ComponentStore, EventStore, JournalStore, KeyStore, Lease, LeaseStore, Result, Store,
+    ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Lease, LeaseStore, Result, Store,
     StoreError, WakeStore, WorkerRecord, WorkerStore,
 };
 
@@ -41,6 +41,8 @@ struct Inner {
     runs: sled::Tree,
     journal: sled::Tree,
     components: sled::Tree,
+    /// Component hash to its deployment.
+    deployments: sled::Tree,
     /// `workflow \0 key` to the admitted run and expiry.
     keys: sled::Tree,
     /// Ingested events, by event ID (time-sortable).
@@ -85,6 +87,7 @@ impl SledStore {
             runs: open("runs")?,
             journal: open("journal")?,
             components: open("components")?,
+            deployments: open("deployments")?,
             keys: open("keys")?,
             events: open("events")?,
             subscriptions: open("subscriptions")?,
@@ -527,6 +530,32 @@ impl ComponentStore for SledStore {
             .map_err(backend)?
             .map(|b| b.to_vec())
             .ok_or_else(|| StoreError::ComponentNotFound { hash: hash.into() })
+    }
+}
+
+#[async_trait]
+impl DeploymentStore for SledStore {
+    async fn put_deployment(&self, deployment: &Deployment) -> Result<()> {
+        self.inner
+            .deployments
+            .insert(deployment.hash.as_bytes(), codec::encode(deployment))
+            .map_err(backend)?;
+        self.sync().await
+    }
+
+    async fn deployments(&self) -> Result<Vec<Deployment>> {
+        self.inner
+            .deployments
+            .iter()
+            .map(|kv| Ok(codec::decode(&kv.map_err(backend)?.1, "deployment")?))
+            .collect()
+    }
+
+    async fn deployment(&self, hash: &str) -> Result<Option<Deployment>> {
+        match self.inner.deployments.get(hash).map_err(backend)? {
+            Some(bytes) => Ok(Some(codec::decode(&bytes, "deployment")?)),
+            None => Ok(None),
+        }
     }
 }
 

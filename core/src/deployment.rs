@@ -1,0 +1,250 @@
+//! Deployments: a component registered once under a name, with what its
+//! steps may reach and the bounds they run under, and how a start that
+//! names a workflow finds the deployment it runs on.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::ComponentHash;
+
+/// A component registered under a name: runs started on it are pinned to
+/// its hash and their steps get its grants and limits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deployment {
+    /// The name starts refer to (by default the file's stem).
+    pub name: String,
+    /// The component's content hash; one deployment per hash.
+    pub hash: ComponentHash,
+    /// The workflows the component exports.
+    pub workflows: Vec<String>,
+    /// The steps the component exports.
+    pub steps: Vec<String>,
+    /// What its steps may reach.
+    pub grants: GrantSpec,
+    /// The bounds its steps run under; `None` takes the engine's.
+    pub limits: StepLimits,
+    /// The component's size in bytes.
+    pub size_bytes: u64,
+    /// When it was (last) deployed.
+    pub deployed_at_ms: u64,
+}
+
+/// The capabilities granted to a deployment's steps, as recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantSpec {
+    /// Hosts (`host` or `host:port`) steps may send HTTP requests to.
+    pub http: Vec<String>,
+    /// Host directories preopened for steps, at the same path.
+    pub dirs: Vec<String>,
+    /// Names of environment variables passed to steps; the values are the
+    /// worker's, never stored.
+    pub env: Vec<String>,
+}
+
+impl GrantSpec {
+    /// Nothing is granted.
+    pub fn is_empty(&self) -> bool {
+        self.http.is_empty() && self.dirs.is_empty() && self.env.is_empty()
+    }
+
+    /// Why an HTTP grant is malformed, if it is: a grant is `host` or
+    /// `host:port`, never a URL.
+    pub fn check_http(grant: &str) -> Result<(), String> {
+        if grant.contains("://") || grant.contains('/') {
+            return Err(format!(
+                "`{grant}` is a URL; an HTTP grant is `host` or `host:port`, for example `api.example.com` or `127.0.0.1:9000`"
+            ));
+        }
+        if grant.is_empty() || grant.contains(char::is_whitespace) {
+            return Err(format!("`{grant}` is not a host name"));
+        }
+        Ok(())
+    }
+}
+
+/// Bounds of a deployment's steps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepLimits {
+    /// Linear memory bound of a step instance, in MiB.
+    pub max_memory_mib: Option<u64>,
+    /// How long one step attempt may take, in milliseconds.
+    pub step_timeout_ms: Option<u64>,
+}
+
+/// Which deployment a start names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// The latest deployment exporting the workflow.
+    Latest,
+    /// The latest deployment under this name.
+    Name(&'a str),
+    /// The deployment of this component hash (or a unique prefix of it, at
+    /// least 12 characters long).
+    Hash(&'a str),
+}
+
+/// Why no deployment answers a start.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// No deployment exports the workflow.
+    #[error("no deployment exports a workflow named `{workflow}`{}", known_list(.known))]
+    UnknownWorkflow {
+        workflow: String,
+        /// The workflows the deployments export.
+        known: Vec<String>,
+    },
+    /// No deployment has the name or hash.
+    #[error("no deployment is named `{deployment}` or has that hash")]
+    UnknownDeployment { deployment: String },
+    /// The deployment does not export the workflow.
+    #[error("deployment `{deployment}` ({hash}) exports no workflow named `{workflow}`{}", known_list(.known))]
+    NotExported {
+        deployment: String,
+        hash: ComponentHash,
+        workflow: String,
+        known: Vec<String>,
+    },
+}
+
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        "; nothing is deployed".into()
+    } else {
+        format!(" (deployed workflows: {})", known.join(", "))
+    }
+}
+
+/// The deployment `target` names, among `deployments` (any order).
+pub fn find<'a>(deployments: &'a [Deployment], target: Target<'_>) -> Option<&'a Deployment> {
+    let newest = |it: &mut dyn Iterator<Item = &'a Deployment>| {
+        it.max_by_key(|d| (d.deployed_at_ms, d.hash.as_str().to_owned()))
+    };
+    match target {
+        Target::Latest => newest(&mut deployments.iter()),
+        Target::Name(name) => newest(&mut deployments.iter().filter(|d| d.name == name)),
+        Target::Hash(prefix) => {
+            let mut matching = deployments.iter().filter(|d| {
+                d.hash.as_str() == prefix || (prefix.len() >= 12 && d.hash.starts_with(prefix))
+            });
+            let first = matching.next()?;
+            matching.next().is_none().then_some(first)
+        }
+    }
+}
+
+/// The deployment a start of `workflow` on `target` runs on.
+pub fn resolve<'a>(
+    deployments: &'a [Deployment],
+    workflow: &str,
+    target: Target<'_>,
+) -> Result<&'a Deployment, ResolveError> {
+    let exports = |d: &&Deployment| d.workflows.iter().any(|w| w == workflow);
+    let found = match target {
+        Target::Latest => {
+            let exporting: Vec<_> = deployments.iter().filter(exports).cloned().collect();
+            find(&exporting, Target::Latest)
+                .and_then(|d| deployments.iter().find(|x| x.hash == d.hash))
+        }
+        Target::Name(_) | Target::Hash(_) => {
+            let name = match target {
+                Target::Name(n) | Target::Hash(n) => n,
+                Target::Latest => unreachable!(),
+            };
+            let d = find(deployments, target).ok_or_else(|| ResolveError::UnknownDeployment {
+                deployment: name.into(),
+            })?;
+            if !exports(&d) {
+                return Err(ResolveError::NotExported {
+                    deployment: d.name.clone(),
+                    hash: d.hash.clone(),
+                    workflow: workflow.into(),
+                    known: d.workflows.clone(),
+                });
+            }
+            Some(d)
+        }
+    };
+    found.ok_or_else(|| {
+        let mut known: Vec<String> = deployments
+            .iter()
+            .flat_map(|d| d.workflows.iter().cloned())
+            .collect();
+        known.sort();
+        known.dedup();
+        ResolveError::UnknownWorkflow {
+            workflow: workflow.into(),
+            known,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(name: &str, hash: &str, workflows: &[&str], at: u64) -> Deployment {
+        Deployment {
+            name: name.into(),
+            hash: ComponentHash::from(hash.to_string()),
+            workflows: workflows.iter().map(|w| w.to_string()).collect(),
+            steps: Vec::new(),
+            grants: GrantSpec::default(),
+            limits: StepLimits::default(),
+            size_bytes: 0,
+            deployed_at_ms: at,
+        }
+    }
+
+    fn all() -> Vec<Deployment> {
+        vec![
+            deployment("order", "aaaaaaaaaaaaaaaa01", &["process_order"], 10),
+            deployment("order", "bbbbbbbbbbbbbbbb02", &["process_order", "refund"], 20),
+            deployment("billing", "cccccccccccccccc03", &["invoice"], 30),
+        ]
+    }
+
+    #[test]
+    fn the_latest_deployment_exporting_the_workflow_answers() {
+        let all = all();
+        let d = resolve(&all, "process_order", Target::Latest).unwrap();
+        assert_eq!(d.hash.as_str(), "bbbbbbbbbbbbbbbb02");
+        let d = resolve(&all, "invoice", Target::Latest).unwrap();
+        assert_eq!(d.name, "billing");
+    }
+
+    #[test]
+    fn a_name_picks_its_latest_and_a_hash_pins() {
+        let all = all();
+        let d = resolve(&all, "process_order", Target::Name("order")).unwrap();
+        assert_eq!(d.hash.as_str(), "bbbbbbbbbbbbbbbb02");
+        let d = resolve(&all, "process_order", Target::Hash("aaaaaaaaaaaaaaaa01")).unwrap();
+        assert_eq!(d.deployed_at_ms, 10);
+        let d = resolve(&all, "process_order", Target::Hash("aaaaaaaaaaaa")).unwrap();
+        assert_eq!(d.deployed_at_ms, 10, "a 12-character prefix is enough");
+        assert!(find(&all, Target::Hash("aaaa")).is_none(), "a short prefix is not");
+    }
+
+    #[test]
+    fn refusals_name_what_is_deployed() {
+        let all = all();
+        let e = resolve(&all, "ship", Target::Latest).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no deployment exports a workflow named `ship` (deployed workflows: invoice, process_order, refund)"
+        );
+        let e = resolve(&all, "refund", Target::Hash("aaaaaaaaaaaaaaaa01")).unwrap_err();
+        assert!(matches!(e, ResolveError::NotExported { .. }), "{e}");
+        let e = resolve(&all, "refund", Target::Name("shipping")).unwrap_err();
+        assert!(matches!(e, ResolveError::UnknownDeployment { .. }), "{e}");
+        let e = resolve(&[], "refund", Target::Latest).unwrap_err();
+        assert!(e.to_string().ends_with("nothing is deployed"), "{e}");
+    }
+
+    #[test]
+    fn an_http_grant_is_a_host_never_a_url() {
+        assert!(GrantSpec::check_http("api.example.com").is_ok());
+        assert!(GrantSpec::check_http("127.0.0.1:9000").is_ok());
+        let e = GrantSpec::check_http("http://127.0.0.1:9000").unwrap_err();
+        assert!(e.contains("host:port"), "{e}");
+        assert!(GrantSpec::check_http("").is_err());
+    }
+}

@@ -1,0 +1,351 @@
+//! A run's timeline: its journal folded into one row per command (a step
+//! with its attempts, a timer, a hook, a child run), with times and
+//! durations, for people reading a run (the terminal and the console).
+
+use serde::{Deserialize, Serialize};
+
+use crate::journal::{Entry, Fact, StartOutcome};
+
+/// What a timeline row is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowKind {
+    Step,
+    Timer,
+    Hook,
+    Child,
+    AwaitRun,
+    Patch,
+}
+
+/// Where a row stands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowStatus {
+    /// Scheduled or running, not ended.
+    Open,
+    /// A failed attempt waits for its retry.
+    Retrying,
+    Completed,
+    Failed,
+}
+
+/// One command of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Row {
+    /// The command's position in the run (the order the workflow issued it).
+    pub command: u32,
+    pub kind: RowKind,
+    /// The step's, the child's workflow, the hook's token, the patch's ID.
+    pub name: String,
+    /// The step's ID (steps only).
+    pub step_id: Option<String>,
+    /// The child run's ID, or the awaited run's.
+    pub run_id: Option<String>,
+    pub status: RowStatus,
+    /// Attempts started (steps only).
+    pub attempts: u32,
+    pub started_at_ms: u64,
+    pub ended_at_ms: Option<u64>,
+    /// The last error (a failed step's, or the last failed attempt's).
+    pub error: Option<String>,
+    /// When a failed attempt is retried, or a timer fires.
+    pub due_at_ms: Option<u64>,
+    /// The step's input, a hook's payloads.
+    pub input: Option<String>,
+    /// The step's output, the last hook payload, the awaited run's status.
+    pub output: Option<String>,
+}
+
+impl Row {
+    /// How long the row took (or has taken, until `now_ms`).
+    pub fn duration_ms(&self, now_ms: u64) -> u64 {
+        self.ended_at_ms
+            .unwrap_or(now_ms)
+            .saturating_sub(self.started_at_ms)
+    }
+}
+
+/// Folds a journal into its rows, in command order.
+pub fn timeline(journal: &[Entry]) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    for entry in journal {
+        let at = entry.at_ms;
+        let open = |command: u32, kind: RowKind, name: &str| Row {
+            command,
+            kind,
+            name: name.into(),
+            step_id: None,
+            run_id: None,
+            status: RowStatus::Open,
+            attempts: 0,
+            started_at_ms: at,
+            ended_at_ms: None,
+            error: None,
+            due_at_ms: None,
+            input: None,
+            output: None,
+        };
+        let row = |rows: &mut Vec<Row>, command: u32| -> Option<usize> {
+            rows.iter().position(|r| r.command == command)
+        };
+        match &entry.fact {
+            Fact::StepScheduled {
+                command,
+                name,
+                input,
+                step_id,
+                ..
+            } => rows.push(Row {
+                step_id: Some(step_id.clone()),
+                input: Some(input.clone()),
+                ..open(*command, RowKind::Step, name)
+            }),
+            Fact::StepAttemptStarted { command, attempt } => {
+                if let Some(i) = row(&mut rows, *command) {
+                    rows[i].attempts = rows[i].attempts.max(*attempt);
+                    rows[i].status = RowStatus::Open;
+                    rows[i].due_at_ms = None;
+                }
+            }
+            Fact::StepAttemptFailed {
+                command,
+                error,
+                retry_at_ms,
+                ..
+            } => {
+                if let Some(i) = row(&mut rows, *command) {
+                    rows[i].status = RowStatus::Retrying;
+                    rows[i].error = Some(error.clone());
+                    rows[i].due_at_ms = Some(*retry_at_ms);
+                }
+            }
+            Fact::StepCompleted { command, output } => {
+                if let Some(i) = row(&mut rows, *command) {
+                    rows[i].status = RowStatus::Completed;
+                    rows[i].output = Some(output.clone());
+                    rows[i].ended_at_ms = Some(at);
+                    rows[i].due_at_ms = None;
+                }
+            }
+            Fact::StepFailed {
+                command,
+                error,
+                attempts,
+                ..
+            } => {
+                if let Some(i) = row(&mut rows, *command) {
+                    rows[i].status = RowStatus::Failed;
+                    rows[i].error = Some(error.clone());
+                    rows[i].attempts = rows[i].attempts.max(*attempts);
+                    rows[i].ended_at_ms = Some(at);
+                    rows[i].due_at_ms = None;
+                }
+            }
+            Fact::TimerScheduled {
+                command,
+                fire_at_ms,
+            } => rows.push(Row {
+                due_at_ms: Some(*fire_at_ms),
+                ..open(*command, RowKind::Timer, "sleep")
+            }),
+            Fact::TimerFired { command } => end(&mut rows, *command, at, None),
+            Fact::PatchMarker { command, change_id } => rows.push(Row {
+                status: RowStatus::Completed,
+                ended_at_ms: Some(at),
+                ..open(*command, RowKind::Patch, change_id)
+            }),
+            Fact::HookCreated { command, token, .. } => {
+                rows.push(open(*command, RowKind::Hook, token))
+            }
+            Fact::HookNext { hook, .. } => {
+                if let Some(i) = row(&mut rows, *hook) {
+                    rows[i].status = RowStatus::Open;
+                }
+            }
+            Fact::HookReceived { command, payload } => {
+                // The payload answers the `HookNext` of `command`, whose
+                // hook is the row.
+                let hook = journal.iter().find_map(|e| match &e.fact {
+                    Fact::HookNext { command: c, hook, .. } if c == command => Some(*hook),
+                    _ => None,
+                });
+                if let Some(i) = hook.and_then(|h| row(&mut rows, h)) {
+                    rows[i].output = Some(payload.clone());
+                    rows[i].attempts += 1;
+                }
+            }
+            Fact::HookForceClaimed {
+                claimed_by_run_id, ..
+            } => {
+                if let Some(last) = rows.iter_mut().rev().find(|r| r.kind == RowKind::Hook) {
+                    last.status = RowStatus::Failed;
+                    last.error = Some(format!("taken over by run {claimed_by_run_id}"));
+                    last.ended_at_ms = Some(at);
+                }
+            }
+            Fact::HookDisposed { hook, .. } => end(&mut rows, *hook, at, None),
+            Fact::RunAwaited { command, run_id } | Fact::RunStatusRead { command, run_id, .. } => {
+                rows.push(Row {
+                    run_id: Some(run_id.clone()),
+                    ..open(*command, RowKind::AwaitRun, run_id)
+                });
+                if let Fact::RunStatusRead { status, .. } = &entry.fact {
+                    end(&mut rows, *command, at, Some(status.clone()));
+                }
+            }
+            Fact::AwaitedRunEnded {
+                command,
+                status,
+                error,
+                ..
+            } => {
+                end(&mut rows, *command, at, Some(status.clone()));
+                if let Some(i) = row(&mut rows, *command) {
+                    rows[i].error = error.clone();
+                }
+            }
+            Fact::WorkflowStarted {
+                command,
+                workflow,
+                input,
+                outcome,
+                ..
+            } => {
+                let mut child = Row {
+                    input: Some(input.clone()),
+                    status: RowStatus::Completed,
+                    ended_at_ms: Some(at),
+                    ..open(*command, RowKind::Child, workflow)
+                };
+                match outcome {
+                    StartOutcome::Started { run_id } => child.run_id = Some(run_id.clone()),
+                    StartOutcome::HookConflict { conflicting_run_id } => {
+                        child.status = RowStatus::Failed;
+                        child.run_id = Some(conflicting_run_id.clone());
+                        child.error = Some("the start token is held by this run".into());
+                    }
+                    StartOutcome::Refused { reason } => {
+                        child.status = RowStatus::Failed;
+                        child.error = Some(reason.clone());
+                    }
+                }
+                rows.push(child);
+            }
+            Fact::RunStarted { .. }
+            | Fact::RunCompleted { .. }
+            | Fact::RunFailed { .. }
+            | Fact::RunCancelled => {}
+        }
+    }
+    rows.sort_by_key(|r| r.command);
+    rows
+}
+
+/// Ends the row of `command` as completed at `at`.
+fn end(rows: &mut [Row], command: u32, at: u64, output: Option<String>) {
+    if let Some(r) = rows.iter_mut().find(|r| r.command == command) {
+        r.status = RowStatus::Completed;
+        r.ended_at_ms = Some(at);
+        if output.is_some() {
+            r.output = output;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(seq: u64, at_ms: u64, fact: Fact) -> Entry {
+        Entry { seq, at_ms, fact }
+    }
+
+    #[test]
+    fn a_retried_step_is_one_row_with_its_attempts_error_and_duration() {
+        let journal = vec![
+            e(0, 100, Fact::RunStarted { workflow: "w".into(), input: "1".into() }),
+            e(1, 101, Fact::StepScheduled {
+                command: 0,
+                name: "charge".into(),
+                input: "{}".into(),
+                step_id: "s-0".into(),
+                digest: "d".into(),
+            }),
+            e(2, 102, Fact::StepAttemptStarted { command: 0, attempt: 1 }),
+            e(3, 110, Fact::StepAttemptFailed {
+                command: 0,
+                attempt: 1,
+                error: "reset".into(),
+                retry_at_ms: 1110,
+            }),
+            e(4, 1110, Fact::StepAttemptStarted { command: 0, attempt: 2 }),
+            e(5, 1120, Fact::StepCompleted { command: 0, output: "\"ok\"".into() }),
+            e(6, 1121, Fact::TimerScheduled { command: 1, fire_at_ms: 2000 }),
+        ];
+        let rows = timeline(&journal);
+        assert_eq!(rows.len(), 2);
+        let step = &rows[0];
+        assert_eq!(step.name, "charge");
+        assert_eq!(step.step_id.as_deref(), Some("s-0"));
+        assert_eq!(step.attempts, 2);
+        assert_eq!(step.status, RowStatus::Completed);
+        assert_eq!(step.error.as_deref(), Some("reset"), "the last failed attempt's error stays");
+        assert_eq!(step.duration_ms(0), 1019);
+        assert_eq!(rows[1].kind, RowKind::Timer);
+        assert_eq!(rows[1].status, RowStatus::Open);
+        assert_eq!(rows[1].due_at_ms, Some(2000));
+        assert_eq!(rows[1].duration_ms(1500), 379, "an open row lasts until now");
+    }
+
+    #[test]
+    fn a_waiting_retry_shows_when_it_is_due() {
+        let journal = vec![
+            e(0, 1, Fact::StepScheduled {
+                command: 0,
+                name: "charge".into(),
+                input: "{}".into(),
+                step_id: "s-0".into(),
+                digest: "d".into(),
+            }),
+            e(1, 2, Fact::StepAttemptStarted { command: 0, attempt: 1 }),
+            e(2, 3, Fact::StepAttemptFailed {
+                command: 0,
+                attempt: 1,
+                error: "503".into(),
+                retry_at_ms: 500,
+            }),
+        ];
+        let rows = timeline(&journal);
+        assert_eq!(rows[0].status, RowStatus::Retrying);
+        assert_eq!(rows[0].due_at_ms, Some(500));
+    }
+
+    #[test]
+    fn hooks_collect_their_payloads_and_children_their_run_ids() {
+        let journal = vec![
+            e(0, 1, Fact::HookCreated {
+                command: 0,
+                token: "approve".into(),
+                force: false,
+                registration: crate::journal::HookRegistration::Registered,
+            }),
+            e(1, 2, Fact::HookNext { command: 1, hook: 0, token: "approve".into(), index: 0 }),
+            e(2, 9, Fact::HookReceived { command: 1, payload: "true".into() }),
+            e(3, 10, Fact::HookDisposed { command: 2, hook: 0 }),
+            e(4, 11, Fact::WorkflowStarted {
+                command: 3,
+                workflow: "child".into(),
+                input: "1".into(),
+                token: None,
+                outcome: StartOutcome::Started { run_id: "r-1".into() },
+            }),
+        ];
+        let rows = timeline(&journal);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].output.as_deref(), Some("true"));
+        assert_eq!(rows[0].status, RowStatus::Completed);
+        assert_eq!(rows[0].ended_at_ms, Some(10));
+        assert_eq!(rows[1].run_id.as_deref(), Some("r-1"));
+    }
+}
