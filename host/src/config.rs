@@ -8,10 +8,11 @@ use std::time::Duration;
 use keel_core::Clock;
 
 use crate::clock::SystemClock;
+use crate::observer::{Observer, Unobserved};
 use crate::sandbox::Grants;
 
 /// How the engine runs guests.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// The sled store's directory, for [`Keel::open_sled`].
     pub db: PathBuf,
@@ -45,6 +46,8 @@ pub struct Config {
     /// The clock of everything the engine decides by time: admission
     /// windows, retention, journal timestamps, timers, the worker, records.
     pub clock: Arc<dyn Clock>,
+    /// Receives the engine's reports (for metrics); ignores them by default.
+    pub observer: Arc<dyn Observer>,
 }
 
 /// The defaults, written once.
@@ -99,6 +102,7 @@ impl Config {
             max_concurrent_runs: defaults::MAX_CONCURRENT_RUNS,
             worker_id: worker_id(),
             clock: Arc::new(SystemClock),
+            observer: Arc::new(Unobserved),
         }
     }
 }

@@ -128,6 +128,18 @@ pub enum Error {
     )]
     JournalWrite { run_id: RunId, reason: String },
 
+    /// No deployment answers a start: the workflow, name or hash is unknown.
+    #[error(transparent)]
+    Deployment(#[from] keel_core::deployment::ResolveError),
+
+    /// A grant given to a deployment is malformed.
+    #[error("invalid grant: {reason}")]
+    InvalidGrant { reason: String },
+
+    /// A run did not end within the time a caller waited for it.
+    #[error("run {run_id} did not end within {waited_ms} ms; it goes on, ask for its result again later")]
+    StillRunning { run_id: RunId, waited_ms: u64 },
+
     #[error(transparent)]
     Store(StoreError),
 
@@ -211,6 +223,12 @@ impl Error {
             Error::StartOutcomeUnknown { .. } => "start_outcome_unknown",
             Error::StoreCapability { .. } => "store_capability",
             Error::Cancelled { .. } => "cancelled",
+            Error::Deployment(keel_core::deployment::ResolveError::UnknownDeployment { .. }) => {
+                "deployment_not_found"
+            }
+            Error::Deployment(_) => "unknown_workflow",
+            Error::InvalidGrant { .. } => "invalid_grant",
+            Error::StillRunning { .. } => "still_running",
             Error::Store(e) => e.kind(),
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
@@ -230,6 +248,7 @@ impl Error {
             | Error::JournalWrite { run_id, .. }
             | Error::StartOutcomeUnknown { run_id, .. }
             | Error::Cancelled { run_id }
+            | Error::StillRunning { run_id, .. }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.to_string())],
             Error::NonDeterminism {
                 run_id, position, ..
@@ -255,6 +274,23 @@ impl Error {
             Error::HookNotFound { token } => vec![("token", token.to_string())],
             Error::UnknownWorkflow { available, .. } => {
                 vec![("available", available.join(","))]
+            }
+            Error::Deployment(e) => {
+                use keel_core::deployment::ResolveError as R;
+                match e {
+                    R::UnknownWorkflow { workflow, .. } => vec![("workflow", workflow.clone())],
+                    R::UnknownDeployment { deployment } => {
+                        vec![("deployment", deployment.clone())]
+                    }
+                    R::NotExported {
+                        deployment,
+                        workflow,
+                        ..
+                    } => vec![
+                        ("deployment", deployment.clone()),
+                        ("workflow", workflow.clone()),
+                    ],
+                }
             }
             _ => Vec::new(),
         }

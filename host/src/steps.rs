@@ -16,11 +16,19 @@ use crate::sandbox::{Grants, GuestLog, HostState, ResumeHooks, StepContext, wit}
 /// What every step attempt of an engine runs with.
 pub(crate) struct StepRunner {
     pub engine: wasmtime::Engine,
+    pub clock: Arc<dyn Clock>,
+    pub observer: Arc<dyn crate::Observer>,
+}
+
+/// What the steps of one component run with: its deployment's grants and
+/// limits (or the engine's, for a component never deployed).
+#[derive(Debug)]
+pub(crate) struct StepSettings {
     pub grants: Grants,
+    /// Linear memory bound of a step instance, in bytes.
     pub max_memory: usize,
     /// How long one attempt may take before it is stopped and retried.
     pub timeout: Duration,
-    pub clock: Arc<dyn Clock>,
 }
 
 /// How one attempt ended.
@@ -78,15 +86,25 @@ fn next(command: u32, retry: &RetryPolicy, attempt: u32, outcome: Attempt, now_m
 impl StepRunner {
     /// Runs `call`'s attempts until the step completes or fails; a storage
     /// failure ends the run's activation.
-    pub async fn run(self: Arc<Self>, call: StepCall, hooks: Arc<dyn ResumeHooks>) {
+    pub async fn run(
+        self: Arc<Self>,
+        call: StepCall,
+        settings: Arc<StepSettings>,
+        hooks: Arc<dyn ResumeHooks>,
+    ) {
         let span = tracing::info_span!("step", run_id = %call.run_id, step_id = %call.step_id, step = %call.name);
         let journal = call.journal.clone();
-        if let Err(e) = self.attempts(&call, hooks).instrument(span).await {
+        if let Err(e) = self.attempts(&call, &settings, hooks).instrument(span).await {
             journal.fail(e.to_string());
         }
     }
 
-    async fn attempts(&self, call: &StepCall, hooks: Arc<dyn ResumeHooks>) -> crate::Result<()> {
+    async fn attempts(
+        &self,
+        call: &StepCall,
+        settings: &StepSettings,
+        hooks: Arc<dyn ResumeHooks>,
+    ) -> crate::Result<()> {
         if let Some(at) = call.not_before_ms {
             let wait = at.saturating_sub(self.clock.now_ms());
             tokio::time::sleep(Duration::from_millis(wait)).await;
@@ -100,7 +118,9 @@ impl StepRunner {
                     attempt,
                 })
                 .await?;
-            let outcome = self.execute(call, attempt, started.at_ms, &hooks).await;
+            let outcome = self
+                .execute(call, settings, attempt, started.at_ms, &hooks)
+                .await;
             match next(
                 call.command,
                 &call.retry,
@@ -109,6 +129,11 @@ impl StepRunner {
                 self.clock.now_ms(),
             ) {
                 Next::Done(fact) => {
+                    let outcome = match fact {
+                        Fact::StepCompleted { .. } => crate::AttemptOutcome::Completed,
+                        _ => crate::AttemptOutcome::Failed,
+                    };
+                    self.observer.step_attempt(&call.name, outcome);
                     // The run's next flush (before its next step attempt, or
                     // its end) makes the result durable before anything
                     // depends on it.
@@ -116,6 +141,8 @@ impl StepRunner {
                     return Ok(());
                 }
                 Next::Retry { fact, delay } => {
+                    self.observer
+                        .step_attempt(&call.name, crate::AttemptOutcome::Retried);
                     tracing::info!(attempt, ?delay, "step attempt failed, retrying");
                     call.journal.append(fact).await?;
                     tokio::time::sleep(delay).await;
@@ -128,6 +155,7 @@ impl StepRunner {
     async fn execute(
         &self,
         call: &StepCall,
+        settings: &StepSettings,
         attempt: u32,
         started_at_ms: u64,
         hooks: &Arc<dyn ResumeHooks>,
@@ -143,7 +171,7 @@ impl StepRunner {
             hooks: hooks.clone(),
         };
         let log = GuestLog::new(&call.run_id);
-        let state = match HostState::step(ctx, &self.grants, log.clone(), self.max_memory) {
+        let state = match HostState::step(ctx, &settings.grants, log.clone(), settings.max_memory) {
             Ok(state) => state,
             Err(e) => return Attempt::Fatal(e.to_string()),
         };
@@ -168,7 +196,7 @@ impl StepRunner {
                 .call_run_step(&mut store, &call.name, &call.input)
                 .await
         };
-        let timeout = self.timeout;
+        let timeout = settings.timeout;
         let Ok(result) = tokio::time::timeout(timeout, run).await else {
             return Attempt::Retryable {
                 message: format!(
@@ -187,7 +215,7 @@ impl StepRunner {
             Err(trap) if crate::component::exceeded_memory(&trap) => Attempt::Retryable {
                 message: format!(
                     "the step went over its memory bound of {} bytes; if it really needs more, raise the `max_memory` bound",
-                    self.max_memory
+                    settings.max_memory
                 ),
                 after: None,
             },

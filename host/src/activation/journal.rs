@@ -35,6 +35,8 @@ pub struct RunJournal {
     flushing: tokio::sync::Mutex<()>,
     pub(super) changed: Notify,
     cancelled: AtomicBool,
+    /// Told how long each flush took.
+    observer: Option<Arc<dyn crate::Observer>>,
 }
 
 struct JournalState {
@@ -88,7 +90,14 @@ impl RunJournal {
             flushing: tokio::sync::Mutex::new(()),
             changed: Notify::new(),
             cancelled: AtomicBool::new(false),
+            observer: None,
         })
+    }
+
+    /// Reports each flush to `observer`.
+    pub fn observed(mut self, observer: Arc<dyn crate::Observer>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, JournalState> {
@@ -166,9 +175,13 @@ impl RunJournal {
         if batch.is_empty() && run.is_none() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         store
             .append(&self.run_id, &batch, run.as_ref(), self.fence.as_ref())
             .await?;
+        if let Some(observer) = &self.observer {
+            observer.journal_flush(batch.len(), started.elapsed());
+        }
         let mut state = self.lock();
         state.durable = state.durable.max(end);
         Ok(())
@@ -191,7 +204,11 @@ impl RunJournal {
             (state.index.entries()[state.durable..].to_vec(), end)
         };
         let now = self.clock.now_ms();
+        let started = std::time::Instant::now();
         let woken = store.end_run(run, &batch, now, self.fence.as_ref()).await?;
+        if let Some(observer) = &self.observer {
+            observer.journal_flush(batch.len(), started.elapsed());
+        }
         let mut state = self.lock();
         state.durable = state.durable.max(end);
         Ok(woken)

@@ -195,6 +195,7 @@ impl Keel {
             }
         }
         tracing::info!(run_id = %run.run_id, workflow, "run admitted");
+        self.inner.config.observer.run_started(workflow);
         self.inner.progress.notify_waiters();
         Ok(run)
     }

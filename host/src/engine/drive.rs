@@ -51,7 +51,10 @@ impl Keel {
     fn journal_of(&self, lease: &Lease, entries: Vec<Entry>) -> Result<RunJournal> {
         let clock = self.inner.config.clock.clone();
         let store = Some(self.store().clone());
-        RunJournal::fenced(store, clock, &lease.run_id, entries, Some(lease.clone()))
+        Ok(
+            RunJournal::fenced(store, clock, &lease.run_id, entries, Some(lease.clone()))?
+                .observed(self.inner.config.observer.clone()),
+        )
     }
 
     /// Takes the run's lease for this worker, or `None` if another worker
@@ -147,6 +150,28 @@ impl Keel {
         Ok(run)
     }
 
+    /// A run's record once it has ended, or as it is when `timeout`
+    /// passes. It never drives the run: a worker (or a caller's `drive`)
+    /// does.
+    pub async fn wait_for_end(&self, run_id: &str, timeout: Duration) -> Result<RunRecord> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Registered before the read, so that an end in between wakes it.
+            let progress = self.inner.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            let run = self.get_run(run_id).await?;
+            let now = tokio::time::Instant::now();
+            if run.status.is_final() || now >= deadline {
+                return Ok(run);
+            }
+            // Runs ended by another process sharing the store wake no one
+            // here: look again every second.
+            let look_again = deadline.min(now + Duration::from_secs(1));
+            let _ = tokio::time::timeout_at(look_again, progress).await;
+        }
+    }
+
     /// The run can make progress now.
     pub(super) async fn is_due(&self, run: &RunRecord) -> Result<bool> {
         Ok(match run.status {
@@ -205,6 +230,7 @@ impl Keel {
         // resumed from now on wakes the run again.
         self.store().take_wakeup(run_id).await?;
         let loaded = self.component_by_hash(&run.component_hash).await?;
+        self.refresh_step_settings(&run.component_hash).await?;
         let entries = self.store().journal(run_id).await?;
         let journal = Arc::new(self.journal_of(lease, entries)?);
         let renewal = self.keep_lease(lease.clone(), journal.clone());
@@ -297,6 +323,12 @@ impl Keel {
         for watcher in journal.end(&run, fact).await? {
             self.poke(&watcher);
         }
+        let lifetime = run.updated_at_ms.saturating_sub(run.created_at_ms);
+        self.inner.config.observer.run_ended(
+            &run.workflow,
+            run.status,
+            Duration::from_millis(lifetime),
+        );
         self.inner.progress.notify_waiters();
         Ok(run)
     }

@@ -25,10 +25,12 @@ use crate::steps::StepRunner;
 use crate::{Error, Result};
 
 mod admission;
+mod deployments;
 mod drive;
 mod worker;
 
 pub use admission::{StartHook, StartOptions};
+pub use deployments::DeploySpec;
 
 use crate::config::Config;
 
@@ -48,7 +50,15 @@ pub(crate) struct Inner {
     last_purge_ms: Mutex<u64>,
     /// The engine is shutting down: it starts no drive.
     stopping: std::sync::atomic::AtomicBool,
+    /// The store's deployments, newest first, until one is deployed.
+    deployments: Mutex<Option<Arc<Vec<keel_core::Deployment>>>>,
+    /// What steps run with, by component hash, as last read from the
+    /// deployment when a run of that component was activated.
+    step_settings: Mutex<HashMap<keel_core::ComponentHash, Arc<crate::steps::StepSettings>>>,
 }
+
+/// How many runs one page of a listing reads at most.
+pub const SCAN_BUDGET: usize = 10_000;
 
 /// Locks a mutex, taking the data of a poisoned one (every critical
 /// section here leaves its data consistent).
@@ -77,10 +87,8 @@ impl Keel {
         let runtime = Runtime::new(config.clone())?;
         let steps = Arc::new(StepRunner {
             engine: runtime.engine.clone(),
-            grants: config.grants.clone(),
-            max_memory: config.max_memory,
-            timeout: config.step_timeout,
             clock: config.clock.clone(),
+            observer: config.observer.clone(),
         });
         let keel = Keel {
             inner: Arc::new(Inner {
@@ -93,6 +101,8 @@ impl Keel {
                 progress: Notify::new(),
                 last_purge_ms: Mutex::default(),
                 stopping: Default::default(),
+                deployments: Mutex::default(),
+                step_settings: Mutex::default(),
             }),
         };
         keel.listen_for_wakes();
@@ -124,8 +134,10 @@ impl Keel {
                         }
                     }
                     Ok(Wake::Admitted) => keel.inner.progress.notify_waiters(),
+                    Ok(Wake::Deployed) => keel.forget_deployments(),
                     // Missed some: every run may have moved.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        keel.forget_deployments();
                         for journal in lock(&keel.inner.live).values() {
                             journal.poke();
                         }
@@ -187,15 +199,22 @@ impl Keel {
     }
 
     /// Loads a component file, stores its bytes (runs are pinned to them)
-    /// and returns it ready to run.
+    /// and returns it ready to run, without deploying it: its steps get
+    /// the engine's [`Config`] grants and limits (see [`Keel::deploy`]).
     pub async fn load(&self, path: impl AsRef<Path>) -> Result<Arc<Loaded>> {
         let path = path.as_ref();
         let bytes = tokio::fs::read(path).await.map_err(|source| Error::Io {
             path: path.into(),
             source,
         })?;
-        let loaded = self.load_bytes(path, &bytes).await?;
-        self.store().put_component(&loaded.hash, &bytes).await?;
+        self.store_component(path, &bytes).await
+    }
+
+    /// Compiles a component, stores its bytes and subscribes its workflows
+    /// to their events.
+    async fn store_component(&self, path: &Path, bytes: &[u8]) -> Result<Arc<Loaded>> {
+        let loaded = self.load_bytes(path, bytes).await?;
+        self.store().put_component(&loaded.hash, bytes).await?;
         for w in &loaded.manifest.workflows {
             for event in &w.on_events {
                 self.store().subscribe(event, &w.name, &loaded.hash).await?;
@@ -226,6 +245,63 @@ impl Keel {
     /// Every run, oldest first.
     pub async fn list_runs(&self) -> Result<Vec<RunRecord>> {
         Ok(self.store().list_runs().await?)
+    }
+
+    /// One page of runs passing `filter`, newest first, starting below the
+    /// cursor `before`. A page ends after `limit` runs, or after scanning
+    /// [`SCAN_BUDGET`] runs (with a cursor to go on from), so that a
+    /// sparse filter never reads the whole store in one call.
+    pub async fn runs_page(
+        &self,
+        filter: &keel_core::RunFilter,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<keel_core::RunPage> {
+        let limit = limit.clamp(1, 1000);
+        let batch = (limit * 2).clamp(64, 512);
+        let mut cursor = before.map(str::to_owned);
+        let mut runs = Vec::new();
+        let mut scanned = 0;
+        loop {
+            let page = self.store().runs_before(cursor.as_deref(), batch).await?;
+            let exhausted = page.len() < batch;
+            for run in page {
+                scanned += 1;
+                cursor = Some(run.run_id.to_string());
+                if !filter.reaches(run.created_at_ms) {
+                    return Ok(keel_core::RunPage {
+                        runs,
+                        next_cursor: None,
+                    });
+                }
+                if filter.matches(&run) {
+                    runs.push(run);
+                    if runs.len() == limit {
+                        return Ok(keel_core::RunPage {
+                            runs,
+                            next_cursor: cursor,
+                        });
+                    }
+                }
+            }
+            if exhausted {
+                return Ok(keel_core::RunPage {
+                    runs,
+                    next_cursor: None,
+                });
+            }
+            if scanned >= SCAN_BUDGET {
+                return Ok(keel_core::RunPage {
+                    runs,
+                    next_cursor: cursor,
+                });
+            }
+        }
+    }
+
+    /// How many runs this process is driving now.
+    pub fn active_runs(&self) -> usize {
+        lock(&self.inner.active).len()
     }
 
     /// A run's journal, in order.
@@ -267,7 +343,10 @@ impl Outside for Keel {
 
     fn spawn_step(&self, step: StepCall) -> Result<JoinHandle<()>> {
         let hooks: Arc<dyn ResumeHooks> = Arc::new(self.clone());
-        Ok(tokio::spawn(self.inner.steps.clone().run(step, hooks)))
+        let settings = self.step_settings(&step.component.hash);
+        Ok(tokio::spawn(
+            self.inner.steps.clone().run(step, settings, hooks),
+        ))
     }
 
     async fn start_child(&self, child: ChildStart) -> Result<StartOutcome> {

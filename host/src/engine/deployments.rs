@@ -1,0 +1,202 @@
+//! Deployments: a component registered once under a name with its steps'
+//! grants and limits; starts that name a workflow (resolved to the latest
+//! deployment exporting it, a name or a pinned hash); and the settings the
+//! steps of a run get from the deployment of the component it is pinned to.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_core::deployment::{self, Target};
+use keel_core::{Deployment, GrantSpec, RunRecord, StepLimits};
+
+use super::{Keel, StartOptions, lock};
+use crate::component::Loaded;
+use crate::sandbox::Grants;
+use crate::steps::StepSettings;
+use crate::{Error, Result};
+
+/// What a deployment records besides its component.
+#[derive(Clone, Debug, Default)]
+pub struct DeploySpec {
+    /// The name starts refer to; default: the file's stem.
+    pub name: Option<String>,
+    pub grants: GrantSpec,
+    pub limits: StepLimits,
+}
+
+impl Keel {
+    /// Deploys a component: stores its bytes by hash, compiles it once,
+    /// subscribes its workflows to their events and records the deployment
+    /// (replacing an earlier deployment of the same bytes). Durable on
+    /// return; every engine sharing the store sees it.
+    pub async fn deploy(
+        &self,
+        origin: &Path,
+        bytes: &[u8],
+        spec: DeploySpec,
+    ) -> Result<(Deployment, Arc<Loaded>)> {
+        for grant in &spec.grants.http {
+            GrantSpec::check_http(grant).map_err(|reason| Error::InvalidGrant { reason })?;
+        }
+        let loaded = self.store_component(origin, bytes).await?;
+        let name = spec.name.unwrap_or_else(|| {
+            origin
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| loaded.hash[..12].to_string())
+        });
+        let deployment = Deployment {
+            name,
+            hash: loaded.hash.clone(),
+            workflows: loaded.manifest.workflows.iter().map(|w| w.name.clone()).collect(),
+            steps: loaded.manifest.steps.iter().map(|s| s.name.clone()).collect(),
+            grants: spec.grants,
+            limits: spec.limits,
+            size_bytes: bytes.len() as u64,
+            deployed_at_ms: self.now_ms(),
+        };
+        self.store().put_deployment(&deployment).await?;
+        self.forget_deployments();
+        tracing::info!(name = %deployment.name, hash = %deployment.hash, "component deployed");
+        Ok((deployment, loaded))
+    }
+
+    /// Deploys the component file at `path`. With `spec` `None`, a
+    /// component deployed before keeps its deployment (name, grants and
+    /// limits) and a new one is deployed with nothing granted.
+    pub async fn deploy_file(
+        &self,
+        path: &Path,
+        spec: Option<DeploySpec>,
+    ) -> Result<(Deployment, Arc<Loaded>)> {
+        let bytes = tokio::fs::read(path).await.map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })?;
+        if spec.is_none() {
+            let hash = crate::component::content_hash(&bytes);
+            if let Some(existing) = self.store().deployment(&hash).await? {
+                let loaded = self.component_by_hash(&hash).await?;
+                return Ok((existing, loaded));
+            }
+        }
+        self.deploy(path, &bytes, spec.unwrap_or_default()).await
+    }
+
+    /// Every deployment, newest first.
+    pub async fn deployments(&self) -> Result<Arc<Vec<Deployment>>> {
+        if let Some(cached) = lock(&self.inner.deployments).clone() {
+            return Ok(cached);
+        }
+        let mut all = self.store().deployments().await?;
+        all.sort_by(|a, b| b.deployed_at_ms.cmp(&a.deployed_at_ms));
+        let all = Arc::new(all);
+        *lock(&self.inner.deployments) = Some(all.clone());
+        Ok(all)
+    }
+
+    /// Drops the cached deployments (another process deployed).
+    pub(super) fn forget_deployments(&self) {
+        *lock(&self.inner.deployments) = None;
+    }
+
+    /// The deployment named `name` (its latest) or with hash (or unique
+    /// 12-character prefix) `name`.
+    pub async fn deployment(&self, name: &str) -> Result<Deployment> {
+        let all = self.deployments().await?;
+        deployment::find(&all, Target::Name(name))
+            .or_else(|| deployment::find(&all, Target::Hash(name)))
+            .cloned()
+            .ok_or_else(|| {
+                deployment::ResolveError::UnknownDeployment {
+                    deployment: name.into(),
+                }
+                .into()
+            })
+    }
+
+    /// Admits a run of `workflow` on the deployment `target` names;
+    /// durable on return.
+    pub async fn start_workflow(
+        &self,
+        workflow: &str,
+        target: Target<'_>,
+        input: &str,
+        options: &StartOptions,
+    ) -> Result<RunRecord> {
+        let all = self.deployments().await?;
+        let resolved = match target {
+            // A name that is a hash pins the component.
+            Target::Name(name) if deployment::find(&all, Target::Name(name)).is_none() => {
+                deployment::resolve(&all, workflow, Target::Hash(name))
+            }
+            target => deployment::resolve(&all, workflow, target),
+        }?;
+        let loaded = self.component_by_hash(&resolved.hash).await?;
+        self.start_with(&loaded, workflow, input, options).await
+    }
+
+    /// What the steps of runs pinned to `hash` run with: their deployment's
+    /// grants and limits, read from the store (so a redeploy reaches the
+    /// next activation), or the engine's own for a component never deployed.
+    pub(super) async fn refresh_step_settings(&self, hash: &str) -> Result<Arc<StepSettings>> {
+        let config = &self.inner.config;
+        let settings = match self.store().deployment(hash).await? {
+            None => StepSettings {
+                grants: config.grants.clone(),
+                max_memory: config.max_memory,
+                timeout: config.step_timeout,
+            },
+            Some(d) => StepSettings {
+                grants: grants_of(&d.grants),
+                max_memory: d
+                    .limits
+                    .max_memory_mib
+                    .map_or(config.max_memory, |mib| (mib as usize) << 20),
+                timeout: d
+                    .limits
+                    .step_timeout_ms
+                    .map_or(config.step_timeout, Duration::from_millis),
+            },
+        };
+        let settings = Arc::new(settings);
+        lock(&self.inner.step_settings).insert(hash.into(), settings.clone());
+        Ok(settings)
+    }
+
+    /// The step settings last read for `hash` (the engine's own if none).
+    pub(super) fn step_settings(&self, hash: &str) -> Arc<StepSettings> {
+        if let Some(settings) = lock(&self.inner.step_settings).get(hash) {
+            return settings.clone();
+        }
+        let config = &self.inner.config;
+        Arc::new(StepSettings {
+            grants: config.grants.clone(),
+            max_memory: config.max_memory,
+            timeout: config.step_timeout,
+        })
+    }
+}
+
+/// A deployment's recorded grants as the sandbox takes them: environment
+/// variables get this process's values (a variable it lacks is left out,
+/// with a warning).
+fn grants_of(spec: &GrantSpec) -> Grants {
+    let env = spec
+        .env
+        .iter()
+        .filter_map(|name| match std::env::var(name) {
+            Ok(value) => Some((name.clone(), value)),
+            Err(_) => {
+                tracing::warn!(name, "a granted environment variable is not set in this worker");
+                None
+            }
+        })
+        .collect();
+    Grants {
+        http: spec.http.clone(),
+        dirs: spec.dirs.iter().map(Into::into).collect(),
+        env,
+    }
+}

@@ -1,0 +1,51 @@
+//! What the engine reports as it works, for metrics: runs admitted and
+//! ended, step attempts and how they ended, journal flushes and how long
+//! they took. The engine calls an [`Observer`]; a front end (the HTTP
+//! server's `/metrics`) implements it. Calls are cheap and never block.
+
+use std::time::Duration;
+
+use keel_core::RunStatus;
+
+/// How a step attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Completed,
+    /// Failed and will be retried.
+    Retried,
+    /// Failed for good (fatal, or out of retries).
+    Failed,
+}
+
+impl AttemptOutcome {
+    /// The outcome in snake case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Completed => "completed",
+            AttemptOutcome::Retried => "retried",
+            AttemptOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// Receives the engine's reports. Every method does nothing by default.
+pub trait Observer: Send + Sync {
+    /// A run of `workflow` was admitted.
+    fn run_started(&self, _workflow: &str) {}
+
+    /// A run of `workflow` ended with `status` after `lifetime` since its
+    /// admission.
+    fn run_ended(&self, _workflow: &str, _status: RunStatus, _lifetime: Duration) {}
+
+    /// An attempt of step `step` ended.
+    fn step_attempt(&self, _step: &str, _outcome: AttemptOutcome) {}
+
+    /// A batch of journal entries was made durable in `elapsed`.
+    fn journal_flush(&self, _entries: usize, _elapsed: Duration) {}
+}
+
+/// The observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct Unobserved;
+
+impl Observer for Unobserved {}
