@@ -9,6 +9,7 @@ use crate::ids::ComponentHash;
 /// A component registered under a name: runs started on it are pinned to
 /// its hash and their steps get its grants and limits.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Deployment {
     /// The name starts refer to (by default the file's stem).
     pub name: String,
@@ -30,6 +31,7 @@ pub struct Deployment {
 
 /// The capabilities granted to a deployment's steps, as recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GrantSpec {
     /// Hosts (`host` or `host:port`) steps may send HTTP requests to.
     pub http: Vec<String>,
@@ -63,6 +65,7 @@ impl GrantSpec {
 
 /// Bounds of a deployment's steps.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StepLimits {
     /// Linear memory bound of a step instance, in MiB.
     pub max_memory_mib: Option<u64>,

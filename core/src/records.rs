@@ -8,6 +8,7 @@ use crate::journal::HookRegistration;
 
 /// A run's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Admitted, not yet executed.
@@ -62,6 +63,7 @@ impl RunStatus {
 
 /// Why a run failed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RunError {
     /// The error's kind in snake case (`guest_trap`, `non_determinism`, ...).
     pub kind: String,
@@ -106,6 +108,7 @@ pub struct EventRecord {
 
 /// What an event did for one subscribed workflow.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EventOutcome {
     pub workflow: String,
     /// The run it started, or the run that already held the key.

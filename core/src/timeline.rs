@@ -8,6 +8,7 @@ use crate::journal::{Entry, Fact, StartOutcome};
 
 /// What a timeline row is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RowKind {
     Step,
@@ -20,6 +21,7 @@ pub enum RowKind {
 
 /// Where a row stands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RowStatus {
     /// Scheduled or running, not ended.
@@ -32,6 +34,7 @@ pub enum RowStatus {
 
 /// One command of the run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Row {
     /// The command's position in the run (the order the workflow issued it).
     pub command: u32,

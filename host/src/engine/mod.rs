@@ -299,6 +299,11 @@ impl Keel {
         }
     }
 
+    /// The runs that have not ended, oldest first.
+    pub async fn live_runs(&self) -> Result<Vec<RunRecord>> {
+        Ok(self.store().live_runs().await?)
+    }
+
     /// How many runs this process is driving now.
     pub fn active_runs(&self) -> usize {
         lock(&self.inner.active).len()

@@ -1,0 +1,264 @@
+// keel console: a page per hash route (#/runs, #/runs/ID, #/hooks,
+// #/events, #/deployments, #/workers), each rendered from the HTTP API.
+// No build step and no dependencies: the server serves this file as is.
+"use strict";
+
+const main = document.getElementById("main");
+let stop = () => {}; // ends the current page's refresh or live stream
+
+// ---- helpers -------------------------------------------------------------
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { credentials: "same-origin", ...options });
+  if (response.status === 401) { location.href = "/login"; throw new Error("sign in first"); }
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(body.error ? `${body.error.kind}: ${body.error.message}` : response.statusText);
+  return body;
+}
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function time(ms) {
+  if (!ms) return "";
+  const d = new Date(ms);
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+function ago(ms) {
+  if (!ms) return "";
+  const s = Math.round((Date.now() - ms) / 1000);
+  if (s < 0) return `in ${duration(-s * 1000)}`;
+  if (s < 5) return "just now";
+  return `${duration(s * 1000)} ago`;
+}
+
+function duration(ms) {
+  if (ms == null) return "";
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+  if (ms < 3600000) return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
+  if (ms < 86400000) return `${Math.floor(ms / 3600000)} h ${Math.round((ms % 3600000) / 60000)} min`;
+  return `${Math.floor(ms / 86400000)} d ${Math.round((ms % 86400000) / 3600000)} h`;
+}
+
+function json(value) {
+  return esc(JSON.stringify(value, null, 2));
+}
+
+function badge(status) {
+  return `<span class="badge ${esc(status)}" data-testid="status">${esc(status)}</span>`;
+}
+
+const ended = (status) => ["completed", "failed", "cancelled"].includes(status);
+
+function toast(message, bad = false) {
+  const t = document.getElementById("toast");
+  t.textContent = message;
+  t.className = bad ? "toast bad" : "toast";
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.hidden = true; }, 4000);
+}
+
+function every(ms, fn) {
+  fn();
+  const id = setInterval(fn, ms);
+  return () => clearInterval(id);
+}
+
+// ---- pages ---------------------------------------------------------------
+
+function runsPage(params) {
+  const status = params.get("status") || "";
+  const search = params.get("search") || "";
+  main.innerHTML = `
+    <h1>Runs</h1>
+    <div class="toolbar">
+      <select id="status" data-testid="status-filter">
+        ${["", "pending", "running", "waiting", "completed", "failed", "cancelled"]
+          .map((s) => `<option value="${s}" ${s === status ? "selected" : ""}>${s || "any status"}</option>`).join("")}
+      </select>
+      <input id="search" type="search" placeholder="Run ID or workflow" value="${esc(search)}" data-testid="search">
+      <span class="muted" id="count"></span>
+    </div>
+    <div id="runs"></div>
+    <div class="toolbar"><button class="plain" id="more" hidden>Older runs</button></div>`;
+  const filters = () => {
+    const q = new URLSearchParams();
+    const s = document.getElementById("status").value;
+    const text = document.getElementById("search").value.trim();
+    if (s) q.set("status", s);
+    if (text) q.set("search", text);
+    return q;
+  };
+  const apply = () => { location.hash = `#/runs?${filters()}`; };
+  document.getElementById("status").onchange = apply;
+  document.getElementById("search").onkeydown = (e) => { if (e.key === "Enter") apply(); };
+  let limit = 50;
+  document.getElementById("more").onclick = () => { limit += 50; refresh(); };
+  const refresh = async () => {
+    const q = filters();
+    q.set("limit", limit);
+    try {
+      const page = await api(`/v1/runs?${q}`);
+      document.getElementById("count").textContent = `${page.runs.length}${page.next_cursor ? "+" : ""} run(s), refreshing live`;
+      document.getElementById("more").hidden = !page.next_cursor;
+      document.getElementById("runs").innerHTML = page.runs.length === 0
+        ? `<div class="card empty">No runs${q.has("status") || q.has("search") ? " match" : " yet"}.</div>`
+        : `<table data-testid="runs-table"><thead><tr><th>Run</th><th>Workflow</th><th>Status</th><th>Started</th><th>Duration</th><th>Result</th></tr></thead><tbody>
+          ${page.runs.map((r) => `<tr data-testid="run-row" data-run-id="${esc(r.run_id)}">
+            <td><a class="mono" href="#/runs/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a></td>
+            <td>${esc(r.workflow)}</td><td>${badge(r.status)}</td>
+            <td title="${time(r.created_at_ms)}">${ago(r.created_at_ms)}</td>
+            <td>${duration((ended(r.status) ? r.updated_at_ms : Date.now()) - r.created_at_ms)}</td>
+            <td class="mono">${r.error ? `<span class="error">${esc(r.error.kind)}</span>` : esc(r.output === null || r.output === undefined ? "" : JSON.stringify(r.output)).slice(0, 80)}</td>
+          </tr>`).join("")}</tbody></table>`;
+    } catch (e) { toast(e.message, true); }
+  };
+  return every(2000, refresh);
+}
+
+function rowStatus(row) {
+  return row.status;
+}
+
+function runPage(runId) {
+  main.innerHTML = `<p class="muted">Loading run…</p>`;
+  let source = null;
+  let pending = false;
+  const render = async () => {
+    if (pending) return;
+    pending = true;
+    try {
+      const d = await api(`/v1/runs/${encodeURIComponent(runId)}/detail`);
+      draw(d);
+    } catch (e) {
+      main.innerHTML = `<div class="card error">${esc(e.message)}</div>`;
+    } finally { pending = false; }
+  };
+  const draw = (d) => {
+    const r = d.run;
+    const end = ended(r.status) ? r.updated_at_ms : d.now_ms;
+    const span = Math.max(1, end - r.created_at_ms);
+    const bar = (row) => {
+      const left = ((row.started_at_ms - r.created_at_ms) / span) * 100;
+      const width = (((row.ended_at_ms ?? end) - row.started_at_ms) / span) * 100;
+      return `<div class="bar"><span class="${esc(row.status)}" style="left:${left.toFixed(2)}%;width:${Math.max(width, 0.5).toFixed(2)}%"></span></div>`;
+    };
+    const hooks = d.timeline.filter((row) => row.kind === "hook");
+    const children = d.timeline.filter((row) => row.kind === "child" || row.kind === "await_run");
+    main.innerHTML = `
+      <div class="toolbar"><a href="#/runs">← Runs</a></div>
+      <h1>${esc(r.workflow)} ${badge(r.status)}</h1>
+      <div class="grid">
+        <div class="card"><dl class="facts">
+          <dt>Run ID</dt><dd class="mono" data-testid="run-id">${esc(r.run_id)}</dd>
+          <dt>Component</dt><dd class="mono" title="${esc(r.component_hash)}">${esc(r.component_hash.slice(0, 16))}…</dd>
+          <dt>Started</dt><dd>${time(r.created_at_ms)} (${ago(r.created_at_ms)})</dd>
+          <dt>${ended(r.status) ? "Ended" : "Updated"}</dt><dd>${time(r.updated_at_ms)}</dd>
+          <dt>Duration</dt><dd>${duration(end - r.created_at_ms)}</dd>
+          ${r.wake_at_ms ? `<dt>Wakes</dt><dd>${time(r.wake_at_ms)} (${ago(r.wake_at_ms)})</dd>` : ""}
+        </dl>
+        ${ended(r.status) ? "" : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}
+        </div>
+        <div class="card"><strong>Input</strong><pre data-testid="input">${json(r.input)}</pre></div>
+        ${r.error ? `<div class="card"><strong class="error">Error · ${esc(r.error.kind)}</strong><pre data-testid="error">${esc(r.error.message)}</pre></div>` : ""}
+        ${r.output !== null && r.output !== undefined ? `<div class="card"><strong>Output</strong><pre data-testid="output">${json(r.output)}</pre></div>` : ""}
+      </div>
+      <h2>Timeline <span class="muted">(${d.timeline.length} command${d.timeline.length === 1 ? "" : "s"})</span></h2>
+      ${d.timeline.length === 0 ? `<div class="card empty">Nothing scheduled yet.</div>` : `
+      <table data-testid="timeline"><thead><tr><th>#</th><th>Kind</th><th>Name</th><th>Step ID / run</th><th>Status</th><th>Attempts</th><th>Started</th><th>Duration</th><th></th><th>Error / retry</th></tr></thead><tbody>
+      ${d.timeline.map((row) => `<tr data-testid="timeline-row" data-kind="${esc(row.kind)}">
+        <td>${row.command}</td><td>${esc(row.kind.replace("_", " "))}</td><td><strong>${esc(row.name)}</strong></td>
+        <td class="mono" data-testid="step-id">${row.step_id ? esc(row.step_id) : row.run_id ? `<a href="#/runs/${encodeURIComponent(row.run_id)}">${esc(row.run_id)}</a>` : ""}</td>
+        <td>${badge(rowStatus(row))}</td><td>${row.kind === "step" ? row.attempts : ""}</td>
+        <td title="${time(row.started_at_ms)}">+${duration(row.started_at_ms - r.created_at_ms)}</td>
+        <td>${duration((row.ended_at_ms ?? end) - row.started_at_ms)}</td>
+        <td>${bar(row)}</td>
+        <td>${row.error ? `<span class="error">${esc(row.error)}</span>` : ""}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
+      </tr>`).join("")}</tbody></table>`}
+      ${hooks.length ? `<h2>Hooks</h2><table><thead><tr><th>Token</th><th>Status</th><th>Payloads</th><th>Last payload</th></tr></thead><tbody>
+        ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status)}</td><td>${h.attempts}</td><td class="mono">${esc(h.output ?? "")}</td></tr>`).join("")}</tbody></table>` : ""}
+      ${children.length ? `<h2>Other runs</h2><table><thead><tr><th>Workflow / run</th><th>Run</th><th>Status</th></tr></thead><tbody>
+        ${children.map((c) => `<tr><td>${esc(c.name)}</td><td class="mono">${c.run_id ? `<a href="#/runs/${encodeURIComponent(c.run_id)}">${esc(c.run_id)}</a>` : ""}</td><td>${badge(c.status)}${c.error ? ` <span class="error">${esc(c.error)}</span>` : ""}</td></tr>`).join("")}</tbody></table>` : ""}
+      <details data-testid="journal"><summary>Raw journal (${d.journal.length} entries)</summary>
+        <table><thead><tr><th>Seq</th><th>Time</th><th>Kind</th><th>Fields</th></tr></thead><tbody>
+        ${d.journal.map((e) => { const { seq, at_ms, kind, ...rest } = e; return `<tr><td>${seq}</td><td>${time(at_ms)}</td><td>${esc(kind)}</td><td class="mono">${esc(JSON.stringify(rest))}</td></tr>`; }).join("")}
+        </tbody></table></details>`;
+    const cancel = document.getElementById("cancel");
+    if (cancel) cancel.onclick = async () => {
+      if (!confirm(`Cancel run ${r.run_id}?`)) return;
+      try {
+        await api(`/v1/runs/${encodeURIComponent(r.run_id)}/cancel`, { method: "POST" });
+        toast("Run cancelled");
+        render();
+      } catch (e) { toast(e.message, true); }
+    };
+  };
+  render();
+  // Live: every update of the run redraws it.
+  source = new EventSource(`/v1/runs/${encodeURIComponent(runId)}/events`);
+  source.addEventListener("entry", () => render());
+  source.addEventListener("run", () => render());
+  source.onerror = () => { if (source.readyState === EventSource.CLOSED) source = null; };
+  const clock = setInterval(() => { if (!pending) render(); }, 5000);
+  return () => { if (source) source.close(); clearInterval(clock); };
+}
+
+function tablePage(title, path, pick, columns, row, empty) {
+  main.innerHTML = `<h1>${title}</h1><div id="list"><p class="muted">Loading…</p></div>`;
+  return every(3000, async () => {
+    try {
+      const items = pick(await api(path));
+      document.getElementById("list").innerHTML = items.length === 0
+        ? `<div class="card empty">${empty}</div>`
+        : `<table data-testid="${title.toLowerCase()}-table"><thead><tr>${columns.map((c) => `<th>${c}</th>`).join("")}</tr></thead><tbody>${items.map(row).join("")}</tbody></table>`;
+    } catch (e) { toast(e.message, true); }
+  });
+}
+
+const runLink = (id) => id ? `<a class="mono" href="#/runs/${encodeURIComponent(id)}">${esc(id)}</a>` : "";
+
+const pages = {
+  hooks: () => tablePage("Hooks", "/v1/hooks", (b) => b.hooks,
+    ["Token", "Run", "Kind", "Active", "Payloads", "Created", "Retained until", "Metadata"],
+    (h) => `<tr><td class="mono">${esc(h.token)}</td><td>${runLink(h.run_id)}</td><td>${h.command === null || h.command === undefined ? "start token" : `command ${h.command}`}</td>
+      <td>${h.active ? "yes" : "no"}</td><td>${h.payloads}</td><td title="${time(h.created_at_ms)}">${ago(h.created_at_ms)}</td>
+      <td>${h.retain_until_ms ? time(h.retain_until_ms) : ""}</td><td class="mono">${h.metadata === null || h.metadata === undefined ? "" : esc(JSON.stringify(h.metadata))}</td></tr>`,
+    "No token is held."),
+  events: () => tablePage("Events", "/v1/events", (b) => b.events,
+    ["Key", "At", "Payload", "Runs"],
+    (e) => `<tr><td class="mono">${esc(e.key)}</td><td title="${time(e.at_ms)}">${ago(e.at_ms)}</td><td class="mono">${esc(JSON.stringify(e.payload))}</td>
+      <td>${e.outcomes.map((o) => `${esc(o.workflow)}: ${o.run_id ? runLink(o.run_id) : ""}${o.deduplicated ? " (deduplicated)" : ""}${o.error ? ` <span class="error">${esc(o.error)}</span>` : ""}`).join("<br>")}</td></tr>`,
+    "No event was pushed."),
+  deployments: () => tablePage("Deployments", "/v1/deployments", (b) => b.deployments,
+    ["Name", "Hash", "Workflows", "Steps", "Grants", "Limits", "Size", "Deployed"],
+    (d) => `<tr><td><strong>${esc(d.name)}</strong></td><td class="mono" title="${esc(d.hash)}">${esc(d.hash.slice(0, 16))}…</td>
+      <td>${d.workflows.map(esc).join("<br>")}</td><td>${d.steps.map(esc).join("<br>")}</td>
+      <td class="mono">${[...d.grants.http.map((h) => `http ${h}`), ...d.grants.dirs.map((x) => `dir ${x}`), ...d.grants.env.map((x) => `env ${x}`)].map(esc).join("<br>") || '<span class="muted">none</span>'}</td>
+      <td>${d.limits.max_memory_mib ? `${d.limits.max_memory_mib} MiB` : ""} ${d.limits.step_timeout_ms ? `${duration(d.limits.step_timeout_ms)} / attempt` : ""}</td>
+      <td>${(d.size_bytes / 1024).toFixed(0)} KiB</td><td title="${time(d.deployed_at_ms)}">${ago(d.deployed_at_ms)}</td></tr>`,
+    "Nothing is deployed. Deploy with <code>keel deploy COMPONENT.wasm</code>."),
+  workers: () => tablePage("Workers", "/v1/workers", (b) => b.workers,
+    ["Worker", "Host", "PID", "Started", "Last heartbeat", "Runs held"],
+    (w) => `<tr><td class="mono">${esc(w.worker_id)}</td><td>${esc(w.host)}</td><td>${w.pid}</td><td>${ago(w.started_at_ms)}</td><td>${ago(w.heartbeat_at_ms)}</td><td>${w.runs}</td></tr>`,
+    "No worker announced itself."),
+};
+
+function route() {
+  stop();
+  const [path, query] = (location.hash.slice(1) || "/runs").split("?");
+  const parts = path.split("/").filter(Boolean);
+  const params = new URLSearchParams(query || "");
+  document.querySelectorAll("[data-nav]").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]));
+  if (parts[0] === "runs" && parts[1]) stop = runPage(decodeURIComponent(parts.slice(1).join("/")));
+  else if (pages[parts[0]]) stop = pages[parts[0]]();
+  else stop = runsPage(params);
+}
+
+window.addEventListener("hashchange", route);
+api("/healthz").then((h) => { document.getElementById("store").textContent = `${h.store} · keel ${h.version}`; }).catch(() => {});
+route();

@@ -1,0 +1,149 @@
+//! keel-server: the HTTP/JSON API and the web console a keel worker
+//! serves. The router ([`router`]) maps endpoints to handlers over a
+//! [`Keel`]; [`serve`] binds it, refusing an address beyond loopback
+//! without a token. Layers: auth ([`auth`]), body limits, timeouts,
+//! compression and request tracing from tower-http.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use keel_host::Keel;
+use tower_http::compression::CompressionLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+pub mod auth;
+mod console;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+mod routes;
+pub mod wire;
+
+pub use auth::Auth;
+pub use metrics::Metrics;
+pub use routes::MAX_WAIT;
+
+/// The largest JSON body (inputs, payloads) a request may carry.
+pub const MAX_BODY: usize = 1 << 20;
+/// The largest component a deployment may upload.
+pub const MAX_COMPONENT: usize = 64 << 20;
+
+/// How the server listens.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub addr: SocketAddr,
+    /// The API token; required unless `addr` is a loopback address.
+    pub token: Option<String>,
+}
+
+/// Why the server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Binding beyond loopback without a token.
+    #[error(
+        "refusing to serve on {addr} without an API token: anyone who can reach it could start and cancel runs. Set a token, or bind a loopback address"
+    )]
+    TokenRequired { addr: SocketAddr },
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the server stopped: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The API and console over `keel`, reporting to `metrics` (which should
+/// also be the engine's observer).
+pub fn router(keel: Keel, metrics: Arc<Metrics>, auth: Auth) -> Router {
+    let state = routes::AppState {
+        keel,
+        metrics,
+        auth: auth.clone(),
+    };
+    let api = Router::new()
+        .route("/healthz", get(routes::health))
+        .route("/metrics", get(routes::metrics))
+        .route("/openapi.json", get(console::openapi))
+        .route(
+            "/v1/deployments",
+            get(routes::deployments)
+                .post(routes::deploy)
+                .layer(DefaultBodyLimit::max(MAX_COMPONENT)),
+        )
+        .route("/v1/deployments/{name}", get(routes::deployment))
+        .route("/v1/workflows/{workflow}/runs", post(routes::start))
+        .route("/v1/runs", get(routes::list_runs))
+        .route("/v1/runs/{run_id}", get(routes::get_run))
+        .route("/v1/runs/{run_id}/detail", get(routes::run_detail))
+        .route("/v1/runs/{run_id}/journal", get(routes::journal))
+        .route("/v1/runs/{run_id}/result", get(routes::result))
+        .route("/v1/runs/{run_id}/cancel", post(routes::cancel))
+        .route("/v1/runs/{run_id}/events", get(routes::run_events))
+        .route("/v1/hooks", get(routes::list_hooks))
+        .route("/v1/hooks/{token}", get(routes::get_hook))
+        .route("/v1/hooks/{token}/resume", post(routes::resume))
+        .route("/v1/events", get(routes::list_events))
+        .route("/v1/events/{key}", post(routes::push_event))
+        .route("/v1/workers", get(routes::workers))
+        .merge(console::routes())
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(console::method_not_allowed)
+        .with_state(state);
+    api.layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            auth,
+            auth::require_token,
+        ))
+        .layer(CompressionLayer::new())
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            MAX_WAIT + Duration::from_secs(15),
+        ))
+        .layer(TraceLayer::new_for_http())
+}
+
+/// Checks that `config` may be served: beyond loopback, a token is needed.
+pub fn check(config: &ServerConfig) -> Result<(), ServeError> {
+    if !config.addr.ip().is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
+        return Err(ServeError::TokenRequired { addr: config.addr });
+    }
+    Ok(())
+}
+
+/// Binds `config.addr`; the listener and the address it got (port 0
+/// picks a free port).
+pub async fn bind(
+    config: &ServerConfig,
+) -> Result<(tokio::net::TcpListener, SocketAddr), ServeError> {
+    check(config)?;
+    let listener = tokio::net::TcpListener::bind(config.addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.addr,
+            source,
+        })?;
+    let addr = listener.local_addr()?;
+    Ok((listener, addr))
+}
+
+/// Serves the API on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    keel: Keel,
+    metrics: Arc<Metrics>,
+    token: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let app = router(keel, metrics, Auth::new(token.as_deref()));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! `/metrics`: the engine's reports ([`Observer`]) counted in Prometheus
+//! metrics, and gauges read when scraped (runs driven here, live runs by
+//! status), in the Prometheus text format.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use keel_core::RunStatus;
+use keel_host::{AttemptOutcome, Keel, Observer};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkflowLabel {
+    workflow: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndLabels {
+    workflow: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    step: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+/// The metrics one server exports.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    started: Family<WorkflowLabel, Counter>,
+    ended: Family<EndLabels, Counter>,
+    attempts: Family<AttemptLabels, Counter>,
+    flush: Histogram,
+    run_seconds: Histogram,
+    active: Gauge,
+    live: Family<StatusLabel, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("keel");
+        let started = Family::<WorkflowLabel, Counter>::default();
+        registry.register("runs_started", "Runs admitted", started.clone());
+        let ended = Family::<EndLabels, Counter>::default();
+        registry.register("runs_ended", "Runs ended, by status", ended.clone());
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "step_attempts",
+            "Step attempts, by how they ended (completed, retried, failed)",
+            attempts.clone(),
+        );
+        let flush = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "journal_flush_seconds",
+            "Time to make a batch of journal entries durable",
+            flush.clone(),
+        );
+        let run_seconds = Histogram::new(exponential_buckets(0.001, 4.0, 12));
+        registry.register(
+            "run_duration_seconds",
+            "Time from a run's admission to its end",
+            run_seconds.clone(),
+        );
+        let active = Gauge::default();
+        registry.register(
+            "runs_active",
+            "Runs this process is driving now",
+            active.clone(),
+        );
+        let live = Family::<StatusLabel, Gauge>::default();
+        registry.register(
+            "runs_live",
+            "Runs that have not ended, by status (pending, running, waiting)",
+            live.clone(),
+        );
+        Metrics {
+            registry: Mutex::new(registry),
+            started,
+            ended,
+            attempts,
+            flush,
+            run_seconds,
+            active,
+            live,
+        }
+    }
+}
+
+impl Metrics {
+    /// The metrics in the Prometheus text format, with gauges read now.
+    pub async fn render(&self, keel: &Keel) -> keel_host::Result<String> {
+        self.active.set(keel.active_runs() as i64);
+        let live = keel.live_runs().await?;
+        for status in [RunStatus::Pending, RunStatus::Running, RunStatus::Waiting] {
+            let count = live.iter().filter(|r| r.status == status).count();
+            self.live
+                .get_or_create(&StatusLabel {
+                    status: status.as_str().into(),
+                })
+                .set(count as i64);
+        }
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .expect("writing to a String never fails");
+        Ok(out)
+    }
+}
+
+impl Observer for Metrics {
+    fn run_started(&self, workflow: &str) {
+        self.started
+            .get_or_create(&WorkflowLabel {
+                workflow: workflow.into(),
+            })
+            .inc();
+    }
+
+    fn run_ended(&self, workflow: &str, status: RunStatus, lifetime: Duration) {
+        self.ended
+            .get_or_create(&EndLabels {
+                workflow: workflow.into(),
+                status: status.as_str().into(),
+            })
+            .inc();
+        self.run_seconds.observe(lifetime.as_secs_f64());
+    }
+
+    fn step_attempt(&self, step: &str, outcome: AttemptOutcome) {
+        self.attempts
+            .get_or_create(&AttemptLabels {
+                step: step.into(),
+                outcome: outcome.as_str().into(),
+            })
+            .inc();
+    }
+
+    fn journal_flush(&self, _entries: usize, elapsed: Duration) {
+        self.flush.observe(elapsed.as_secs_f64());
+    }
+}

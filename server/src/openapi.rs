@@ -1,0 +1,182 @@
+//! `/openapi.json`: the OpenAPI 3.1 document of every endpoint, with
+//! the bodies' JSON Schemas generated from the types the handlers
+//! serialize (so the two cannot drift apart).
+
+use schemars::JsonSchema;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use serde_json::{Value, json};
+
+use crate::wire::*;
+
+/// A response: status, description and body schema.
+type Responses<'a> = &'a [(&'a str, &'a str, Option<&'a Value>)];
+
+/// The document describing this server's API.
+pub fn document() -> Value {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = "#/components/schemas/".into();
+    let mut g = SchemaGenerator::new(settings);
+    let run = of::<RunView>(&mut g);
+    let runs = of::<RunList>(&mut g);
+    let detail = of::<RunDetail>(&mut g);
+    let journal = of::<Vec<JournalEntry>>(&mut g);
+    let start = of::<StartRequest>(&mut g);
+    let hook = of::<HookView>(&mut g);
+    let hooks = of::<HookList>(&mut g);
+    let event = of::<EventView>(&mut g);
+    let events = of::<EventList>(&mut g);
+    let push = of::<PushEventRequest>(&mut g);
+    let deployment = of::<keel_core::Deployment>(&mut g);
+    let deployments = of::<DeploymentList>(&mut g);
+    let workers = of::<WorkerList>(&mut g);
+    let health = of::<Health>(&mut g);
+    let error = of::<ErrorBody>(&mut g);
+    let any = json!({});
+    let schemas = Value::Object(g.take_definitions(true));
+
+    let path_param = |name: &str, what: &str| {
+        json!({"name": name, "in": "path", "required": true, "description": what, "schema": {"type": "string", "minLength": 1}})
+    };
+    let query = |name: &str, what: &str, schema: Value| {
+        json!({"name": name, "in": "query", "required": false, "description": what, "schema": schema})
+    };
+    let wait = query(
+        "wait_ms",
+        "Wait up to this many milliseconds (at most 60000) for the run to end",
+        json!({"type": "integer", "minimum": 0, "maximum": 60000}),
+    );
+    let op = |summary: &str, params: Vec<Value>, body: Option<(&str, &Value)>, ok: Responses, errors: &[&str]| {
+        let mut responses = serde_json::Map::new();
+        for (status, description, schema) in ok {
+            let mut response = json!({"description": description});
+            if let Some(schema) = schema {
+                response["content"] = json!({"application/json": {"schema": schema}});
+            }
+            responses.insert(status.to_string(), response);
+        }
+        for status in errors.iter().chain(&["401"]) {
+            responses.insert(
+                status.to_string(),
+                json!({"description": reason(status), "content": {"application/json": {"schema": error}}}),
+            );
+        }
+        responses.insert(
+            "default".into(),
+            json!({"description": "An error", "content": {"application/json": {"schema": error}}}),
+        );
+        let mut operation = json!({"summary": summary, "parameters": params, "responses": responses});
+        if let Some((content_type, schema)) = body {
+            operation["requestBody"] =
+                json!({"required": false, "content": {content_type: {"schema": schema}}});
+        }
+        operation
+    };
+    let run_id = || path_param("run_id", "The run's ID");
+    let token = || path_param("token", "The hook's token");
+
+    let paths = json!({
+        "/healthz": {"get": op("Whether the server and its store answer", vec![], None,
+            &[("200", "Healthy", Some(&health))], &["503"])},
+        "/metrics": {"get": {
+            "summary": "Prometheus metrics: runs started and ended, step attempts, journal flush latency, live runs",
+            "responses": {
+                "200": {"description": "Metrics in the Prometheus text format", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}},
+                "401": {"description": reason("401"), "content": {"application/json": {"schema": error}}},
+                "default": {"description": "An error", "content": {"application/json": {"schema": error}}}
+            }}},
+        "/v1/deployments": {
+            "get": op("Every deployment, newest first", vec![], None,
+                &[("200", "The deployments", Some(&deployments))], &["503"]),
+            "post": op("Deploy a component: the body is its bytes", vec![
+                    query("name", "The name to deploy under (default: a prefix of its hash)", json!({"type": "string"})),
+                    query("allow_http", "A host (`host` or `host:port`) its steps may reach over HTTP (repeatable)", json!({"type": "string"})),
+                    query("allow_dir", "A host directory preopened for its steps (repeatable)", json!({"type": "string"})),
+                    query("allow_env", "An environment variable passed to its steps (repeatable)", json!({"type": "string"})),
+                    query("max_memory_mib", "Memory bound of a step instance, MiB", json!({"type": "integer", "minimum": 0})),
+                    query("step_timeout_ms", "How long one step attempt may take, ms", json!({"type": "integer", "minimum": 0})),
+                ], Some(("application/wasm", &json!({"type": "string", "contentMediaType": "application/wasm"}))),
+                &[("201", "Deployed", Some(&deployment))], &["400", "413", "503"]),
+        },
+        "/v1/deployments/{name}": {"get": op("A deployment, by name (its latest) or component hash",
+            vec![path_param("name", "A deployment name or component hash")], None,
+            &[("200", "The deployment", Some(&deployment))], &["404", "503"])},
+        "/v1/workflows/{workflow}/runs": {"post": op("Start a run of a workflow (and optionally wait for its end)",
+            vec![path_param("workflow", "The workflow's name")], Some(("application/json", &start)),
+            &[("201", "The run, admitted (ended if it did within wait_ms)", Some(&run))],
+            &["400", "404", "409", "413", "503"])},
+        "/v1/runs": {"get": op("Runs, newest first, filtered and paged", vec![
+                query("status", "Only runs with these statuses (comma-separated or repeated)", json!({"type": "string"})),
+                query("workflow", "Only runs of this workflow", json!({"type": "string"})),
+                query("since_ms", "Only runs created at or after this time (ms since the epoch)", json!({"type": "integer", "minimum": 0})),
+                query("until_ms", "Only runs created before this time", json!({"type": "integer", "minimum": 0})),
+                query("search", "Only runs whose ID or workflow contains this text", json!({"type": "string"})),
+                query("limit", "Runs per page (1-1000, default 50)", json!({"type": "integer", "minimum": 0})),
+                query("cursor", "The next_cursor of the previous page", json!({"type": "string"})),
+            ], None, &[("200", "A page of runs", Some(&runs))], &["400", "503"])},
+        "/v1/runs/{run_id}": {"get": op("A run", vec![run_id()], None,
+            &[("200", "The run", Some(&run))], &["404", "503"])},
+        "/v1/runs/{run_id}/detail": {"get": op("A run with its timeline and journal", vec![run_id()], None,
+            &[("200", "The run, its timeline and journal", Some(&detail))], &["404", "503"])},
+        "/v1/runs/{run_id}/journal": {"get": op("A run's journal", vec![run_id()], None,
+            &[("200", "The journal entries, in order", Some(&journal))], &["404", "503"])},
+        "/v1/runs/{run_id}/result": {"get": op("A run's result, waiting for its end (long poll)", vec![run_id(), wait.clone()], None,
+            &[("200", "The run has ended", Some(&run)), ("202", "The run has not ended within the wait", Some(&run))],
+            &["400", "404", "503"])},
+        "/v1/runs/{run_id}/cancel": {"post": op("Cancel a run", vec![run_id()], None,
+            &[("200", "The run, cancelled (or as it ended before)", Some(&run))], &["404", "503"])},
+        "/v1/runs/{run_id}/events": {"get": {
+            "summary": "Live updates of a run as server-sent events: `entry` per journal entry, `run` per change of its record; ends after the run ends",
+            "parameters": [run_id()],
+            "responses": {
+                "200": {"description": "An event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                "401": {"description": reason("401"), "content": {"application/json": {"schema": error}}},
+                "404": {"description": reason("404"), "content": {"application/json": {"schema": error}}},
+                "default": {"description": "An error", "content": {"application/json": {"schema": error}}}
+            }}},
+        "/v1/hooks": {"get": op("Every token held now", vec![], None,
+            &[("200", "The hooks", Some(&hooks))], &["503"])},
+        "/v1/hooks/{token}": {"get": op("The hook holding a token", vec![token()], None,
+            &[("200", "The hook", Some(&hook))], &["404", "503"])},
+        "/v1/hooks/{token}/resume": {"post": op("Deliver a payload (the body, any JSON) to the active hook holding a token",
+            vec![token(), wait], Some(("application/json", &any)),
+            &[("200", "The hook's run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "413", "503"])},
+        "/v1/events": {"get": op("Every ingested event, newest first", vec![], None,
+            &[("200", "The events", Some(&events))], &["503"])},
+        "/v1/events/{key}": {"post": op("Push an event: start every workflow subscribed to its key",
+            vec![path_param("key", "The event's key")], Some(("application/json", &push)),
+            &[("201", "The event and the runs it started", Some(&event))], &["400", "413", "503"])},
+        "/v1/workers": {"get": op("The workers sharing the store", vec![], None,
+            &[("200", "The workers", Some(&workers))], &["503"])},
+    });
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "keel",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Start durable workflow runs, follow them, resume their hooks and push events. With a token configured, send it as `Authorization: Bearer TOKEN`. Errors are `{\"error\": {\"kind\", \"message\", \"ids\"}}`."
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}
+        },
+        "security": [{}, {"bearer": []}]
+    })
+}
+
+/// A reference to `T`'s schema, adding it to the generator's definitions.
+fn of<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
+    g.subschema_for::<T>().to_value()
+}
+
+fn reason(status: &str) -> &'static str {
+    match status {
+        "400" => "The request is malformed (kind `invalid_request`, `invalid_input`, ...)",
+        "401" => "A token is required and was missing or wrong (kind `unauthorized`)",
+        "404" => "No such run, hook, workflow or deployment",
+        "409" => "Refused: `hook_conflict` or `idempotency_collision`, naming the run that holds the token or key",
+        "413" => "The body is too large (kind `payload_too_large`)",
+        "503" => "The store is unavailable",
+        _ => "An error",
+    }
+}

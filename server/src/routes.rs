@@ -1,0 +1,478 @@
+//! The API's handlers: deployments, runs (start, get, result with wait,
+//! cancel, list, journal, live updates), hooks, events, workers, health and
+//! metrics. Each parses its input itself, so that every refusal is a JSON
+//! error naming the problem.
+
+use std::convert::Infallible;
+use std::path::Path as FsPath;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use keel_core::deployment::Target;
+use keel_core::timeline::timeline;
+use keel_core::{Deployment, GrantSpec, RunFilter, RunRecord, RunStatus, StepLimits};
+use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
+use serde::de::DeserializeOwned;
+
+use crate::error::{ApiError, ApiResult};
+use crate::metrics::Metrics;
+use crate::wire::*;
+
+/// The longest a request waits for a run's end.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// What every handler reaches.
+#[derive(Clone)]
+pub struct AppState {
+    pub keel: Keel,
+    pub metrics: Arc<Metrics>,
+    pub auth: crate::auth::Auth,
+}
+
+/// A query string's pairs.
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(raw: Option<String>) -> Query {
+        Query(
+            form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+
+    fn all(&self, name: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    fn one(&self, name: &str) -> Option<String> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    fn number(&self, name: &str) -> ApiResult<Option<u64>> {
+        self.one(name)
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    ApiError::invalid(format!(
+                        "query parameter `{name}` must be a non-negative integer, not `{v}`"
+                    ))
+                })
+            })
+            .transpose()
+    }
+}
+
+/// A JSON body as `T`; an empty body is `T::default()`.
+fn json_body<T: DeserializeOwned + Default>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+    let body = bytes(body)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("the request body is not the JSON expected: {e}")))
+}
+
+/// A body, or the reason it could not be read (413 when it is too large).
+fn bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+    body.map_err(|rejection| {
+        let status = rejection.status();
+        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "payload_too_large"
+        } else {
+            "invalid_request"
+        };
+        ApiError::new(status, kind, rejection.body_text())
+    })
+}
+
+/// `GET /healthz`.
+pub async fn health(State(s): State<AppState>) -> ApiResult<Json<Health>> {
+    s.keel.runs_page(&RunFilter::default(), None, 1).await?;
+    Ok(Json(Health {
+        status: "ok".into(),
+        store: s.keel.location(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    }))
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
+    let text = s.metrics.render(&s.keel).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+/// `POST /v1/deployments`: the component's bytes as the body; name,
+/// grants and limits in the query.
+pub async fn deploy(
+    State(s): State<AppState>,
+    RawQuery(raw): RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<(StatusCode, Json<Deployment>)> {
+    let q = Query::parse(raw);
+    let body = bytes(body)?;
+    if body.is_empty() {
+        return Err(ApiError::invalid(
+            "the body must be the component's bytes (a `.wasm` built for wasm32-wasip2)",
+        ));
+    }
+    let spec = DeploySpec {
+        name: q.one("name").filter(|n| !n.is_empty()),
+        grants: GrantSpec {
+            http: q.all("allow_http"),
+            dirs: q.all("allow_dir"),
+            env: q.all("allow_env"),
+        },
+        limits: StepLimits {
+            max_memory_mib: q.number("max_memory_mib")?,
+            step_timeout_ms: q.number("step_timeout_ms")?,
+        },
+    };
+    let origin = FsPath::new("<uploaded component>");
+    let (deployment, _) = s.keel.deploy(origin, &body, spec).await?;
+    Ok((StatusCode::CREATED, Json(deployment)))
+}
+
+/// `GET /v1/deployments`.
+pub async fn deployments(State(s): State<AppState>) -> ApiResult<Json<DeploymentList>> {
+    Ok(Json(DeploymentList {
+        deployments: s.keel.deployments().await?.as_ref().clone(),
+    }))
+}
+
+/// `GET /v1/deployments/{name}`: by name (its latest) or hash.
+pub async fn deployment(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Deployment>> {
+    Ok(Json(s.keel.deployment(&name).await?))
+}
+
+/// `POST /v1/workflows/{workflow}/runs`.
+pub async fn start(
+    State(s): State<AppState>,
+    Path(workflow): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let request: StartRequest = json_body(body)?;
+    if request.token.is_none() && (request.retention_ms.is_some() || request.token_metadata.is_some()) {
+        return Err(ApiError::invalid(
+            "`retention_ms` and `token_metadata` belong to a start token: pass `token` too",
+        ));
+    }
+    let options = StartOptions {
+        additional_metadata: request.additional_metadata,
+        hook: request.token.map(|token| StartHook {
+            token,
+            min_retention: request.retention_ms.map(Duration::from_millis),
+            metadata: request.token_metadata,
+        }),
+    };
+    let target = match &request.deployment {
+        Some(name) => Target::Name(name),
+        None => Target::Latest,
+    };
+    let input = request.input.to_string();
+    let run = s
+        .keel
+        .start_workflow(&workflow, target, &input, &options)
+        .await?;
+    let run = drive_and_wait(&s.keel, run, request.wait_ms.unwrap_or(0)).await?;
+    Ok((StatusCode::CREATED, Json(RunView::from(&run))))
+}
+
+/// Drives `run` in the background (it goes on if the client leaves) and
+/// waits up to `wait_ms` for it to end; returns its record as it then is.
+async fn drive_and_wait(keel: &Keel, run: RunRecord, wait_ms: u64) -> ApiResult<RunRecord> {
+    let run_id = run.run_id.clone();
+    let drive = {
+        let (keel, run_id) = (keel.clone(), run_id.clone());
+        tokio::spawn(async move { keel.drive(&run_id).await })
+    };
+    if wait_ms == 0 {
+        return Ok(run);
+    }
+    let wait = Duration::from_millis(wait_ms).min(MAX_WAIT);
+    let deadline = tokio::time::Instant::now() + wait;
+    let driven = match tokio::time::timeout_at(deadline, drive).await {
+        Ok(Ok(Ok(run))) => run,
+        Ok(Ok(Err(e))) => return Err(e.into()),
+        Ok(Err(join)) => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("driving run {run_id} stopped: {join}"),
+            ));
+        }
+        Err(_) => keel.get_run(&run_id).await?,
+    };
+    if driven.status.is_final() {
+        return Ok(driven);
+    }
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    Ok(keel.wait_for_end(&run_id, left).await?)
+}
+
+/// `GET /v1/runs`: filters `status` (repeatable or comma-separated),
+/// `workflow`, `since_ms`, `until_ms`, `search`; `limit` and `cursor`.
+pub async fn list_runs(
+    State(s): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<RunList>> {
+    let q = Query::parse(raw);
+    let mut statuses = Vec::new();
+    for status in q.all("status").iter().flat_map(|s| s.split(',')) {
+        let status = status.trim();
+        if status.is_empty() {
+            continue;
+        }
+        statuses.push(RunStatus::parse(status).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "`{status}` is not a run status; use pending, running, waiting, completed, failed or cancelled"
+            ))
+        })?);
+    }
+    let filter = RunFilter {
+        statuses,
+        workflow: q.one("workflow").filter(|w| !w.is_empty()),
+        since_ms: q.number("since_ms")?,
+        until_ms: q.number("until_ms")?,
+        search: q.one("search").filter(|w| !w.is_empty()),
+    };
+    let limit = q.number("limit")?.unwrap_or(50).clamp(1, 1000) as usize;
+    let cursor = q.one("cursor").filter(|c| !c.is_empty());
+    let page = s.keel.runs_page(&filter, cursor.as_deref(), limit).await?;
+    Ok(Json(RunList {
+        runs: page.runs.iter().map(RunView::from).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// `GET /v1/runs/{run_id}`.
+pub async fn get_run(
+    State(s): State<AppState>,
+    Path(run_id): Path<String>,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(RunView::from(&s.keel.get_run(&run_id).await?)))
+}
+
+/// `GET /v1/runs/{run_id}/detail`: the run, its timeline and journal.
+pub async fn run_detail(
+    State(s): State<AppState>,
+    Path(run_id): Path<String>,
+) -> ApiResult<Json<RunDetail>> {
+    let run = s.keel.get_run(&run_id).await?;
+    let journal = s.keel.journal(&run_id).await?;
+    Ok(Json(RunDetail {
+        run: RunView::from(&run),
+        timeline: timeline(&journal),
+        journal: journal.iter().map(JournalEntry::of).collect(),
+        now_ms: now_ms(),
+    }))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `GET /v1/runs/{run_id}/journal`.
+pub async fn journal(
+    State(s): State<AppState>,
+    Path(run_id): Path<String>,
+) -> ApiResult<Json<Vec<JournalEntry>>> {
+    let journal = s.keel.journal(&run_id).await?;
+    Ok(Json(journal.iter().map(JournalEntry::of).collect()))
+}
+
+/// `GET /v1/runs/{run_id}/result?wait_ms=N`: 200 once the run has ended,
+/// 202 with the run as it is if it has not within the wait.
+pub async fn result(
+    State(s): State<AppState>,
+    Path(run_id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let wait = Duration::from_millis(Query::parse(raw).number("wait_ms")?.unwrap_or(0));
+    let run = s.keel.wait_for_end(&run_id, wait.min(MAX_WAIT)).await?;
+    let status = if run.status.is_final() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(RunView::from(&run))))
+}
+
+/// `POST /v1/runs/{run_id}/cancel`.
+pub async fn cancel(
+    State(s): State<AppState>,
+    Path(run_id): Path<String>,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(RunView::from(&s.keel.cancel(&run_id).await?)))
+}
+
+/// `GET /v1/runs/{run_id}/events`: server-sent events, `entry` for each
+/// journal entry (those already written first) and `run` whenever the
+/// run's record changes; the stream ends after the run ends.
+pub async fn run_events(
+    State(s): State<AppState>,
+    Path(run_id): Path<String>,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    s.keel.get_run(&run_id).await?;
+    struct Watch {
+        keel: Keel,
+        run_id: String,
+        sent: usize,
+        last: Option<RunRecord>,
+        ended: bool,
+    }
+    let watch = Watch {
+        keel: s.keel.clone(),
+        run_id,
+        sent: 0,
+        last: None,
+        ended: false,
+    };
+    let stream = futures::stream::unfold(watch, |mut w| async move {
+        if w.ended {
+            return None;
+        }
+        loop {
+            let (run, journal) = match (w.keel.get_run(&w.run_id).await, w.keel.journal(&w.run_id).await) {
+                (Ok(run), Ok(journal)) => (run, journal),
+                (Err(e), _) | (_, Err(e)) => {
+                    w.ended = true;
+                    let error = Event::default().event("error").data(e.to_string());
+                    return Some((vec![Ok(error)], w));
+                }
+            };
+            let mut events: Vec<Result<Event, Infallible>> = journal[w.sent.min(journal.len())..]
+                .iter()
+                .map(|e| Ok(sse_json("entry", &JournalEntry::of(e))))
+                .collect();
+            w.sent = journal.len();
+            if w.last.as_ref() != Some(&run) {
+                events.push(Ok(sse_json("run", &RunView::from(&run))));
+                w.ended = run.status.is_final();
+                w.last = Some(run);
+            }
+            if !events.is_empty() {
+                return Some((events, w));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    let stream = futures::StreamExt::flat_map(stream, futures::stream::iter);
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+fn sse_json(name: &str, value: &impl serde::Serialize) -> Event {
+    Event::default()
+        .event(name)
+        .data(serde_json::to_string(value).expect("views serialize"))
+}
+
+/// `GET /v1/hooks`.
+pub async fn list_hooks(State(s): State<AppState>) -> ApiResult<Json<HookList>> {
+    Ok(Json(HookList {
+        hooks: s.keel.list_hooks().await?.iter().map(HookView::from).collect(),
+    }))
+}
+
+/// `GET /v1/hooks/{token}`.
+pub async fn get_hook(
+    State(s): State<AppState>,
+    Path(token): Path<String>,
+) -> ApiResult<Json<HookView>> {
+    Ok(Json(HookView::from(&s.keel.get_hook(&token).await?)))
+}
+
+/// `POST /v1/hooks/{token}/resume?wait_ms=N`: the body is the payload (any
+/// JSON; empty is `null`). Answers with the hook's run, after waiting up
+/// to `wait_ms` for it to end.
+pub async fn resume(
+    State(s): State<AppState>,
+    Path(token): Path<String>,
+    RawQuery(raw): RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<RunView>> {
+    let wait_ms = Query::parse(raw).number("wait_ms")?.unwrap_or(0);
+    let payload: serde_json::Value = json_body(body)?;
+    let run_id = s.keel.resume_hook(&token, &payload.to_string()).await?;
+    let run = s.keel.get_run(&run_id).await?;
+    Ok(Json(RunView::from(&drive_and_wait(&s.keel, run, wait_ms).await?)))
+}
+
+/// `POST /v1/events/{key}`.
+pub async fn push_event(
+    State(s): State<AppState>,
+    Path(key): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<(StatusCode, Json<EventView>)> {
+    let request: PushEventRequest = json_body(body)?;
+    let metadata = request.metadata.unwrap_or_else(|| serde_json::json!({}));
+    let event = s
+        .keel
+        .push_event(&key, &request.payload.to_string(), &metadata.to_string())
+        .await?;
+    for outcome in event.outcomes.iter().filter(|o| !o.deduplicated) {
+        if let Some(run_id) = &outcome.run_id {
+            let (keel, run_id) = (s.keel.clone(), run_id.clone());
+            tokio::spawn(async move { keel.drive(&run_id).await });
+        }
+    }
+    Ok((StatusCode::CREATED, Json(EventView::from(&event))))
+}
+
+/// `GET /v1/events`.
+pub async fn list_events(State(s): State<AppState>) -> ApiResult<Json<EventList>> {
+    let mut events: Vec<EventView> = s.keel.list_events().await?.iter().map(EventView::from).collect();
+    events.reverse();
+    Ok(Json(EventList { events }))
+}
+
+/// `GET /v1/workers`.
+pub async fn workers(State(s): State<AppState>) -> ApiResult<Json<WorkerList>> {
+    let workers = s
+        .keel
+        .workers()
+        .await?
+        .into_iter()
+        .map(|(w, runs)| WorkerView {
+            worker_id: w.worker_id,
+            host: w.host,
+            pid: w.pid,
+            started_at_ms: w.started_at_ms,
+            heartbeat_at_ms: w.heartbeat_at_ms,
+            runs,
+        })
+        .collect();
+    Ok(Json(WorkerList { workers }))
+}
+
+/// Any other path.
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no endpoint at `{}`; the API is described at /openapi.json", uri.path()),
+    )
+}

@@ -1,0 +1,299 @@
+//! The API's JSON bodies: what clients send and what they get back. Run,
+//! hook and event views carry inputs, outputs and payloads as JSON values
+//! (the store keeps them as JSON text); the CLI's client reads the same
+//! types back into records.
+
+use keel_core::journal::Entry;
+use keel_core::timeline::Row;
+use keel_core::{Deployment, EventOutcome, EventRecord, HookRecord, RunError, RunRecord, RunStatus};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// JSON text as a value; text that is not JSON stays a string.
+fn value_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()))
+}
+
+/// A run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunView {
+    pub run_id: String,
+    pub workflow: String,
+    /// The hash of the component the run is pinned to.
+    pub component_hash: String,
+    pub input: Value,
+    pub status: RunStatus,
+    /// The output, once completed.
+    pub output: Option<Value>,
+    /// Why it failed or was cancelled.
+    pub error: Option<RunError>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// When a waiting run's next timer is due.
+    pub wake_at_ms: Option<u64>,
+}
+
+impl From<&RunRecord> for RunView {
+    fn from(r: &RunRecord) -> Self {
+        RunView {
+            run_id: r.run_id.to_string(),
+            workflow: r.workflow.clone(),
+            component_hash: r.component_hash.to_string(),
+            input: value_of(&r.input),
+            status: r.status,
+            output: r.output.as_deref().map(value_of),
+            error: r.error.clone(),
+            created_at_ms: r.created_at_ms,
+            updated_at_ms: r.updated_at_ms,
+            wake_at_ms: r.wake_at_ms,
+        }
+    }
+}
+
+impl From<RunView> for RunRecord {
+    fn from(v: RunView) -> Self {
+        RunRecord {
+            run_id: v.run_id.into(),
+            workflow: v.workflow,
+            component_hash: v.component_hash.into(),
+            input: v.input.to_string(),
+            status: v.status,
+            output: v.output.map(|o| o.to_string()),
+            error: v.error,
+            created_at_ms: v.created_at_ms,
+            updated_at_ms: v.updated_at_ms,
+            wake_at_ms: v.wake_at_ms,
+        }
+    }
+}
+
+/// One page of runs, newest first.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RunList {
+    pub runs: Vec<RunView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A run with its journal and its timeline.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RunDetail {
+    pub run: RunView,
+    /// One row per command: steps with their attempts, timers, hooks,
+    /// child runs.
+    pub timeline: Vec<Row>,
+    /// The journal, in order (`{seq, at_ms, kind, ...}`).
+    pub journal: Vec<JournalEntry>,
+    /// The server's clock, to measure open rows against.
+    pub now_ms: u64,
+}
+
+/// A journal entry: `seq`, `at_ms`, `kind` and the fields of its kind.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct JournalEntry {
+    pub seq: u64,
+    pub at_ms: u64,
+    /// The fact's kind in snake case (`step_scheduled`, `run_completed`, ...).
+    pub kind: String,
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, Value>,
+}
+
+impl JournalEntry {
+    /// The entry in the one JSON shape journals have.
+    pub fn of(entry: &Entry) -> JournalEntry {
+        serde_json::from_value(keel_core::journal::entry_to_json(entry))
+            .expect("an entry's JSON has seq, at_ms and kind")
+    }
+
+    /// The entry back from its JSON.
+    pub fn to_entry(&self) -> Result<Entry, String> {
+        let value = serde_json::to_value(self).map_err(|e| e.to_string())?;
+        keel_core::journal::entry_from_json(&value)
+    }
+}
+
+/// A hook holding a token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HookView {
+    pub token: String,
+    /// The run that owns it.
+    pub run_id: String,
+    /// The workflow command that created it; absent for a start hook.
+    pub command: Option<u32>,
+    pub metadata: Option<Value>,
+    pub created_at_ms: u64,
+    /// The token stays held until then, even after the run ends.
+    pub retain_until_ms: Option<u64>,
+    /// The run has not ended: the hook accepts payloads.
+    pub active: bool,
+    /// Payloads resumed into it so far.
+    pub payloads: u64,
+}
+
+impl From<&HookRecord> for HookView {
+    fn from(h: &HookRecord) -> Self {
+        HookView {
+            token: h.token.to_string(),
+            run_id: h.run_id.to_string(),
+            command: h.command,
+            metadata: h.metadata.as_deref().map(value_of),
+            created_at_ms: h.created_at_ms,
+            retain_until_ms: h.retain_until_ms,
+            active: h.active,
+            payloads: h.next_payload,
+        }
+    }
+}
+
+impl From<HookView> for HookRecord {
+    fn from(v: HookView) -> Self {
+        HookRecord {
+            token: v.token.into(),
+            run_id: v.run_id.into(),
+            command: v.command,
+            metadata: v.metadata.map(|m| m.to_string()),
+            created_at_ms: v.created_at_ms,
+            retain_until_ms: v.retain_until_ms,
+            active: v.active,
+            next_payload: v.payloads,
+        }
+    }
+}
+
+/// An ingested event and what it did for each subscribed workflow.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EventView {
+    pub event_id: String,
+    pub key: String,
+    pub payload: Value,
+    pub metadata: Value,
+    pub at_ms: u64,
+    pub outcomes: Vec<EventOutcome>,
+}
+
+impl From<&EventRecord> for EventView {
+    fn from(e: &EventRecord) -> Self {
+        EventView {
+            event_id: e.event_id.clone(),
+            key: e.key.clone(),
+            payload: value_of(&e.payload),
+            metadata: value_of(&e.metadata),
+            at_ms: e.at_ms,
+            outcomes: e.outcomes.clone(),
+        }
+    }
+}
+
+impl From<EventView> for EventRecord {
+    fn from(v: EventView) -> Self {
+        EventRecord {
+            event_id: v.event_id,
+            key: v.key,
+            payload: v.payload.to_string(),
+            metadata: v.metadata.to_string(),
+            at_ms: v.at_ms,
+            outcomes: v.outcomes,
+        }
+    }
+}
+
+/// `POST /v1/workflows/{workflow}/runs`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// The run's input.
+    #[serde(default)]
+    pub input: Value,
+    /// A deployment name (its latest) or component hash to start on;
+    /// default: the latest deployment exporting the workflow.
+    pub deployment: Option<String>,
+    /// A start token: refused with `hook_conflict` while another run holds it.
+    pub token: Option<String>,
+    /// Keep the token this long after the start, in milliseconds.
+    pub retention_ms: Option<u64>,
+    /// Metadata of the start hook, shown with the hook.
+    pub token_metadata: Option<Value>,
+    /// `additional_metadata` for key expressions (a JSON object).
+    pub additional_metadata: Option<Value>,
+    /// Wait up to this many milliseconds for the run to end before
+    /// answering (at most 60000); 0 or absent answers once admitted.
+    pub wait_ms: Option<u64>,
+}
+
+/// `POST /v1/events/{key}`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PushEventRequest {
+    #[serde(default)]
+    pub payload: Value,
+    /// `additional_metadata` of the runs it starts (a JSON object).
+    pub metadata: Option<Value>,
+}
+
+/// A deployment list.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct DeploymentList {
+    /// Newest first.
+    pub deployments: Vec<Deployment>,
+}
+
+/// Hooks holding tokens now.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct HookList {
+    pub hooks: Vec<HookView>,
+}
+
+/// Ingested events.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct EventList {
+    /// Newest first.
+    pub events: Vec<EventView>,
+}
+
+/// An error: its kind, message and the IDs it carries.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorDetail {
+    /// Stable, snake case: `run_not_found`, `hook_conflict`, ...
+    pub kind: String,
+    pub message: String,
+    /// The IDs the error names (`run_id`, `conflicting_run_id`, `token`, ...).
+    #[serde(default)]
+    pub ids: std::collections::BTreeMap<String, String>,
+}
+
+/// `GET /healthz`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Health {
+    /// `ok` when the store answers.
+    pub status: String,
+    /// Where the store is (no secrets).
+    pub store: String,
+    pub version: String,
+}
+
+/// A worker sharing the store.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerView {
+    pub worker_id: String,
+    pub host: String,
+    pub pid: u32,
+    pub started_at_ms: u64,
+    /// When it last said it was alive.
+    pub heartbeat_at_ms: u64,
+    /// Runs whose leases it holds.
+    pub runs: usize,
+}
+
+/// The workers sharing the store.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerList {
+    pub workers: Vec<WorkerView>,
+}
