@@ -43,6 +43,14 @@ pub struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Send the command to the keel server at this URL (its HTTP API)
+    /// instead of opening a store: `http://127.0.0.1:8080`.
+    #[arg(long, global = true, env = "KEEL_SERVER", value_name = "URL")]
+    pub server: Option<String>,
+    /// The API token of the server (`--server`), or the token `keel serve`
+    /// requires of its clients.
+    #[arg(long, global = true, env = "KEEL_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
     /// Fuel (about one unit per wasm instruction) for one workflow activation.
     #[arg(long, global = true, default_value_t = defaults::WORKFLOW_FUEL)]
     pub workflow_fuel: u64,
@@ -53,13 +61,17 @@ pub struct Cli {
     /// Memory bound of any guest instance, in MiB.
     #[arg(long, global = true, default_value_t = defaults::MAX_MEMORY_MIB)]
     pub max_memory: usize,
-    /// Let steps send HTTP requests to `HOST[:PORT]` (repeatable).
+    /// Let steps send HTTP requests to `HOST[:PORT]` (repeatable). Recorded
+    /// with the component's deployment (`keel deploy`, or a start from a
+    /// `.wasm` path).
     #[arg(long = "allow-http", global = true, value_name = "HOST[:PORT]")]
     pub allow_http: Vec<String>,
-    /// Preopen DIR for steps, at the same path (repeatable).
+    /// Preopen DIR for steps, at the same path (repeatable); recorded with
+    /// the deployment.
     #[arg(long = "allow-dir", global = true, value_name = "DIR")]
     pub allow_dir: Vec<PathBuf>,
-    /// Pass the environment variable NAME to steps (repeatable).
+    /// Pass the environment variable NAME to steps (repeatable); recorded
+    /// with the deployment, the value is the worker's.
     #[arg(long = "allow-env", global = true, value_name = "NAME")]
     pub allow_env: Vec<String>,
     #[command(subcommand)]
@@ -70,7 +82,9 @@ pub struct Cli {
 pub enum Command {
     /// Start a run and drive it until it completes, fails or waits.
     Run {
-        component: PathBuf,
+        /// A `.wasm` file (deployed on the way), or a deployment's name or
+        /// component hash.
+        component: String,
         workflow: String,
         /// The run's input, as JSON.
         #[arg(long, default_value = "null")]
@@ -82,7 +96,9 @@ pub enum Command {
     /// Start a run (with a start token, admitted at most once while the
     /// token is held) and drive it until it completes, fails or waits.
     Start {
-        component: PathBuf,
+        /// A `.wasm` file (deployed on the way), or a deployment's name or
+        /// component hash.
+        component: String,
         workflow: String,
         /// The run's input, as JSON.
         #[arg(long, default_value = "null")]
@@ -119,6 +135,39 @@ pub enum Command {
         /// Exit when no run can make progress now.
         #[arg(long)]
         until_idle: bool,
+        /// Also serve the HTTP API and console on this address.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+    },
+    /// Drive runs and serve the HTTP API and web console (a worker with
+    /// `--http`). Beyond loopback it requires `--api-token`.
+    Serve {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+        http: std::net::SocketAddr,
+    },
+    /// Register a component under a name, with its steps' grants
+    /// (`--allow-http`, `--allow-dir`, `--allow-env`) and limits; starts
+    /// then name its workflows.
+    Deploy {
+        /// The `.wasm` component.
+        component: PathBuf,
+        /// The deployment's name [default: the file's stem].
+        #[arg(long)]
+        name: Option<String>,
+        /// Memory bound of one step instance, in MiB [default: the
+        /// worker's --max-memory].
+        #[arg(long, value_name = "MIB")]
+        step_memory: Option<u64>,
+        /// How long one step attempt may take before it is retried:
+        /// `30s`, `5m` [default: the worker's --step-timeout].
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        attempt_timeout: Option<std::time::Duration>,
+    },
+    /// List or show deployments.
+    Deployments {
+        #[command(subcommand)]
+        command: DeploymentsCommand,
     },
     /// List or show runs.
     Runs {
@@ -158,6 +207,14 @@ pub enum Command {
     },
     /// Measure latency, throughput, replay speed and memory.
     Bench(bench::Args),
+}
+
+#[derive(Subcommand)]
+pub enum DeploymentsCommand {
+    /// Every deployment, newest first.
+    List,
+    /// A deployment, by name (its latest) or component hash.
+    Show { name: String },
 }
 
 #[derive(Subcommand)]
@@ -225,8 +282,22 @@ pub enum HooksCommand {
 
 #[derive(Subcommand)]
 pub enum RunsCommand {
-    /// Every run, oldest first.
-    List,
+    /// Runs, newest first, with their times and durations.
+    List {
+        /// Only runs with this status (repeatable): pending, running,
+        /// waiting, completed, failed, cancelled.
+        #[arg(long, value_parser = parse_status)]
+        status: Vec<keel_host::core::RunStatus>,
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Only runs started within this long: `1h`, `2 days`.
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<std::time::Duration>,
+        /// At most this many runs.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
     /// A run's status and output.
     Get { run_id: String },
     /// Cancel a run: it ends and releases its tokens (after any retention).
@@ -237,6 +308,14 @@ pub enum RunsCommand {
         #[arg(long)]
         wait: bool,
     },
-    /// A run and its journal.
+    /// A run as a timeline of its steps, timers, hooks and child runs
+    /// (`--json`: the run and its journal).
     Show { run_id: String },
+}
+
+/// A run status named on the command line.
+fn parse_status(s: &str) -> Result<keel_host::core::RunStatus, String> {
+    keel_host::core::RunStatus::parse(s).ok_or_else(|| {
+        format!("`{s}` is not a run status: pending, running, waiting, completed, failed or cancelled")
+    })
 }

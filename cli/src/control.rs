@@ -9,8 +9,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use keel_host::core::journal::Entry;
-use keel_host::core::{EventRecord, HookRecord, RunRecord};
-use keel_host::{Keel, StartHook, StartOptions};
+use keel_host::core::deployment::Target;
+use keel_host::core::{
+    Deployment, EventRecord, GrantSpec, HookRecord, RunFilter, RunRecord, StepLimits,
+};
+use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -22,8 +25,14 @@ use tokio::net::{UnixListener, UnixStream};
 pub enum Request {
     /// Start a run and drive it until it completes, fails or waits.
     Start {
-        /// An absolute path: the worker may run elsewhere.
-        component: PathBuf,
+        /// A component file, deployed on the way; an absolute path: the
+        /// worker may run elsewhere.
+        #[serde(default)]
+        component: Option<PathBuf>,
+        /// Or a deployment's name or component hash; with neither, the
+        /// latest deployment exporting the workflow.
+        #[serde(default)]
+        deployment: Option<String>,
         workflow: String,
         input: String,
         token: Option<String>,
@@ -33,6 +42,21 @@ pub enum Request {
         /// Admit only: a worker drives the run.
         #[serde(default)]
         detach: bool,
+        /// Grants of the component's deployment; `None` keeps those of an
+        /// earlier deployment of it.
+        #[serde(default)]
+        grants: Option<GrantSpec>,
+    },
+    /// Deploy a component.
+    Deploy {
+        component: PathBuf,
+        name: Option<String>,
+        grants: GrantSpec,
+        limits: StepLimits,
+    },
+    ListDeployments,
+    ShowDeployment {
+        name: String,
     },
     /// Resume a hook and drive its run on.
     Resume {
@@ -54,7 +78,12 @@ pub enum Request {
         run_id: String,
         wait: bool,
     },
-    ListRuns,
+    ListRuns {
+        #[serde(default)]
+        filter: RunFilter,
+        #[serde(default = "default_limit")]
+        limit: usize,
+    },
     /// A run and its journal.
     ShowRun {
         run_id: String,
@@ -68,6 +97,10 @@ pub enum Request {
     ListEvents,
 }
 
+fn default_limit() -> usize {
+    50
+}
+
 /// The answer to a [`Request`].
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -79,6 +112,8 @@ pub enum Reply {
     Journal { run: RunRecord, journal: Vec<Entry> },
     Event(EventRecord),
     Events(Vec<EventRecord>),
+    Deployment(Deployment),
+    Deployments(Vec<Deployment>),
     Error(RemoteError),
 }
 
@@ -126,6 +161,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
     Ok(match request {
         Request::Start {
             component,
+            deployment,
             workflow,
             input,
             token,
@@ -133,8 +169,8 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             metadata,
             additional_metadata,
             detach,
+            grants,
         } => {
-            let loaded = keel.load(&component).await?;
             let options = StartOptions {
                 additional_metadata,
                 hook: token.map(|token| StartHook {
@@ -143,9 +179,25 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                     metadata,
                 }),
             };
-            let run = keel
-                .start_with(&loaded, &workflow, &input, &options)
-                .await?;
+            let run = match (component, deployment) {
+                (Some(path), _) => {
+                    let spec = grants.map(|grants| DeploySpec {
+                        grants,
+                        ..DeploySpec::default()
+                    });
+                    let (_, loaded) = keel.deploy_file(&path, spec).await?;
+                    keel.start_with(&loaded, &workflow, &input, &options)
+                        .await?
+                }
+                (None, Some(name)) => {
+                    keel.start_workflow(&workflow, Target::Name(&name), &input, &options)
+                        .await?
+                }
+                (None, None) => {
+                    keel.start_workflow(&workflow, Target::Latest, &input, &options)
+                        .await?
+                }
+            };
             if detach {
                 Reply::Run(run)
             } else {
@@ -161,7 +213,26 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id).await?),
         Request::Cancel { run_id } => Reply::Run(keel.cancel(&run_id).await?),
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),
-        Request::ListRuns => Reply::Runs(keel.list_runs().await?),
+        Request::ListRuns { filter, limit } => {
+            Reply::Runs(keel.runs_page(&filter, None, limit).await?.runs)
+        }
+        Request::Deploy {
+            component,
+            name,
+            grants,
+            limits,
+        } => {
+            let spec = DeploySpec {
+                name,
+                grants,
+                limits,
+            };
+            Reply::Deployment(keel.deploy_file(&component, Some(spec)).await?.0)
+        }
+        Request::ListDeployments => {
+            Reply::Deployments(keel.deployments().await?.as_ref().clone())
+        }
+        Request::ShowDeployment { name } => Reply::Deployment(keel.deployment(&name).await?),
         Request::ShowRun { run_id } => Reply::Journal {
             run: keel.get_run(&run_id).await?,
             journal: keel.journal(&run_id).await?,

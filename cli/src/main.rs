@@ -21,6 +21,7 @@ mod control;
 mod demo;
 mod hints;
 mod print;
+mod remote;
 mod request;
 
 use args::{Cli, Command, Format, JournalCommand, StoreCommand, WorkersCommand};
@@ -94,7 +95,11 @@ impl Db {
 
 /// Opens the engine over the store `--db` names.
 async fn open(cli: &Cli) -> anyhow::Result<Keel> {
-    let config = config(cli)?;
+    open_with(cli, config(cli)?).await
+}
+
+/// Opens the engine over the store `--db` names with `config`.
+async fn open_with(cli: &Cli, config: Config) -> anyhow::Result<Keel> {
     Ok(match Db::of(cli) {
         Db::Sled(_) => Keel::open_sled(config)?,
         Db::Postgres(options) => {
@@ -172,18 +177,43 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     {
         return migrate(&cli).await;
     }
-    if let Some(request) = request::request_of(&cli.command)? {
+    if let Some(request) = request::request_of(&cli)? {
         let reply = submit(&cli, request).await?;
         return Ok(print::print_reply(&cli.command, reply, cli.json));
     }
-    let keel = open(&cli).await?;
+    if let Some(server) = &cli.server {
+        anyhow::bail!(
+            "this command runs where the store is and cannot be sent to a server ({server}); run it without --server"
+        );
+    }
+    let (until_idle, http) = match &cli.command {
+        Command::Worker { until_idle, http } => (*until_idle, *http),
+        Command::Serve { http } => (false, Some(*http)),
+        _ => (false, None),
+    };
+    let metrics = Arc::new(keel_server::Metrics::default());
+    let mut config = config(&cli)?;
+    if http.is_some() {
+        config.observer = metrics.clone();
+    }
+    let keel = open_with(&cli, config).await?;
     match &cli.command {
-        Command::Worker { until_idle } => {
+        Command::Worker { .. } | Command::Serve { .. } => {
             let socket_dir = match Db::of(&cli) {
                 Db::Sled(path) => Some(path),
                 Db::Postgres(_) => None,
             };
-            worker(&keel, socket_dir.as_deref(), *until_idle, cli.json).await?;
+            let api = match http {
+                Some(addr) => Some(Api {
+                    config: keel_server::ServerConfig {
+                        addr,
+                        token: cli.api_token.clone(),
+                    },
+                    metrics,
+                }),
+                None => None,
+            };
+            worker(&keel, socket_dir.as_deref(), until_idle, api, cli.json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Workers {
@@ -235,6 +265,8 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(_)
+        | Command::Deploy { .. }
+        | Command::Deployments { .. }
         | Command::Store { .. }
         | Command::Demo { .. }
         | Command::Replay { .. }
@@ -249,8 +281,14 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// Executes a request on the store, or, when a `keel worker` holds the
-/// store, forwards it to that worker.
+/// store, forwards it to that worker; with `--server`, sends it to that
+/// server's HTTP API.
 async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
+    if let Some(server) = &cli.server {
+        return remote::Client::new(server, cli.api_token.as_deref())?
+            .send(request)
+            .await;
+    }
     let Db::Sled(path) = Db::of(cli) else {
         // Any number of processes share a PostgreSQL store.
         return Ok(control::execute(&open(cli).await?, request).await?);
@@ -324,12 +362,34 @@ async fn replay(
     })
 }
 
+/// The HTTP API a worker serves.
+struct Api {
+    config: keel_server::ServerConfig,
+    metrics: Arc<keel_server::Metrics>,
+}
+
 async fn worker(
     keel: &Keel,
     socket_dir: Option<&Path>,
     until_idle: bool,
+    api: Option<Api>,
     json: bool,
 ) -> anyhow::Result<()> {
+    let server = match api {
+        Some(api) => {
+            let (listener, addr) = keel_server::bind(&api.config).await?;
+            eprintln!("keel: serving the API and console on http://{addr}/");
+            let (keel, token) = (keel.clone(), api.config.token.clone());
+            Some(tokio::spawn(keel_server::serve(
+                listener,
+                keel,
+                api.metrics,
+                token,
+                std::future::pending(),
+            )))
+        }
+        None => None,
+    };
     // A long-running worker holds a sled store; it answers the CLI's requests.
     let control = socket_dir.filter(|_| !until_idle).map(|db| {
         let (keel, db) = (keel.clone(), db.to_path_buf());
@@ -349,6 +409,9 @@ async fn worker(
     stopper.abort();
     if let Some(control) = control {
         control.abort();
+    }
+    if let Some(server) = server {
+        server.abort();
     }
     let driven = driven?;
     if json {

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use keel_host::SystemClock;
 use keel_host::core::Clock;
-use keel_host::core::journal::{Entry, Fact, entry_to_json, excerpt};
-use keel_host::core::{EventRecord, HookRecord, RunRecord, RunStatus};
+use keel_host::core::journal::{Entry, entry_to_json, excerpt};
+use keel_host::core::timeline::{RowKind, RowStatus, timeline};
+use keel_host::core::{Deployment, EventRecord, HookRecord, RunRecord, RunStatus};
 use serde_json::{Value, json};
 
 use crate::args::{Command, RunsCommand};
@@ -75,6 +76,14 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Reply::Deployment(d) => {
+            print_deployment(&d, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Deployments(ds) => {
+            print_deployments(&ds, json);
+            ExitCode::SUCCESS
+        }
         Reply::Error(e) => {
             report_error(&e.into(), json);
             ExitCode::FAILURE
@@ -99,12 +108,28 @@ fn print_runs(runs: &[RunRecord], json: bool) {
         println!("{}", Value::Array(runs.iter().map(run_json).collect()));
         return;
     }
+    if runs.is_empty() {
+        println!("no runs");
+        return;
+    }
+    let now = now_ms();
+    println!(
+        "{:<36}  {:<10} {:<24} {:<24} {:>12}",
+        "RUN", "STATUS", "WORKFLOW", "STARTED", "DURATION"
+    );
     for run in runs {
+        let end = if run.status.is_final() {
+            run.updated_at_ms
+        } else {
+            now
+        };
         println!(
-            "{}  {:<10} {}",
+            "{:<36}  {:<10} {:<24} {:<24} {:>12}",
             run.run_id,
             run.status.as_str(),
-            run.workflow
+            excerpt(&run.workflow, 24),
+            when(run.created_at_ms),
+            took(end.saturating_sub(run.created_at_ms))
         );
     }
 }
@@ -222,33 +247,140 @@ fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
         return;
     }
     print_run(run, false);
-    println!("input: {}", run.input);
-    println!("journal:");
-    for entry in journal {
-        let v = entry_to_json(entry);
-        let field = |k: &str| v.get(k).map(|x| x.to_string()).unwrap_or_default();
-        let summary = match &entry.fact {
-            Fact::StepCompleted { output, .. } | Fact::RunCompleted { output } => {
-                excerpt(output, 60)
-            }
-            Fact::StepAttemptFailed { error, .. }
-            | Fact::StepFailed { error, .. }
-            | Fact::RunFailed { error, .. } => excerpt(error, 60),
-            Fact::StepScheduled { input, .. } => format!("input {}", excerpt(input, 50)),
-            Fact::HookReceived { payload, .. } => format!("payload {}", excerpt(payload, 50)),
-            other if other.command().is_some() => other.describe(),
-            _ => String::new(),
+    println!("input: {}", excerpt(&run.input, 200));
+    let now = now_ms();
+    let end = if run.status.is_final() {
+        run.updated_at_ms
+    } else {
+        now
+    };
+    println!(
+        "started {}, {} {}",
+        when(run.created_at_ms),
+        if run.status.is_final() { "took" } else { "running for" },
+        took(end.saturating_sub(run.created_at_ms))
+    );
+    let rows = timeline(journal);
+    if rows.is_empty() {
+        println!("timeline: nothing scheduled yet");
+        return;
+    }
+    println!(
+        "\n{:>3}  {:<6} {:<20} {:<10} {:>8}  {:>10}  {:>10}  {}",
+        "#", "kind", "name", "status", "attempts", "start", "took", "step ID / detail"
+    );
+    for row in &rows {
+        let kind = match row.kind {
+            RowKind::Step => "step",
+            RowKind::Timer => "timer",
+            RowKind::Hook => "hook",
+            RowKind::Child => "child",
+            RowKind::AwaitRun => "await",
+            RowKind::Patch => "patch",
         };
+        let status = match row.status {
+            RowStatus::Open => "open",
+            RowStatus::Retrying => "retrying",
+            RowStatus::Completed => "completed",
+            RowStatus::Failed => "failed",
+        };
+        let attempts = if row.kind == RowKind::Step || row.kind == RowKind::Hook {
+            row.attempts.to_string()
+        } else {
+            String::new()
+        };
+        let detail = row
+            .step_id
+            .clone()
+            .or_else(|| row.run_id.as_ref().map(|r| format!("run {r}")))
+            .unwrap_or_default();
         println!(
-            "{:>4}  {:<20} {:<14} {:<40} {:<4} {}  {}",
-            entry.seq,
-            entry.fact.name(),
-            field("step_name").trim_matches('"'),
-            field("step_id").trim_matches('"'),
-            field("attempt"),
-            entry.at_ms,
-            summary
+            "{:>3}  {:<6} {:<20} {:<10} {:>8}  {:>10}  {:>10}  {}",
+            row.command,
+            kind,
+            excerpt(&row.name, 20),
+            status,
+            attempts,
+            format!("+{}", took(row.started_at_ms.saturating_sub(run.created_at_ms))),
+            took(row.duration_ms(end)),
+            detail
         );
+        if let Some(error) = &row.error {
+            println!("{:>5}error: {}", "", excerpt(error, 160));
+        }
+        if let (Some(due), None) = (row.due_at_ms, row.ended_at_ms) {
+            let what = if row.kind == RowKind::Timer { "fires" } else { "retry" };
+            println!("{:>5}{what} at {} (in {})", "", when(due), took(due.saturating_sub(now)));
+        }
+    }
+}
+
+/// A time as people read it: UTC, to the millisecond.
+fn when(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
+}
+
+/// A duration as people read it (`1s 250ms`, `3m 2s`).
+fn took(ms: u64) -> String {
+    if ms == 0 {
+        return "0ms".into();
+    }
+    // Milliseconds matter only under a minute.
+    let ms = if ms >= 60_000 { ms / 1000 * 1000 } else { ms };
+    humantime::format_duration(std::time::Duration::from_millis(ms)).to_string()
+}
+
+/// Deployments, newest first.
+fn print_deployments(deployments: &[Deployment], json: bool) {
+    if json {
+        println!("{}", json!(deployments));
+        return;
+    }
+    if deployments.is_empty() {
+        println!("nothing is deployed; deploy a component with `keel deploy COMPONENT.wasm`");
+    }
+    for d in deployments {
+        println!(
+            "{:<20} {}  {}  {}",
+            d.name,
+            &d.hash[..16],
+            when(d.deployed_at_ms),
+            d.workflows.join(", ")
+        );
+    }
+}
+
+fn print_deployment(d: &Deployment, json: bool) {
+    if json {
+        println!("{}", json!(d));
+        return;
+    }
+    println!("deployment {} ({})", d.name, d.hash);
+    println!("deployed:  {}", when(d.deployed_at_ms));
+    println!("workflows: {}", d.workflows.join(", "));
+    println!("steps:     {}", d.steps.join(", "));
+    let grants: Vec<String> = d
+        .grants
+        .http
+        .iter()
+        .map(|h| format!("http {h}"))
+        .chain(d.grants.dirs.iter().map(|x| format!("dir {x}")))
+        .chain(d.grants.env.iter().map(|x| format!("env {x}")))
+        .collect();
+    println!(
+        "grants:    {}",
+        if grants.is_empty() {
+            "none".to_string()
+        } else {
+            grants.join(", ")
+        }
+    );
+    if let Some(mib) = d.limits.max_memory_mib {
+        println!("step memory: {mib} MiB");
+    }
+    if let Some(ms) = d.limits.step_timeout_ms {
+        println!("attempt timeout: {}", took(ms));
     }
 }
 

@@ -1,27 +1,41 @@
 //! The request each command makes of a store, for the commands a running
 //! worker can answer too.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::args::{Command, EventsCommand, HooksCommand, RunsCommand};
+use keel_host::core::{Clock, GrantSpec, RunFilter, StepLimits};
+
+use crate::args::{Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand};
 use crate::control::Request;
 
 /// The request a command makes of the store, for the commands a running
 /// worker can answer too.
-pub fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
-    let absolute =
-        |p: &Path| std::path::absolute(p).with_context(|| format!("resolving {}", p.display()));
-    Ok(Some(match command {
+pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
+    let grants = grants_of(cli)?;
+    let implicit_grants = (!grants.is_empty()).then(|| grants.clone());
+    let target = |component: &str| -> anyhow::Result<(Option<PathBuf>, Option<String>)> {
+        let path = Path::new(component);
+        if component.ends_with(".wasm") || path.is_file() {
+            let absolute = std::path::absolute(path)
+                .with_context(|| format!("resolving {}", path.display()))?;
+            Ok((Some(absolute), None))
+        } else {
+            Ok((None, Some(component.to_string())))
+        }
+    };
+    Ok(Some(match &cli.command {
         Command::Run {
             component,
             workflow,
             input,
             metadata,
         } => Request::Start {
-            component: absolute(component)?,
+            component: target(component)?.0,
+            deployment: target(component)?.1,
+            grants: implicit_grants,
             workflow: workflow.clone(),
             input: input.clone(),
             token: None,
@@ -40,7 +54,9 @@ pub fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
             additional_metadata,
             detach,
         } => Request::Start {
-            component: absolute(component)?,
+            component: target(component)?.0,
+            deployment: target(component)?.1,
+            grants: implicit_grants,
             workflow: workflow.clone(),
             input: input.clone(),
             token: token.clone(),
@@ -80,8 +96,47 @@ pub fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
             wait: *wait,
         },
         Command::Runs {
-            command: RunsCommand::List,
-        } => Request::ListRuns,
+            command:
+                RunsCommand::List {
+                    status,
+                    workflow,
+                    since,
+                    limit,
+                },
+        } => Request::ListRuns {
+            filter: RunFilter {
+                statuses: status.clone(),
+                workflow: workflow.clone(),
+                since_ms: since.map(|d| {
+                    keel_host::SystemClock
+                        .now_ms()
+                        .saturating_sub(d.as_millis() as u64)
+                }),
+                ..RunFilter::default()
+            },
+            limit: *limit,
+        },
+        Command::Deploy {
+            component,
+            name,
+            step_memory,
+            attempt_timeout,
+        } => Request::Deploy {
+            component: std::path::absolute(component)
+                .with_context(|| format!("resolving {}", component.display()))?,
+            name: name.clone(),
+            grants,
+            limits: StepLimits {
+                max_memory_mib: *step_memory,
+                step_timeout_ms: attempt_timeout.map(|d| d.as_millis() as u64),
+            },
+        },
+        Command::Deployments {
+            command: DeploymentsCommand::List,
+        } => Request::ListDeployments,
+        Command::Deployments {
+            command: DeploymentsCommand::Show { name },
+        } => Request::ShowDeployment { name: name.clone() },
         Command::Runs {
             command: RunsCommand::Show { run_id },
         } => Request::ShowRun {
@@ -104,6 +159,28 @@ pub fn request_of(command: &Command) -> anyhow::Result<Option<Request>> {
         } => Request::ListEvents,
         _ => return Ok(None),
     }))
+}
+
+/// The grants given on the command line, as a deployment records them.
+fn grants_of(cli: &Cli) -> Result<GrantSpec, keel_host::Error> {
+    for grant in &cli.allow_http {
+        GrantSpec::check_http(grant)
+            .map_err(|reason| keel_host::Error::InvalidGrant { reason })?;
+    }
+    Ok(GrantSpec {
+        http: cli.allow_http.clone(),
+        dirs: cli
+            .allow_dir
+            .iter()
+            .map(|d| {
+                std::path::absolute(d)
+                    .unwrap_or_else(|_| d.clone())
+                    .display()
+                    .to_string()
+            })
+            .collect(),
+        env: cli.allow_env.clone(),
+    })
 }
 
 /// An optional JSON argument, parsed.

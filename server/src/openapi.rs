@@ -138,7 +138,7 @@ pub fn document() -> Value {
         "/v1/hooks/{token}": {"get": op("The hook holding a token", vec![token()], None,
             &[("200", "The hook", Some(&hook))], &["404", "503"])},
         "/v1/hooks/{token}/resume": {"post": op("Deliver a payload (the body, any JSON) to the active hook holding a token",
-            vec![token(), wait], Some(("application/json", &any)),
+            vec![token(), wait, query("return_on_wait", "With wait_ms: answer as soon as the run waits again", json!({"type": "boolean"}))], Some(("application/json", &any)),
             &[("200", "The hook's run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "413", "503"])},
         "/v1/events": {"get": op("Every ingested event, newest first", vec![], None,
             &[("200", "The events", Some(&events))], &["503"])},

@@ -195,23 +195,33 @@ pub async fn start(
         .keel
         .start_workflow(&workflow, target, &input, &options)
         .await?;
-    let run = drive_and_wait(&s.keel, run, request.wait_ms.unwrap_or(0)).await?;
+    let wait = Wait {
+        ms: request.wait_ms.unwrap_or(0),
+        return_on_wait: request.return_on_wait,
+    };
+    let run = drive_and_wait(&s.keel, run, wait).await?;
     Ok((StatusCode::CREATED, Json(RunView::from(&run))))
 }
 
+/// How long a request waits for a run it moved on.
+struct Wait {
+    ms: u64,
+    /// Answer once the run waits, without waiting for its end.
+    return_on_wait: bool,
+}
+
 /// Drives `run` in the background (it goes on if the client leaves) and
-/// waits up to `wait_ms` for it to end; returns its record as it then is.
-async fn drive_and_wait(keel: &Keel, run: RunRecord, wait_ms: u64) -> ApiResult<RunRecord> {
+/// waits up to `wait.ms` for it to end; returns its record as it then is.
+async fn drive_and_wait(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord> {
     let run_id = run.run_id.clone();
     let drive = {
         let (keel, run_id) = (keel.clone(), run_id.clone());
         tokio::spawn(async move { keel.drive(&run_id).await })
     };
-    if wait_ms == 0 {
+    if wait.ms == 0 {
         return Ok(run);
     }
-    let wait = Duration::from_millis(wait_ms).min(MAX_WAIT);
-    let deadline = tokio::time::Instant::now() + wait;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait.ms).min(MAX_WAIT);
     let driven = match tokio::time::timeout_at(deadline, drive).await {
         Ok(Ok(Ok(run))) => run,
         Ok(Ok(Err(e))) => return Err(e.into()),
@@ -224,7 +234,7 @@ async fn drive_and_wait(keel: &Keel, run: RunRecord, wait_ms: u64) -> ApiResult<
         }
         Err(_) => keel.get_run(&run_id).await?,
     };
-    if driven.status.is_final() {
+    if driven.status.is_final() || (wait.return_on_wait && driven.status == RunStatus::Waiting) {
         return Ok(driven);
     }
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -414,11 +424,15 @@ pub async fn resume(
     RawQuery(raw): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<RunView>> {
-    let wait_ms = Query::parse(raw).number("wait_ms")?.unwrap_or(0);
+    let q = Query::parse(raw);
+    let wait = Wait {
+        ms: q.number("wait_ms")?.unwrap_or(0),
+        return_on_wait: q.one("return_on_wait").is_some_and(|v| v == "true"),
+    };
     let payload: serde_json::Value = json_body(body)?;
     let run_id = s.keel.resume_hook(&token, &payload.to_string()).await?;
     let run = s.keel.get_run(&run_id).await?;
-    Ok(Json(RunView::from(&drive_and_wait(&s.keel, run, wait_ms).await?)))
+    Ok(Json(RunView::from(&drive_and_wait(&s.keel, run, wait).await?)))
 }
 
 /// `POST /v1/events/{key}`.

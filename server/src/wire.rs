@@ -220,6 +220,10 @@ pub struct StartRequest {
     /// Wait up to this many milliseconds for the run to end before
     /// answering (at most 60000); 0 or absent answers once admitted.
     pub wait_ms: Option<u64>,
+    /// With `wait_ms`: answer as soon as the run waits (for a hook, a
+    /// long timer or another run) instead of waiting for its end.
+    #[serde(default)]
+    pub return_on_wait: bool,
 }
 
 /// `POST /v1/events/{key}`.

@@ -1,0 +1,344 @@
+//! The CLI as a client of a keel server: each request the CLI makes of a
+//! store is sent to the server's HTTP API instead (`--server URL`), and its
+//! answer read back into the same replies, so every command prints the
+//! same either way.
+
+use std::path::Path;
+
+use anyhow::Context;
+use keel_host::core::journal::Entry;
+use keel_host::core::{Deployment, RunRecord, RunStatus};
+use keel_server::wire::{
+    DeploymentList, ErrorBody, EventList, EventView, HookList, HookView, RunDetail, RunList,
+    RunView, StartRequest,
+};
+use reqwest::{Method, StatusCode, Url};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::control::{RemoteError, Reply, Request};
+
+/// How long one call waits for a run on the server (its longest wait).
+const WAIT_MS: u64 = 60_000;
+
+/// A keel server's API.
+pub struct Client {
+    base: Url,
+    http: reqwest::Client,
+    token: Option<String>,
+}
+
+impl Client {
+    /// A client of the server at `base` (`http://host:port`).
+    pub fn new(base: &str, token: Option<&str>) -> anyhow::Result<Client> {
+        let base = Url::parse(base)
+            .with_context(|| format!("--server `{base}` is not a URL; write for example http://127.0.0.1:8080"))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            anyhow::bail!("--server `{base}` must be an http:// or https:// URL");
+        }
+        Ok(Client {
+            base,
+            http: reqwest::Client::new(),
+            token: token.map(str::to_owned),
+        })
+    }
+
+    /// The URL of the path made of `segments` (each percent-encoded), with
+    /// `query`.
+    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .expect("an http URL has a path")
+            .pop_if_empty()
+            .extend(segments);
+        if !query.is_empty() {
+            url.query_pairs_mut()
+                .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
+        }
+        url
+    }
+
+    /// Calls the API; a JSON error body becomes a [`RemoteError`].
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> anyhow::Result<(StatusCode, T)> {
+        let mut request = self.http.request(method, url.clone());
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some((content_type, bytes)) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(bytes);
+        }
+        let response = request.send().await.with_context(|| {
+            format!(
+                "cannot reach the keel server at {}; is `keel serve` running there?",
+                self.base
+            )
+        })?;
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        if !status.is_success() {
+            let error = serde_json::from_slice::<ErrorBody>(&bytes).map_err(|_| {
+                anyhow::anyhow!(
+                    "the server answered {status} to {url}: {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })?;
+            return Err(RemoteError {
+                kind: error.error.kind,
+                message: error.error.message,
+                ids: error.error.ids.into_iter().collect(),
+            }
+            .into());
+        }
+        let value = serde_json::from_slice(&bytes)
+            .with_context(|| format!("the server's answer to {url} is not what this keel expects"))?;
+        Ok((status, value))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, segments: &[&str], query: &[(&str, String)]) -> anyhow::Result<T> {
+        Ok(self.call(Method::GET, self.url(segments, query), None).await?.1)
+    }
+
+    async fn post<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: &impl serde::Serialize,
+    ) -> anyhow::Result<T> {
+        let body = ("application/json", serde_json::to_vec(body)?);
+        Ok(self
+            .call(Method::POST, self.url(segments, query), Some(body))
+            .await?
+            .1)
+    }
+
+    /// Sends `request` and returns the server's answer as a reply.
+    pub async fn send(&self, request: Request) -> anyhow::Result<Reply> {
+        let run = |v: RunView| Reply::Run(RunRecord::from(v));
+        Ok(match request {
+            Request::Start {
+                component,
+                deployment,
+                workflow,
+                input,
+                token,
+                retention_ms,
+                metadata,
+                additional_metadata,
+                detach,
+                grants,
+            } => {
+                let deployment = match component {
+                    Some(path) => Some(self.ensure_deployed(&path, grants).await?.hash.into_string()),
+                    None => deployment,
+                };
+                let input: Value = serde_json::from_str(&input).map_err(|e| {
+                    keel_host::Error::InvalidInput {
+                        reason: e.to_string(),
+                    }
+                })?;
+                let request = StartRequest {
+                    input,
+                    deployment,
+                    token,
+                    retention_ms,
+                    token_metadata: metadata,
+                    additional_metadata,
+                    wait_ms: (!detach).then_some(WAIT_MS),
+                    return_on_wait: true,
+                };
+                let started: RunView = self.post(&["v1", "workflows", &workflow, "runs"], &[], &request).await?;
+                if detach {
+                    run(started)
+                } else {
+                    Reply::Run(self.until_it_waits(started).await?)
+                }
+            }
+            Request::Resume { token, payload } => {
+                let payload: Value = serde_json::from_str(&payload).map_err(|e| {
+                    keel_host::Error::InvalidInput {
+                        reason: format!("--payload: {e}"),
+                    }
+                })?;
+                let query = [("wait_ms", WAIT_MS.to_string()), ("return_on_wait", "true".into())];
+                let resumed: RunView = self.post(&["v1", "hooks", &token, "resume"], &query, &payload).await?;
+                Reply::Run(self.until_it_waits(resumed).await?)
+            }
+            Request::GetHook { token } => {
+                Reply::Hook(self.get::<HookView>(&["v1", "hooks", &token], &[]).await?.into())
+            }
+            Request::ListHooks => Reply::Hooks(
+                self.get::<HookList>(&["v1", "hooks"], &[])
+                    .await?
+                    .hooks
+                    .into_iter()
+                    .map(Into::into)
+                    .collect(),
+            ),
+            Request::GetRun { run_id } => run(self.get(&["v1", "runs", &run_id], &[]).await?),
+            Request::Cancel { run_id } => {
+                run(self.post(&["v1", "runs", &run_id, "cancel"], &[], &()).await?)
+            }
+            Request::Result { run_id, wait } => {
+                let mut current: RunView = self.get(&["v1", "runs", &run_id], &[]).await?;
+                while wait && !current.status.is_final() {
+                    current = self
+                        .get(&["v1", "runs", &run_id, "result"], &[("wait_ms", WAIT_MS.to_string())])
+                        .await?;
+                }
+                run(current)
+            }
+            Request::ListRuns { filter, limit } => {
+                let mut query = vec![("limit", limit.to_string())];
+                for status in &filter.statuses {
+                    query.push(("status", status.as_str().to_string()));
+                }
+                if let Some(workflow) = filter.workflow {
+                    query.push(("workflow", workflow));
+                }
+                if let Some(since) = filter.since_ms {
+                    query.push(("since_ms", since.to_string()));
+                }
+                let page: RunList = self.get(&["v1", "runs"], &query).await?;
+                Reply::Runs(page.runs.into_iter().map(RunRecord::from).collect())
+            }
+            Request::ShowRun { run_id } => {
+                let detail: RunDetail = self.get(&["v1", "runs", &run_id, "detail"], &[]).await?;
+                let journal = detail
+                    .journal
+                    .iter()
+                    .map(|e| e.to_entry())
+                    .collect::<Result<Vec<Entry>, String>>()
+                    .map_err(|e| anyhow::anyhow!("the server sent a journal entry this keel cannot read: {e}"))?;
+                Reply::Journal {
+                    run: detail.run.into(),
+                    journal,
+                }
+            }
+            Request::PushEvent {
+                key,
+                payload,
+                metadata,
+            } => {
+                let parse = |flag: &str, s: &str| {
+                    serde_json::from_str::<Value>(s).map_err(|e| keel_host::Error::InvalidInput {
+                        reason: format!("{flag}: {e}"),
+                    })
+                };
+                let body = serde_json::json!({
+                    "payload": parse("--payload", &payload)?,
+                    "metadata": parse("--metadata", &metadata)?,
+                });
+                let event: EventView = self.post(&["v1", "events", &key], &[], &body).await?;
+                Reply::Event(event.into())
+            }
+            Request::ListEvents => {
+                let mut events: Vec<_> = self
+                    .get::<EventList>(&["v1", "events"], &[])
+                    .await?
+                    .events
+                    .into_iter()
+                    .map(Into::into)
+                    .collect();
+                // The API lists newest first; the CLI oldest first.
+                events.reverse();
+                Reply::Events(events)
+            }
+            Request::Deploy {
+                component,
+                name,
+                grants,
+                limits,
+            } => {
+                let mut query: Vec<(&str, String)> = Vec::new();
+                if let Some(name) = name {
+                    query.push(("name", name));
+                }
+                query.extend(grants.http.into_iter().map(|h| ("allow_http", h)));
+                query.extend(grants.dirs.into_iter().map(|d| ("allow_dir", d)));
+                query.extend(grants.env.into_iter().map(|e| ("allow_env", e)));
+                if let Some(mib) = limits.max_memory_mib {
+                    query.push(("max_memory_mib", mib.to_string()));
+                }
+                if let Some(ms) = limits.step_timeout_ms {
+                    query.push(("step_timeout_ms", ms.to_string()));
+                }
+                Reply::Deployment(self.upload(&component, &query).await?)
+            }
+            Request::ListDeployments => Reply::Deployments(
+                self.get::<DeploymentList>(&["v1", "deployments"], &[])
+                    .await?
+                    .deployments,
+            ),
+            Request::ShowDeployment { name } => {
+                Reply::Deployment(self.get(&["v1", "deployments", &name], &[]).await?)
+            }
+        })
+    }
+
+    /// Uploads a component file as a deployment.
+    async fn upload(&self, path: &Path, query: &[(&str, String)]) -> anyhow::Result<Deployment> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .with_context(|| format!("reading {}", path.display()))?;
+        let mut query = query.to_vec();
+        if !query.iter().any(|(k, _)| *k == "name")
+            && let Some(stem) = path.file_stem()
+        {
+            query.push(("name", stem.to_string_lossy().into_owned()));
+        }
+        let url = self.url(&["v1", "deployments"], &query);
+        Ok(self
+            .call(Method::POST, url, Some(("application/wasm", bytes)))
+            .await?
+            .1)
+    }
+
+    /// The server's deployment of the component at `path`: uploaded unless
+    /// the server has it and no grants are given.
+    async fn ensure_deployed(
+        &self,
+        path: &Path,
+        grants: Option<keel_host::core::GrantSpec>,
+    ) -> anyhow::Result<Deployment> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .with_context(|| format!("reading {}", path.display()))?;
+        let hash = keel_host::component::content_hash(&bytes);
+        if grants.is_none() {
+            match self.get::<Deployment>(&["v1", "deployments", &hash], &[]).await {
+                Ok(deployment) => return Ok(deployment),
+                Err(e) if e.downcast_ref::<RemoteError>().is_some_and(|r| r.kind == "deployment_not_found") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let grants = grants.unwrap_or_default();
+        let mut query: Vec<(&str, String)> = Vec::new();
+        query.extend(grants.http.into_iter().map(|h| ("allow_http", h)));
+        query.extend(grants.dirs.into_iter().map(|d| ("allow_dir", d)));
+        query.extend(grants.env.into_iter().map(|e| ("allow_env", e)));
+        self.upload(path, &query).await
+    }
+
+    /// Follows a run the server drives until it ends or waits (the server
+    /// answers each call within its longest wait).
+    async fn until_it_waits(&self, mut run: RunView) -> anyhow::Result<RunRecord> {
+        while !run.status.is_final() && run.status != RunStatus::Waiting {
+            let (_, next) = self
+                .call::<RunView>(
+                    Method::GET,
+                    self.url(&["v1", "runs", &run.run_id, "result"], &[("wait_ms", WAIT_MS.to_string())]),
+                    None,
+                )
+                .await?;
+            run = next;
+        }
+        Ok(run.into())
+    }
+}
