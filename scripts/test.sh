@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs the pinned toolchain and the wasm target,
 # makes sure PostgreSQL runs with a test database (scripts/postgres.sh),
-# and runs every test of the workspace, the PostgreSQL ones included.
+# runs every test of the workspace (the PostgreSQL ones included), then
+# checks a real `keel serve` from outside: its OpenAPI document with
+# schemathesis and its console in headless Chromium (scripts/e2e-server.sh,
+# which installs Chromium, playwright-core and schemathesis if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup toolchain install >&2
@@ -9,3 +12,5 @@ settings=$(scripts/postgres.sh)
 eval "$settings"
 export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA
 cargo test --workspace "$@"
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+KEEL="$target/debug/keel" GUESTS="$target/wasm32-wasip2/release" scripts/e2e-server.sh

@@ -316,6 +316,8 @@ pub enum RunsCommand {
 /// A run status named on the command line.
 fn parse_status(s: &str) -> Result<keel_host::core::RunStatus, String> {
     keel_host::core::RunStatus::parse(s).ok_or_else(|| {
-        format!("`{s}` is not a run status: pending, running, waiting, completed, failed or cancelled")
+        format!(
+            "`{s}` is not a run status: pending, running, waiting, completed, failed or cancelled"
+        )
     })
 }

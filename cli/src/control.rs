@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use keel_host::core::journal::Entry;
 use keel_host::core::deployment::Target;
+use keel_host::core::journal::Entry;
 use keel_host::core::{
     Deployment, EventRecord, GrantSpec, HookRecord, RunFilter, RunRecord, StepLimits,
 };
@@ -229,9 +229,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             };
             Reply::Deployment(keel.deploy_file(&component, Some(spec)).await?.0)
         }
-        Request::ListDeployments => {
-            Reply::Deployments(keel.deployments().await?.as_ref().clone())
-        }
+        Request::ListDeployments => Reply::Deployments(keel.deployments().await?.as_ref().clone()),
         Request::ShowDeployment { name } => Reply::Deployment(keel.deployment(&name).await?),
         Request::ShowRun { run_id } => Reply::Journal {
             run: keel.get_run(&run_id).await?,

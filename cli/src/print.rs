@@ -257,7 +257,11 @@ fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
     println!(
         "started {}, {} {}",
         when(run.created_at_ms),
-        if run.status.is_final() { "took" } else { "running for" },
+        if run.status.is_final() {
+            "took"
+        } else {
+            "running for"
+        },
         took(end.saturating_sub(run.created_at_ms))
     );
     let rows = timeline(journal);
@@ -301,7 +305,10 @@ fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
             excerpt(&row.name, 20),
             status,
             attempts,
-            format!("+{}", took(row.started_at_ms.saturating_sub(run.created_at_ms))),
+            format!(
+                "+{}",
+                took(row.started_at_ms.saturating_sub(run.created_at_ms))
+            ),
             took(row.duration_ms(end)),
             detail
         );
@@ -309,8 +316,17 @@ fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
             println!("{:>5}error: {}", "", excerpt(error, 160));
         }
         if let (Some(due), None) = (row.due_at_ms, row.ended_at_ms) {
-            let what = if row.kind == RowKind::Timer { "fires" } else { "retry" };
-            println!("{:>5}{what} at {} (in {})", "", when(due), took(due.saturating_sub(now)));
+            let what = if row.kind == RowKind::Timer {
+                "fires"
+            } else {
+                "retry"
+            };
+            println!(
+                "{:>5}{what} at {} (in {})",
+                "",
+                when(due),
+                took(due.saturating_sub(now))
+            );
         }
     }
 }

@@ -31,8 +31,9 @@ pub struct Client {
 impl Client {
     /// A client of the server at `base` (`http://host:port`).
     pub fn new(base: &str, token: Option<&str>) -> anyhow::Result<Client> {
-        let base = Url::parse(base)
-            .with_context(|| format!("--server `{base}` is not a URL; write for example http://127.0.0.1:8080"))?;
+        let base = Url::parse(base).with_context(|| {
+            format!("--server `{base}` is not a URL; write for example http://127.0.0.1:8080")
+        })?;
         if !matches!(base.scheme(), "http" | "https") {
             anyhow::bail!("--server `{base}` must be an http:// or https:// URL");
         }
@@ -96,13 +97,21 @@ impl Client {
             }
             .into());
         }
-        let value = serde_json::from_slice(&bytes)
-            .with_context(|| format!("the server's answer to {url} is not what this keel expects"))?;
+        let value = serde_json::from_slice(&bytes).with_context(|| {
+            format!("the server's answer to {url} is not what this keel expects")
+        })?;
         Ok((status, value))
     }
 
-    async fn get<T: DeserializeOwned>(&self, segments: &[&str], query: &[(&str, String)]) -> anyhow::Result<T> {
-        Ok(self.call(Method::GET, self.url(segments, query), None).await?.1)
+    async fn get<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, String)],
+    ) -> anyhow::Result<T> {
+        Ok(self
+            .call(Method::GET, self.url(segments, query), None)
+            .await?
+            .1)
     }
 
     async fn post<T: DeserializeOwned>(
@@ -135,14 +144,18 @@ impl Client {
                 grants,
             } => {
                 let deployment = match component {
-                    Some(path) => Some(self.ensure_deployed(&path, grants).await?.hash.into_string()),
+                    Some(path) => Some(
+                        self.ensure_deployed(&path, grants)
+                            .await?
+                            .hash
+                            .into_string(),
+                    ),
                     None => deployment,
                 };
-                let input: Value = serde_json::from_str(&input).map_err(|e| {
-                    keel_host::Error::InvalidInput {
+                let input: Value =
+                    serde_json::from_str(&input).map_err(|e| keel_host::Error::InvalidInput {
                         reason: e.to_string(),
-                    }
-                })?;
+                    })?;
                 let request = StartRequest {
                     input,
                     deployment,
@@ -153,7 +166,9 @@ impl Client {
                     wait_ms: (!detach).then_some(WAIT_MS),
                     return_on_wait: true,
                 };
-                let started: RunView = self.post(&["v1", "workflows", &workflow, "runs"], &[], &request).await?;
+                let started: RunView = self
+                    .post(&["v1", "workflows", &workflow, "runs"], &[], &request)
+                    .await?;
                 if detach {
                     run(started)
                 } else {
@@ -161,18 +176,24 @@ impl Client {
                 }
             }
             Request::Resume { token, payload } => {
-                let payload: Value = serde_json::from_str(&payload).map_err(|e| {
-                    keel_host::Error::InvalidInput {
+                let payload: Value =
+                    serde_json::from_str(&payload).map_err(|e| keel_host::Error::InvalidInput {
                         reason: format!("--payload: {e}"),
-                    }
-                })?;
-                let query = [("wait_ms", WAIT_MS.to_string()), ("return_on_wait", "true".into())];
-                let resumed: RunView = self.post(&["v1", "hooks", &token, "resume"], &query, &payload).await?;
+                    })?;
+                let query = [
+                    ("wait_ms", WAIT_MS.to_string()),
+                    ("return_on_wait", "true".into()),
+                ];
+                let resumed: RunView = self
+                    .post(&["v1", "hooks", &token, "resume"], &query, &payload)
+                    .await?;
                 Reply::Run(self.until_it_waits(resumed).await?)
             }
-            Request::GetHook { token } => {
-                Reply::Hook(self.get::<HookView>(&["v1", "hooks", &token], &[]).await?.into())
-            }
+            Request::GetHook { token } => Reply::Hook(
+                self.get::<HookView>(&["v1", "hooks", &token], &[])
+                    .await?
+                    .into(),
+            ),
             Request::ListHooks => Reply::Hooks(
                 self.get::<HookList>(&["v1", "hooks"], &[])
                     .await?
@@ -182,14 +203,17 @@ impl Client {
                     .collect(),
             ),
             Request::GetRun { run_id } => run(self.get(&["v1", "runs", &run_id], &[]).await?),
-            Request::Cancel { run_id } => {
-                run(self.post(&["v1", "runs", &run_id, "cancel"], &[], &()).await?)
-            }
+            Request::Cancel { run_id } => run(self
+                .post(&["v1", "runs", &run_id, "cancel"], &[], &())
+                .await?),
             Request::Result { run_id, wait } => {
                 let mut current: RunView = self.get(&["v1", "runs", &run_id], &[]).await?;
                 while wait && !current.status.is_final() {
                     current = self
-                        .get(&["v1", "runs", &run_id, "result"], &[("wait_ms", WAIT_MS.to_string())])
+                        .get(
+                            &["v1", "runs", &run_id, "result"],
+                            &[("wait_ms", WAIT_MS.to_string())],
+                        )
                         .await?;
                 }
                 run(current)
@@ -215,7 +239,11 @@ impl Client {
                     .iter()
                     .map(|e| e.to_entry())
                     .collect::<Result<Vec<Entry>, String>>()
-                    .map_err(|e| anyhow::anyhow!("the server sent a journal entry this keel cannot read: {e}"))?;
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "the server sent a journal entry this keel cannot read: {e}"
+                        )
+                    })?;
                 Reply::Journal {
                     run: detail.run.into(),
                     journal,
@@ -312,9 +340,14 @@ impl Client {
             .with_context(|| format!("reading {}", path.display()))?;
         let hash = keel_host::component::content_hash(&bytes);
         if grants.is_none() {
-            match self.get::<Deployment>(&["v1", "deployments", &hash], &[]).await {
+            match self
+                .get::<Deployment>(&["v1", "deployments", &hash], &[])
+                .await
+            {
                 Ok(deployment) => return Ok(deployment),
-                Err(e) if e.downcast_ref::<RemoteError>().is_some_and(|r| r.kind == "deployment_not_found") => {}
+                Err(e)
+                    if e.downcast_ref::<RemoteError>()
+                        .is_some_and(|r| r.kind == "deployment_not_found") => {}
                 Err(e) => return Err(e),
             }
         }
@@ -333,7 +366,10 @@ impl Client {
             let (_, next) = self
                 .call::<RunView>(
                     Method::GET,
-                    self.url(&["v1", "runs", &run.run_id, "result"], &[("wait_ms", WAIT_MS.to_string())]),
+                    self.url(
+                        &["v1", "runs", &run.run_id, "result"],
+                        &[("wait_ms", WAIT_MS.to_string())],
+                    ),
                     None,
                 )
                 .await?;

@@ -164,8 +164,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
 /// The grants given on the command line, as a deployment records them.
 fn grants_of(cli: &Cli) -> Result<GrantSpec, keel_host::Error> {
     for grant in &cli.allow_http {
-        GrantSpec::check_http(grant)
-            .map_err(|reason| keel_host::Error::InvalidGrant { reason })?;
+        GrantSpec::check_http(grant).map_err(|reason| keel_host::Error::InvalidGrant { reason })?;
     }
     Ok(GrantSpec {
         http: cli.allow_http.clone(),

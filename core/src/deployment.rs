@@ -200,7 +200,12 @@ mod tests {
     fn all() -> Vec<Deployment> {
         vec![
             deployment("order", "aaaaaaaaaaaaaaaa01", &["process_order"], 10),
-            deployment("order", "bbbbbbbbbbbbbbbb02", &["process_order", "refund"], 20),
+            deployment(
+                "order",
+                "bbbbbbbbbbbbbbbb02",
+                &["process_order", "refund"],
+                20,
+            ),
             deployment("billing", "cccccccccccccccc03", &["invoice"], 30),
         ]
     }
@@ -223,7 +228,10 @@ mod tests {
         assert_eq!(d.deployed_at_ms, 10);
         let d = resolve(&all, "process_order", Target::Hash("aaaaaaaaaaaa")).unwrap();
         assert_eq!(d.deployed_at_ms, 10, "a 12-character prefix is enough");
-        assert!(find(&all, Target::Hash("aaaa")).is_none(), "a short prefix is not");
+        assert!(
+            find(&all, Target::Hash("aaaa")).is_none(),
+            "a short prefix is not"
+        );
     }
 
     #[test]

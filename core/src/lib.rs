@@ -23,9 +23,9 @@ pub mod timeline;
 
 pub use clock::Clock;
 pub use deployment::{Deployment, GrantSpec, StepLimits};
-pub use query::{RunFilter, RunPage};
 pub use ids::{ComponentHash, HookToken, RunId, StepId};
 pub use journal::{Entry, Fact, HookRegistration, StartOutcome};
+pub use query::{RunFilter, RunPage};
 pub use records::{
     Capabilities, EventOutcome, EventRecord, HookRecord, KeyHold, Registration, RunError,
     RunRecord, RunStatus,

@@ -91,9 +91,33 @@ mod tests {
             ..Default::default()
         };
         assert!(window.matches(&r));
-        assert!(!RunFilter { until_ms: Some(100), ..Default::default() }.matches(&r));
-        assert!(RunFilter { search: Some("abc".into()), ..Default::default() }.matches(&r));
-        assert!(RunFilter { search: Some("ord".into()), ..Default::default() }.matches(&r));
-        assert!(!RunFilter { search: Some("zzz".into()), ..Default::default() }.matches(&r));
+        assert!(
+            !RunFilter {
+                until_ms: Some(100),
+                ..Default::default()
+            }
+            .matches(&r)
+        );
+        assert!(
+            RunFilter {
+                search: Some("abc".into()),
+                ..Default::default()
+            }
+            .matches(&r)
+        );
+        assert!(
+            RunFilter {
+                search: Some("ord".into()),
+                ..Default::default()
+            }
+            .matches(&r)
+        );
+        assert!(
+            !RunFilter {
+                search: Some("zzz".into()),
+                ..Default::default()
+            }
+            .matches(&r)
+        );
     }
 }

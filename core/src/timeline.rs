@@ -170,7 +170,9 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                 // The payload answers the `HookNext` of `command`, whose
                 // hook is the row.
                 let hook = journal.iter().find_map(|e| match &e.fact {
-                    Fact::HookNext { command: c, hook, .. } if c == command => Some(*hook),
+                    Fact::HookNext {
+                        command: c, hook, ..
+                    } if c == command => Some(*hook),
                     _ => None,
                 });
                 if let Some(i) = hook.and_then(|h| row(&mut rows, h)) {
@@ -188,7 +190,10 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                 }
             }
             Fact::HookDisposed { hook, .. } => end(&mut rows, *hook, at, None),
-            Fact::RunAwaited { command, run_id } | Fact::RunStatusRead { command, run_id, .. } => {
+            Fact::RunAwaited { command, run_id }
+            | Fact::RunStatusRead {
+                command, run_id, ..
+            } => {
                 rows.push(Row {
                     run_id: Some(run_id.clone()),
                     ..open(*command, RowKind::AwaitRun, run_id)
@@ -267,24 +272,67 @@ mod tests {
     #[test]
     fn a_retried_step_is_one_row_with_its_attempts_error_and_duration() {
         let journal = vec![
-            e(0, 100, Fact::RunStarted { workflow: "w".into(), input: "1".into() }),
-            e(1, 101, Fact::StepScheduled {
-                command: 0,
-                name: "charge".into(),
-                input: "{}".into(),
-                step_id: "s-0".into(),
-                digest: "d".into(),
-            }),
-            e(2, 102, Fact::StepAttemptStarted { command: 0, attempt: 1 }),
-            e(3, 110, Fact::StepAttemptFailed {
-                command: 0,
-                attempt: 1,
-                error: "reset".into(),
-                retry_at_ms: 1110,
-            }),
-            e(4, 1110, Fact::StepAttemptStarted { command: 0, attempt: 2 }),
-            e(5, 1120, Fact::StepCompleted { command: 0, output: "\"ok\"".into() }),
-            e(6, 1121, Fact::TimerScheduled { command: 1, fire_at_ms: 2000 }),
+            e(
+                0,
+                100,
+                Fact::RunStarted {
+                    workflow: "w".into(),
+                    input: "1".into(),
+                },
+            ),
+            e(
+                1,
+                101,
+                Fact::StepScheduled {
+                    command: 0,
+                    name: "charge".into(),
+                    input: "{}".into(),
+                    step_id: "s-0".into(),
+                    digest: "d".into(),
+                },
+            ),
+            e(
+                2,
+                102,
+                Fact::StepAttemptStarted {
+                    command: 0,
+                    attempt: 1,
+                },
+            ),
+            e(
+                3,
+                110,
+                Fact::StepAttemptFailed {
+                    command: 0,
+                    attempt: 1,
+                    error: "reset".into(),
+                    retry_at_ms: 1110,
+                },
+            ),
+            e(
+                4,
+                1110,
+                Fact::StepAttemptStarted {
+                    command: 0,
+                    attempt: 2,
+                },
+            ),
+            e(
+                5,
+                1120,
+                Fact::StepCompleted {
+                    command: 0,
+                    output: "\"ok\"".into(),
+                },
+            ),
+            e(
+                6,
+                1121,
+                Fact::TimerScheduled {
+                    command: 1,
+                    fire_at_ms: 2000,
+                },
+            ),
         ];
         let rows = timeline(&journal);
         assert_eq!(rows.len(), 2);
@@ -293,31 +341,54 @@ mod tests {
         assert_eq!(step.step_id.as_deref(), Some("s-0"));
         assert_eq!(step.attempts, 2);
         assert_eq!(step.status, RowStatus::Completed);
-        assert_eq!(step.error.as_deref(), Some("reset"), "the last failed attempt's error stays");
+        assert_eq!(
+            step.error.as_deref(),
+            Some("reset"),
+            "the last failed attempt's error stays"
+        );
         assert_eq!(step.duration_ms(0), 1019);
         assert_eq!(rows[1].kind, RowKind::Timer);
         assert_eq!(rows[1].status, RowStatus::Open);
         assert_eq!(rows[1].due_at_ms, Some(2000));
-        assert_eq!(rows[1].duration_ms(1500), 379, "an open row lasts until now");
+        assert_eq!(
+            rows[1].duration_ms(1500),
+            379,
+            "an open row lasts until now"
+        );
     }
 
     #[test]
     fn a_waiting_retry_shows_when_it_is_due() {
         let journal = vec![
-            e(0, 1, Fact::StepScheduled {
-                command: 0,
-                name: "charge".into(),
-                input: "{}".into(),
-                step_id: "s-0".into(),
-                digest: "d".into(),
-            }),
-            e(1, 2, Fact::StepAttemptStarted { command: 0, attempt: 1 }),
-            e(2, 3, Fact::StepAttemptFailed {
-                command: 0,
-                attempt: 1,
-                error: "503".into(),
-                retry_at_ms: 500,
-            }),
+            e(
+                0,
+                1,
+                Fact::StepScheduled {
+                    command: 0,
+                    name: "charge".into(),
+                    input: "{}".into(),
+                    step_id: "s-0".into(),
+                    digest: "d".into(),
+                },
+            ),
+            e(
+                1,
+                2,
+                Fact::StepAttemptStarted {
+                    command: 0,
+                    attempt: 1,
+                },
+            ),
+            e(
+                2,
+                3,
+                Fact::StepAttemptFailed {
+                    command: 0,
+                    attempt: 1,
+                    error: "503".into(),
+                    retry_at_ms: 500,
+                },
+            ),
         ];
         let rows = timeline(&journal);
         assert_eq!(rows[0].status, RowStatus::Retrying);
@@ -327,22 +398,55 @@ mod tests {
     #[test]
     fn hooks_collect_their_payloads_and_children_their_run_ids() {
         let journal = vec![
-            e(0, 1, Fact::HookCreated {
-                command: 0,
-                token: "approve".into(),
-                force: false,
-                registration: crate::journal::HookRegistration::Registered,
-            }),
-            e(1, 2, Fact::HookNext { command: 1, hook: 0, token: "approve".into(), index: 0 }),
-            e(2, 9, Fact::HookReceived { command: 1, payload: "true".into() }),
-            e(3, 10, Fact::HookDisposed { command: 2, hook: 0 }),
-            e(4, 11, Fact::WorkflowStarted {
-                command: 3,
-                workflow: "child".into(),
-                input: "1".into(),
-                token: None,
-                outcome: StartOutcome::Started { run_id: "r-1".into() },
-            }),
+            e(
+                0,
+                1,
+                Fact::HookCreated {
+                    command: 0,
+                    token: "approve".into(),
+                    force: false,
+                    registration: crate::journal::HookRegistration::Registered,
+                },
+            ),
+            e(
+                1,
+                2,
+                Fact::HookNext {
+                    command: 1,
+                    hook: 0,
+                    token: "approve".into(),
+                    index: 0,
+                },
+            ),
+            e(
+                2,
+                9,
+                Fact::HookReceived {
+                    command: 1,
+                    payload: "true".into(),
+                },
+            ),
+            e(
+                3,
+                10,
+                Fact::HookDisposed {
+                    command: 2,
+                    hook: 0,
+                },
+            ),
+            e(
+                4,
+                11,
+                Fact::WorkflowStarted {
+                    command: 3,
+                    workflow: "child".into(),
+                    input: "1".into(),
+                    token: None,
+                    outcome: StartOutcome::Started {
+                        run_id: "r-1".into(),
+                    },
+                },
+            ),
         ];
         let rows = timeline(&journal);
         assert_eq!(rows.len(), 2);

@@ -137,7 +137,9 @@ pub enum Error {
     InvalidGrant { reason: String },
 
     /// A run did not end within the time a caller waited for it.
-    #[error("run {run_id} did not end within {waited_ms} ms; it goes on, ask for its result again later")]
+    #[error(
+        "run {run_id} did not end within {waited_ms} ms; it goes on, ask for its result again later"
+    )]
     StillRunning { run_id: RunId, waited_ms: u64 },
 
     #[error(transparent)]
@@ -223,9 +225,9 @@ impl Error {
             Error::StartOutcomeUnknown { .. } => "start_outcome_unknown",
             Error::StoreCapability { .. } => "store_capability",
             Error::Cancelled { .. } => "cancelled",
-            Error::Deployment(keel_core::deployment::ResolveError::UnknownDeployment { .. }) => {
-                "deployment_not_found"
-            }
+            Error::Deployment(keel_core::deployment::ResolveError::UnknownDeployment {
+                ..
+            }) => "deployment_not_found",
             Error::Deployment(_) => "unknown_workflow",
             Error::InvalidGrant { .. } => "invalid_grant",
             Error::StillRunning { .. } => "still_running",

@@ -94,7 +94,11 @@ impl StepRunner {
     ) {
         let span = tracing::info_span!("step", run_id = %call.run_id, step_id = %call.step_id, step = %call.name);
         let journal = call.journal.clone();
-        if let Err(e) = self.attempts(&call, &settings, hooks).instrument(span).await {
+        if let Err(e) = self
+            .attempts(&call, &settings, hooks)
+            .instrument(span)
+            .await
+        {
             journal.fail(e.to_string());
         }
     }

@@ -72,7 +72,10 @@ impl Auth {
 
 /// Paths anyone may reach: the health check and the console's login.
 fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/login" | "/console/login.js" | "/console/style.css")
+    matches!(
+        path,
+        "/healthz" | "/login" | "/console/login.js" | "/console/style.css"
+    )
 }
 
 /// The middleware: refuses requests without the token with 401 (API

@@ -24,9 +24,18 @@ const LOGIN_JS: &str = include_str!("../console/login.js");
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(|| async { Html(INDEX) }))
-        .route("/console/app.js", get(|| async { asset("text/javascript", APP) }))
-        .route("/console/style.css", get(|| async { asset("text/css", STYLE) }))
-        .route("/console/login.js", get(|| async { asset("text/javascript", LOGIN_JS) }))
+        .route(
+            "/console/app.js",
+            get(|| async { asset("text/javascript", APP) }),
+        )
+        .route(
+            "/console/style.css",
+            get(|| async { asset("text/css", STYLE) }),
+        )
+        .route(
+            "/console/login.js",
+            get(|| async { asset("text/javascript", LOGIN_JS) }),
+        )
         .route("/login", get(|| async { Html(LOGIN) }).post(login))
 }
 

@@ -38,14 +38,21 @@ pub fn status_of(kind: &str) -> StatusCode {
     match kind {
         "invalid_input" | "invalid_component" | "missing_exports" | "unsupported_import"
         | "key_expression" | "invalid_grant" | "journal_file" => StatusCode::BAD_REQUEST,
-        "run_not_found" | "hook_not_found" | "unknown_workflow" | "deployment_not_found"
+        "run_not_found"
+        | "hook_not_found"
+        | "unknown_workflow"
+        | "deployment_not_found"
         | "component_not_found" => StatusCode::NOT_FOUND,
         "hook_conflict" | "idempotency_collision" | "run_exists" => StatusCode::CONFLICT,
         "store_capability" => StatusCode::UNPROCESSABLE_ENTITY,
-        "store_locked" | "store_unavailable" | "storage" | "store_unconfirmed" | "lease_lost"
-        | "journal_conflict" | "start_outcome_unknown" | "journal_write" => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        "store_locked"
+        | "store_unavailable"
+        | "storage"
+        | "store_unconfirmed"
+        | "lease_lost"
+        | "journal_conflict"
+        | "start_outcome_unknown"
+        | "journal_write" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

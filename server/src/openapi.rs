@@ -34,18 +34,18 @@ pub fn document() -> Value {
     let any = json!({});
     let schemas = Value::Object(g.take_definitions(true));
 
-    let path_param = |name: &str, what: &str| {
-        json!({"name": name, "in": "path", "required": true, "description": what, "schema": {"type": "string", "minLength": 1}})
-    };
-    let query = |name: &str, what: &str, schema: Value| {
-        json!({"name": name, "in": "query", "required": false, "description": what, "schema": schema})
-    };
+    let path_param = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "description": what, "schema": {"type": "string", "minLength": 1}});
+    let query = |name: &str, what: &str, schema: Value| json!({"name": name, "in": "query", "required": false, "description": what, "schema": schema});
     let wait = query(
         "wait_ms",
         "Wait up to this many milliseconds (at most 60000) for the run to end",
         json!({"type": "integer", "minimum": 0, "maximum": 60000}),
     );
-    let op = |summary: &str, params: Vec<Value>, body: Option<(&str, &Value)>, ok: Responses, errors: &[&str]| {
+    let op = |summary: &str,
+              params: Vec<Value>,
+              body: Option<(&str, &Value)>,
+              ok: Responses,
+              errors: &[&str]| {
         let mut responses = serde_json::Map::new();
         for (status, description, schema) in ok {
             let mut response = json!({"description": description});
@@ -64,7 +64,8 @@ pub fn document() -> Value {
             "default".into(),
             json!({"description": "An error", "content": {"application/json": {"schema": error}}}),
         );
-        let mut operation = json!({"summary": summary, "parameters": params, "responses": responses});
+        let mut operation =
+            json!({"summary": summary, "parameters": params, "responses": responses});
         if let Some((content_type, schema)) = body {
             operation["requestBody"] =
                 json!({"required": false, "content": {content_type: {"schema": schema}}});
@@ -174,7 +175,9 @@ fn reason(status: &str) -> &'static str {
         "400" => "The request is malformed (kind `invalid_request`, `invalid_input`, ...)",
         "401" => "A token is required and was missing or wrong (kind `unauthorized`)",
         "404" => "No such run, hook, workflow or deployment",
-        "409" => "Refused: `hook_conflict` or `idempotency_collision`, naming the run that holds the token or key",
+        "409" => {
+            "Refused: `hook_conflict` or `idempotency_collision`, naming the run that holds the token or key"
+        }
         "413" => "The body is too large (kind `payload_too_large`)",
         "503" => "The store is unavailable",
         _ => "An error",

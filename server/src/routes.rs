@@ -58,7 +58,10 @@ impl Query {
     }
 
     fn one(&self, name: &str) -> Option<String> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
     }
 
     fn number(&self, name: &str) -> ApiResult<Option<u64>> {
@@ -173,7 +176,9 @@ pub async fn start(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let request: StartRequest = json_body(body)?;
-    if request.token.is_none() && (request.retention_ms.is_some() || request.token_metadata.is_some()) {
+    if request.token.is_none()
+        && (request.retention_ms.is_some() || request.token_metadata.is_some())
+    {
         return Err(ApiError::invalid(
             "`retention_ms` and `token_metadata` belong to a start token: pass `token` too",
         ));
@@ -366,7 +371,10 @@ pub async fn run_events(
             return None;
         }
         loop {
-            let (run, journal) = match (w.keel.get_run(&w.run_id).await, w.keel.journal(&w.run_id).await) {
+            let (run, journal) = match (
+                w.keel.get_run(&w.run_id).await,
+                w.keel.journal(&w.run_id).await,
+            ) {
                 (Ok(run), Ok(journal)) => (run, journal),
                 (Err(e), _) | (_, Err(e)) => {
                     w.ended = true;
@@ -403,7 +411,13 @@ fn sse_json(name: &str, value: &impl serde::Serialize) -> Event {
 /// `GET /v1/hooks`.
 pub async fn list_hooks(State(s): State<AppState>) -> ApiResult<Json<HookList>> {
     Ok(Json(HookList {
-        hooks: s.keel.list_hooks().await?.iter().map(HookView::from).collect(),
+        hooks: s
+            .keel
+            .list_hooks()
+            .await?
+            .iter()
+            .map(HookView::from)
+            .collect(),
     }))
 }
 
@@ -432,7 +446,9 @@ pub async fn resume(
     let payload: serde_json::Value = json_body(body)?;
     let run_id = s.keel.resume_hook(&token, &payload.to_string()).await?;
     let run = s.keel.get_run(&run_id).await?;
-    Ok(Json(RunView::from(&drive_and_wait(&s.keel, run, wait).await?)))
+    Ok(Json(RunView::from(
+        &drive_and_wait(&s.keel, run, wait).await?,
+    )))
 }
 
 /// `POST /v1/events/{key}`.
@@ -458,7 +474,13 @@ pub async fn push_event(
 
 /// `GET /v1/events`.
 pub async fn list_events(State(s): State<AppState>) -> ApiResult<Json<EventList>> {
-    let mut events: Vec<EventView> = s.keel.list_events().await?.iter().map(EventView::from).collect();
+    let mut events: Vec<EventView> = s
+        .keel
+        .list_events()
+        .await?
+        .iter()
+        .map(EventView::from)
+        .collect();
     events.reverse();
     Ok(Json(EventList { events }))
 }
@@ -487,6 +509,9 @@ pub async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        format!("no endpoint at `{}`; the API is described at /openapi.json", uri.path()),
+        format!(
+            "no endpoint at `{}`; the API is described at /openapi.json",
+            uri.path()
+        ),
     )
 }

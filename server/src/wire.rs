@@ -5,7 +5,9 @@
 
 use keel_core::journal::Entry;
 use keel_core::timeline::Row;
-use keel_core::{Deployment, EventOutcome, EventRecord, HookRecord, RunError, RunRecord, RunStatus};
+use keel_core::{
+    Deployment, EventOutcome, EventRecord, HookRecord, RunError, RunRecord, RunStatus,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

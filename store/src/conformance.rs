@@ -873,19 +873,15 @@ async fn runs_are_paged_newest_first(h: &dyn Harness) -> Outcome {
     let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
     let first = ids(store.runs_before(None, 2).await.map_err(fail("page 1"))?);
     check(first == ["r5", "r4"], || format!("page 1: {first:?}"))?;
-    let second = ids(
-        store
-            .runs_before(Some("r4"), 2)
-            .await
-            .map_err(fail("page 2"))?,
-    );
+    let second = ids(store
+        .runs_before(Some("r4"), 2)
+        .await
+        .map_err(fail("page 2"))?);
     check(second == ["r3", "r2"], || format!("page 2: {second:?}"))?;
-    let last = ids(
-        store
-            .runs_before(Some("r2"), 10)
-            .await
-            .map_err(fail("page 3"))?,
-    );
+    let last = ids(store
+        .runs_before(Some("r2"), 10)
+        .await
+        .map_err(fail("page 3"))?);
     check(last == ["r1"], || format!("page 3: {last:?}"))
 }
 

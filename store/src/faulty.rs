@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use keel_core::{
-    Capabilities, Deployment, Entry, EventRecord, HookRecord, KeyHold, RunId, RunRecord};
+    Capabilities, Deployment, Entry, EventRecord, HookRecord, KeyHold, RunId, RunRecord,
+};
 
 use crate::{
-    Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
-    LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore, WorkerRecord,
-    WorkerStore,
+    Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
+    KeyStore, Lease, LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore,
+    WorkerRecord, WorkerStore,
 };
 
 /// Wraps a store and injects faults.

@@ -16,7 +16,8 @@
 
 use async_trait::async_trait;
 use keel_core::{
-    Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunId, RunRecord,
+    Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunId,
+    RunRecord,
 };
 
 pub mod conformance;

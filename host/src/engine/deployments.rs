@@ -49,8 +49,18 @@ impl Keel {
         let deployment = Deployment {
             name,
             hash: loaded.hash.clone(),
-            workflows: loaded.manifest.workflows.iter().map(|w| w.name.clone()).collect(),
-            steps: loaded.manifest.steps.iter().map(|s| s.name.clone()).collect(),
+            workflows: loaded
+                .manifest
+                .workflows
+                .iter()
+                .map(|w| w.name.clone())
+                .collect(),
+            steps: loaded
+                .manifest
+                .steps
+                .iter()
+                .map(|s| s.name.clone())
+                .collect(),
             grants: spec.grants,
             limits: spec.limits,
             size_bytes: bytes.len() as u64,
@@ -189,7 +199,10 @@ fn grants_of(spec: &GrantSpec) -> Grants {
         .filter_map(|name| match std::env::var(name) {
             Ok(value) => Some((name.clone(), value)),
             Err(_) => {
-                tracing::warn!(name, "a granted environment variable is not set in this worker");
+                tracing::warn!(
+                    name,
+                    "a granted environment variable is not set in this worker"
+                );
                 None
             }
         })

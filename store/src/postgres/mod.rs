@@ -31,9 +31,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
-    Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore, KeyStore, Lease,
-    LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore, WorkerRecord,
-    WorkerStore,
+    Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
+    KeyStore, Lease, LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore,
+    WorkerRecord, WorkerStore,
 };
 
 mod schema;
@@ -734,7 +734,9 @@ impl RunStore for PgStore {
 
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.records(
-            "SELECT record FROM runs WHERE live ORDER BY run_id", &[], "run record",
+            "SELECT record FROM runs WHERE live ORDER BY run_id",
+            &[],
+            "run record",
         )
         .await
     }

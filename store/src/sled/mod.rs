@@ -18,8 +18,8 @@ use keel_core::journal;
 use keel_core::{Capabilities, Deployment, Entry, EventRecord, KeyHold, RunId, RunRecord};
 
 use crate::{
-    ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Lease, LeaseStore, Result, Store,
-    StoreError, WakeStore, WorkerRecord, WorkerStore,
+    ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Lease, LeaseStore, Result,
+    Store, StoreError, WakeStore, WorkerRecord, WorkerStore,
 };
 
 mod commit;

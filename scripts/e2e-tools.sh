@@ -1,0 +1,20 @@
+#!/bin/bash
+# Installs what the console and OpenAPI checks need and this machine lacks:
+# Debian's Chromium, playwright-core (npm, pinned in tests/browser), and
+# schemathesis (PyPI). Idempotent; quiet when everything is there.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+if ! command -v chromium >/dev/null; then
+    echo "installing Debian's chromium" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq chromium >/dev/null
+fi
+if [ ! -d "$here/tests/browser/node_modules/playwright-core" ]; then
+    echo "installing playwright-core" >&2
+    (cd "$here/tests/browser" && npm install --no-audit --no-fund --silent)
+fi
+if ! command -v schemathesis >/dev/null; then
+    echo "installing schemathesis" >&2
+    pip install -q --root-user-action=ignore "schemathesis==4.32.5"
+fi

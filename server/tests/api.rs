@@ -1,0 +1,762 @@
+//! The HTTP API end to end: a real server on a loopback port over a real
+//! engine and store, driving the test guests, called with an HTTP client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_host::{Config, DeploySpec, Keel};
+use keel_server::{Metrics, ServerConfig};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A server on a free loopback port, with the testbed and order-hooks
+/// guests deployed.
+struct Server {
+    base: String,
+    keel: Keel,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn server(token: Option<&str>) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let mut config = Config::new(dir.path().join("db"));
+    config.observer = metrics.clone();
+    let keel = Keel::open_sled(config).unwrap();
+    for guest in [keel_tests::TESTBED, keel_tests::ORDER_HOOKS] {
+        keel.deploy_file(std::path::Path::new(guest), Some(DeploySpec::default()))
+            .await
+            .unwrap();
+    }
+    let config = ServerConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: token.map(str::to_owned),
+    };
+    let (listener, addr) = keel_server::bind(&config).await.unwrap();
+    let task = tokio::spawn({
+        let (keel, token) = (keel.clone(), config.token.clone());
+        async move {
+            keel_server::serve(listener, keel, metrics, token, std::future::pending())
+                .await
+                .unwrap()
+        }
+    });
+    Server {
+        base: format!("http://{addr}"),
+        keel,
+        http: reqwest::Client::new(),
+        _dir: dir,
+        task,
+    }
+}
+
+impl Server {
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut request = self
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!("{method} {path} answered {status} with no JSON ({e}): {text}")
+        });
+        (status, value)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call("GET", path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", path, Some(body)).await
+    }
+
+    /// Starts `order_updates` for `order` with its start token, answering
+    /// once the run waits for a note.
+    async fn start_order(&self, order: &str) -> (StatusCode, Value) {
+        self.post(
+            "/v1/workflows/order_updates/runs",
+            json!({
+                "input": {"order_id": order, "note": "placed"},
+                "token": format!("order:{order}"),
+                "wait_ms": 10000,
+                "return_on_wait": true,
+            }),
+        )
+        .await
+    }
+}
+
+fn error_kind(body: &Value) -> &str {
+    body["error"]["kind"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error body: {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_started_over_http_completes_and_reads_back_with_its_timeline() {
+    let s = server(None).await;
+    let (status, run) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 10, "wait_ms": 10000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["output"], 45);
+    assert_eq!(run["input"], 10);
+    let run_id = run["run_id"].as_str().unwrap();
+
+    let (status, got) = s.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(got, run);
+    let (status, result) = s.get(&format!("/v1/runs/{run_id}/result")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(result["output"], 45);
+
+    let (_, detail) = s.get(&format!("/v1/runs/{run_id}/detail")).await;
+    let steps = detail["timeline"].as_array().unwrap();
+    assert_eq!(steps.len(), 10);
+    for (i, row) in steps.iter().enumerate() {
+        assert_eq!(row["kind"], "step");
+        assert_eq!(row["name"], "noop");
+        assert_eq!(row["status"], "completed");
+        assert_eq!(row["attempts"], 1);
+        assert_eq!(row["step_id"], format!("{run_id}-{i}"));
+    }
+    let (_, journal) = s.get(&format!("/v1/runs/{run_id}/journal")).await;
+    let journal = journal.as_array().unwrap();
+    assert_eq!(journal[0]["kind"], "run_started");
+    assert_eq!(journal.last().unwrap()["kind"], "run_completed");
+    assert_eq!(detail["journal"].as_array().unwrap().len(), journal.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_are_listed_newest_first_filtered_and_paged() {
+    let s = server(None).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let (_, run) = s
+            .post(
+                "/v1/workflows/ten_steps/runs",
+                json!({"input": i, "wait_ms": 10000}),
+            )
+            .await;
+        ids.push(run["run_id"].as_str().unwrap().to_string());
+    }
+    let (_, failed) = s
+        .post("/v1/workflows/trap/runs", json!({"wait_ms": 10000}))
+        .await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+
+    let (_, page) = s.get("/v1/runs?limit=2&status=completed").await;
+    let listed: Vec<&str> = page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [ids[4].as_str(), ids[3].as_str()]);
+    let cursor = page["next_cursor"]
+        .as_str()
+        .expect("a cursor to the next page");
+    let (_, next) = s
+        .get(&format!(
+            "/v1/runs?limit=2&status=completed&cursor={cursor}"
+        ))
+        .await;
+    let listed: Vec<&str> = next["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [ids[2].as_str(), ids[1].as_str()]);
+
+    let (_, only_failed) = s.get("/v1/runs?status=failed,cancelled").await;
+    let runs = only_failed["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["workflow"], "trap");
+    assert_eq!(runs[0]["error"]["kind"], "guest_trap");
+    assert!(only_failed["next_cursor"].is_null());
+
+    let (_, by_workflow) = s.get("/v1/runs?workflow=trap").await;
+    assert_eq!(by_workflow["runs"].as_array().unwrap().len(), 1);
+    let (_, searched) = s.get(&format!("/v1/runs?search={}", &ids[0][24..])).await;
+    assert_eq!(searched["runs"][0]["run_id"], ids[0].as_str());
+    let future = u64::MAX / 2;
+    let (_, none) = s.get(&format!("/v1/runs?since_ms={future}")).await;
+    assert!(none["runs"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn start_tokens_hooks_and_cancel_over_http() {
+    let s = server(None).await;
+    let (status, first) = s.start_order("o-1").await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(first["status"], "waiting");
+    let run_id = first["run_id"].as_str().unwrap();
+
+    // The token is held: a second start is refused, naming the holder.
+    let (status, refused) = s.start_order("o-1").await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(error_kind(&refused), "hook_conflict");
+    assert_eq!(refused["error"]["ids"]["conflicting_run_id"], run_id);
+
+    let (status, hook) = s.get("/v1/hooks/order:o-1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(hook["run_id"], run_id);
+    assert_eq!(hook["active"], true);
+    let (_, hooks) = s.get("/v1/hooks").await;
+    assert_eq!(hooks["hooks"].as_array().unwrap().len(), 1);
+    let (_, waiting) = s.get("/v1/runs?status=waiting").await;
+    assert_eq!(waiting["runs"][0]["run_id"], run_id);
+
+    // A note, then the last one: the run completes with every note.
+    let (status, resumed) = s
+        .post(
+            "/v1/hooks/order:o-1/resume?wait_ms=10000&return_on_wait=true",
+            json!({"note": "gift wrap"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resumed}");
+    assert_eq!(resumed["status"], "waiting");
+    let (_, done) = s
+        .post(
+            "/v1/hooks/order:o-1/resume?wait_ms=10000",
+            json!({"note": "paid", "done": true}),
+        )
+        .await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["output"], json!(["placed", "gift wrap", "paid"]));
+
+    // Another order waits; cancelling it ends it and releases its token.
+    let (_, second) = s.start_order("o-2").await;
+    let second_id = second["run_id"].as_str().unwrap();
+    let (status, cancelled) = s
+        .post(&format!("/v1/runs/{second_id}/cancel"), json!(null))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(cancelled["status"], "cancelled");
+    let (status, gone) = s.get("/v1/hooks/order:o-2").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_kind(&gone), "hook_not_found");
+    let (status, again) = s.start_order("o-2").await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the token is free again: {again}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ttl_key_admits_one_run_and_events_start_subscribers() {
+    let s = server(None).await;
+    let (status, first) = s
+        .post(
+            "/v1/workflows/idempotent_task/runs",
+            json!({"input": {"id": "a"}, "wait_ms": 10000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let (status, second) = s
+        .post(
+            "/v1/workflows/idempotent_task/runs",
+            json!({"input": {"id": "a"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(error_kind(&second), "idempotency_collision");
+    assert_eq!(second["error"]["ids"]["existing_run_id"], first["run_id"]);
+
+    let (status, event) = s
+        .post(
+            "/v1/events/idempotency:example",
+            json!({"payload": {"id": "b"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{event}");
+    let outcome = &event["outcomes"][0];
+    assert_eq!(outcome["workflow"], "idempotent_task");
+    assert_eq!(outcome["deduplicated"], false);
+    let started = outcome["run_id"].as_str().unwrap();
+    let (_, result) = s
+        .get(&format!("/v1/runs/{started}/result?wait_ms=10000"))
+        .await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let (status, again) = s
+        .post(
+            "/v1/events/idempotency:example",
+            json!({"payload": {"id": "b"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(again["outcomes"][0]["deduplicated"], true);
+    assert_eq!(again["outcomes"][0]["run_id"], started);
+    let (_, events) = s.get("/v1/events").await;
+    let events = events["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["event_id"], again["event_id"], "newest first");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_refusal_is_a_json_error_with_its_status() {
+    let s = server(None).await;
+    let cases: Vec<(&str, &str, Option<&str>, StatusCode, &str)> = vec![
+        (
+            "POST",
+            "/v1/workflows/nope/runs",
+            Some("{}"),
+            StatusCode::NOT_FOUND,
+            "unknown_workflow",
+        ),
+        (
+            "POST",
+            "/v1/workflows/ten_steps/runs",
+            Some("{\"input\": "),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/workflows/ten_steps/runs",
+            Some("{\"inptu\": 1}"),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/workflows/ten_steps/runs",
+            Some("{\"deployment\": \"nope\"}"),
+            StatusCode::NOT_FOUND,
+            "deployment_not_found",
+        ),
+        (
+            "POST",
+            "/v1/workflows/ten_steps/runs",
+            Some("{\"retention_ms\": 5}"),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/workflows/refund/runs",
+            Some("{\"deployment\": \"testbed\"}"),
+            StatusCode::NOT_FOUND,
+            "unknown_workflow",
+        ),
+        (
+            "GET",
+            "/v1/runs/nope",
+            None,
+            StatusCode::NOT_FOUND,
+            "run_not_found",
+        ),
+        (
+            "GET",
+            "/v1/runs/nope/detail",
+            None,
+            StatusCode::NOT_FOUND,
+            "run_not_found",
+        ),
+        (
+            "GET",
+            "/v1/runs/nope/events",
+            None,
+            StatusCode::NOT_FOUND,
+            "run_not_found",
+        ),
+        (
+            "POST",
+            "/v1/runs/nope/cancel",
+            None,
+            StatusCode::NOT_FOUND,
+            "run_not_found",
+        ),
+        (
+            "GET",
+            "/v1/runs?status=done",
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "GET",
+            "/v1/runs?limit=-1",
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "GET",
+            "/v1/runs/x/result?wait_ms=soon",
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "GET",
+            "/v1/hooks/nope",
+            None,
+            StatusCode::NOT_FOUND,
+            "hook_not_found",
+        ),
+        (
+            "POST",
+            "/v1/hooks/nope/resume",
+            Some("1"),
+            StatusCode::NOT_FOUND,
+            "hook_not_found",
+        ),
+        (
+            "POST",
+            "/v1/hooks/nope/resume",
+            Some("{"),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "GET",
+            "/v1/deployments/nope",
+            None,
+            StatusCode::NOT_FOUND,
+            "deployment_not_found",
+        ),
+        (
+            "POST",
+            "/v1/deployments",
+            Some("not wasm"),
+            StatusCode::BAD_REQUEST,
+            "invalid_component",
+        ),
+        (
+            "POST",
+            "/v1/deployments",
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "GET",
+            "/v2/anything",
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "DELETE",
+            "/v1/runs",
+            None,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+        ),
+    ];
+    for (method, path, body, status, kind) in cases {
+        let mut request = s
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", s.base));
+        if let Some(body) = body {
+            request = request.body(body.to_string());
+        }
+        let response = request.send().await.unwrap();
+        let got = response.status();
+        let value: Value = response
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: no JSON: {e}"));
+        assert_eq!(
+            (got, error_kind(&value)),
+            (status, kind),
+            "{method} {path}: {value}"
+        );
+        assert!(!value["error"]["message"].as_str().unwrap().is_empty());
+    }
+    // A body over the limit is refused before it is read whole.
+    let big = json!({"input": "x".repeat(2 << 20)});
+    let (status, body) = s.post("/v1/workflows/ten_steps/runs", big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(error_kind(&body), "payload_too_large");
+    // Input that is not the workflow's: the run fails naming the input.
+    let (_, wrong) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": "ten", "wait_ms": 10000}),
+        )
+        .await;
+    assert_eq!(wrong["status"], "failed", "{wrong}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn components_deploy_over_http_with_their_grants() {
+    let s = server(None).await;
+    let bytes = std::fs::read(keel_tests::ORDER).unwrap();
+    let response = s
+        .http
+        .post(format!(
+            "{}/v1/deployments?name=shop&allow_http=127.0.0.1:9&allow_env=HOME&step_timeout_ms=5000",
+            s.base
+        ))
+        .header("content-type", "application/wasm")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let deployment: Value = response.json().await.unwrap();
+    assert_eq!(deployment["name"], "shop");
+    assert_eq!(deployment["grants"]["http"], json!(["127.0.0.1:9"]));
+    assert_eq!(deployment["limits"]["step_timeout_ms"], 5000);
+    assert!(
+        deployment["workflows"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("process_order"))
+    );
+    let (_, list) = s.get("/v1/deployments").await;
+    assert_eq!(list["deployments"][0]["name"], "shop", "newest first");
+    let hash = deployment["hash"].as_str().unwrap();
+    let (status, by_hash) = s.get(&format!("/v1/deployments/{}", &hash[..12])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(by_hash["name"], "shop");
+
+    let bad = s
+        .http
+        .post(format!("{}/v1/deployments?allow_http=http://x", s.base))
+        .body(std::fs::read(keel_tests::ORDER).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let bad: Value = bad.json().await.unwrap();
+    assert_eq!(error_kind(&bad), "invalid_grant");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_updates_stream_the_journal_and_the_run_until_it_ends() {
+    let s = server(None).await;
+    let (_, run) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 3, "wait_ms": 10000}),
+        )
+        .await;
+    let run_id = run["run_id"].as_str().unwrap();
+    let response = s
+        .http
+        .get(format!("{}/v1/runs/{run_id}/events", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    // The stream ends after the run's final record.
+    let text = tokio::time::timeout(Duration::from_secs(20), response.text())
+        .await
+        .expect("the stream ends once the run has ended")
+        .unwrap();
+    let entries = text.matches("event: entry").count();
+    let journal = s.keel.journal(run_id).await.unwrap();
+    assert_eq!(entries, journal.len());
+    assert_eq!(text.matches("event: run").count(), 1);
+    assert!(text.contains("\"status\":\"completed\""));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_metrics_and_the_openapi_document_describe_the_server() {
+    let s = server(None).await;
+    let (status, health) = s.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["status"], "ok");
+    s.post(
+        "/v1/workflows/ten_steps/runs",
+        json!({"input": 2, "wait_ms": 10000}),
+    )
+    .await;
+    s.post(
+        "/v1/workflows/flaky/runs",
+        json!({"input": 1, "wait_ms": 10000}),
+    )
+    .await;
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().await.unwrap();
+    assert!(
+        text.contains("keel_runs_started_total{workflow=\"ten_steps\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("keel_runs_ended_total{workflow=\"ten_steps\",status=\"completed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("keel_step_attempts_total{step=\"noop\",outcome=\"completed\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains("keel_journal_flush_seconds_count"), "{text}");
+    assert!(
+        text.contains("keel_runs_live{status=\"waiting\"}"),
+        "{text}"
+    );
+
+    let (_, doc) = s.get("/openapi.json").await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    for path in [
+        "/healthz",
+        "/metrics",
+        "/v1/deployments",
+        "/v1/deployments/{name}",
+        "/v1/workflows/{workflow}/runs",
+        "/v1/runs",
+        "/v1/runs/{run_id}",
+        "/v1/runs/{run_id}/detail",
+        "/v1/runs/{run_id}/journal",
+        "/v1/runs/{run_id}/result",
+        "/v1/runs/{run_id}/cancel",
+        "/v1/runs/{run_id}/events",
+        "/v1/hooks",
+        "/v1/hooks/{token}",
+        "/v1/hooks/{token}/resume",
+        "/v1/events",
+        "/v1/events/{key}",
+        "/v1/workers",
+    ] {
+        assert!(paths.contains_key(path), "{path} is not documented");
+    }
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    assert!(schemas.contains_key("RunView") && schemas.contains_key("ErrorBody"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_protects_everything_but_health_and_login() {
+    let s = server(Some("s3cret")).await;
+    let (status, body) = s.get("/v1/runs").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(error_kind(&body), "unauthorized");
+    let wrong = s
+        .http
+        .get(format!("{}/v1/runs", s.base))
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let right = s
+        .http
+        .get(format!("{}/v1/runs", s.base))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), StatusCode::OK);
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), StatusCode::UNAUTHORIZED);
+    let (status, _) = s.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The console sends a browser to its login, which sets the cookie.
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = no_redirects
+        .get(format!("{}/", s.base))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    assert_eq!(page.headers()["location"], "/login");
+    let refused = no_redirects
+        .post(format!("{}/login", s.base))
+        .body("token=guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.headers()["location"], "/login?wrong=1");
+    assert!(refused.headers().get("set-cookie").is_none());
+    let login = no_redirects
+        .post(format!("{}/login", s.base))
+        .body("token=s3cret")
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let console = no_redirects
+        .get(format!("{}/", s.base))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(console.status(), StatusCode::OK);
+    assert!(console.text().await.unwrap().contains("keel console"));
+    let api = no_redirects
+        .get(format!("{}/v1/runs", s.base))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serving_beyond_loopback_needs_a_token() {
+    let open = ServerConfig {
+        addr: "0.0.0.0:0".parse().unwrap(),
+        token: None,
+    };
+    let e = keel_server::check(&open).unwrap_err();
+    assert!(
+        matches!(e, keel_server::ServeError::TokenRequired { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("without an API token"));
+    let empty = ServerConfig {
+        addr: "0.0.0.0:0".parse().unwrap(),
+        token: Some(String::new()),
+    };
+    assert!(keel_server::check(&empty).is_err());
+    let with_token = ServerConfig {
+        addr: "0.0.0.0:0".parse().unwrap(),
+        token: Some("t".into()),
+    };
+    assert!(keel_server::check(&with_token).is_ok());
+    let loopback = ServerConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: None,
+    };
+    assert!(keel_server::check(&loopback).is_ok());
+}

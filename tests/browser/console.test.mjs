@@ -1,0 +1,85 @@
+// The web console in a real browser: Debian's headless Chromium driven by
+// playwright-core, against a running `keel serve` (KEEL_URL) with the
+// testbed and order-hooks guests deployed. Fails on the first assertion
+// that does not hold; saves a screenshot of a run's page (SCREENSHOT).
+import assert from "node:assert/strict";
+import { chromium } from "playwright-core";
+
+const base = process.env.KEEL_URL;
+const screenshot = process.env.SCREENSHOT || "console.png";
+assert.ok(base, "set KEEL_URL to the server's URL");
+
+async function api(path, body) {
+  const response = await fetch(base + path, {
+    method: body === undefined ? "GET" : "POST",
+    headers: { "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const value = await response.json();
+  assert.ok(response.ok, `${path}: ${response.status} ${JSON.stringify(value)}`);
+  return value;
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  page.setDefaultTimeout(15000);
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+
+  // The runs list refreshes live: a run started after the page loaded appears.
+  await page.goto(base + "/");
+  await page.getByRole("heading", { name: "Runs" }).waitFor();
+  const run = await api("/v1/workflows/ten_steps/runs", { input: 10, wait_ms: 10000 });
+  assert.equal(run.status, "completed");
+  const row = page.locator(`[data-testid=run-row][data-run-id="${run.run_id}"]`);
+  await row.waitFor();
+  assert.match(await row.innerText(), /ten_steps/);
+  assert.match(await row.innerText(), /completed/);
+
+  // Its page: ten steps on the timeline, each with its step ID.
+  await row.getByRole("link").click();
+  await page.locator("[data-testid=run-id]", { hasText: run.run_id }).waitFor();
+  const steps = page.locator("[data-testid=timeline-row][data-kind=step]");
+  await steps.nth(9).waitFor();
+  assert.equal(await steps.count(), 10);
+  for (let i = 0; i < 10; i++) {
+    assert.equal(await steps.nth(i).locator("[data-testid=step-id]").innerText(), `${run.run_id}-${i}`);
+  }
+  assert.equal((await page.locator("[data-testid=output]").innerText()).trim(), "45");
+  await page.screenshot({ path: screenshot, fullPage: true });
+
+  // The status filter shows only failed runs.
+  const failed = await api("/v1/workflows/trap/runs", { wait_ms: 10000 });
+  assert.equal(failed.status, "failed");
+  await page.goto(base + "/#/runs?status=failed");
+  await page.locator(`[data-testid=run-row][data-run-id="${failed.run_id}"]`).waitFor();
+  assert.equal(await page.locator("[data-testid=run-row]").count(), 1);
+
+  // A run waiting for a hook is cancelled from its page.
+  const waiting = await api("/v1/workflows/order_updates/runs", {
+    input: { order_id: "browser-1", note: "placed" }, token: "order:browser-1", wait_ms: 10000, return_on_wait: true,
+  });
+  assert.equal(waiting.status, "waiting");
+  await page.goto(`${base}/#/runs/${waiting.run_id}`);
+  await page.locator("[data-testid=timeline-row][data-kind=hook]").waitFor();
+  page.once("dialog", (dialog) => dialog.accept());
+  await page.locator("[data-testid=cancel]").click();
+  await page.locator("h1 [data-testid=status]", { hasText: "cancelled" }).waitFor();
+  const after = await api(`/v1/runs/${waiting.run_id}`);
+  assert.equal(after.status, "cancelled");
+
+  // The other pages render what the API holds.
+  await page.goto(base + "/#/deployments");
+  await page.locator("[data-testid=deployments-table]", { hasText: "testbed" }).waitFor();
+  await page.goto(base + "/#/hooks");
+  await page.getByText(/No token is held|order:/).first().waitFor();
+  assert.deepEqual(errors, [], "the console threw");
+  console.log(`console test passed; screenshot in ${screenshot}`);
+} finally {
+  await browser.close();
+}
