@@ -10,7 +10,7 @@ use keel_host::core::journal::Entry;
 use keel_host::core::{Deployment, RunRecord, RunStatus};
 use keel_server::wire::{
     DeploymentList, ErrorBody, EventList, EventView, HookList, HookView, RunDetail, RunList,
-    RunView, StartRequest,
+    RunView, StartHookRequest, StartRequest,
 };
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
@@ -159,9 +159,11 @@ impl Client {
                 let request = StartRequest {
                     input,
                     deployment,
-                    token,
-                    retention_ms,
-                    token_metadata: metadata,
+                    hook: token.map(|token| StartHookRequest {
+                        token,
+                        retention_ms,
+                        metadata,
+                    }),
                     additional_metadata,
                     wait_ms: (!detach).then_some(WAIT_MS),
                     return_on_wait: true,

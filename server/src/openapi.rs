@@ -32,6 +32,7 @@ pub fn document() -> Value {
     let health = of::<Health>(&mut g);
     let error = of::<ErrorBody>(&mut g);
     let any = json!({});
+    let u64 = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
     let schemas = Value::Object(g.take_definitions(true));
 
     let path_param = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "description": what, "schema": {"type": "string", "minLength": 1}});
@@ -41,7 +42,8 @@ pub fn document() -> Value {
         "Wait up to this many milliseconds (at most 60000) for the run to end",
         json!({"type": "integer", "minimum": 0, "maximum": 60000}),
     );
-    let op = |summary: &str,
+    let op = |id: &str,
+              summary: &str,
               params: Vec<Value>,
               body: Option<(&str, &Value)>,
               ok: Responses,
@@ -64,8 +66,7 @@ pub fn document() -> Value {
             "default".into(),
             json!({"description": "An error", "content": {"application/json": {"schema": error}}}),
         );
-        let mut operation =
-            json!({"summary": summary, "parameters": params, "responses": responses});
+        let mut operation = json!({"operationId": id, "summary": summary, "parameters": params, "responses": responses});
         if let Some((content_type, schema)) = body {
             operation["requestBody"] =
                 json!({"required": false, "content": {content_type: {"schema": schema}}});
@@ -76,9 +77,10 @@ pub fn document() -> Value {
     let token = || path_param("token", "The hook's token");
 
     let paths = json!({
-        "/healthz": {"get": op("Whether the server and its store answer", vec![], None,
+        "/healthz": {"get": op("health", "Whether the server and its store answer", vec![], None,
             &[("200", "Healthy", Some(&health))], &["503"])},
         "/metrics": {"get": {
+            "operationId": "metrics",
             "summary": "Prometheus metrics: runs started and ended, step attempts, journal flush latency, live runs",
             "responses": {
                 "200": {"description": "Metrics in the Prometheus text format", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}},
@@ -86,67 +88,73 @@ pub fn document() -> Value {
                 "default": {"description": "An error", "content": {"application/json": {"schema": error}}}
             }}},
         "/v1/deployments": {
-            "get": op("Every deployment, newest first", vec![], None,
+            "get": op("listDeployments", "Every deployment, newest first", vec![], None,
                 &[("200", "The deployments", Some(&deployments))], &["503"]),
-            "post": op("Deploy a component: the body is its bytes", vec![
+            "post": op("deploy", "Deploy a component: the body is its bytes", vec![
                     query("name", "The name to deploy under (default: a prefix of its hash)", json!({"type": "string"})),
                     query("allow_http", "A host (`host` or `host:port`) its steps may reach over HTTP (repeatable)", json!({"type": "string"})),
                     query("allow_dir", "A host directory preopened for its steps (repeatable)", json!({"type": "string"})),
                     query("allow_env", "An environment variable passed to its steps (repeatable)", json!({"type": "string"})),
-                    query("max_memory_mib", "Memory bound of a step instance, MiB", json!({"type": "integer", "minimum": 0})),
-                    query("step_timeout_ms", "How long one step attempt may take, ms", json!({"type": "integer", "minimum": 0})),
-                ], Some(("application/wasm", &json!({"type": "string", "contentMediaType": "application/wasm"}))),
+                    query("max_memory_mib", "Memory bound of a step instance, MiB", u64.clone()),
+                    query("step_timeout_ms", "How long one step attempt may take, ms", u64.clone()),
+                ], Some(("application/octet-stream", &json!({"type": "string", "format": "binary"}))),
                 &[("201", "Deployed", Some(&deployment))], &["400", "413", "503"]),
         },
-        "/v1/deployments/{name}": {"get": op("A deployment, by name (its latest) or component hash",
+        "/v1/deployments/{name}": {"get": op("getDeployment", "A deployment, by name (its latest) or component hash",
             vec![path_param("name", "A deployment name or component hash")], None,
             &[("200", "The deployment", Some(&deployment))], &["404", "503"])},
-        "/v1/workflows/{workflow}/runs": {"post": op("Start a run of a workflow (and optionally wait for its end)",
+        "/v1/workflows/{workflow}/runs": {"post": op("startRun", "Start a run of a workflow (and optionally wait for its end)",
             vec![path_param("workflow", "The workflow's name")], Some(("application/json", &start)),
             &[("201", "The run, admitted (ended if it did within wait_ms)", Some(&run))],
             &["400", "404", "409", "413", "503"])},
-        "/v1/runs": {"get": op("Runs, newest first, filtered and paged", vec![
-                query("status", "Only runs with these statuses (comma-separated or repeated)", json!({"type": "string"})),
+        "/v1/runs": {"get": op("listRuns", "Runs, newest first, filtered and paged", vec![
+                query("status", "Only runs with these statuses (repeated, or comma-separated)", json!({"type": "array", "items": {"enum": ["pending", "running", "waiting", "completed", "failed", "cancelled"]}})),
                 query("workflow", "Only runs of this workflow", json!({"type": "string"})),
-                query("since_ms", "Only runs created at or after this time (ms since the epoch)", json!({"type": "integer", "minimum": 0})),
-                query("until_ms", "Only runs created before this time", json!({"type": "integer", "minimum": 0})),
+                query("since_ms", "Only runs created at or after this time (ms since the epoch)", u64.clone()),
+                query("until_ms", "Only runs created before this time", u64.clone()),
                 query("search", "Only runs whose ID or workflow contains this text", json!({"type": "string"})),
-                query("limit", "Runs per page (1-1000, default 50)", json!({"type": "integer", "minimum": 0})),
+                query("limit", "Runs per page (default 50; at most 1000 are returned)", u64.clone()),
                 query("cursor", "The next_cursor of the previous page", json!({"type": "string"})),
             ], None, &[("200", "A page of runs", Some(&runs))], &["400", "503"])},
-        "/v1/runs/{run_id}": {"get": op("A run", vec![run_id()], None,
+        "/v1/runs/{run_id}": {"get": op("getRun", "A run", vec![run_id()], None,
             &[("200", "The run", Some(&run))], &["404", "503"])},
-        "/v1/runs/{run_id}/detail": {"get": op("A run with its timeline and journal", vec![run_id()], None,
+        "/v1/runs/{run_id}/detail": {"get": op("getRunDetail", "A run with its timeline and journal", vec![run_id()], None,
             &[("200", "The run, its timeline and journal", Some(&detail))], &["404", "503"])},
-        "/v1/runs/{run_id}/journal": {"get": op("A run's journal", vec![run_id()], None,
+        "/v1/runs/{run_id}/journal": {"get": op("getJournal", "A run's journal", vec![run_id()], None,
             &[("200", "The journal entries, in order", Some(&journal))], &["404", "503"])},
-        "/v1/runs/{run_id}/result": {"get": op("A run's result, waiting for its end (long poll)", vec![run_id(), wait.clone()], None,
+        "/v1/runs/{run_id}/result": {"get": op("getResult", "A run's result, waiting for its end (long poll)", vec![run_id(), wait.clone()], None,
             &[("200", "The run has ended", Some(&run)), ("202", "The run has not ended within the wait", Some(&run))],
             &["400", "404", "503"])},
-        "/v1/runs/{run_id}/cancel": {"post": op("Cancel a run", vec![run_id()], None,
+        "/v1/runs/{run_id}/cancel": {"post": op("cancelRun", "Cancel a run", vec![run_id()], None,
             &[("200", "The run, cancelled (or as it ended before)", Some(&run))], &["404", "503"])},
         "/v1/runs/{run_id}/events": {"get": {
+            "operationId": "runEvents",
             "summary": "Live updates of a run as server-sent events: `entry` per journal entry, `run` per change of its record; ends after the run ends",
             "parameters": [run_id()],
             "responses": {
-                "200": {"description": "An event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                "200": {"description": "An event stream", "content": {"text/event-stream": {"schema": {
+                    "type": "object",
+                    "description": "One server-sent event: `entry` (data: a journal entry), `run` (data: the run), `error` (data: a message)",
+                    "properties": {"event": {"enum": ["entry", "run", "error"]}, "data": {"type": "string"}},
+                    "required": ["data"]
+                }}}},
                 "401": {"description": reason("401"), "content": {"application/json": {"schema": error}}},
                 "404": {"description": reason("404"), "content": {"application/json": {"schema": error}}},
                 "default": {"description": "An error", "content": {"application/json": {"schema": error}}}
             }}},
-        "/v1/hooks": {"get": op("Every token held now", vec![], None,
+        "/v1/hooks": {"get": op("listHooks", "Every token held now", vec![], None,
             &[("200", "The hooks", Some(&hooks))], &["503"])},
-        "/v1/hooks/{token}": {"get": op("The hook holding a token", vec![token()], None,
+        "/v1/hooks/{token}": {"get": op("getHook", "The hook holding a token", vec![token()], None,
             &[("200", "The hook", Some(&hook))], &["404", "503"])},
-        "/v1/hooks/{token}/resume": {"post": op("Deliver a payload (the body, any JSON) to the active hook holding a token",
+        "/v1/hooks/{token}/resume": {"post": op("resumeHook", "Deliver a payload (the body, any JSON) to the active hook holding a token",
             vec![token(), wait, query("return_on_wait", "With wait_ms: answer as soon as the run waits again", json!({"type": "boolean"}))], Some(("application/json", &any)),
             &[("200", "The hook's run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "413", "503"])},
-        "/v1/events": {"get": op("Every ingested event, newest first", vec![], None,
+        "/v1/events": {"get": op("listEvents", "Every ingested event, newest first", vec![], None,
             &[("200", "The events", Some(&events))], &["503"])},
-        "/v1/events/{key}": {"post": op("Push an event: start every workflow subscribed to its key",
+        "/v1/events/{key}": {"post": op("pushEvent", "Push an event: start every workflow subscribed to its key",
             vec![path_param("key", "The event's key")], Some(("application/json", &push)),
             &[("201", "The event and the runs it started", Some(&event))], &["400", "413", "503"])},
-        "/v1/workers": {"get": op("The workers sharing the store", vec![], None,
+        "/v1/workers": {"get": op("listWorkers", "The workers sharing the store", vec![], None,
             &[("200", "The workers", Some(&workers))], &["503"])},
     });
     json!({

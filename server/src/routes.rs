@@ -77,14 +77,63 @@ impl Query {
     }
 }
 
-/// A JSON body as `T`; an empty body is `T::default()`.
-fn json_body<T: DeserializeOwned + Default>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+/// A JSON body; an empty body is `None`.
+fn json_body(body: Result<Bytes, BytesRejection>) -> ApiResult<Option<serde_json::Value>> {
     let body = bytes(body)?;
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
+        return Ok(None);
     }
     serde_json::from_slice(&body)
-        .map_err(|e| ApiError::invalid(format!("the request body is not the JSON expected: {e}")))
+        .map(Some)
+        .map_err(|e| ApiError::invalid(format!("the request body is not JSON: {e}")))
+}
+
+/// A JSON object body as `T`; an empty body is `T::default()`. Numbers
+/// written with a zero fraction (`5.0`) count as integers, as in JSON
+/// Schema.
+fn json_object<T: DeserializeOwned + Default>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+    match json_body(body)? {
+        None => Ok(T::default()),
+        Some(mut value @ serde_json::Value::Object(_)) => {
+            integral(&mut value, &["wait_ms"]);
+            if let Some(hook) = value.get_mut("hook") {
+                integral(hook, &["retention_ms"]);
+            }
+            serde_json::from_value(value).map_err(|e| {
+                ApiError::invalid(format!("the request body is not the object expected: {e}"))
+            })
+        }
+        Some(_) => Err(ApiError::invalid(
+            "the request body must be a JSON object; see /openapi.json",
+        )),
+    }
+}
+
+/// Turns `fields` of `object` holding whole numbers written as floats
+/// into integers.
+fn integral(object: &mut serde_json::Value, fields: &[&str]) {
+    for field in fields {
+        if let Some(n) = object.get_mut(*field)
+            && let Some(f) = n.as_f64()
+            && n.is_f64()
+            && f.fract() == 0.0
+            && (0.0..=u64::MAX as f64).contains(&f)
+        {
+            *n = serde_json::Value::from(f as u64);
+        }
+    }
+}
+
+/// A wait in milliseconds, at most [`MAX_WAIT`].
+fn wait_ms(ms: Option<u64>) -> ApiResult<u64> {
+    let ms = ms.unwrap_or(0);
+    if ms > MAX_WAIT.as_millis() as u64 {
+        return Err(ApiError::invalid(format!(
+            "`wait_ms` is at most {} (a longer wait is a loop of calls)",
+            MAX_WAIT.as_millis()
+        )));
+    }
+    Ok(ms)
 }
 
 /// A body, or the reason it could not be read (413 when it is too large).
@@ -175,20 +224,17 @@ pub async fn start(
     Path(workflow): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
-    let request: StartRequest = json_body(body)?;
-    if request.token.is_none()
-        && (request.retention_ms.is_some() || request.token_metadata.is_some())
-    {
-        return Err(ApiError::invalid(
-            "`retention_ms` and `token_metadata` belong to a start token: pass `token` too",
-        ));
-    }
+    let request: StartRequest = json_object(body)?;
+    let wait = Wait {
+        ms: wait_ms(request.wait_ms)?,
+        return_on_wait: request.return_on_wait,
+    };
     let options = StartOptions {
         additional_metadata: request.additional_metadata,
-        hook: request.token.map(|token| StartHook {
-            token,
-            min_retention: request.retention_ms.map(Duration::from_millis),
-            metadata: request.token_metadata,
+        hook: request.hook.map(|hook| StartHook {
+            token: hook.token,
+            min_retention: hook.retention_ms.map(Duration::from_millis),
+            metadata: hook.metadata,
         }),
     };
     let target = match &request.deployment {
@@ -200,10 +246,6 @@ pub async fn start(
         .keel
         .start_workflow(&workflow, target, &input, &options)
         .await?;
-    let wait = Wait {
-        ms: request.wait_ms.unwrap_or(0),
-        return_on_wait: request.return_on_wait,
-    };
     let run = drive_and_wait(&s.keel, run, wait).await?;
     Ok((StatusCode::CREATED, Json(RunView::from(&run))))
 }
@@ -326,8 +368,8 @@ pub async fn result(
     Path(run_id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
-    let wait = Duration::from_millis(Query::parse(raw).number("wait_ms")?.unwrap_or(0));
-    let run = s.keel.wait_for_end(&run_id, wait.min(MAX_WAIT)).await?;
+    let wait = Duration::from_millis(wait_ms(Query::parse(raw).number("wait_ms")?)?);
+    let run = s.keel.wait_for_end(&run_id, wait).await?;
     let status = if run.status.is_final() {
         StatusCode::OK
     } else {
@@ -440,10 +482,10 @@ pub async fn resume(
 ) -> ApiResult<Json<RunView>> {
     let q = Query::parse(raw);
     let wait = Wait {
-        ms: q.number("wait_ms")?.unwrap_or(0),
+        ms: wait_ms(q.number("wait_ms")?)?,
         return_on_wait: q.one("return_on_wait").is_some_and(|v| v == "true"),
     };
-    let payload: serde_json::Value = json_body(body)?;
+    let payload = json_body(body)?.unwrap_or(serde_json::Value::Null);
     let run_id = s.keel.resume_hook(&token, &payload.to_string()).await?;
     let run = s.keel.get_run(&run_id).await?;
     Ok(Json(RunView::from(
@@ -457,7 +499,7 @@ pub async fn push_event(
     Path(key): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<(StatusCode, Json<EventView>)> {
-    let request: PushEventRequest = json_body(body)?;
+    let request: PushEventRequest = json_object(body)?;
     let metadata = request.metadata.unwrap_or_else(|| serde_json::json!({}));
     let event = s
         .keel

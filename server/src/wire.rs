@@ -211,21 +211,32 @@ pub struct StartRequest {
     /// A deployment name (its latest) or component hash to start on;
     /// default: the latest deployment exporting the workflow.
     pub deployment: Option<String>,
-    /// A start token: refused with `hook_conflict` while another run holds it.
-    pub token: Option<String>,
-    /// Keep the token this long after the start, in milliseconds.
-    pub retention_ms: Option<u64>,
-    /// Metadata of the start hook, shown with the hook.
-    pub token_metadata: Option<Value>,
+    /// A start token for the run: refused with `hook_conflict` while
+    /// another run holds the token.
+    pub hook: Option<StartHookRequest>,
     /// `additional_metadata` for key expressions (a JSON object).
     pub additional_metadata: Option<Value>,
     /// Wait up to this many milliseconds for the run to end before
-    /// answering (at most 60000); 0 or absent answers once admitted.
+    /// answering; 0 or absent answers once admitted.
+    #[schemars(range(max = 60000))]
     pub wait_ms: Option<u64>,
     /// With `wait_ms`: answer as soon as the run waits (for a hook, a
     /// long timer or another run) instead of waiting for its end.
     #[serde(default)]
     pub return_on_wait: bool,
+}
+
+/// A run's start token.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartHookRequest {
+    /// The token; one run holds it at a time.
+    pub token: String,
+    /// Keep the token this long after the start (milliseconds), even
+    /// after the run ends.
+    pub retention_ms: Option<u64>,
+    /// Metadata shown with the hook.
+    pub metadata: Option<Value>,
 }
 
 /// `POST /v1/events/{key}`.

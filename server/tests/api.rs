@@ -90,7 +90,7 @@ impl Server {
             "/v1/workflows/order_updates/runs",
             json!({
                 "input": {"order_id": order, "note": "placed"},
-                "token": format!("order:{order}"),
+                "hook": {"token": format!("order:{order}")},
                 "wait_ms": 10000,
                 "return_on_wait": true,
             }),
@@ -347,7 +347,7 @@ async fn every_refusal_is_a_json_error_with_its_status() {
         (
             "POST",
             "/v1/workflows/ten_steps/runs",
-            Some("{\"retention_ms\": 5}"),
+            Some("{\"hook\": {\"retention_ms\": 5}}"),
             StatusCode::BAD_REQUEST,
             "invalid_request",
         ),

@@ -62,7 +62,7 @@ try {
 
   // A run waiting for a hook is cancelled from its page.
   const waiting = await api("/v1/workflows/order_updates/runs", {
-    input: { order_id: "browser-1", note: "placed" }, token: "order:browser-1", wait_ms: 10000, return_on_wait: true,
+    input: { order_id: "browser-1", note: "placed" }, hook: { token: "order:browser-1" }, wait_ms: 10000, return_on_wait: true,
   });
   assert.equal(waiting.status, "waiting");
   await page.goto(`${base}/#/runs/${waiting.run_id}`);
