@@ -270,8 +270,8 @@ fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
         return;
     }
     println!(
-        "\n{:>3}  {:<6} {:<20} {:<10} {:>8}  {:>10}  {:>10}  {}",
-        "#", "kind", "name", "status", "attempts", "start", "took", "step ID / detail"
+        "\n{:>3}  {:<6} {:<20} {:<10} {:>8}  {:>10}  {:>10}  step ID / detail",
+        "#", "kind", "name", "status", "attempts", "start", "took"
     );
     for row in &rows {
         let kind = match row.kind {

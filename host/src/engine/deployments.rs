@@ -100,7 +100,7 @@ impl Keel {
             return Ok(cached);
         }
         let mut all = self.store().deployments().await?;
-        all.sort_by(|a, b| b.deployed_at_ms.cmp(&a.deployed_at_ms));
+        all.sort_by_key(|d| std::cmp::Reverse(d.deployed_at_ms));
         let all = Arc::new(all);
         *lock(&self.inner.deployments) = Some(all.clone());
         Ok(all)
