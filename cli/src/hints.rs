@@ -16,8 +16,13 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
         "fuel_exhausted" => "raise the bound with --workflow-fuel".into(),
         "memory_exhausted" => "raise the bound with --max-memory (MiB)".into(),
         "sandbox_violation" => {
-            "steps get capabilities with --allow-http, --allow-dir and --allow-env".into()
+            "steps get capabilities from their deployment: `keel deploy COMPONENT --allow-http HOST --allow-dir DIR --allow-env NAME`".into()
         }
+        "unknown_workflow" | "deployment_not_found" => {
+            "`keel deployments list` shows what is deployed; deploy with `keel deploy COMPONENT.wasm`, or start from a .wasm path".into()
+        }
+        "invalid_grant" => "write --allow-http as HOST or HOST:PORT, for example --allow-http api.example.com".into(),
+        "unauthorized" => "pass the server's token with --api-token or KEEL_API_TOKEN".into(),
         "store_locked" => "stop the other keel process, or pass another directory with --db".into(),
         "store_unavailable" | "corrupt_record" => {
             "if the store is corrupted, restore it from a backup or move it aside and start afresh"

@@ -377,7 +377,15 @@ async fn worker(
 ) -> anyhow::Result<()> {
     let server = match api {
         Some(api) => {
-            let (listener, addr) = keel_server::bind(&api.config).await?;
+            let (listener, addr) = keel_server::bind(&api.config).await.map_err(|e| {
+                let hint = match e {
+                    keel_server::ServeError::TokenRequired { .. } => {
+                        "\nhint: pass --api-token (or set KEEL_API_TOKEN), or serve on 127.0.0.1"
+                    }
+                    _ => "",
+                };
+                anyhow::anyhow!("{e}{hint}")
+            })?;
             eprintln!("keel: serving the API and console on http://{addr}/");
             let (keel, token) = (keel.clone(), api.config.token.clone());
             Some(tokio::spawn(keel_server::serve(

@@ -1,0 +1,292 @@
+//! `keel serve` and the CLI as its client (`--server`): grants recorded
+//! with a deployment reach the steps of runs started without them; the
+//! seed scenarios (a start token twice, resume, a TTL key collision)
+//! through a server; a token that keeps clients out; refusals.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// A `keel serve` process on a fresh store, killed when dropped.
+struct Served {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `keel serve` on a free loopback port with `args` and `envs`;
+/// returns once it announced its address.
+fn serve(args: &[&str], envs: &[(&str, &str)]) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("KEEL_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting keel serve");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("serving the API and console on ").nth(1) {
+                let _ = tx.send(rest.trim_end_matches('/').to_string());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("keel serve announces its address");
+    Served {
+        child,
+        url,
+        _dir: dir,
+    }
+}
+
+/// `keel --server URL --json ARGS`.
+fn client(url: &str, args: &[&str]) -> (Output, Value) {
+    client_with(url, args, &[])
+}
+
+fn client_with(url: &str, args: &[&str], envs: &[(&str, &str)]) -> (Output, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--server", url, "--json"])
+        .args(args)
+        .env_remove("KEEL_API_TOKEN")
+        .envs(envs.iter().copied())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("running keel");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "keel {args:?} printed no JSON ({e}): {stdout} / {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, json)
+}
+
+#[test]
+fn grants_recorded_with_a_deployment_reach_steps_of_runs_started_without_them() {
+    let files = tempfile::tempdir().unwrap();
+    let secret_file = files.path().join("secret.txt");
+    std::fs::write(&secret_file, "from the granted dir").unwrap();
+    let server = serve(&[], &[("KEEL_TEST_GRANT", "worker-value")]);
+    let dir = files.path().to_str().unwrap();
+    let (out, deployment) = client(
+        &server.url,
+        &[
+            "deploy",
+            keel_tests::TESTBED,
+            "--allow-env",
+            "KEEL_TEST_GRANT",
+            "--allow-dir",
+            dir,
+        ],
+    );
+    assert!(out.status.success(), "{deployment}");
+    assert_eq!(deployment["name"], "testbed");
+    assert_eq!(deployment["grants"]["env"], json!(["KEEL_TEST_GRANT"]));
+    let input = json!(["KEEL_TEST_GRANT", secret_file]).to_string();
+
+    // Started by name, with no grant on the command line.
+    let (out, run) = client(
+        &server.url,
+        &["run", "testbed", "grants", "--input", &input],
+    );
+    assert!(out.status.success(), "{run}");
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["output"]["env"], "worker-value");
+    assert_eq!(run["output"]["file"], "from the granted dir");
+
+    // Redeployed with nothing granted: the next run's steps get nothing.
+    let (out, _) = client(&server.url, &["deploy", keel_tests::TESTBED]);
+    assert!(out.status.success());
+    let (_, run) = client(
+        &server.url,
+        &["run", "testbed", "grants", "--input", &input],
+    );
+    assert_eq!(run["output"]["env"], Value::Null, "{run}");
+    assert_eq!(run["output"]["file"], Value::Null, "{run}");
+
+    let (_, listed) = client(&server.url, &["deployments", "list"]);
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        1,
+        "one deployment per hash: {listed}"
+    );
+    let (_, shown) = client(&server.url, &["deployments", "show", "testbed"]);
+    assert_eq!(shown["grants"]["env"], json!([]));
+}
+
+#[test]
+fn the_seed_scenarios_work_through_a_server() {
+    let server = serve(&[], &[]);
+    let url = server.url.as_str();
+    let order = json!({"order_id": "o-7", "note": "placed"}).to_string();
+    // A start from a .wasm path uploads it.
+    let (out, first) = client(
+        url,
+        &[
+            "start",
+            keel_tests::ORDER_HOOKS,
+            "order_updates",
+            "--input",
+            &order,
+            "--token",
+            "order:o-7",
+        ],
+    );
+    assert!(out.status.success(), "{first}");
+    assert_eq!(first["status"], "waiting");
+    let run_id = first["run_id"].as_str().unwrap();
+
+    // The same token again: refused, naming the run that holds it.
+    let (out, refused) = client(
+        url,
+        &[
+            "start",
+            "order-hooks",
+            "order_updates",
+            "--input",
+            &order,
+            "--token",
+            "order:o-7",
+        ],
+    );
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "hook_conflict");
+    assert_eq!(refused["error"]["conflicting_run_id"], run_id);
+    assert!(refused["error"]["hint"].as_str().is_some(), "{refused}");
+
+    let (_, hook) = client(url, &["hooks", "get", "order:o-7"]);
+    assert_eq!(hook["run_id"], run_id);
+    let payload = json!({"note": "paid", "done": true}).to_string();
+    let (out, resumed) = client(
+        url,
+        &["hooks", "resume", "order:o-7", "--payload", &payload],
+    );
+    assert!(out.status.success(), "{resumed}");
+    assert_eq!(resumed["status"], "completed");
+    assert_eq!(resumed["output"], json!(["placed", "paid"]));
+    let (_, result) = client(url, &["runs", "result", run_id, "--wait"]);
+    assert_eq!(result["output"], json!(["placed", "paid"]));
+
+    // A TTL key admits one run per window.
+    let task = json!({"id": "x"}).to_string();
+    let (out, admitted) = client(
+        url,
+        &[
+            "start",
+            keel_tests::TESTBED,
+            "idempotent_task",
+            "--input",
+            &task,
+        ],
+    );
+    assert!(out.status.success(), "{admitted}");
+    let (out, collided) = client(
+        url,
+        &["start", "testbed", "idempotent_task", "--input", &task],
+    );
+    assert!(!out.status.success());
+    assert_eq!(collided["error"]["kind"], "idempotency_collision");
+    assert_eq!(collided["error"]["existing_run_id"], admitted["run_id"]);
+
+    let (_, completed) = client(url, &["runs", "list", "--status", "completed"]);
+    let completed = completed.as_array().unwrap();
+    assert_eq!(completed.len(), 2);
+    assert_eq!(completed[0]["run_id"], admitted["run_id"], "newest first");
+    let (_, shown) = client(url, &["runs", "show", run_id]);
+    let kinds: Vec<&str> = shown["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"run_started"));
+    assert_eq!(kinds.last(), Some(&"run_completed"));
+    let (_, missing) = client(url, &["runs", "get", "nope"]);
+    assert_eq!(missing["error"]["kind"], "run_not_found");
+}
+
+#[test]
+fn a_server_with_a_token_refuses_clients_without_it() {
+    let server = serve(&["--api-token", "s3cret"], &[]);
+    let (out, refused) = client(&server.url, &["runs", "list"]);
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "unauthorized");
+    let (out, runs) = client_with(
+        &server.url,
+        &["runs", "list"],
+        &[("KEEL_API_TOKEN", "s3cret")],
+    );
+    assert!(out.status.success(), "{runs}");
+    assert_eq!(runs, json!([]));
+}
+
+#[test]
+fn serving_beyond_loopback_without_a_token_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .env_remove("KEEL_API_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("without an API token"), "{stderr}");
+    assert!(
+        stderr.contains("--api-token"),
+        "the CLI names the flag: {stderr}"
+    );
+}
+
+#[test]
+fn a_url_is_not_an_http_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .args([
+            "--json",
+            "deploy",
+            keel_tests::TESTBED,
+            "--allow-http",
+            "http://127.0.0.1:9000",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let error: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["error"]["kind"], "invalid_grant");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("host:port")
+    );
+    assert!(
+        error["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("HOST:PORT")
+    );
+}
