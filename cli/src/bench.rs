@@ -1,5 +1,7 @@
 //! `keel bench`: the W10 benchmark (a workflow of 10 trivial steps through
-//! the durable path), journal replay speed and memory per parked run.
+//! the durable path), in process and through the HTTP API of a `keel
+//! serve` child process (the path a client takes), journal replay speed
+//! and memory per parked run.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,6 +39,10 @@ pub struct Args {
     /// with two sharing it (in a scratch schema, dropped afterwards).
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// W10 runs through the HTTP API for its throughput figure (16 in
+    /// flight); 0 skips the HTTP figures.
+    #[arg(long, default_value_t = 200)]
+    http_runs: usize,
 }
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {
@@ -46,7 +52,10 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let result = figures(&keel, &loaded, args).await;
     drop(keel);
     let _ = std::fs::remove_dir_all(&dir);
-    result?;
+    let in_process = result?;
+    if args.http_runs > 0 {
+        http::figures(args, in_process).await?;
+    }
     if let Some(url) = &args.postgres {
         for engines in [1, 2] {
             postgres(url, engines, args).await?;
@@ -118,7 +127,14 @@ async fn throughput_across(
     Ok(total as f64 / t.elapsed().as_secs_f64())
 }
 
-async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<()> {
+/// The in-process figures the HTTP ones are compared with.
+struct InProcess {
+    p50: Duration,
+    /// W10 runs/s at 16 in flight.
+    rate16: f64,
+}
+
+async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<InProcess> {
     w10(keel, loaded, "10").await?;
     let mut latencies = Vec::with_capacity(args.latency_runs);
     for _ in 0..args.latency_runs {
@@ -126,10 +142,14 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
         w10(keel, loaded, "10").await?;
         latencies.push(t.elapsed());
     }
-    print_latencies("W10 latency, one run at a time", latencies);
+    let p50 = print_latencies("in process: W10 latency, one run at a time", latencies);
+    let mut rate16 = 0.0;
     for in_flight in [16, 64] {
         let rate = throughput(keel, loaded, in_flight, args.throughput_runs).await?;
-        println!("W10 throughput, {in_flight} in flight: {rate:.0} runs/s");
+        println!("in process: W10 throughput, {in_flight} in flight: {rate:.0} runs/s");
+        if in_flight == 16 {
+            rate16 = rate;
+        }
     }
     replay(keel, loaded, args.replay_entries).await?;
     parked(keel, loaded, args.parked_runs).await?;
@@ -141,7 +161,7 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
             "start tokens and hooks: skipped, build the guest with `cargo build --release --target wasm32-wasip2 -p order-hooks`"
         );
     }
-    Ok(())
+    Ok(InProcess { p50, rate16 })
 }
 
 /// Starts with tokens (8 concurrent callers per token, one admitted), then
@@ -195,8 +215,8 @@ async fn start_tokens(keel: &Keel, loaded: &Arc<Loaded>, tokens: usize) -> anyho
     Ok(())
 }
 
-/// Prints the median and 99th percentile of `latencies`.
-fn print_latencies(what: &str, mut latencies: Vec<Duration>) {
+/// Prints the median and 99th percentile of `latencies`; returns the median.
+fn print_latencies(what: &str, mut latencies: Vec<Duration>) -> Duration {
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize];
     println!(
@@ -205,6 +225,7 @@ fn print_latencies(what: &str, mut latencies: Vec<Duration>) {
         ms(pct(0.5)),
         ms(pct(0.99))
     );
+    pct(0.5)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -301,4 +322,122 @@ async fn parked(keel: &Keel, loaded: &Arc<Loaded>, count: usize) -> anyhow::Resu
         after.saturating_sub(before) as f64 / count as f64 / 1024.0
     );
     Ok(())
+}
+
+/// W10 through the HTTP API: a `keel serve` child process on a fresh store,
+/// called by this process the way a client calls it (one request that
+/// starts a run and waits for its result).
+mod http {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Child, Command, Stdio};
+    use std::time::Instant;
+
+    use serde_json::{Value, json};
+
+    use super::{Args, InProcess, ms, print_latencies};
+
+    /// The server, killed when dropped.
+    struct Server {
+        child: Child,
+        url: String,
+        dir: std::path::PathBuf,
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn start() -> anyhow::Result<Server> {
+        let dir = std::env::temp_dir().join(format!("keel-bench-http-{}", std::process::id()));
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--db")
+            .arg(&dir)
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .env("KEEL_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stderr = child.stderr.take().expect("piped");
+        let mut url = None;
+        for line in BufReader::new(stderr).lines() {
+            let line = line?;
+            if let Some(rest) = line.split("serving the API and console on ").nth(1) {
+                url = Some(rest.trim_end_matches('/').to_string());
+                break;
+            }
+        }
+        let url = url.ok_or_else(|| anyhow::anyhow!("keel serve exited before it listened"))?;
+        Ok(Server { child, url, dir })
+    }
+
+    async fn w10(client: &reqwest::Client, url: &str) -> anyhow::Result<()> {
+        let run: Value = client
+            .post(format!("{url}/v1/workflows/ten_steps/runs"))
+            .json(&json!({"input": 10, "wait_ms": 60000}))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        anyhow::ensure!(
+            run["status"] == "completed" && run["output"] == 45,
+            "W10 over HTTP did not complete: {run}"
+        );
+        Ok(())
+    }
+
+    pub(super) async fn figures(args: &Args, in_process: InProcess) -> anyhow::Result<()> {
+        let server = start()?;
+        let client = reqwest::Client::new();
+        let bytes = tokio::fs::read(&args.component).await?;
+        client
+            .post(format!("{}/v1/deployments?name=testbed", server.url))
+            .body(bytes)
+            .send()
+            .await?
+            .error_for_status()?;
+        for _ in 0..5 {
+            w10(&client, &server.url).await?;
+        }
+        let mut latencies = Vec::with_capacity(args.latency_runs);
+        for _ in 0..args.latency_runs {
+            let t = Instant::now();
+            w10(&client, &server.url).await?;
+            latencies.push(t.elapsed());
+        }
+        let p50 = print_latencies(
+            "HTTP API (client process -> keel serve): W10 latency, one run at a time",
+            latencies,
+        );
+        let total = args.http_runs;
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let t = Instant::now();
+        let mut callers = tokio::task::JoinSet::new();
+        for _ in 0..16 {
+            let (client, url, next) = (client.clone(), server.url.clone(), next.clone());
+            callers.spawn(async move {
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                    w10(&client, &url).await?;
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = callers.join_next().await {
+            r??;
+        }
+        let rate = total as f64 / t.elapsed().as_secs_f64();
+        println!("HTTP API: W10 throughput, 16 in flight ({total} runs): {rate:.0} runs/s");
+        println!(
+            "HTTP API against in process, same run: throughput {:.0}% ({rate:.0} vs {:.0} runs/s), p50 {:.2} vs {:.2} ms",
+            rate / in_process.rate16 * 100.0,
+            in_process.rate16,
+            ms(p50),
+            ms(in_process.p50),
+        );
+        Ok(())
+    }
 }
