@@ -125,6 +125,13 @@ function rowStatus(row) {
   return row.status;
 }
 
+// The payloads a hook (created by command `hook`) received, in order:
+// each `hook_received` answers the `hook_next` of the same command.
+function payloads(journal, hook) {
+  const waits = new Set(journal.filter((e) => e.kind === "hook_next" && e.hook === hook).map((e) => e.command));
+  return journal.filter((e) => e.kind === "hook_received" && waits.has(e.command));
+}
+
 function runPage(runId) {
   main.innerHTML = `<p class="muted">Loading run…</p>`;
   let source = null;
@@ -180,8 +187,9 @@ function runPage(runId) {
         <td>${bar(row)}</td>
         <td>${row.error ? `<span class="error">${esc(row.error)}</span>` : ""}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
       </tr>`).join("")}</tbody></table>`}
-      ${hooks.length ? `<h2>Hooks</h2><table><thead><tr><th>Token</th><th>Status</th><th>Payloads</th><th>Last payload</th></tr></thead><tbody>
-        ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status)}</td><td>${h.attempts}</td><td class="mono">${esc(h.output ?? "")}</td></tr>`).join("")}</tbody></table>` : ""}
+      ${hooks.length ? `<h2>Hooks</h2><table data-testid="hooks"><thead><tr><th>Token</th><th>Status</th><th>Created</th><th>Payloads, in order</th></tr></thead><tbody>
+        ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>
+          <td class="mono">${payloads(d.journal, h.command).map((p) => `<div>${esc(time(p.at_ms))} · ${esc(p.payload)}</div>`).join("") || '<span class="muted">none yet</span>'}</td></tr>`).join("")}</tbody></table>` : ""}
       ${children.length ? `<h2>Other runs</h2><table><thead><tr><th>Workflow / run</th><th>Run</th><th>Status</th></tr></thead><tbody>
         ${children.map((c) => `<tr><td>${esc(c.name)}</td><td class="mono">${c.run_id ? `<a href="#/runs/${encodeURIComponent(c.run_id)}">${esc(c.run_id)}</a>` : ""}</td><td>${badge(c.status)}${c.error ? ` <span class="error">${esc(c.error)}</span>` : ""}</td></tr>`).join("")}</tbody></table>` : ""}
       <details data-testid="journal"><summary>Raw journal (${d.journal.length} entries)</summary>

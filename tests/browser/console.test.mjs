@@ -65,8 +65,10 @@ try {
     input: { order_id: "browser-1", note: "placed" }, hook: { token: "order:browser-1" }, wait_ms: 10000, return_on_wait: true,
   });
   assert.equal(waiting.status, "waiting");
+  await api("/v1/hooks/order:browser-1/resume?wait_ms=10000&return_on_wait=true", { note: "gift wrap" });
   await page.goto(`${base}/#/runs/${waiting.run_id}`);
   await page.locator("[data-testid=timeline-row][data-kind=hook]").waitFor();
+  await page.locator("[data-testid=hooks]", { hasText: "gift wrap" }).waitFor();
   page.once("dialog", (dialog) => dialog.accept());
   await page.locator("[data-testid=cancel]").click();
   await page.locator("h1 [data-testid=status]", { hasText: "cancelled" }).waitFor();
