@@ -73,3 +73,6 @@ pub struct RetryPolicy {
 /// Asynchronous HTTP and I/O for steps (the `wstd` crate).
 #[cfg(target_arch = "wasm32")]
 pub use wstd;
+
+#[cfg(target_arch = "wasm32")]
+pub mod http;

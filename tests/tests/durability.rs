@@ -41,6 +41,8 @@ async fn lost_confirmation_charges_once_with_one_idempotency_key() {
     assert_eq!(requests.len(), 2);
     for r in &requests {
         assert_eq!(r.idempotency_key.as_deref(), Some(ids[1].as_str()));
+        // The SDK's client sends the length of a body it knows.
+        assert_eq!(r.content_length, Some(r.body.len().to_string()));
     }
     let seen: Vec<_> = requests
         .iter()

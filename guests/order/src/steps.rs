@@ -1,6 +1,6 @@
 //! The `order` guests' types and steps, shared by `order` and its v2 builds.
 
-use keel_sdk::wstd::http::{Body, Client, Request};
+use keel_sdk::http::{Body, Client, Request};
 use keel_sdk::{StepError, step};
 use serde::{Deserialize, Serialize};
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use keel_sdk::future::FutureExt;
-use keel_sdk::wstd::http::{Body, Client, Request};
+use keel_sdk::http::{Body, Client, Request};
 use keel_sdk::{Error, StepError, step, workflow};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

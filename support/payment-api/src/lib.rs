@@ -25,6 +25,8 @@ pub struct Received {
     pub idempotency_key: Option<String>,
     /// The `Keel-Attempt` header, if sent.
     pub attempt: Option<String>,
+    /// The `Content-Length` header, if sent (else the body was chunked).
+    pub content_length: Option<String>,
     pub body: String,
 }
 
@@ -126,6 +128,7 @@ async fn handle(
     };
     let key = header("idempotency-key");
     let attempt = header("keel-attempt");
+    let content_length = header("content-length");
     let path = req.uri().path().to_string();
     let body = req.into_body().collect().await?.to_bytes();
     let (status, answer) = {
@@ -134,6 +137,7 @@ async fn handle(
             path: path.clone(),
             idempotency_key: key.clone(),
             attempt,
+            content_length,
             body: String::from_utf8_lossy(&body).to_string(),
         });
         charge(&mut ledger, &path, key, lose_first)
