@@ -12,7 +12,8 @@ use crate::parse_duration;
 #[command(
     name = "keel",
     version,
-    about = "A durable workflow engine for WebAssembly components"
+    about = "A durable workflow engine for WebAssembly components",
+    after_help = "Logs go to stderr, filtered by KEEL_LOG or RUST_LOG (for example KEEL_LOG=info, KEEL_LOG=keel_host=debug)."
 )]
 pub struct Cli {
     /// The store: a directory (the embedded sled store, one process at a
@@ -85,6 +86,7 @@ pub enum Command {
         /// A `.wasm` file (deployed on the way), or a deployment's name or
         /// component hash.
         component: String,
+        /// The workflow to start.
         workflow: String,
         /// The run's input, as JSON.
         #[arg(long, default_value = "null")]
@@ -99,6 +101,7 @@ pub enum Command {
         /// A `.wasm` file (deployed on the way), or a deployment's name or
         /// component hash.
         component: String,
+        /// The workflow to start.
         workflow: String,
         /// The run's input, as JSON.
         #[arg(long, default_value = "null")]
@@ -185,7 +188,10 @@ pub enum Command {
         command: StoreCommand,
     },
     /// List the workflows and steps a component exports.
-    Inspect { component: PathBuf },
+    Inspect {
+        /// The `.wasm` component.
+        component: PathBuf,
+    },
     /// Charge an order against a payment API that loses the first confirmation.
     Demo {
         /// The `order` guest [default: order.wasm under $CARGO_TARGET_DIR or
@@ -201,12 +207,19 @@ pub enum Command {
     /// Replay journal files (or directories of them) against a component,
     /// offline; exits non-zero if any diverged.
     Replay {
+        /// The `.wasm` build to check.
         component: PathBuf,
+        /// Journal files (from `keel journal export`), or directories of them.
         #[arg(required = true)]
         journals: Vec<PathBuf>,
     },
     /// Measure latency, throughput, replay speed and memory.
     Bench(bench::Args),
+    /// Print a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand)]
@@ -214,7 +227,10 @@ pub enum DeploymentsCommand {
     /// Every deployment, newest first.
     List,
     /// A deployment, by name (its latest) or component hash.
-    Show { name: String },
+    Show {
+        /// A deployment's name or component hash.
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -235,14 +251,21 @@ pub enum StoreCommand {
 pub enum JournalCommand {
     /// Write a run's journal to a file (or stdout).
     Export {
+        /// The run whose journal to export.
         run_id: String,
+        /// The file to write [default: stdout, which must not be a terminal
+        /// for the binary format].
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// postcard (compact, what `keel replay` and `import` read) or json.
         #[arg(long, value_enum, default_value_t = Format::Postcard)]
         format: Format,
     },
     /// Load a journal file into the store.
-    Import { file: PathBuf },
+    Import {
+        /// A file written by `keel journal export`.
+        file: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -255,7 +278,9 @@ pub enum Format {
 pub enum EventsCommand {
     /// Ingest an event: start every workflow subscribed to KEY and drive them.
     Push {
+        /// The event's key; workflows subscribe with `on_events = [KEY]`.
         key: String,
+        /// The event's payload, as JSON: the input of the runs it starts.
         #[arg(long, default_value = "null")]
         payload: String,
         /// A JSON object, `additional_metadata` of the runs it starts.
@@ -270,12 +295,17 @@ pub enum EventsCommand {
 pub enum HooksCommand {
     /// Deliver a payload to the active hook holding TOKEN and drive its run on.
     Resume {
+        /// The hook's token.
         token: String,
+        /// The payload, as JSON.
         #[arg(long, default_value = "null")]
         payload: String,
     },
     /// The hook holding TOKEN: owner, whether active, metadata, retention.
-    Get { token: String },
+    Get {
+        /// The hook's token.
+        token: String,
+    },
     /// Every token held now, by an active hook or for a retention.
     List,
 }
@@ -299,18 +329,31 @@ pub enum RunsCommand {
         limit: usize,
     },
     /// A run's status and output.
-    Get { run_id: String },
+    Get {
+        /// The run's ID.
+        run_id: String,
+    },
     /// Cancel a run: it ends and releases its tokens (after any retention).
-    Cancel { run_id: String },
+    Cancel {
+        /// The run's ID.
+        run_id: String,
+    },
     /// A run's output; with --wait, drive it until it ends first.
     Result {
+        /// The run's ID.
         run_id: String,
+        /// Drive the run to its end (waiting for its timers) first; refused
+        /// at once for a run that waits for a hook or another run while no
+        /// worker holds the store.
         #[arg(long)]
         wait: bool,
     },
     /// A run as a timeline of its steps, timers, hooks and child runs
     /// (`--json`: the run and its journal).
-    Show { run_id: String },
+    Show {
+        /// The run's ID.
+        run_id: String,
+    },
 }
 
 /// A run status named on the command line.

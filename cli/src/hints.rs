@@ -22,6 +22,11 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
             "`keel deployments list` shows what is deployed; deploy with `keel deploy COMPONENT.wasm`, or start from a .wasm path".into()
         }
         "invalid_grant" => "write --allow-http as HOST or HOST:PORT, for example --allow-http api.example.com".into(),
+        "needs_worker" => format!(
+            "resume its hook with `keel hooks resume TOKEN`, or start `keel worker` and ask again: `keel runs result {} --wait`",
+            id("run_id")
+        ),
+        "run_ended" => format!("`keel runs show {}` shows how it ended", id("run_id")),
         "unauthorized" => "pass the server's token with --api-token or KEEL_API_TOKEN".into(),
         "store_locked" => "stop the other keel process, or pass another directory with --db".into(),
         "store_unavailable" | "corrupt_record" => {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use keel_host::core::Clock;
 use keel_host::core::file::JournalFile;
 use keel_host::store::StoreError;
 use keel_host::store::postgres::{PgOptions, PgStore};
@@ -21,20 +22,21 @@ mod control;
 mod demo;
 mod hints;
 mod print;
+mod progress;
 mod remote;
 mod request;
 
 use args::{Cli, Command, Format, JournalCommand, StoreCommand, WorkersCommand};
 
 fn main() -> ExitCode {
+    // A closed pipe (`keel runs list | head`) ends the process quietly, as
+    // for other command-line tools, instead of a panic on the next print.
+    // SAFETY: restoring a signal's default disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logs(&cli.command);
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let json = cli.json;
     match runtime.block_on(execute(cli)) {
@@ -44,6 +46,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr, filtered by `KEEL_LOG` or else `RUST_LOG` (default:
+/// warnings, and each run a worker drives at info), coloured only on a
+/// terminal.
+fn init_logs(command: &Command) {
+    use std::io::IsTerminal;
+    let default = match command {
+        Command::Worker { .. } | Command::Serve { .. } => "warn,keel_host::engine=info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| default.into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 pub fn report_error(e: &anyhow::Error, json: bool) {
@@ -152,6 +173,11 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
 }
 
 async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Completions { shell } = &cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(*shell, &mut command, "keel", &mut std::io::stdout());
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Command::Bench(args) = &cli.command {
         return bench::run(args).await.map(|()| ExitCode::SUCCESS);
     }
@@ -236,6 +262,14 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => {
             let file = JournalFile::new(&keel.get_run(run_id).await?, keel.journal(run_id).await?);
+            if output.is_none()
+                && matches!(format, Format::Postcard)
+                && std::io::IsTerminal::is_terminal(&std::io::stdout())
+            {
+                anyhow::bail!(
+                    "refusing to write the binary journal to a terminal; pass -o FILE, or --format json to read it"
+                );
+            }
             let bytes = match format {
                 Format::Postcard => file.to_bytes(),
                 Format::Json => file.to_json().into_bytes(),
@@ -265,6 +299,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(_)
+        | Command::Completions { .. }
         | Command::Deploy { .. }
         | Command::Deployments { .. }
         | Command::Store { .. }
@@ -293,8 +328,17 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
         // Any number of processes share a PostgreSQL store.
         return Ok(control::execute(&open(cli).await?, request).await?);
     };
-    match Keel::open_sled(config(cli)?) {
-        Ok(keel) => Ok(control::execute(&keel, request).await?),
+    let mut config = config(cli)?;
+    if shows_progress(cli) {
+        config.observer = Arc::new(progress::Progress);
+    }
+    match Keel::open_sled(config) {
+        Ok(keel) => match request {
+            Request::Result { run_id, wait: true } => {
+                Ok(Reply::Run(result_alone(&keel, &run_id).await?))
+            }
+            request => Ok(control::execute(&keel, request).await?),
+        },
         Err(locked @ keel_host::Error::Store(StoreError::Locked { .. }))
             if control::socket_path(&path).exists() =>
         {
@@ -304,6 +348,47 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
                 .ok_or_else(|| locked.into())
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether this command prints its run's progress: one that drives a run
+/// in this process, for a person at a terminal.
+fn shows_progress(cli: &Cli) -> bool {
+    use std::io::IsTerminal;
+    !cli.json
+        && std::io::stderr().is_terminal()
+        && matches!(
+            cli.command,
+            Command::Run { .. } | Command::Start { .. } | Command::Hooks { .. }
+        )
+}
+
+/// `runs result --wait` with no worker holding the store: drives the run
+/// and waits for its timers; a run that waits for a hook or another run is
+/// refused at once, since nothing but a resume or a worker moves it on and
+/// this process holds the store they need.
+async fn result_alone(keel: &Keel, run_id: &str) -> anyhow::Result<keel_host::core::RunRecord> {
+    loop {
+        let run = keel.drive(run_id).await?;
+        if run.status.is_final() {
+            return Ok(run);
+        }
+        match run.wake_at_ms {
+            Some(at) => {
+                let now = keel_host::SystemClock.now_ms();
+                tokio::time::sleep(std::time::Duration::from_millis(at.saturating_sub(now))).await;
+            }
+            None => {
+                return Err(control::RemoteError {
+                    kind: "needs_worker".into(),
+                    message: format!(
+                        "run {run_id} waits for a hook's payload or another run's end, and no worker holds this store to move it on"
+                    ),
+                    ids: vec![("run_id".into(), run_id.into())],
+                }
+                .into());
+            }
+        }
     }
 }
 

@@ -27,6 +27,27 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_result(&run, json);
             exit_for(&run)
         }
+        Reply::Run(run)
+            if matches!(
+                command,
+                Command::Runs {
+                    command: RunsCommand::Cancel { .. }
+                }
+            ) && run.status != RunStatus::Cancelled =>
+        {
+            // It had ended before: the cancel did nothing.
+            let e = crate::control::RemoteError {
+                kind: "run_ended".into(),
+                message: format!(
+                    "run {} had already ended ({}); nothing was cancelled",
+                    run.run_id,
+                    run.status.as_str()
+                ),
+                ids: vec![("run_id".into(), run.run_id.to_string())],
+            };
+            report_error(&e.into(), json);
+            ExitCode::FAILURE
+        }
         Reply::Run(run) => {
             if let (false, Command::Hooks { .. }) = (json, command) {
                 println!("delivered to the hook of run {}", run.run_id);

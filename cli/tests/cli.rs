@@ -458,3 +458,201 @@ fn a_stale_worker_socket_is_removed_and_the_lock_reported() {
     );
     assert!(!socket.exists(), "the stale socket is still there");
 }
+
+#[test]
+fn result_wait_without_a_worker_refuses_a_run_that_waits_for_a_hook() {
+    let db = tempfile::tempdir().unwrap();
+    let order = r#"{"order_id": "o-1", "note": "placed"}"#;
+    let (out, run) = keel(
+        db.path(),
+        &[
+            "start",
+            keel_tests::ORDER_HOOKS,
+            "order_updates",
+            "--input",
+            order,
+            "--token",
+            "order:o-1",
+        ],
+    );
+    assert!(out.status.success(), "{run}");
+    assert_eq!(run["status"], "waiting");
+    let run_id = run["run_id"].as_str().unwrap();
+    let (out, refused) = keel(db.path(), &["runs", "result", run_id, "--wait"]);
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "needs_worker");
+    assert!(
+        refused["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("keel hooks resume")
+    );
+    // The store was released: the resume that moves the run on is accepted.
+    let (out, resumed) = keel(
+        db.path(),
+        &[
+            "hooks",
+            "resume",
+            "order:o-1",
+            "--payload",
+            r#"{"note": "paid", "done": true}"#,
+        ],
+    );
+    assert!(out.status.success(), "{resumed}");
+    let (out, result) = keel(db.path(), &["runs", "result", run_id, "--wait"]);
+    assert!(out.status.success());
+    assert_eq!(result["output"], serde_json::json!(["placed", "paid"]));
+}
+
+#[test]
+fn cancelling_a_run_that_already_ended_fails() {
+    let db = tempfile::tempdir().unwrap();
+    let (_, run) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "ten_steps", "--input", "2"],
+    );
+    let run_id = run["run_id"].as_str().unwrap();
+    let (out, refused) = keel(db.path(), &["runs", "cancel", run_id]);
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "run_ended");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("completed")
+    );
+}
+
+#[test]
+fn runs_list_filters_by_status_and_workflow() {
+    let db = tempfile::tempdir().unwrap();
+    keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "ten_steps", "--input", "1"],
+    );
+    let (_, trapped) = keel(db.path(), &["run", "testbed", "trap"]);
+    assert_eq!(trapped["status"], "failed");
+    let (_, failed) = keel(db.path(), &["runs", "list", "--status", "failed"]);
+    let failed = failed.as_array().unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["run_id"], trapped["run_id"]);
+    let (_, by_workflow) = keel(db.path(), &["runs", "list", "--workflow", "ten_steps"]);
+    assert_eq!(by_workflow.as_array().unwrap().len(), 1);
+    let (_, recent) = keel(
+        db.path(),
+        &["runs", "list", "--since", "1h", "--limit", "1"],
+    );
+    assert_eq!(recent.as_array().unwrap().len(), 1);
+    assert_eq!(recent[0]["run_id"], trapped["run_id"], "newest first");
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args([
+            "--db",
+            db.path().to_str().unwrap(),
+            "runs",
+            "list",
+            "--status",
+            "done",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a run status"));
+}
+
+#[test]
+fn runs_show_prints_a_timeline_with_step_names_and_durations() {
+    let db = tempfile::tempdir().unwrap();
+    let (_, run) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "ten_steps", "--input", "3"],
+    );
+    let run_id = run["run_id"].as_str().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--db", db.path().to_str().unwrap(), "runs", "show", run_id])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("step"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    for (i, row) in rows.iter().enumerate() {
+        assert!(row.contains("noop") && row.contains("completed"), "{row}");
+        assert!(row.contains(&format!("{run_id}-{i}")), "{row}");
+        assert!(row.contains("ms"), "a duration: {row}");
+    }
+    assert!(text.contains("started 20"), "a readable start time: {text}");
+}
+
+#[test]
+fn completions_are_printed_and_a_closed_pipe_ends_quietly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        script.contains("_keel()") && script.contains("deployments"),
+        "{script}"
+    );
+
+    // The reader goes away before keel writes: no panic, nothing on stderr.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[test]
+fn every_argument_has_help_text() {
+    use std::collections::VecDeque;
+    let mut commands = VecDeque::from([vec![]]);
+    while let Some(path) = commands.pop_front() {
+        let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(&path)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut section = "";
+        let lines: Vec<&str> = help.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if line.ends_with(':') && !line.starts_with(' ') {
+                section = line;
+                continue;
+            }
+            let entry = line.trim_start();
+            if entry.is_empty() || !line.starts_with("  ") || line.starts_with("          ") {
+                continue;
+            }
+            // Help follows the name on its line, or on the next, indented.
+            let same_line = entry.split("  ").filter(|p| !p.trim().is_empty()).count() > 1;
+            let next_line = lines
+                .get(i + 1)
+                .is_some_and(|l| l.starts_with("          ") && !l.trim().is_empty());
+            assert!(
+                same_line || next_line,
+                "keel {} --help: `{entry}` has no help text ({section})\n{help}",
+                path.join(" ")
+            );
+            if section == "Commands:" {
+                let name = entry.split_whitespace().next().unwrap();
+                if name != "help" {
+                    let mut next = path.clone();
+                    next.push(name.to_string());
+                    commands.push_back(next);
+                }
+            }
+        }
+    }
+}

@@ -37,8 +37,15 @@ pub trait Observer: Send + Sync {
     /// admission.
     fn run_ended(&self, _workflow: &str, _status: RunStatus, _lifetime: Duration) {}
 
+    /// Attempt `attempt` of step `step` of run `run_id` starts.
+    fn step_started(&self, _run_id: &str, _step: &str, _attempt: u32) {}
+
     /// An attempt of step `step` ended.
     fn step_attempt(&self, _step: &str, _outcome: AttemptOutcome) {}
+
+    /// Attempt `attempt` of step `step` failed with `error` and the next
+    /// starts after `delay`.
+    fn step_retrying(&self, _step: &str, _attempt: u32, _delay: Duration, _error: &str) {}
 
     /// A batch of journal entries was made durable in `elapsed`.
     fn journal_flush(&self, _entries: usize, _elapsed: Duration) {}

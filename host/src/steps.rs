@@ -122,6 +122,8 @@ impl StepRunner {
                     attempt,
                 })
                 .await?;
+            self.observer
+                .step_started(&call.run_id, &call.name, attempt);
             let outcome = self
                 .execute(call, settings, attempt, started.at_ms, &hooks)
                 .await;
@@ -147,6 +149,10 @@ impl StepRunner {
                 Next::Retry { fact, delay } => {
                     self.observer
                         .step_attempt(&call.name, crate::AttemptOutcome::Retried);
+                    if let Fact::StepAttemptFailed { error, .. } = &fact {
+                        self.observer
+                            .step_retrying(&call.name, attempt, delay, error);
+                    }
                     tracing::info!(attempt, ?delay, "step attempt failed, retrying");
                     call.journal.append(fact).await?;
                     tokio::time::sleep(delay).await;
@@ -209,7 +215,7 @@ impl StepRunner {
                 after: None,
             };
         };
-        match result {
+        let outcome = match result {
             Ok(Ok(output)) => Attempt::Ok(output),
             Ok(Err(wit::StepError::Fatal(message))) => Attempt::Fatal(message),
             Ok(Err(wit::StepError::Retryable(e))) => Attempt::Retryable {
@@ -230,7 +236,30 @@ impl StepRunner {
                 ),
                 after: None,
             },
-        }
+        };
+        with_denials(outcome, store.data().denied_http())
+    }
+}
+
+/// A failed attempt's message, with the HTTP requests the host denied it
+/// (the likely cause: a grant its deployment lacks).
+fn with_denials(outcome: Attempt, denied: &[String]) -> Attempt {
+    if denied.is_empty() {
+        return outcome;
+    }
+    let mut hosts = denied.to_vec();
+    hosts.dedup();
+    let note = format!(
+        " (the host denied HTTP requests to {}: the component's deployment grants no HTTP access there)",
+        hosts.join(", ")
+    );
+    match outcome {
+        Attempt::Fatal(message) => Attempt::Fatal(message + &note),
+        Attempt::Retryable { message, after } => Attempt::Retryable {
+            message: message + &note,
+            after,
+        },
+        ok => ok,
     }
 }
 
@@ -244,6 +273,23 @@ mod tests {
         backoff_factor: 2.0,
         max_backoff_ms: 10_000,
     };
+
+    #[test]
+    fn a_failed_attempt_names_the_hosts_it_was_denied() {
+        let denied = ["127.0.0.1:9".to_string(), "127.0.0.1:9".to_string()];
+        let Attempt::Retryable { message, .. } = with_denials(retryable(None), &denied) else {
+            panic!("still retryable");
+        };
+        assert_eq!(
+            message,
+            "e (the host denied HTTP requests to 127.0.0.1:9: the component's deployment grants no HTTP access there)"
+        );
+        assert_eq!(
+            with_denials(Attempt::Ok("1".into()), &denied),
+            Attempt::Ok("1".into())
+        );
+        assert_eq!(with_denials(retryable(None), &[]), retryable(None));
+    }
 
     fn retryable(after: Option<u64>) -> Attempt {
         Attempt::Retryable {

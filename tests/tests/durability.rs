@@ -431,3 +431,19 @@ async fn the_worker_resumes_due_timers_and_stops_when_only_far_ones_remain() {
         RunStatus::Waiting
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_denied_http_says_which_host_it_lacks() {
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let input = serde_json::json!(api.url("/probe")).to_string();
+    let run = keel.run(&testbed, "crashable", &input).await.unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap().message;
+    assert!(
+        error.contains(&format!("the host denied HTTP requests to {}", api.addr)),
+        "{error}"
+    );
+    assert!(api.requests().is_empty(), "no request reached the API");
+}

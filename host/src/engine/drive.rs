@@ -307,7 +307,7 @@ impl Keel {
                 }
             }
             Ended::Suspended(Suspend::Waiting { wake_at_ms, on }) => {
-                tracing::debug!(on, "run waits");
+                tracing::info!(on, "run waits");
                 run.status = RunStatus::Waiting;
                 run.wake_at_ms = wake_at_ms;
                 journal.set_run(run.clone());
@@ -323,6 +323,7 @@ impl Keel {
         for watcher in journal.end(&run, fact).await? {
             self.poke(&watcher);
         }
+        tracing::info!(workflow = %run.workflow, status = run.status.as_str(), "run ended");
         let lifetime = run.updated_at_ms.saturating_sub(run.created_at_ms);
         self.inner.config.observer.run_ended(
             &run.workflow,

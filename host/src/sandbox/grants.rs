@@ -20,6 +20,9 @@ pub struct Grants {
 pub(super) struct HttpGrant {
     /// `host` or `host:port` entries.
     pub(super) allowed: Vec<String>,
+    /// The `host:port` of each request denied, so that a failed attempt
+    /// can say which grant it lacked.
+    pub(super) denied: Vec<String>,
 }
 
 impl HttpGrant {
@@ -55,6 +58,12 @@ impl WasiHttpHooks for HttpGrant {
     ) -> SendFuture {
         if !self.permits(request.uri()) {
             tracing::warn!(uri = %request.uri(), "step HTTP request denied: the host is not granted to this component's steps");
+            let uri = request.uri();
+            let host = uri.host().unwrap_or("?");
+            self.denied.push(match uri.port_u16() {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_string(),
+            });
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
         Box::new(async move {
@@ -75,6 +84,7 @@ mod tests {
     fn grant(allowed: &[&str]) -> HttpGrant {
         HttpGrant {
             allowed: allowed.iter().map(|s| s.to_string()).collect(),
+            denied: Vec::new(),
         }
     }
 

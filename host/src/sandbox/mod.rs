@@ -110,13 +110,21 @@ impl HostState {
             wasi,
             table: ResourceTable::new(),
             http: WasiHttpCtx::new(),
-            http_hooks: HttpGrant { allowed: http },
+            http_hooks: HttpGrant {
+                allowed: http,
+                denied: Vec::new(),
+            },
             limits: StoreLimitsBuilder::new()
                 .memory_size(max_memory)
                 .trap_on_grow_failure(true)
                 .build(),
             role,
         }
+    }
+
+    /// The hosts whose HTTP requests were denied, in order.
+    pub(crate) fn denied_http(&self) -> &[String] {
+        &self.http_hooks.denied
     }
 
     /// State for calling `get-manifest`: nothing granted.
