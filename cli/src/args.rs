@@ -215,6 +215,33 @@ pub enum Command {
     },
     /// Measure latency, throughput, replay speed and memory.
     Bench(bench::Args),
+    /// Create a guest crate that builds on the first `cargo build`: a
+    /// workflow with two steps, a scenario for `keel test`, a README.
+    New {
+        /// The crate's name (letters, digits, `-`, `_`).
+        name: String,
+        /// The folder to create it in.
+        #[arg(long, default_value = ".")]
+        path: PathBuf,
+        /// Depend on the SDK at this path [default: the SDK this keel was
+        /// built from].
+        #[arg(long, conflicts_with = "sdk_git")]
+        sdk_path: Option<PathBuf>,
+        /// Depend on the SDK from this git repository.
+        #[arg(long)]
+        sdk_git: Option<String>,
+        /// With --sdk-git: the revision to pin.
+        #[arg(long, requires = "sdk_git")]
+        sdk_rev: Option<String>,
+    },
+    /// Build a guest crate, run its scenarios (tests/runs/*.json, recording
+    /// a journal for each that has none) and replay its journals
+    /// (journals/*.journal) against the build; non-zero if anything fails.
+    Test {
+        /// The crate's folder.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Print a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell.

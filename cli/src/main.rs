@@ -25,6 +25,7 @@ mod print;
 mod progress;
 mod remote;
 mod request;
+mod scaffold;
 
 use args::{Cli, Command, Format, JournalCommand, StoreCommand, WorkersCommand};
 
@@ -178,6 +179,41 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         clap_complete::generate(*shell, &mut command, "keel", &mut std::io::stdout());
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::New {
+        name,
+        path,
+        sdk_path,
+        sdk_git,
+        sdk_rev,
+    } = &cli.command
+    {
+        let sdk = match (sdk_path, sdk_git) {
+            (Some(path), _) => scaffold::Sdk::Path(std::path::absolute(path)?),
+            (None, Some(url)) => scaffold::Sdk::Git {
+                url: url.clone(),
+                rev: sdk_rev.clone(),
+            },
+            (None, None) => scaffold::Sdk::bundled().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "this keel was not built from a checkout it can still find; pass --sdk-path DIR (a keel checkout's guest-sdk) or --sdk-git URL"
+                )
+            })?,
+        };
+        let dir = scaffold::new_crate(name, path, &sdk)?;
+        if cli.json {
+            println!("{}", json!({ "created": dir }));
+        } else {
+            println!(
+                "created {}: `cd {} && cargo build --release && keel test`",
+                dir.display(),
+                dir.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Command::Test { dir } = &cli.command {
+        return scaffold::test(dir, &user_cache_dir(), cli.json).await;
+    }
     if let Command::Bench(args) = &cli.command {
         return bench::run(args).await.map(|()| ExitCode::SUCCESS);
     }
@@ -299,6 +335,8 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(_)
+        | Command::New { .. }
+        | Command::Test { .. }
         | Command::Completions { .. }
         | Command::Deploy { .. }
         | Command::Deployments { .. }

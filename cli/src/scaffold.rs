@@ -1,0 +1,316 @@
+//! `keel new`: a guest crate that builds on the first `cargo build`, with
+//! a workflow of two steps, a scenario for `keel test` and a README; and
+//! `keel test`: build a guest crate, run its scenarios, replay its journals.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::Context;
+use keel_host::{Config, Keel, Replayer};
+use serde::Deserialize;
+use serde_json::Value;
+
+const CARGO_TOML: &str = include_str!("../templates/guest/Cargo.toml.tmpl");
+const CARGO_CONFIG: &str = include_str!("../templates/guest/cargo-config.toml.tmpl");
+const TOOLCHAIN: &str = include_str!("../templates/guest/rust-toolchain.toml.tmpl");
+const GITIGNORE: &str = include_str!("../templates/guest/gitignore.tmpl");
+const LIB_RS: &str = include_str!("../templates/guest/lib.rs.tmpl");
+const RUN_JSON: &str = include_str!("../templates/guest/run.json.tmpl");
+const README: &str = include_str!("../templates/guest/README.md.tmpl");
+
+/// The toolchain guests are built with (this keel's).
+const TOOLCHAIN_CHANNEL: &str = "1.95.0";
+
+/// Where the SDK comes from.
+pub enum Sdk {
+    Path(PathBuf),
+    Git { url: String, rev: Option<String> },
+}
+
+impl Sdk {
+    /// The SDK this keel was built from, when its sources are still there.
+    pub fn bundled() -> Option<Sdk> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+        path.join("Cargo.toml")
+            .is_file()
+            .then(|| Sdk::Path(path.canonicalize().unwrap_or(path)))
+    }
+
+    fn dependency(&self) -> (String, String) {
+        match self {
+            Sdk::Path(path) => (
+                format!("{{ path = {:?} }}", path.display().to_string()),
+                "a path to a keel checkout; or `{ git = \"URL\" }`, or a version once published"
+                    .into(),
+            ),
+            Sdk::Git { url, rev } => (
+                match rev {
+                    Some(rev) => format!("{{ git = {url:?}, rev = {rev:?} }}"),
+                    None => format!("{{ git = {url:?} }}"),
+                },
+                "from git; or `{ path = \"...\" }` to a checkout, or a version once published"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// Fills `{{key}}` placeholders.
+fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    values
+        .iter()
+        .fold(template.to_string(), |text, (key, value)| {
+            text.replace(&format!("{{{{{key}}}}}"), value)
+        })
+}
+
+/// Creates the crate `name` in `parent`; returns its directory.
+pub fn new_crate(name: &str, parent: &Path, sdk: &Sdk) -> anyhow::Result<PathBuf> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && name.starts_with(|c: char| c.is_ascii_alphabetic());
+    anyhow::ensure!(
+        valid,
+        "`{name}` is not a crate name: use letters, digits, `-` and `_`, starting with a letter"
+    );
+    let dir = parent.join(name);
+    anyhow::ensure!(
+        !dir.exists(),
+        "{} already exists; pick another name or remove it",
+        dir.display()
+    );
+    let lib = name.replace('-', "_");
+    let (dependency, comment) = sdk.dependency();
+    let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide.md");
+    let guide = guide.canonicalize().unwrap_or(guide).display().to_string();
+    let values = [
+        ("name", name),
+        ("lib", lib.as_str()),
+        ("sdk", dependency.as_str()),
+        ("sdk_comment", comment.as_str()),
+        ("toolchain", TOOLCHAIN_CHANNEL),
+        ("guide", guide.as_str()),
+    ];
+    let files: [(&str, &str); 7] = [
+        ("Cargo.toml", CARGO_TOML),
+        (".cargo/config.toml", CARGO_CONFIG),
+        ("rust-toolchain.toml", TOOLCHAIN),
+        (".gitignore", GITIGNORE),
+        ("src/lib.rs", LIB_RS),
+        ("tests/runs/greet.json", RUN_JSON),
+        ("README.md", README),
+    ];
+    for (path, template) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("a file in the crate"))?;
+        std::fs::write(&path, fill(template, &values))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    std::fs::create_dir_all(dir.join("journals"))?;
+    Ok(dir)
+}
+
+/// A scenario of `tests/runs/`: a workflow run and what it must give.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Scenario {
+    workflow: String,
+    #[serde(default)]
+    input: Value,
+    /// The output expected of a completed run.
+    output: Option<Value>,
+    /// The error kind expected of a failed run.
+    error_kind: Option<String>,
+}
+
+/// Builds the guest crate in `dir` and returns its component's path.
+pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
+    let status = Command::new("cargo")
+        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("running cargo")?;
+    anyhow::ensure!(
+        status.success(),
+        "`cargo build` failed in {}",
+        dir.display()
+    );
+    let metadata = Command::new("cargo")
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(dir)
+        .output()
+        .context("running cargo metadata")?;
+    anyhow::ensure!(
+        metadata.status.success(),
+        "`cargo metadata` failed in {}",
+        dir.display()
+    );
+    let metadata: Value = serde_json::from_slice(&metadata.stdout)?;
+    let target = metadata["target_directory"].as_str().unwrap_or("target");
+    let manifest = dir.canonicalize()?.join("Cargo.toml");
+    let package = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["manifest_path"].as_str().map(Path::new) == Some(manifest.as_path()))
+        .with_context(|| format!("no package at {}", manifest.display()))?;
+    let lib = package["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| {
+            t["crate_types"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|k| k == "cdylib"))
+        })
+        .and_then(|t| t["name"].as_str())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} builds no component: add `crate-type = [\"cdylib\"]` under `[lib]` in its Cargo.toml",
+                manifest.display()
+            )
+        })?;
+    let wasm = Path::new(target)
+        .join("wasm32-wasip2/release")
+        .join(format!("{}.wasm", lib.replace('-', "_")));
+    anyhow::ensure!(wasm.is_file(), "the build produced no {}", wasm.display());
+    Ok(wasm)
+}
+
+/// Files of `dir` with extension `ext`, sorted; none if `dir` is missing.
+fn files(dir: &Path, ext: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(Vec::new());
+    };
+    let mut found: Vec<PathBuf> = entries
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    found.retain(|p| p.extension().is_some_and(|e| e == ext));
+    found.sort();
+    Ok(found)
+}
+
+/// `keel test`: builds the crate in `dir`, runs its scenarios (recording the
+/// journal of each that has none), then replays every journal.
+pub async fn test(dir: &Path, cache_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let wasm = build(dir)?;
+    let mut failures = 0;
+    let journals = dir.join("journals");
+    for scenario in files(&dir.join("tests/runs"), "json")? {
+        let name = scenario
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        match run_scenario(
+            &wasm,
+            &scenario,
+            &journals.join(format!("{name}.journal")),
+            cache_dir,
+        )
+        .await
+        {
+            Ok(note) => eprintln!("scenario {name}: ok{note}"),
+            Err(e) => {
+                failures += 1;
+                eprintln!("scenario {name}: FAILED: {e:#}");
+            }
+        }
+    }
+    let recorded = files(&journals, "journal")?;
+    if !recorded.is_empty() {
+        let replayer = Replayer::new(&wasm, cache_dir).await?;
+        for report in replayer.replay_paths(&recorded).await? {
+            if !report.is_ok() {
+                failures += 1;
+            }
+            if json {
+                println!("{}", serde_json::to_value(&report)?);
+            } else {
+                eprintln!("{}", report.render());
+            }
+        }
+    }
+    eprintln!(
+        "{} failure(s); {} journal(s) replayed against {}",
+        failures,
+        recorded.len(),
+        wasm.display()
+    );
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Runs one scenario on a scratch store; records its journal at `journal`
+/// if there is none.
+async fn run_scenario(
+    wasm: &Path,
+    scenario: &Path,
+    journal: &Path,
+    cache_dir: &Path,
+) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(scenario)?;
+    let s: Scenario = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a scenario ({{workflow, input, output | error_kind}})",
+            scenario.display()
+        )
+    })?;
+    let store = std::env::temp_dir().join(format!(
+        "keel-test-{}-{}",
+        std::process::id(),
+        scenario.file_stem().unwrap_or_default().to_string_lossy()
+    ));
+    let _ = std::fs::remove_dir_all(&store);
+    let mut config = Config::new(&store);
+    config.cache_dir = cache_dir.to_path_buf();
+    let result = async {
+        let keel = Keel::open_sled(config)?;
+        let loaded = keel.load(wasm).await?;
+        let run = keel.run(&loaded, &s.workflow, &s.input.to_string()).await?;
+        let output = run
+            .output
+            .as_deref()
+            .map(serde_json::from_str::<Value>)
+            .transpose()?;
+        match (&s.output, &s.error_kind) {
+            (Some(expected), _) => anyhow::ensure!(
+                output.as_ref() == Some(expected),
+                "expected output {expected}, got {} ({})",
+                output.map_or("none".into(), |o| o.to_string()),
+                run.error
+                    .as_ref()
+                    .map_or(run.status.as_str().to_string(), |e| e.message.clone())
+            ),
+            (None, Some(kind)) => anyhow::ensure!(
+                run.error.as_ref().is_some_and(|e| &e.kind == kind),
+                "expected a failure of kind {kind}, got {:?}",
+                run.error
+            ),
+            (None, None) => anyhow::ensure!(
+                run.status == keel_host::core::RunStatus::Completed,
+                "the run did not complete: {:?}",
+                run.error
+            ),
+        }
+        if journal.exists() {
+            return Ok(String::new());
+        }
+        let file = keel_host::core::file::JournalFile::new(&run, keel.journal(&run.run_id).await?);
+        std::fs::create_dir_all(journal.parent().expect("journals/"))?;
+        std::fs::write(journal, file.to_bytes())?;
+        Ok(format!(
+            " (journal recorded in {}: commit it)",
+            journal.display()
+        ))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&store);
+    result
+}

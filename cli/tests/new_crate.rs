@@ -1,0 +1,116 @@
+//! `keel new` end to end: a crate created outside the workspace builds
+//! with a plain `cargo build`, its workflow runs with `keel run`, and
+//! `keel test` records its scenario's journal, replays it, and fails once
+//! the workflow changes in a way that breaks recorded runs.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn keel(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(args)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("running keel")
+}
+
+/// The workspace's target directory: the new crate's dependencies are
+/// already built there.
+fn target_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn a_new_crate_builds_runs_and_passes_its_replay_test() {
+    let parent = tempfile::tempdir().unwrap();
+    let out = keel(parent.path(), &["new", "hello-keel"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = parent.path().join("hello-keel");
+    for file in [
+        "Cargo.toml",
+        ".cargo/config.toml",
+        "rust-toolchain.toml",
+        "src/lib.rs",
+        "tests/runs/greet.json",
+        "README.md",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} was not created");
+    }
+    let again = keel(parent.path(), &["new", "hello-keel"]);
+    assert!(!again.status.success(), "an existing folder is refused");
+
+    // A plain `cargo build` produces the component.
+    let build = Command::new("cargo")
+        .arg("build")
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{}", text(&build));
+    let wasm = target_dir().join("wasm32-wasip2/debug/hello_keel.wasm");
+    assert!(wasm.is_file());
+
+    let db = parent.path().join("db");
+    let run = keel(
+        &dir,
+        &[
+            "--db",
+            db.to_str().unwrap(),
+            "--json",
+            "run",
+            wasm.to_str().unwrap(),
+            "greet",
+            "--input",
+            r#"{"name": "Ada"}"#,
+        ],
+    );
+    assert!(run.status.success(), "{}", text(&run));
+    let run: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(run["output"], "HELLO, ADA!");
+
+    // The first `keel test` records the scenario's journal; the next replays it.
+    let first = keel(&dir, &["test"]);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        text(&first).contains("journal recorded"),
+        "{}",
+        text(&first)
+    );
+    assert!(dir.join("journals/greet.journal").is_file());
+    let second = keel(&dir, &["test"]);
+    assert!(second.status.success(), "{}", text(&second));
+    assert!(
+        text(&second).contains("ok    ./journals/greet.journal"),
+        "{}",
+        text(&second)
+    );
+
+    // Steps called in another order: recorded runs would break.
+    let lib = dir.join("src/lib.rs");
+    let code = std::fs::read_to_string(&lib).unwrap().replace(
+        "    let text = compose(greeting).await?;\n    let loud = shout(text).await?;\n    Ok(loud)",
+        "    let loud = shout(greeting.name.clone()).await?;\n    let text = compose(greeting).await?;\n    Ok(format!(\"{loud} {text}\"))",
+    );
+    std::fs::write(&lib, code).unwrap();
+    let broken = keel(&dir, &["test"]);
+    assert!(!broken.status.success());
+    let report = text(&broken);
+    assert!(report.contains("DIVERGED"), "{report}");
+    assert!(
+        report.contains("step `compose`") && report.contains("step `shout`"),
+        "{report}"
+    );
+}
