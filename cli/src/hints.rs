@@ -11,6 +11,10 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
             .to_string()
     };
     Some(match kind {
+        "invalid_input" if ids.iter().any(|(f, _)| f == "workflow") => format!(
+            "`keel inspect COMPONENT` shows the input schema of `{}`",
+            id("workflow")
+        ),
         "invalid_input" => "pass a JSON value, for example --input '{\"id\": 1}'".into(),
         "run_not_found" => "`keel runs list` shows the runs this store holds".into(),
         "fuel_exhausted" => "raise the bound with --workflow-fuel".into(),

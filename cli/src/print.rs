@@ -449,6 +449,12 @@ pub fn inspect(loaded: &keel_host::Loaded, json: bool) {
             line += &format!("  on events {}", w.on_events.join(", "));
         }
         println!("{line}");
+        for (which, schema) in [("input", &w.input_schema), ("output", &w.output_schema)] {
+            match schema {
+                Some(schema) => println!("    {which}: {schema}"),
+                None => println!("    {which}: any JSON (its type derives no JsonSchema)"),
+            }
+        }
     }
     println!("steps:");
     for s in &loaded.manifest.steps {

@@ -49,6 +49,13 @@ pub struct WorkflowInfo {
     pub idempotency: Option<Idempotency>,
     /// Event keys that start a run of it.
     pub on_events: Vec<String>,
+    /// The JSON Schema of its input, when the SDK could derive one (the
+    /// input type derives `JsonSchema`); starts are checked against it.
+    #[serde(default)]
+    pub input_schema: Option<serde_json::Value>,
+    /// The JSON Schema of its output, likewise.
+    #[serde(default)]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// What a component exports.

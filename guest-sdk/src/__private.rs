@@ -34,6 +34,80 @@ pub struct WorkflowDef {
     pub idempotency: Option<(&'static str, u64)>,
     pub on_events: &'static [&'static str],
     pub run: fn(&str) -> Result<String, String>,
+    /// The JSON Schemas of its input and output, for types that derive
+    /// `schemars::JsonSchema`.
+    pub schemas: fn() -> (Option<String>, Option<String>),
+}
+
+/// The workflow name under which the host reads the workflows' JSON
+/// Schemas (no Rust function can have it).
+pub const SCHEMAS: &str = "keel:schemas";
+
+/// A type whose JSON Schema is asked for: `(&&Schema::<T>::new()).json_schema()`
+/// is its schema if `T: JsonSchema`, else `None` (autoref specialization:
+/// the impl on `&Schema<T>` is preferred when its bound holds).
+pub struct Schema<T>(std::marker::PhantomData<T>);
+
+impl<T> Schema<T> {
+    pub fn new() -> Self {
+        Schema(std::marker::PhantomData)
+    }
+}
+
+impl<T> Default for Schema<T> {
+    fn default() -> Self {
+        Schema::new()
+    }
+}
+
+/// The schema of a type that has one.
+pub trait HasSchema {
+    fn json_schema(&self) -> Option<String>;
+}
+
+impl<T: schemars::JsonSchema> HasSchema for &Schema<T> {
+    fn json_schema(&self) -> Option<String> {
+        serde_json::to_string(&schemars::schema_for!(T)).ok()
+    }
+}
+
+/// No schema for a type without one.
+pub trait NoSchema {
+    fn json_schema(&self) -> Option<String>;
+}
+
+impl<T> NoSchema for Schema<T> {
+    fn json_schema(&self) -> Option<String> {
+        None
+    }
+}
+
+/// The `T` of a workflow's `Result<T, E>`.
+pub trait WorkflowOutput {
+    type Ok;
+}
+
+impl<T, E> WorkflowOutput for Result<T, E> {
+    type Ok = T;
+}
+
+/// `{workflow: {"input": schema, "output": schema}}` for the host.
+fn schemas(workflows: &[WorkflowDef]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = workflows
+        .iter()
+        .map(|w| {
+            let (input, output) = (w.schemas)();
+            let parse = |s: Option<String>| {
+                s.and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+                    .unwrap_or(serde_json::Value::Null)
+            };
+            (
+                w.name.to_string(),
+                serde_json::json!({"input": parse(input), "output": parse(output)}),
+            )
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
 }
 
 /// A step as `component!` collects it.
@@ -89,6 +163,9 @@ impl<R: Registry> Guest for R {
     }
 
     fn run_workflow(name: String, input: String) -> Result<String, String> {
+        if name == SCHEMAS {
+            return Ok(schemas(R::WORKFLOWS));
+        }
         match R::WORKFLOWS.iter().find(|w| w.name == name) {
             Some(w) => (w.run)(&input),
             None => Err(format!("this component exports no workflow `{name}`")),

@@ -74,5 +74,10 @@ pub struct RetryPolicy {
 #[cfg(target_arch = "wasm32")]
 pub use wstd;
 
+/// JSON Schemas of workflow inputs and outputs: derive `JsonSchema` on a
+/// workflow's input type and starts with input of another shape are
+/// refused before a run exists.
+pub use schemars::{self, JsonSchema};
+
 #[cfg(target_arch = "wasm32")]
 pub mod http;

@@ -36,6 +36,8 @@ pub struct Loaded {
     pub stubbed_imports: Vec<String>,
     /// Compiled idempotency key expressions, by workflow.
     pub(crate) keys: HashMap<String, KeyExpr>,
+    /// Validators of the workflows' inputs, for those with a schema.
+    inputs: HashMap<String, jsonschema::Validator>,
     pub(crate) workflow_pre: WorkflowComponentPre<HostState>,
     pub(crate) step_pre: WorkflowComponentPre<HostState>,
 }
@@ -65,6 +67,49 @@ impl Loaded {
     pub fn key(&self, workflow: &str) -> Option<&KeyExpr> {
         self.keys.get(workflow)
     }
+
+    /// Fails with `InvalidInput` naming each place `input` departs from
+    /// `workflow`'s input schema (a workflow without one takes any JSON).
+    pub fn check_input(&self, workflow: &str, input: &serde_json::Value) -> Result<()> {
+        let Some(validator) = self.inputs.get(workflow) else {
+            return Ok(());
+        };
+        let problems: Vec<String> = validator
+            .iter_errors(input)
+            .take(5)
+            .map(|e| {
+                let at = e.instance_path.to_string();
+                let at = if at.is_empty() { "/".to_string() } else { at };
+                format!("at {at}: {e}")
+            })
+            .collect();
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(Error::InputMismatch {
+            workflow: workflow.into(),
+            problems,
+        })
+    }
+}
+
+/// Validators of the inputs of the workflows that declare a schema; a
+/// schema that does not compile is ignored, with a warning.
+fn input_validators(manifest: &Manifest) -> HashMap<String, jsonschema::Validator> {
+    manifest
+        .workflows
+        .iter()
+        .filter_map(|w| {
+            let schema = w.input_schema.as_ref()?;
+            match jsonschema::validator_for(schema) {
+                Ok(v) => Some((w.name.clone(), v)),
+                Err(e) => {
+                    tracing::warn!(workflow = %w.name, "ignoring the input schema: {e}");
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// The content hash of a component's bytes.
@@ -112,6 +157,7 @@ pub async fn load(
         .collect::<Result<_>>()?;
     Ok(Loaded {
         hash,
+        inputs: input_validators(&manifest),
         manifest,
         keys,
         stubbed_imports,
@@ -289,6 +335,26 @@ pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
     }
 }
 
+/// The workflows' JSON Schemas, `{workflow: {"input", "output"}}`, read
+/// through the SDK's reserved workflow name; none from a component built
+/// before schemas existed (it knows no such workflow).
+async fn read_schemas(
+    store: &mut wasmtime::Store<HostState>,
+    instance: &sandbox::WorkflowComponent,
+) -> serde_json::Map<String, serde_json::Value> {
+    let answer = instance
+        .keel_workflow_guest()
+        .call_run_workflow(&mut *store, SCHEMAS, "null")
+        .await;
+    match answer {
+        Ok(Ok(json)) => serde_json::from_str(&json).unwrap_or_default(),
+        _ => Default::default(),
+    }
+}
+
+/// The workflow name the SDK answers schemas under.
+const SCHEMAS: &str = "keel:schemas";
+
 async fn read_manifest(
     engine: &Engine,
     pre: &WorkflowComponentPre<HostState>,
@@ -313,12 +379,22 @@ async fn read_manifest(
             path: origin.into(),
             reason: format!("reading its manifest failed: {e:#}"),
         })?;
+    let mut schemas = read_schemas(&mut store, &instance).await;
+    let mut schema = |workflow: &str, which: &str| {
+        schemas
+            .get_mut(workflow)
+            .and_then(|s| s.get_mut(which))
+            .map(serde_json::Value::take)
+            .filter(|s| !s.is_null())
+    };
     Ok(Manifest {
         sdk_version: m.sdk_version,
         workflows: m
             .workflows
             .into_iter()
             .map(|w| WorkflowInfo {
+                input_schema: schema(&w.name, "input"),
+                output_schema: schema(&w.name, "output"),
                 name: w.name,
                 idempotency: w.idempotency.map(|i| Idempotency {
                     key: i.key,

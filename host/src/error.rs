@@ -38,6 +38,14 @@ pub enum Error {
     #[error("the input is not valid JSON: {reason}. Pass a JSON value")]
     InvalidInput { reason: String },
 
+    /// The input is JSON of another shape than the workflow's input type.
+    #[error("the input does not fit workflow `{workflow}`'s input type: {}", problems.join("; "))]
+    InputMismatch {
+        workflow: String,
+        /// Each place it departs from the schema: `at /path: what`.
+        problems: Vec<String>,
+    },
+
     #[error("no run `{run_id}` in this store")]
     RunNotFound { run_id: RunId },
 
@@ -206,7 +214,7 @@ impl Error {
             Error::MissingExports { .. } => "missing_exports",
             Error::UnsupportedImport { .. } => "unsupported_import",
             Error::UnknownWorkflow { .. } => "unknown_workflow",
-            Error::InvalidInput { .. } => "invalid_input",
+            Error::InvalidInput { .. } | Error::InputMismatch { .. } => "invalid_input",
             Error::RunNotFound { .. } => "run_not_found",
             Error::NonDeterminism { .. } => "non_determinism",
             Error::SandboxViolation { .. } => "sandbox_violation",
@@ -274,6 +282,7 @@ impl Error {
                 ("token", token.to_string()),
             ],
             Error::HookNotFound { token } => vec![("token", token.to_string())],
+            Error::InputMismatch { workflow, .. } => vec![("workflow", workflow.clone())],
             Error::UnknownWorkflow { available, .. } => {
                 vec![("available", available.join(","))]
             }

@@ -489,14 +489,24 @@ async fn every_refusal_is_a_json_error_with_its_status() {
     let (status, body) = s.post("/v1/workflows/ten_steps/runs", big).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(error_kind(&body), "payload_too_large");
-    // Input that is not the workflow's: the run fails naming the input.
-    let (_, wrong) = s
+    // Input that does not fit the workflow's type: refused, no run exists.
+    let (status, wrong) = s
         .post(
             "/v1/workflows/ten_steps/runs",
             json!({"input": "ten", "wait_ms": 10000}),
         )
         .await;
-    assert_eq!(wrong["status"], "failed", "{wrong}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{wrong}");
+    assert_eq!(error_kind(&wrong), "invalid_input");
+    assert!(
+        wrong["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("integer"),
+        "{wrong}"
+    );
+    let (_, runs) = s.get("/v1/runs?workflow=ten_steps&limit=1000").await;
+    assert!(runs["runs"].as_array().unwrap().is_empty(), "{runs}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -228,3 +228,49 @@ async fn a_step_over_its_memory_bound_names_the_bound() {
     );
     still_alive(&keel).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn input_of_the_wrong_shape_is_refused_before_a_run_exists() {
+    let store = TestStore::new();
+    let keel = Keel::open_sled(store.config()).unwrap();
+    let order = keel.load(keel_tests::ORDER).await.unwrap();
+    let schema = order.manifest.workflow("process_order").unwrap();
+    assert_eq!(schema.input_schema.as_ref().unwrap()["title"], "Order");
+    assert_eq!(schema.output_schema.as_ref().unwrap()["title"], "Receipt");
+
+    let err = keel
+        .run(
+            &order,
+            "process_order",
+            r#"{"order_id": 5, "user_id": "u", "amount": "ten", "payment_url": "x"}"#,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "invalid_input");
+    let message = err.to_string();
+    assert!(
+        message.contains("at /order_id: 5 is not of type \"string\""),
+        "{message}"
+    );
+    assert!(message.contains("at /amount"), "{message}");
+    // No input at all is `null`, not an order.
+    let err = keel.run(&order, "process_order", "null").await.unwrap_err();
+    assert!(matches!(err, Error::InputMismatch { .. }), "{err}");
+    assert!(
+        keel.list_runs().await.unwrap().is_empty(),
+        "no run was created"
+    );
+
+    // A workflow whose input is a number gets its schema for free.
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let err = keel
+        .run(&testbed, "ten_steps", "\"ten\"")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("is not of type \"integer\""),
+        "{err}"
+    );
+    assert!(keel.list_runs().await.unwrap().is_empty());
+    still_alive(&keel).await;
+}

@@ -192,6 +192,16 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
         None => quote! { None },
     };
     let on_events = &settings.on_events;
+    let input_ty = match args.first() {
+        Some((_, ty)) => quote! { #ty },
+        None => quote! { () },
+    };
+    let output_ty = match &func.sig.output {
+        syn::ReturnType::Type(_, ty) => {
+            quote! { <#ty as ::keel_sdk::__private::WorkflowOutput>::Ok }
+        }
+        syn::ReturnType::Default => quote! { () },
+    };
     Ok(quote! {
         #func
 
@@ -202,6 +212,14 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
             idempotency: #idempotency,
             on_events: &[#(#on_events),*],
             run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
+            schemas: || {
+                #[allow(unused_imports)]
+                use ::keel_sdk::__private::{HasSchema as _, NoSchema as _};
+                (
+                    (&&::keel_sdk::__private::Schema::<#input_ty>::new()).json_schema(),
+                    (&&::keel_sdk::__private::Schema::<#output_ty>::new()).json_schema(),
+                )
+            },
         };
     })
 }

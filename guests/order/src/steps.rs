@@ -4,7 +4,7 @@ use keel_sdk::http::{Body, Client, Request};
 use keel_sdk::{StepError, step};
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct Order {
     pub order_id: String,
     pub user_id: String,
@@ -12,7 +12,7 @@ pub struct Order {
     pub payment_url: String,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct Receipt {
     pub order_id: String,
     pub reservation_id: String,

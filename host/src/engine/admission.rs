@@ -127,6 +127,7 @@ impl Keel {
         component.check_workflow(workflow)?;
         self.check_capabilities(options)?;
         let value = parse_json(input)?;
+        component.check_input(workflow, &value)?;
         let input = value.to_string();
         let metadata = options
             .additional_metadata
