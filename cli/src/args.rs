@@ -365,6 +365,13 @@ pub enum RunsCommand {
         /// The run's ID.
         run_id: String,
     },
+    /// Retry a failed run from its failed step (fresh attempts, the same
+    /// step ID; completed steps keep their results) and drive it until it
+    /// completes, fails or waits.
+    Retry {
+        /// The run's ID.
+        run_id: String,
+    },
     /// A run's output; with --wait, drive it until it ends first.
     Result {
         /// The run's ID.

@@ -73,6 +73,10 @@ pub enum Request {
     Cancel {
         run_id: String,
     },
+    /// Retry a failed run and drive it on.
+    Retry {
+        run_id: String,
+    },
     /// A run's record once it ends (with `wait`, after driving it there).
     Result {
         run_id: String,
@@ -212,6 +216,10 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         Request::ListHooks => Reply::Hooks(keel.list_hooks().await?),
         Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id).await?),
         Request::Cancel { run_id } => Reply::Run(keel.cancel(&run_id).await?),
+        Request::Retry { run_id } => {
+            keel.retry(&run_id).await?;
+            Reply::Run(keel.drive(&run_id).await?)
+        }
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),
         Request::ListRuns { filter, limit } => {
             Reply::Runs(keel.runs_page(&filter, None, limit).await?.runs)

@@ -30,6 +30,7 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
             "resume its hook with `keel hooks resume TOKEN`, or start `keel worker` and ask again: `keel runs result {} --wait`",
             id("run_id")
         ),
+        "not_retryable" => format!("`keel runs show {}` shows how it ended", id("run_id")),
         "run_ended" => format!("`keel runs show {}` shows how it ended", id("run_id")),
         "unauthorized" => "pass the server's token with --api-token or KEEL_API_TOKEN".into(),
         "store_locked" => "stop the other keel process, or pass another directory with --db".into(),

@@ -54,7 +54,11 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             }
             print_run(&run, json);
             match command {
-                Command::Run { .. } | Command::Start { .. } => exit_for(&run),
+                Command::Run { .. }
+                | Command::Start { .. }
+                | Command::Runs {
+                    command: RunsCommand::Retry { .. },
+                } => exit_for(&run),
                 _ => ExitCode::SUCCESS,
             }
         }

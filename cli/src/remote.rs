@@ -208,6 +208,16 @@ impl Client {
             Request::Cancel { run_id } => run(self
                 .post(&["v1", "runs", &run_id, "cancel"], &[], &())
                 .await?),
+            Request::Retry { run_id } => {
+                let query = [
+                    ("wait_ms", WAIT_MS.to_string()),
+                    ("return_on_wait", "true".into()),
+                ];
+                let retried: RunView = self
+                    .post(&["v1", "runs", &run_id, "retry"], &query, &())
+                    .await?;
+                Reply::Run(self.until_it_waits(retried).await?)
+            }
             Request::Result { run_id, wait } => {
                 let mut current: RunView = self.get(&["v1", "runs", &run_id], &[]).await?;
                 while wait && !current.status.is_final() {

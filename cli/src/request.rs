@@ -90,6 +90,11 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             run_id: run_id.clone(),
         },
         Command::Runs {
+            command: RunsCommand::Retry { run_id },
+        } => Request::Retry {
+            run_id: run_id.clone(),
+        },
+        Command::Runs {
             command: RunsCommand::Result { run_id, wait },
         } => Request::Result {
             run_id: run_id.clone(),

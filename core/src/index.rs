@@ -18,6 +18,22 @@ pub struct JournalIndex {
     /// Entry indices of completions, in journal order.
     completions: Vec<usize>,
     completed: HashSet<u32>,
+    /// Entry ranges a retry voided: history that no longer counts.
+    voided: Vec<std::ops::Range<usize>>,
+    /// Entry index of the last retry, if any.
+    last_retry: Option<usize>,
+}
+
+/// The attempts of a step, as the journal records them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Attempts {
+    /// The highest attempt number started.
+    pub started: u32,
+    /// When the next attempt may start (after a failed attempt).
+    pub retry_at_ms: Option<u64>,
+    /// Attempts started before the run's last retry: the step's retry
+    /// budget counts from the attempt after them.
+    pub before_retry: u32,
 }
 
 /// Why an entry cannot be appended to a journal.
@@ -61,8 +77,51 @@ impl JournalIndex {
             self.completions.push(idx);
             self.completed.insert(c);
         }
+        if let Fact::RunRetried { from_seq } = entry.fact {
+            self.void((from_seq as usize).min(idx)..idx);
+            self.last_retry = Some(idx);
+        }
         self.entries.push(entry);
         Ok(())
+    }
+
+    /// Forgets the commands and completions recorded in `range`, as a
+    /// retry does: the journal goes on as if they were never recorded
+    /// (they stay in it, as history).
+    fn void(&mut self, range: std::ops::Range<usize>) {
+        self.commands.retain(|&i| i < range.start);
+        self.completions.retain(|&i| i < range.start);
+        self.completed = self
+            .completions
+            .iter()
+            .filter_map(|&i| self.entries[i].fact.completes())
+            .collect();
+        self.voided.push(range);
+    }
+
+    /// Whether the entry at `idx` counts (a retry did not void it).
+    fn counts(&self, idx: usize) -> bool {
+        !self.voided.iter().any(|r| r.contains(&idx))
+    }
+
+    /// The entries that count, in order: every entry but those a retry
+    /// voided.
+    pub fn effective(&self) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.counts(*i))
+            .map(|(_, e)| e)
+    }
+
+    /// Where a retry of this failed run starts over: its first step failed
+    /// for good, or else its end.
+    pub fn retry_point(&self) -> Option<u64> {
+        let mut effective = self.effective();
+        effective
+            .find(|e| matches!(e.fact, Fact::StepFailed { .. }))
+            .or_else(|| self.entries.last().filter(|e| e.fact.is_end()))
+            .map(|e| e.seq)
     }
 
     /// The entry that would be appended next for `fact` at `now_ms`: the
@@ -115,26 +174,32 @@ impl JournalIndex {
         self.completed.contains(&command)
     }
 
-    /// How many attempts of the step of `command` were started, and when
-    /// the next may start (after a failed attempt).
-    pub fn attempts(&self, command: u32) -> (u32, Option<u64>) {
-        let mut started = 0;
-        let mut retry_at = None;
-        for e in &self.entries {
+    /// The attempts of the step of `command` that count.
+    pub fn attempts(&self, command: u32) -> Attempts {
+        let mut attempts = Attempts::default();
+        for (idx, e) in self.entries.iter().enumerate() {
+            if !self.counts(idx) {
+                continue;
+            }
             match &e.fact {
                 Fact::StepAttemptStarted {
                     command: c,
                     attempt,
-                } if *c == command => started = started.max(*attempt),
+                } if *c == command => {
+                    attempts.started = attempts.started.max(*attempt);
+                    if self.last_retry.is_some_and(|r| idx < r) {
+                        attempts.before_retry = attempts.before_retry.max(*attempt);
+                    }
+                }
                 Fact::StepAttemptFailed {
                     command: c,
                     retry_at_ms,
                     ..
-                } if *c == command => retry_at = Some(*retry_at_ms),
+                } if *c == command => attempts.retry_at_ms = Some(*retry_at_ms),
                 _ => {}
             }
         }
-        (started, retry_at)
+        attempts
     }
 
     /// The first completion among `ids` not yet delivered, in journal
@@ -252,8 +317,64 @@ mod tests {
                 attempt: 2,
             },
         ]);
-        assert_eq!(index.attempts(0), (2, Some(500)));
-        assert_eq!(index.attempts(1), (0, None));
+        let a = index.attempts(0);
+        assert_eq!(
+            (a.started, a.retry_at_ms, a.before_retry),
+            (2, Some(500), 0)
+        );
+        assert_eq!(index.attempts(1), Attempts::default());
+    }
+
+    #[test]
+    fn a_retry_voids_the_failure_and_what_followed_it() {
+        let failed_for_good = Fact::StepFailed {
+            command: 1,
+            error: "503".into(),
+            fatal: false,
+            attempts: 2,
+        };
+        let mut index = journal(vec![
+            step(0),
+            Fact::StepAttemptStarted {
+                command: 0,
+                attempt: 1,
+            },
+            done(0),
+            step(1),
+            Fact::StepAttemptStarted {
+                command: 1,
+                attempt: 1,
+            },
+            Fact::StepAttemptStarted {
+                command: 1,
+                attempt: 2,
+            },
+            failed_for_good,
+            step(2),
+            Fact::RunFailed {
+                kind: "workflow_failed".into(),
+                error: "503".into(),
+            },
+        ]);
+        assert!(index.has_ended());
+        assert_eq!(index.retry_point(), Some(6), "the step's failure for good");
+        let retry = index.next_entry(Fact::RunRetried { from_seq: 6 }, 10);
+        index.push(retry).unwrap();
+        assert!(!index.has_ended());
+        assert!(index.is_completed(0), "completed steps keep their results");
+        assert!(!index.is_completed(1), "the failed step runs again");
+        assert_eq!(index.command_count(), 2, "command 2 is forgotten");
+        let a = index.attempts(1);
+        assert_eq!(
+            (a.started, a.before_retry),
+            (2, 2),
+            "fresh attempts from 3 on"
+        );
+        // The workflow schedules command 2 again, from scratch.
+        let again = index.next_entry(step(2), 11);
+        index.push(again).unwrap();
+        assert_eq!(index.command(2).unwrap().seq, 10);
+        assert_eq!(index.effective().count(), 8);
     }
 
     #[test]

@@ -143,6 +143,13 @@ pub enum Fact {
     },
     /// The run was cancelled.
     RunCancelled,
+    /// A failed run was retried: the entries from `from_seq` up to this
+    /// one (its first failure for good and everything after it) no longer
+    /// count, so the failed step runs again with fresh attempts and the
+    /// same step ID, while the steps completed before it keep their results.
+    RunRetried {
+        from_seq: u64,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -223,6 +230,7 @@ impl Fact {
             Fact::AwaitedRunEnded { .. } => "awaited_run_ended",
             Fact::WorkflowStarted { .. } => "workflow_started",
             Fact::RunCancelled => "run_cancelled",
+            Fact::RunRetried { .. } => "run_retried",
         }
     }
 
@@ -386,6 +394,7 @@ mod tests {
                 error: "boom".into(),
             },
             Fact::RunCancelled,
+            Fact::RunRetried { from_seq: 4 },
             Fact::HookCreated {
                 command: 2,
                 token: "t".into(),

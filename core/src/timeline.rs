@@ -69,8 +69,16 @@ impl Row {
     }
 }
 
-/// Folds a journal into its rows, in command order.
+/// Folds a journal into its rows, in command order. Entries a retry voided
+/// are left out, but for the failed step's own attempts, so its row shows
+/// every attempt and the step ID it keeps.
 pub fn timeline(journal: &[Entry]) -> Vec<Row> {
+    let index = crate::index::JournalIndex::new(journal.to_vec());
+    let effective: Vec<Entry> = match &index {
+        Ok(index) => index.effective().cloned().collect(),
+        Err(_) => journal.to_vec(),
+    };
+    let journal = effective.as_slice();
     let mut rows: Vec<Row> = Vec::new();
     for entry in journal {
         let at = entry.at_ms;
@@ -243,7 +251,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             Fact::RunStarted { .. }
             | Fact::RunCompleted { .. }
             | Fact::RunFailed { .. }
-            | Fact::RunCancelled => {}
+            | Fact::RunCancelled
+            | Fact::RunRetried { .. } => {}
         }
     }
     rows.sort_by_key(|r| r.command);

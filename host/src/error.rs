@@ -144,6 +144,11 @@ pub enum Error {
     #[error("invalid grant: {reason}")]
     InvalidGrant { reason: String },
 
+    /// A run that cannot be retried: it did not fail, or it failed in a
+    /// way a retry would repeat.
+    #[error("run {run_id} cannot be retried: {reason}")]
+    NotRetryable { run_id: RunId, reason: String },
+
     /// A run did not end within the time a caller waited for it.
     #[error(
         "run {run_id} did not end within {waited_ms} ms; it goes on, ask for its result again later"
@@ -239,6 +244,7 @@ impl Error {
             Error::Deployment(_) => "unknown_workflow",
             Error::InvalidGrant { .. } => "invalid_grant",
             Error::StillRunning { .. } => "still_running",
+            Error::NotRetryable { .. } => "not_retryable",
             Error::Store(e) => e.kind(),
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
@@ -259,6 +265,7 @@ impl Error {
             | Error::StartOutcomeUnknown { run_id, .. }
             | Error::Cancelled { run_id }
             | Error::StillRunning { run_id, .. }
+            | Error::NotRetryable { run_id, .. }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.to_string())],
             Error::NonDeterminism {
                 run_id, position, ..

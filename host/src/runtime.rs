@@ -201,7 +201,11 @@ impl Runtime {
         )?);
         let offline: Arc<dyn Outside> = Arc::new(Offline { clock });
         let (ended, trace) = self.activate(offline, loaded, run, journal).await;
-        Ok(divergence::verdict(&entries, ended.outcome(), trace))
+        // What a retry voided is not the run's history.
+        let effective: Vec<_> = keel_core::index::JournalIndex::new(entries)
+            .map(|index| index.effective().cloned().collect())
+            .unwrap_or_default();
+        Ok(divergence::verdict(&effective, ended.outcome(), trace))
     }
 }
 

@@ -50,8 +50,18 @@ enum Next {
     Retry { fact: Fact, delay: Duration },
 }
 
-/// Decides what follows attempt number `attempt` of the step of `command`.
-fn next(command: u32, retry: &RetryPolicy, attempt: u32, outcome: Attempt, now_ms: u64) -> Next {
+/// Decides what follows attempt number `attempt` of the step of `command`,
+/// whose retry budget counts from the attempt after `before_retry` (the
+/// attempts made before the run was retried).
+fn next(
+    command: u32,
+    retry: &RetryPolicy,
+    attempt: u32,
+    before_retry: u32,
+    outcome: Attempt,
+    now_ms: u64,
+) -> Next {
+    let tries = attempt.saturating_sub(before_retry);
     match outcome {
         Attempt::Ok(output) => Next::Done(Fact::StepCompleted { command, output }),
         Attempt::Fatal(error) => Next::Done(Fact::StepFailed {
@@ -60,7 +70,7 @@ fn next(command: u32, retry: &RetryPolicy, attempt: u32, outcome: Attempt, now_m
             fatal: true,
             attempts: attempt,
         }),
-        Attempt::Retryable { message, .. } if attempt > retry.max_retries => {
+        Attempt::Retryable { message, .. } if tries > retry.max_retries => {
             Next::Done(Fact::StepFailed {
                 command,
                 error: message,
@@ -69,7 +79,7 @@ fn next(command: u32, retry: &RetryPolicy, attempt: u32, outcome: Attempt, now_m
             })
         }
         Attempt::Retryable { message, after } => {
-            let delay = retry.backoff(attempt).max(after.unwrap_or_default());
+            let delay = retry.backoff(tries).max(after.unwrap_or_default());
             Next::Retry {
                 fact: Fact::StepAttemptFailed {
                     command,
@@ -131,6 +141,7 @@ impl StepRunner {
                 call.command,
                 &call.retry,
                 attempt,
+                call.before_retry,
                 outcome,
                 self.clock.now_ms(),
             ) {
@@ -300,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_retryable_failure_backs_off_until_the_retries_are_spent() {
-        let n = next(4, &RETRY, 2, retryable(None), 1_000);
+        let n = next(4, &RETRY, 2, 0, retryable(None), 1_000);
         assert_eq!(
             n,
             Next::Retry {
@@ -313,7 +324,7 @@ mod tests {
                 delay: Duration::from_millis(200),
             }
         );
-        let n = next(4, &RETRY, 3, retryable(None), 1_000);
+        let n = next(4, &RETRY, 3, 0, retryable(None), 1_000);
         assert!(matches!(
             n,
             Next::Done(Fact::StepFailed {
@@ -325,12 +336,25 @@ mod tests {
     }
 
     #[test]
+    fn a_retried_run_gives_the_step_a_fresh_budget() {
+        // Attempts 1..=3 failed before the run was retried; 4 is the
+        // first of a new budget of 2 retries.
+        let n = next(4, &RETRY, 4, 3, retryable(None), 1_000);
+        assert!(matches!(n, Next::Retry { .. }), "{n:?}");
+        let n = next(4, &RETRY, 6, 3, retryable(None), 1_000);
+        assert!(
+            matches!(n, Next::Done(Fact::StepFailed { attempts: 6, .. })),
+            "{n:?}"
+        );
+    }
+
+    #[test]
     fn retry_after_only_lengthens_the_backoff() {
-        let Next::Retry { delay, .. } = next(0, &RETRY, 1, retryable(Some(5_000)), 0) else {
+        let Next::Retry { delay, .. } = next(0, &RETRY, 1, 0, retryable(Some(5_000)), 0) else {
             panic!("not retried")
         };
         assert_eq!(delay, Duration::from_millis(5_000));
-        let Next::Retry { delay, .. } = next(0, &RETRY, 1, retryable(Some(1)), 0) else {
+        let Next::Retry { delay, .. } = next(0, &RETRY, 1, 0, retryable(Some(1)), 0) else {
             panic!("not retried")
         };
         assert_eq!(delay, Duration::from_millis(100));
@@ -338,7 +362,7 @@ mod tests {
 
     #[test]
     fn fatal_failures_and_outputs_end_the_step_at_once() {
-        let n = next(1, &RETRY, 1, Attempt::Fatal("no".into()), 0);
+        let n = next(1, &RETRY, 1, 0, Attempt::Fatal("no".into()), 0);
         assert!(matches!(
             n,
             Next::Done(Fact::StepFailed {
@@ -347,7 +371,7 @@ mod tests {
                 ..
             })
         ));
-        let n = next(1, &RETRY, 1, Attempt::Ok("7".into()), 0);
+        let n = next(1, &RETRY, 1, 0, Attempt::Ok("7".into()), 0);
         assert_eq!(
             n,
             Next::Done(Fact::StepCompleted {

@@ -170,6 +170,7 @@ function runPage(runId) {
           ${r.wake_at_ms ? `<dt>Wakes</dt><dd>${time(r.wake_at_ms)} (${ago(r.wake_at_ms)})</dd>` : ""}
         </dl>
         ${ended(r.status) ? "" : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}
+        ${r.status === "failed" ? `<p><button id="retry" data-testid="retry">Retry from the failed step</button></p>` : ""}
         </div>
         <div class="card"><strong>Input</strong><pre data-testid="input">${json(r.input)}</pre></div>
         ${r.error ? `<div class="card"><strong class="error">Error · ${esc(r.error.kind)}</strong><pre data-testid="error">${esc(r.error.message)}</pre></div>` : ""}
@@ -196,6 +197,14 @@ function runPage(runId) {
         <table><thead><tr><th>Seq</th><th>Time</th><th>Kind</th><th>Fields</th></tr></thead><tbody>
         ${d.journal.map((e) => { const { seq, at_ms, kind, ...rest } = e; return `<tr><td>${seq}</td><td>${time(at_ms)}</td><td>${esc(kind)}</td><td class="mono">${esc(JSON.stringify(rest))}</td></tr>`; }).join("")}
         </tbody></table></details>`;
+    const retry = document.getElementById("retry");
+    if (retry) retry.onclick = async () => {
+      try {
+        await api(`/v1/runs/${encodeURIComponent(r.run_id)}/retry`, { method: "POST" });
+        toast("Run retried");
+        render();
+      } catch (e) { toast(e.message, true); }
+    };
     const cancel = document.getElementById("cancel");
     if (cancel) cancel.onclick = async () => {
       if (!confirm(`Cancel run ${r.run_id}?`)) return;

@@ -43,7 +43,9 @@ pub fn status_of(kind: &str) -> StatusCode {
         | "unknown_workflow"
         | "deployment_not_found"
         | "component_not_found" => StatusCode::NOT_FOUND,
-        "hook_conflict" | "idempotency_collision" | "run_exists" => StatusCode::CONFLICT,
+        "hook_conflict" | "idempotency_collision" | "run_exists" | "not_retryable" => {
+            StatusCode::CONFLICT
+        }
         "store_capability" => StatusCode::UNPROCESSABLE_ENTITY,
         "store_locked"
         | "store_unavailable"

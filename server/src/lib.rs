@@ -85,6 +85,7 @@ pub fn router(keel: Keel, metrics: Arc<Metrics>, auth: Auth) -> Router {
         .route("/v1/runs/{run_id}/journal", get(routes::journal))
         .route("/v1/runs/{run_id}/result", get(routes::result))
         .route("/v1/runs/{run_id}/cancel", post(routes::cancel))
+        .route("/v1/runs/{run_id}/retry", post(routes::retry))
         .route("/v1/runs/{run_id}/events", get(routes::run_events))
         .route("/v1/hooks", get(routes::list_hooks))
         .route("/v1/hooks/{token}", get(routes::get_hook))

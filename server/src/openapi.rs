@@ -127,6 +127,9 @@ pub fn document() -> Value {
             &["400", "404", "503"])},
         "/v1/runs/{run_id}/cancel": {"post": op("cancelRun", "Cancel a run", vec![run_id()], None,
             &[("200", "The run, cancelled (or as it ended before)", Some(&run))], &["404", "503"])},
+        "/v1/runs/{run_id}/retry": {"post": op("retryRun", "Retry a failed run from its failed step (fresh attempts, the same step ID) and drive it",
+            vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], None,
+            &[("200", "The run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503"])},
         "/v1/runs/{run_id}/events": {"get": {
             "operationId": "runEvents",
             "summary": "Live updates of a run as server-sent events: `entry` per journal entry, `run` per change of its record; ends after the run ends",
@@ -184,7 +187,7 @@ fn reason(status: &str) -> &'static str {
         "401" => "A token is required and was missing or wrong (kind `unauthorized`)",
         "404" => "No such run, hook, workflow or deployment",
         "409" => {
-            "Refused: `hook_conflict` or `idempotency_collision`, naming the run that holds the token or key"
+            "Refused: `hook_conflict` or `idempotency_collision` (naming the run that holds the token or key), or `not_retryable`"
         }
         "413" => "The body is too large (kind `payload_too_large`)",
         "503" => "The store is unavailable",

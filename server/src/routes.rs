@@ -64,6 +64,16 @@ impl Query {
             .map(|(_, v)| v.clone())
     }
 
+    fn flag(&self, name: &str) -> ApiResult<bool> {
+        match self.one(name).as_deref() {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(other) => Err(ApiError::invalid(format!(
+                "query parameter `{name}` is true or false, not `{other}`"
+            ))),
+        }
+    }
+
     fn number(&self, name: &str) -> ApiResult<Option<u64>> {
         self.one(name)
             .map(|v| {
@@ -386,6 +396,25 @@ pub async fn cancel(
     Ok(Json(RunView::from(&s.keel.cancel(&run_id).await?)))
 }
 
+/// `POST /v1/runs/{run_id}/retry?wait_ms=N&return_on_wait=true`: retries a
+/// failed run from its failed step and drives it, answering after up to
+/// `wait_ms` with the run as it then is.
+pub async fn retry(
+    State(s): State<AppState>,
+    Path(run_id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<RunView>> {
+    let q = Query::parse(raw);
+    let wait = Wait {
+        ms: wait_ms(q.number("wait_ms")?)?,
+        return_on_wait: q.flag("return_on_wait")?,
+    };
+    let run = s.keel.retry(&run_id).await?;
+    Ok(Json(RunView::from(
+        &drive_and_wait(&s.keel, run, wait).await?,
+    )))
+}
+
 /// `GET /v1/runs/{run_id}/events`: server-sent events, `entry` for each
 /// journal entry (those already written first) and `run` whenever the
 /// run's record changes; the stream ends after the run ends.
@@ -483,7 +512,7 @@ pub async fn resume(
     let q = Query::parse(raw);
     let wait = Wait {
         ms: wait_ms(q.number("wait_ms")?)?,
-        return_on_wait: q.one("return_on_wait").is_some_and(|v| v == "true"),
+        return_on_wait: q.flag("return_on_wait")?,
     };
     let payload = json_body(body)?.unwrap_or(serde_json::Value::Null);
     let run_id = s.keel.resume_hook(&token, &payload.to_string()).await?;

@@ -646,6 +646,7 @@ async fn health_metrics_and_the_openapi_document_describe_the_server() {
         "/v1/runs/{run_id}/journal",
         "/v1/runs/{run_id}/result",
         "/v1/runs/{run_id}/cancel",
+        "/v1/runs/{run_id}/retry",
         "/v1/runs/{run_id}/events",
         "/v1/hooks",
         "/v1/hooks/{token}",
@@ -769,4 +770,53 @@ async fn serving_beyond_loopback_needs_a_token() {
         token: None,
     };
     assert!(keel_server::check(&loopback).is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_run_is_retried_over_http() {
+    let s = server(None).await;
+    let (_, failed) = s
+        .post("/v1/workflows/trap/runs", json!({"wait_ms": 10000}))
+        .await;
+    assert_eq!(failed["status"], "failed");
+    let run_id = failed["run_id"].as_str().unwrap();
+    // A trapping workflow traps again: the retry is recorded and the run
+    // fails anew, with the same error.
+    let (status, retried) = s
+        .post(
+            &format!("/v1/runs/{run_id}/retry?wait_ms=10000"),
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    assert_eq!(retried["status"], "failed");
+    assert_eq!(retried["error"]["kind"], "guest_trap");
+    let (_, journal) = s.get(&format!("/v1/runs/{run_id}/journal")).await;
+    let kinds: Vec<&str> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "run_retried").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last(), Some(&"run_failed"));
+
+    let (_, done) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 1, "wait_ms": 10000}),
+        )
+        .await;
+    let (status, refused) = s
+        .post(
+            &format!("/v1/runs/{}/retry", done["run_id"].as_str().unwrap()),
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(error_kind(&refused), "not_retryable");
 }

@@ -104,6 +104,7 @@ cases!(
     workers_are_listed_with_the_runs_they_hold,
     runs_are_paged_newest_first,
     a_deployment_is_replaced_by_its_hash_and_survives_a_reopen,
+    an_ended_run_is_live_again_after_a_retry_is_appended,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -920,4 +921,38 @@ async fn a_deployment_is_replaced_by_its_hash_and_survives_a_reopen(h: &dyn Harn
     })?;
     let missing = store.deployment("h3").await.map_err(fail("get h3"))?;
     check(missing.is_none(), || format!("h3: {missing:?}"))
+}
+
+async fn an_ended_run_is_live_again_after_a_retry_is_appended(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    end(&*store, "a", 1).await.map_err(fail("end"))?;
+    let live = store.live_runs().await.map_err(fail("live"))?;
+    check(live.is_empty(), || {
+        format!("an ended run is live: {live:?}")
+    })?;
+    let seq = store.journal("a").await.map_err(fail("journal"))?.len() as u64;
+    let retried = [Entry {
+        seq,
+        at_ms: 2,
+        fact: Fact::RunRetried { from_seq: seq - 1 },
+    }];
+    store
+        .append("a", &retried, Some(&run("a", RunStatus::Pending)), None)
+        .await
+        .map_err(fail("append"))?;
+    let live: Vec<RunId> = store
+        .live_runs()
+        .await
+        .map_err(fail("live"))?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    check(live == ["a"], || format!("live after the retry: {live:?}"))?;
+    let record = store.get_run("a").await.map_err(fail("get"))?;
+    check(record.status == RunStatus::Pending, || {
+        format!("{record:?}")
+    })
 }

@@ -60,6 +60,13 @@ try {
   await page.locator(`[data-testid=run-row][data-run-id="${failed.run_id}"]`).waitFor();
   assert.equal(await page.locator("[data-testid=run-row]").count(), 1);
 
+  // A failed run is retried from its page: the journal records the retry.
+  await page.goto(`${base}/#/runs/${failed.run_id}`);
+  await page.locator("[data-testid=retry]").click();
+  await page.getByText("Run retried").waitFor();
+  const retriedJournal = await api(`/v1/runs/${failed.run_id}/journal`);
+  assert.ok(retriedJournal.some((e) => e.kind === "run_retried"), "the retry is journaled");
+
   // A run waiting for a hook is cancelled from its page.
   const waiting = await api("/v1/workflows/order_updates/runs", {
     input: { order_id: "browser-1", note: "placed" }, hook: { token: "order:browser-1" }, wait_ms: 10000, return_on_wait: true,

@@ -447,3 +447,89 @@ async fn a_step_denied_http_says_which_host_it_lacks() {
     );
     assert!(api.requests().is_empty(), "no request reached the API");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_run_is_retried_from_its_failed_step_once_the_service_is_back() {
+    let api = PaymentApi::start(false).await.unwrap();
+    api.set_refusing(true);
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = Grants {
+        http: vec![api.addr.to_string()],
+        ..Grants::default()
+    };
+    let keel = Keel::open_sled(config).unwrap();
+    let order = keel.load(keel_tests::ORDER).await.unwrap();
+    let input = serde_json::json!({
+        "order_id": "o-r", "user_id": "u-1", "amount": 700, "payment_url": api.url("/charge"),
+    });
+    let run = keel
+        .run(&order, "process_order", &input.to_string())
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Failed, "the charge failed for good");
+    let before = keel.journal(&run.run_id).await.unwrap();
+    let ids = step_ids(&before);
+    assert_eq!(
+        attempts(&before),
+        vec![1, 1, 2, 3, 4],
+        "reserve once, charge 4 times"
+    );
+
+    let err = keel.retry("nope").await.unwrap_err();
+    assert_eq!(err.kind(), "run_not_found");
+    api.set_refusing(false);
+    // Only a failed run is retried: a completed one is refused.
+    let other = keel
+        .run(
+            &order,
+            "process_order",
+            &input.to_string().replace("o-r", "o-s"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(other.status, RunStatus::Completed);
+    let err = keel.retry(&other.run_id).await.unwrap_err();
+    assert_eq!(err.kind(), "not_retryable");
+
+    let retried = keel.retry(&run.run_id).await.unwrap();
+    assert_eq!(retried.status, RunStatus::Pending);
+    let done = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let receipt = json(done.output.as_deref().unwrap());
+
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    assert!(
+        journal
+            .iter()
+            .any(|e| matches!(e.fact, Fact::RunRetried { .. }))
+    );
+    // reserve_inventory was not run again; charge_user went on with attempt
+    // 5 under the same step ID, and the API charged once.
+    assert_eq!(attempts(&journal), vec![1, 1, 2, 3, 4, 5]);
+    assert_eq!(step_ids(&journal), ids, "no step was scheduled anew");
+    let charges = api.charges();
+    assert_eq!(charges.len(), 2, "o-s and o-r: {charges:?}");
+    assert!(
+        charges
+            .iter()
+            .any(|(key, id)| key == &ids[1] && receipt["charge_id"] == id.as_str())
+    );
+    let keys: Vec<_> = api
+        .requests()
+        .iter()
+        .filter(|r| r.body.contains("o-r"))
+        .map(|r| r.idempotency_key.clone().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 5);
+    assert!(keys.iter().all(|k| k == &ids[1]));
+
+    // The retried journal replays clean, and a finished run is not retried again.
+    let verdict = keel.replay(&run.run_id, None).await.unwrap();
+    assert!(verdict.is_ok(), "{verdict:?}");
+    let err = keel.retry(&run.run_id).await.unwrap_err();
+    assert!(
+        err.to_string().contains("only a failed run is retried"),
+        "{err}"
+    );
+}

@@ -233,7 +233,7 @@ impl RunJournal {
         self.lock().index.is_completed(command)
     }
 
-    pub(super) fn attempts(&self, command: u32) -> (u32, Option<u64>) {
+    pub(super) fn attempts(&self, command: u32) -> keel_core::index::Attempts {
         self.lock().index.attempts(command)
     }
 

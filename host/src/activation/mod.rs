@@ -369,9 +369,9 @@ impl WorkflowCalls for Activation {
         if self.offline || self.journal.is_completed(command) {
             return Ok(command);
         }
-        let (started, retry_at) = match replayed {
+        let attempts = match replayed {
             Some(()) => self.journal.attempts(command),
-            None => (0, None),
+            None => Default::default(),
         };
         let task = self.outside.spawn_step(StepCall {
             journal: self.journal.clone(),
@@ -382,8 +382,9 @@ impl WorkflowCalls for Activation {
             name,
             input,
             retry,
-            next_attempt: started + 1,
-            not_before_ms: retry_at,
+            next_attempt: attempts.started + 1,
+            before_retry: attempts.before_retry,
+            not_before_ms: attempts.retry_at_ms,
         })?;
         self.in_flight.insert(command);
         self.steps.insert(command);

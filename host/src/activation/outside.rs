@@ -31,6 +31,9 @@ pub struct StepCall {
     pub retry: RetryPolicy,
     /// The attempt to start first (attempts already started are counted).
     pub next_attempt: u32,
+    /// Attempts started before the run was retried: the retry budget
+    /// counts from the attempt after them.
+    pub before_retry: u32,
     /// No attempt starts before then (a failed attempt's backoff).
     pub not_before_ms: Option<u64>,
 }

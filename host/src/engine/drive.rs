@@ -130,6 +130,59 @@ impl Keel {
         }
     }
 
+    /// Retries a failed run from its first step that failed for good (or
+    /// from its end, if no step failed): the journal records the retry,
+    /// that step runs again with fresh attempts and its step ID, and the
+    /// steps completed before it keep their results. The run is live again
+    /// on return (a worker, or `drive`, takes it on). Its tokens and key,
+    /// released when it failed, are not claimed again. Refused for a run
+    /// that did not fail, and for one that failed by non-determinism,
+    /// which a retry would replay into again.
+    pub async fn retry(&self, run_id: &str) -> Result<RunRecord> {
+        let mut run = self.get_run(run_id).await?;
+        let refuse = |reason: String| Error::NotRetryable {
+            run_id: run.run_id.clone(),
+            reason,
+        };
+        if run.status != RunStatus::Failed {
+            return Err(refuse(format!(
+                "it is {}; only a failed run is retried",
+                run.status.as_str()
+            )));
+        }
+        if run
+            .error
+            .as_ref()
+            .is_some_and(|e| e.kind == "non_determinism")
+        {
+            return Err(refuse(
+                "it failed because its code no longer matches its journal, and a retry would replay into the same divergence; fix the component it is pinned to, or start a new run".into(),
+            ));
+        }
+        let entries = self.store().journal(run_id).await?;
+        let index =
+            keel_core::index::JournalIndex::new(entries).map_err(|e| Error::JournalWrite {
+                run_id: run.run_id.clone(),
+                reason: format!("the stored journal is malformed: {e}"),
+            })?;
+        let from_seq = index
+            .retry_point()
+            .ok_or_else(|| refuse("its journal records no failure".into()))?;
+        let entry = index.next_entry(Fact::RunRetried { from_seq }, self.now_ms());
+        run.status = RunStatus::Pending;
+        run.error = None;
+        run.output = None;
+        run.wake_at_ms = None;
+        run.updated_at_ms = entry.at_ms;
+        self.store()
+            .append(run_id, std::slice::from_ref(&entry), Some(&run), None)
+            .await?;
+        tracing::info!(run_id, from_seq, "run retried");
+        self.store().announce(&Wake::Admitted).await?;
+        self.inner.progress.notify_waiters();
+        Ok(run)
+    }
+
     /// A run's record once it has ended; with `wait`, drives it (and waits
     /// for its timers) until it ends.
     pub async fn result(&self, run_id: &str, wait: bool) -> Result<RunRecord> {

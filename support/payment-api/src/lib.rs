@@ -3,8 +3,9 @@
 //! `POST /charge` takes a charge under its `Idempotency-Key` and answers the
 //! charge ID; a repeated key answers the recorded charge without charging
 //! again. With `lose_first_confirmation`, the first request of every key is
-//! charged but answered 500, as if the confirmation was lost. Any other path
-//! records the request (a probe) and answers 200.
+//! charged but answered 500, as if the confirmation was lost; while set
+//! refusing, every charge is answered 503. Any other path records the
+//! request (a probe) and answers 200.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,6 +36,8 @@ struct Ledger {
     /// Charge ID by idempotency key: every charge actually taken.
     charges: HashMap<String, String>,
     requests: Vec<Received>,
+    /// Every charge is refused with 503 (the service is down) until cleared.
+    refusing: bool,
 }
 
 /// A running payment API; stops when dropped.
@@ -95,6 +98,12 @@ impl PaymentApi {
             .collect();
         charges.sort();
         charges
+    }
+
+    /// Refuses every charge with 503 (as a service that is down), or
+    /// accepts them again.
+    pub fn set_refusing(&self, refusing: bool) {
+        self.ledger.lock().expect("ledger").refusing = refusing;
     }
 
     /// Every request received, in order.
@@ -158,6 +167,12 @@ fn charge(
 ) -> (StatusCode, String) {
     if path != "/charge" {
         return (StatusCode::OK, "{}".into());
+    }
+    if ledger.refusing {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"error":"the payment service is down"}"#.into(),
+        );
     }
     let Some(key) = key else {
         return (
