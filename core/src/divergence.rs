@@ -73,6 +73,10 @@ pub struct Divergence {
     pub journal_context: Vec<(u32, CommandView)>,
     /// The commands the code issued just before (they matched the journal).
     pub code_context: Vec<(u32, CommandView)>,
+    /// Where the step's input differs, field by field, when the same step
+    /// was asked for with another input.
+    #[serde(default)]
+    pub input_diff: Vec<crate::json_diff::FieldDiff>,
 }
 
 /// The outcome of replaying one journal.
@@ -187,9 +191,21 @@ impl Divergence {
                 .map(|(c, e)| (c, CommandView::of(&e.fact)))
                 .collect()
         };
+        let input_diff = match (&recorded.fact, requested) {
+            (
+                Fact::StepScheduled {
+                    name: a, input: x, ..
+                },
+                Fact::StepScheduled {
+                    name: b, input: y, ..
+                },
+            ) if a == b => crate::json_diff::diff_texts(x, y).unwrap_or_default(),
+            _ => Vec::new(),
+        };
         Divergence {
             position: command,
             journal_seq: recorded.seq,
+            input_diff,
             recorded: CommandView::of(&recorded.fact),
             requested: CommandView::of(requested),
             journal_context: views(command.saturating_sub(2)..command + 3),

@@ -15,6 +15,7 @@ pub mod file;
 pub mod ids;
 pub mod index;
 pub mod journal;
+pub mod json_diff;
 pub mod manifest;
 pub mod patch;
 pub mod query;

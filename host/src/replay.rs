@@ -70,6 +70,16 @@ impl ReplayReport {
                     out += &format!("    {c:>4} {}\n", v.line());
                 }
                 out += &format!("  + {:>4} {}", d.position, d.requested.line());
+                if !d.input_diff.is_empty() {
+                    out += "\n  the step's input differs:";
+                    for field in &d.input_diff {
+                        out += &format!("\n    {}", field.line());
+                    }
+                    if d.input_diff.iter().any(|f| f.is_added_null()) {
+                        out += "\n  a field absent from the recorded input is now null: an `Option` field added to the input type changes what the step receives; mark it `#[serde(default, skip_serializing_if = \"Option::is_none\")]` so recorded inputs keep their shape";
+                    }
+                }
+                out += WAYS_THROUGH;
                 out
             }
             Verdict::EndedEarly {
@@ -84,20 +94,32 @@ impl ReplayReport {
                 for (c, v) in next {
                     out += &format!("\n  - {c:>4} {}", v.line());
                 }
+                out += WAYS_THROUGH;
                 out
             }
             Verdict::WentFurther { issued, recorded } => format!(
-                "DIVERGED {head}\n  the journal records the run's end after {recorded} command(s), but the code issues more (at least {issued})"
+                "DIVERGED {head}\n  the journal records the run's end after {recorded} command(s), but the code issues more (at least {issued}){WAYS_THROUGH}"
             ),
-            Verdict::OutputDiffers { recorded, replayed } => format!(
-                "DIVERGED {head}\n  same commands, other output\n  - journal: {}\n  + code:    {}",
-                excerpt(recorded, 200),
-                excerpt(replayed, 200)
-            ),
+            Verdict::OutputDiffers { recorded, replayed } => {
+                let mut out = format!(
+                    "DIVERGED {head}\n  same commands, other output\n  - journal: {}\n  + code:    {}",
+                    excerpt(recorded, 200),
+                    excerpt(replayed, 200)
+                );
+                for field in
+                    keel_core::json_diff::diff_texts(recorded, replayed).unwrap_or_default()
+                {
+                    out += &format!("\n    {}", field.line());
+                }
+                out
+            }
             Verdict::Failed { kind, message } => format!("FAILED {head}\n  [{kind}] {message}"),
         }
     }
 }
+
+/// What a report of a change that breaks recorded runs ends with.
+const WAYS_THROUGH: &str = "\n  ways through: branch on `keel_sdk::patched(\"change-id\")` so recorded runs keep the old path; or give the changed workflow a new name; or let the runs recorded before the change finish on the build they started on (runs stay pinned to it)";
 
 /// Replays journal files against a component, offline: no step runs, no
 /// capability is granted, nothing is written anywhere.
@@ -179,4 +201,50 @@ fn journal_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         files.extend(found);
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_core::divergence::Divergence;
+    use keel_core::index::JournalIndex;
+    use keel_core::journal::{Entry, Fact};
+
+    use super::*;
+
+    fn charge(input: &str) -> Fact {
+        Fact::StepScheduled {
+            command: 0,
+            name: "charge".into(),
+            input: input.into(),
+            step_id: "r-0".into(),
+            digest: "d".into(),
+        }
+    }
+
+    #[test]
+    fn a_changed_step_input_is_reported_field_by_field_with_the_ways_through() {
+        let recorded = Entry {
+            seq: 0,
+            at_ms: 0,
+            fact: charge(r#"{"amount": 5, "user": "u"}"#),
+        };
+        let index = JournalIndex::new(vec![recorded.clone()]).unwrap();
+        let requested = charge(r#"{"amount": 7, "user": "u", "coupon": null}"#);
+        let report = ReplayReport {
+            file: "r.journal".into(),
+            run_id: "r".into(),
+            workflow: "w".into(),
+            verdict: Verdict::Diverged(Divergence::at(&index, 0, &recorded, &requested)),
+        };
+        let text = report.render();
+        assert!(text.contains("the step's input differs:"), "{text}");
+        assert!(text.contains("/amount: 5 -> 7"), "{text}");
+        assert!(text.contains("/coupon: (absent) -> null"), "{text}");
+        assert!(text.contains("skip_serializing_if"), "{text}");
+        assert!(text.contains("keel_sdk::patched"), "{text}");
+        assert!(
+            !text.contains("/user"),
+            "equal fields are not listed: {text}"
+        );
+    }
 }

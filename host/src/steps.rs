@@ -248,7 +248,37 @@ impl StepRunner {
                 after: None,
             },
         };
-        with_denials(outcome, store.data().denied_http())
+        let outcome = with_denials(outcome, store.data().denied_http());
+        with_missing_dirs(outcome, &settings.grants.dirs)
+    }
+}
+
+/// A failed attempt whose error says a file is missing: outside the
+/// granted directories every path reads as missing, so the message says
+/// which directories the step may reach.
+fn with_missing_dirs(outcome: Attempt, granted: &[std::path::PathBuf]) -> Attempt {
+    let missing = |m: &str| m.contains("os error 44") || m.contains("No such file or directory");
+    let note = || {
+        let dirs = if granted.is_empty() {
+            "none".to_string()
+        } else {
+            granted
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            " (steps see only the directories their deployment grants, and a path outside them reads as missing; granted: {dirs})"
+        )
+    };
+    match outcome {
+        Attempt::Fatal(message) if missing(&message) => Attempt::Fatal(message + &note()),
+        Attempt::Retryable { message, after } if missing(&message) => Attempt::Retryable {
+            message: message + &note(),
+            after,
+        },
+        other => other,
     }
 }
 
@@ -300,6 +330,21 @@ mod tests {
             Attempt::Ok("1".into())
         );
         assert_eq!(with_denials(retryable(None), &[]), retryable(None));
+    }
+
+    #[test]
+    fn a_missing_file_names_the_directories_granted() {
+        let failed =
+            Attempt::Fatal("reading /data/in.csv: No such file or directory (os error 44)".into());
+        let Attempt::Fatal(message) = with_missing_dirs(failed, &[]) else {
+            panic!("still fatal");
+        };
+        assert!(message.ends_with("granted: none)"), "{message}");
+        let failed = retryable(None);
+        assert_eq!(
+            with_missing_dirs(failed, &["/data".into()]),
+            retryable(None)
+        );
     }
 
     fn retryable(after: Option<u64>) -> Attempt {
