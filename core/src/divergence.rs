@@ -87,7 +87,7 @@ pub enum Verdict {
     /// output when the journal reaches the run's end.
     Ok { output: Option<String> },
     /// At some position the code asked for something else.
-    Diverged(Divergence),
+    Diverged(Box<Divergence>),
     /// The workflow ended (or failed) where the journal goes on.
     EndedEarly {
         issued: u32,
@@ -135,7 +135,7 @@ pub struct Trace {
 /// The verdict of an offline activation over `entries`.
 pub fn verdict(entries: &[Entry], outcome: Outcome, trace: Trace) -> Verdict {
     if let Some(divergence) = trace.divergence {
-        return Verdict::Diverged(divergence);
+        return Verdict::Diverged(Box::new(divergence));
     }
     let Trace {
         issued, recorded, ..

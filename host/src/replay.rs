@@ -234,7 +234,7 @@ mod tests {
             file: "r.journal".into(),
             run_id: "r".into(),
             workflow: "w".into(),
-            verdict: Verdict::Diverged(Divergence::at(&index, 0, &recorded, &requested)),
+            verdict: Verdict::Diverged(Box::new(Divergence::at(&index, 0, &recorded, &requested))),
         };
         let text = report.render();
         assert!(text.contains("the step's input differs:"), "{text}");
