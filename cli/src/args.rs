@@ -88,7 +88,8 @@ pub enum Command {
         component: String,
         /// The workflow to start.
         workflow: String,
-        /// The run's input, as JSON.
+        /// The run's input, as JSON; `@FILE` reads it from a file, `-` from
+        /// standard input.
         #[arg(long, default_value = "null")]
         input: String,
         /// A JSON object, `additional_metadata` of key expressions.
@@ -103,7 +104,8 @@ pub enum Command {
         component: String,
         /// The workflow to start.
         workflow: String,
-        /// The run's input, as JSON.
+        /// The run's input, as JSON; `@FILE` reads it from a file, `-` from
+        /// standard input.
         #[arg(long, default_value = "null")]
         input: String,
         /// A start token: refused with `hook_conflict` while another run holds it.
@@ -307,7 +309,8 @@ pub enum EventsCommand {
     Push {
         /// The event's key; workflows subscribe with `on_events = [KEY]`.
         key: String,
-        /// The event's payload, as JSON: the input of the runs it starts.
+        /// The event's payload, as JSON: the input of the runs it starts;
+        /// `@FILE` or `-` (standard input) for a large one.
         #[arg(long, default_value = "null")]
         payload: String,
         /// A JSON object, `additional_metadata` of the runs it starts.
@@ -324,7 +327,7 @@ pub enum HooksCommand {
     Resume {
         /// The hook's token.
         token: String,
-        /// The payload, as JSON.
+        /// The payload, as JSON; `@FILE` or `-` (standard input) for a large one.
         #[arg(long, default_value = "null")]
         payload: String,
     },

@@ -36,7 +36,16 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    // Everything keel writes (the store, compiled code, sockets) is this
+    // user's alone, whatever the umask it was started with.
+    // SAFETY: setting the process's file mode mask has no memory effects.
+    unsafe {
+        libc::umask(0o077);
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     init_logs(&cli.command);
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let json = cli.json;
@@ -47,6 +56,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A command line that does not parse: clap's message, or with `--json`
+/// a JSON error of kind `usage`; exit code 2 either way (help and version
+/// print as usual).
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let json = std::env::args().any(|a| a == "--json");
+    if !json || matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    let message = e.render().to_string();
+    let message = message.trim().trim_start_matches("error: ");
+    println!(
+        "{}",
+        json!({ "error": { "kind": "usage", "message": message, "hint": "`keel --help` lists the commands and flags" } })
+    );
+    ExitCode::from(2)
 }
 
 /// Logs to stderr, filtered by `KEEL_LOG` or else `RUST_LOG` (default:
@@ -239,6 +266,21 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     {
         return migrate(&cli).await;
     }
+    if cli.server.is_none()
+        && reads_only(&cli.command)
+        && let Db::Sled(path) = Db::of(&cli)
+        && !path.exists()
+    {
+        return Err(control::RemoteError {
+            kind: "store_not_found".into(),
+            message: format!(
+                "there is no store at {}; pass --db (or KEEL_DB) where your store is. A store is created by the first `keel run`, `start`, `deploy` or `worker`",
+                path.display()
+            ),
+            ids: Vec::new(),
+        }
+        .into());
+    }
     if let Some(request) = request::request_of(&cli)? {
         let reply = submit(&cli, request).await?;
         return Ok(print::print_reply(&cli.command, reply, cli.json));
@@ -387,6 +429,31 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether a command only reads the store (and so must not create one).
+fn reads_only(command: &Command) -> bool {
+    use args::{DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand};
+    matches!(
+        command,
+        Command::Runs {
+            command: RunsCommand::List { .. }
+                | RunsCommand::Get { .. }
+                | RunsCommand::Show { .. }
+                | RunsCommand::Result { .. }
+                | RunsCommand::Cancel { .. }
+                | RunsCommand::Retry { .. }
+        } | Command::Hooks {
+            command: HooksCommand::Get { .. } | HooksCommand::List | HooksCommand::Resume { .. }
+        } | Command::Events {
+            command: EventsCommand::List
+        } | Command::Deployments {
+            command: DeploymentsCommand::List | DeploymentsCommand::Show { .. }
+        } | Command::Workers { .. }
+            | Command::Journal {
+                command: JournalCommand::Export { .. }
+            }
+    )
 }
 
 /// Whether this command prints its run's progress: one that drives a run

@@ -37,7 +37,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             deployment: target(component)?.1,
             grants: implicit_grants,
             workflow: workflow.clone(),
-            input: input.clone(),
+            input: text_arg("--input", input)?,
             token: None,
             retention_ms: None,
             metadata: None,
@@ -58,7 +58,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             deployment: target(component)?.1,
             grants: implicit_grants,
             workflow: workflow.clone(),
-            input: input.clone(),
+            input: text_arg("--input", input)?,
             token: token.clone(),
             retention_ms: retention.map(|r| r.as_millis() as u64),
             metadata: json_arg("--metadata", metadata)?,
@@ -69,7 +69,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             command: HooksCommand::Resume { token, payload },
         } => Request::Resume {
             token: token.clone(),
-            payload: payload.clone(),
+            payload: text_arg("--payload", payload)?,
         },
         Command::Hooks {
             command: HooksCommand::Get { token },
@@ -156,8 +156,8 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
                 },
         } => Request::PushEvent {
             key: key.clone(),
-            payload: payload.clone(),
-            metadata: metadata.clone(),
+            payload: text_arg("--payload", payload)?,
+            metadata: text_arg("--metadata", metadata)?,
         },
         Command::Events {
             command: EventsCommand::List,
@@ -185,6 +185,23 @@ fn grants_of(cli: &Cli) -> Result<GrantSpec, keel_host::Error> {
             .collect(),
         env: cli.allow_env.clone(),
     })
+}
+
+/// A JSON argument as given: the text itself, `@FILE` for a file's
+/// contents, or `-` for standard input (for inputs too large for a command
+/// line).
+fn text_arg(flag: &str, value: &str) -> anyhow::Result<String> {
+    if value == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .with_context(|| format!("{flag} -: reading standard input"))?;
+        return Ok(text);
+    }
+    match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("{flag} @{path}: reading the file")),
+        None => Ok(value.to_string()),
+    }
 }
 
 /// An optional JSON argument, parsed.

@@ -656,3 +656,105 @@ fn every_argument_has_help_text() {
         }
     }
 }
+
+#[test]
+fn inputs_come_from_files_and_stdin() {
+    use std::io::Write;
+    let db = tempfile::tempdir().unwrap();
+    let file = db.path().join("input.json");
+    std::fs::write(&file, "4").unwrap();
+    let (out, run) = keel(
+        db.path(),
+        &[
+            "run",
+            keel_tests::TESTBED,
+            "ten_steps",
+            "--input",
+            &format!("@{}", file.display()),
+        ],
+    );
+    assert!(out.status.success(), "{run}");
+    assert_eq!(run["output"], 6);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["--json", "run", "testbed", "ten_steps", "--input", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"5").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["output"], 10);
+    let (out, missing) = keel(
+        db.path(),
+        &[
+            "run",
+            "testbed",
+            "ten_steps",
+            "--input",
+            "@/nonexistent.json",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent.json")
+    );
+}
+
+#[test]
+fn read_commands_refuse_a_store_that_does_not_exist() {
+    let parent = tempfile::tempdir().unwrap();
+    let typo = parent.path().join("kee1");
+    let (out, refused) = keel(&typo, &["runs", "list"]);
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "store_not_found");
+    assert!(!typo.exists(), "no empty store was created");
+}
+
+#[test]
+fn usage_errors_honour_json() {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--json", "runs", "lst"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let error: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["error"]["kind"], "usage");
+    assert!(error["error"]["message"].as_str().unwrap().contains("lst"));
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["runs", "lst"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unrecognized subcommand"));
+}
+
+#[test]
+fn the_store_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let db = tempfile::tempdir().unwrap();
+    let store = db.path().join("store");
+    // Made readable by others, as a permissive umask would.
+    std::fs::create_dir(&store).unwrap();
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(store.join("notes"), "x").unwrap();
+    std::fs::set_permissions(store.join("notes"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (out, _) = keel(
+        &store,
+        &["run", keel_tests::TESTBED, "ten_steps", "--input", "1"],
+    );
+    assert!(out.status.success());
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&store), 0o700);
+    for entry in std::fs::read_dir(&store).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    }
+}

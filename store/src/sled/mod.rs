@@ -76,11 +76,14 @@ impl SledStore {
     /// by a newer keel is [`StoreError::SchemaTooNew`].
     pub fn open(path: impl AsRef<Path>) -> Result<SledStore> {
         let path = path.as_ref().to_path_buf();
+        private_dir(&path)?;
         let db = sled::Config::new()
             .path(&path)
             .mode(sled::Mode::LowSpace)
             .open()
             .map_err(|e| open_error(&path, e))?;
+        // Again, for the files sled has just created.
+        private_dir(&path)?;
         let open = |name: &str| db.open_tree(name).map_err(backend);
         let meta = open("meta")?;
         let inner = Inner {
@@ -629,6 +632,41 @@ fn backend(e: sled::Error) -> StoreError {
     StoreError::Backend {
         reason: e.to_string(),
     }
+}
+
+/// Makes the store's directory this user's alone (0700), creating it if
+/// needed, and the files sled keeps in it 0600, whatever the umask: they
+/// hold every run's inputs and outputs.
+fn private_dir(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let io = |e: std::io::Error| StoreError::Unavailable {
+        location: path.display().to_string(),
+        reason: format!("making the store private: {e}"),
+    };
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(path)
+        .map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let kind = entry.file_type().map_err(io)?;
+            // The compile cache and the control socket guard themselves.
+            if kind.is_dir() && !matches!(entry.file_name().to_str(), Some("compiled" | "control"))
+            {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))
+                    .map_err(io)?;
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))
+                    .map_err(io)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn open_error(path: &Path, e: sled::Error) -> StoreError {
