@@ -213,11 +213,13 @@ fn compile_cached(
     engine.precompile_compatibility_hash().hash(&mut h);
     ensure_private_dir(cache_dir)?;
     let artifact = cache_dir.join(format!("{hash}-{:016x}.cwasm", h.finish()));
-    if is_trusted_file(&artifact) {
-        // SAFETY: the artifact was written by `precompile_component` of an
-        // engine with the same compatibility hash, into a cache only this
-        // user can write (checked just above, see the module's doc).
-        if let Ok(component) = unsafe { Component::deserialize_file(engine, &artifact) } {
+    if let Some(compiled) = verified_artifact(&artifact) {
+        // SAFETY: these bytes are the ones `precompile_component` of an
+        // engine with the same compatibility hash wrote, as the digest
+        // recorded beside them when they were compiled shows, read into
+        // memory before the check (so they cannot change after it) from a
+        // cache only this user can write (see the module's doc).
+        if let Ok(component) = unsafe { Component::deserialize(engine, &compiled) } {
             return Ok(component);
         }
     }
@@ -235,11 +237,37 @@ fn compile_cached(
         }
     };
     let compiled = engine.precompile_component(bytes).map_err(invalid)?;
-    if let Err(e) = write_artifact(&artifact, &compiled) {
+    let digest = hex::encode(Sha256::digest(&compiled));
+    let written = write_artifact(&artifact, &compiled)
+        .and_then(|()| write_artifact(&digest_path(&artifact), digest.as_bytes()));
+    if let Err(e) = written {
         tracing::warn!(path = %artifact.display(), error = %e, "could not cache the compiled component; it will be compiled again next time");
     }
     // SAFETY: produced just above by this engine.
     unsafe { Component::deserialize(engine, &compiled) }.map_err(invalid)
+}
+
+/// Where the digest of an artifact, recorded when it was compiled, is kept.
+fn digest_path(artifact: &Path) -> PathBuf {
+    artifact.with_extension("cwasm.sha256")
+}
+
+/// The cached artifact's bytes, if it and its digest are this user's
+/// alone and the bytes match the digest recorded when they were compiled;
+/// otherwise `None` (and a warning if an artifact was there), so the
+/// component is compiled again.
+fn verified_artifact(artifact: &Path) -> Option<Vec<u8>> {
+    let digest = digest_path(artifact);
+    if !is_trusted_file(artifact) || !is_trusted_file(&digest) {
+        return None;
+    }
+    let recorded = std::fs::read_to_string(&digest).ok()?;
+    let compiled = std::fs::read(artifact).ok()?;
+    if hex::encode(Sha256::digest(&compiled)) != recorded.trim() {
+        tracing::warn!(path = %artifact.display(), "a cached compiled component does not match the digest recorded when it was compiled; compiling it again");
+        return None;
+    }
+    Some(compiled)
 }
 
 /// Writes a compiled artifact under a name unique to this process and call,

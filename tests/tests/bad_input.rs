@@ -274,3 +274,36 @@ async fn input_of_the_wrong_shape_is_refused_before_a_run_exists() {
     assert!(keel.list_runs().await.unwrap().is_empty());
     still_alive(&keel).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tampered_compiled_component_is_never_loaded() {
+    let store = TestStore::new();
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().join("compiled");
+    let mut config = store.config();
+    config.cache_dir = cache_dir.clone();
+    let keel = Keel::open_sled(config.clone()).unwrap();
+    keel.load(keel_tests::TESTBED).await.unwrap();
+    drop(keel);
+    let artifact = std::fs::read_dir(&cache_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .expect("the compiled component is cached");
+    let digest = std::fs::read_to_string(artifact.with_extension("cwasm.sha256")).unwrap();
+    // Flip one byte in the middle, as a corrupted or tampered file would.
+    let mut bytes = std::fs::read(&artifact).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&artifact, &bytes).unwrap();
+
+    let (keel, testbed, _) = common::open_backend(config, keel_tests::TESTBED).await;
+    let run = keel.run(&testbed, "ten_steps", "3").await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    // The tampered bytes were not loaded: the component was compiled again,
+    // and the cache holds it under its recorded digest once more.
+    let now = std::fs::read(&artifact).unwrap();
+    assert_ne!(now, bytes, "the tampered artifact was replaced");
+    let recorded = std::fs::read_to_string(artifact.with_extension("cwasm.sha256")).unwrap();
+    assert_eq!(recorded, digest);
+}
