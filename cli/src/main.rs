@@ -611,11 +611,28 @@ async fn worker(
     if let Some(server) = server {
         server.abort();
     }
-    let driven = driven?;
+    let summary = driven?;
+    let undriven: Vec<_> = summary
+        .undriven
+        .iter()
+        .map(|(run_id, failures, error)| json!({"run_id": run_id, "failures": failures, "error": error}))
+        .collect();
     if json {
-        println!("{}", json!({ "driven": driven }));
+        println!(
+            "{}",
+            json!({ "driven": summary.driven, "undriven": undriven })
+        );
     } else {
-        println!("worker idle after driving {driven} run(s)");
+        println!("worker idle after driving {} run(s)", summary.driven);
+        for (run_id, failures, error) in &summary.undriven {
+            println!("could not drive run {run_id} ({failures} tries): {error}");
+        }
+    }
+    if !summary.undriven.is_empty() {
+        anyhow::bail!(
+            "{} run(s) could not be driven; fix the cause above (a missing component: load or deploy it again) and run the worker again",
+            summary.undriven.len()
+        );
     }
     Ok(())
 }

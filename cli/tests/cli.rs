@@ -432,7 +432,20 @@ fn a_worker_until_idle_gives_up_on_a_run_it_cannot_drive() {
         std::thread::yield_now();
     }
     let out = worker.wait_with_output().unwrap();
-    assert!(out.status.success());
+    assert!(
+        !out.status.success(),
+        "a run it could not drive fails the worker"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(summary["undriven"][0]["run_id"], "orphan", "{stdout}");
+    assert!(
+        summary["undriven"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("0000"),
+        "{stdout}"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let attempts = stderr.matches("could not drive").count();
     assert!(attempts >= 1, "{stderr}");

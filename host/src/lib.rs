@@ -26,7 +26,7 @@ mod steps;
 pub use clock::SystemClock;
 pub use component::Loaded;
 pub use config::{Config, defaults};
-pub use engine::{DeploySpec, Keel, SCAN_BUDGET, StartHook, StartOptions};
+pub use engine::{DeploySpec, Keel, SCAN_BUDGET, StartHook, StartOptions, WorkSummary};
 pub use error::{Error, Result};
 pub use observer::{AttemptOutcome, Observer};
 pub use replay::{ReplayReport, Replayer};

@@ -421,7 +421,7 @@ async fn the_worker_resumes_due_timers_and_stops_when_only_far_ones_remain() {
     assert_eq!(near.status, RunStatus::Waiting);
     assert_eq!(far.status, RunStatus::Waiting);
 
-    assert_eq!(keel.work(true).await.unwrap(), 1);
+    assert_eq!(keel.work(true).await.unwrap().driven, 1);
     assert_eq!(
         keel.get_run(&near.run_id).await.unwrap().status,
         RunStatus::Completed

@@ -31,6 +31,7 @@ mod worker;
 
 pub use admission::{StartHook, StartOptions};
 pub use deployments::DeploySpec;
+pub use worker::WorkSummary;
 
 use crate::config::Config;
 

@@ -16,21 +16,32 @@ type DriveTasks = tokio::task::JoinSet<(RunId, Result<RunRecord>)>;
 /// and whether the drive failed.
 fn log_driven(
     result: std::result::Result<(RunId, Result<RunRecord>), tokio::task::JoinError>,
-) -> (RunId, bool) {
+) -> (RunId, Option<String>) {
     match result {
         Ok((run_id, Ok(run))) => {
             tracing::info!(%run_id, status = run.status.as_str(), "worker drove run");
-            (run_id, false)
+            (run_id, None)
         }
         Ok((run_id, Err(e))) => {
             tracing::error!(%run_id, "worker could not drive the run: {e}");
-            (run_id, true)
+            (run_id, Some(e.to_string()))
         }
         Err(e) => {
             tracing::error!("worker task failed: {e}");
-            (RunId::default(), true)
+            (RunId::default(), Some(e.to_string()))
         }
     }
+}
+
+/// What a worker loop did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkSummary {
+    /// Drives started.
+    pub driven: usize,
+    /// Runs it could not drive for a reason outside them (their component
+    /// missing, the store failing), still failing when it stopped: each
+    /// with how many drives failed and the last error.
+    pub undriven: Vec<(RunId, u32, String)>,
 }
 
 /// Runs whose last drive failed for a reason outside the run (its component
@@ -39,8 +50,8 @@ fn log_driven(
 /// instead of at once and forever.
 #[derive(Debug, Default)]
 struct Retries {
-    /// Failures in a row, and when the run may be tried again.
-    failed: HashMap<RunId, (u32, u64)>,
+    /// Failures in a row, when the run may be tried again, the last error.
+    failed: HashMap<RunId, (u32, u64, String)>,
 }
 
 impl Retries {
@@ -48,9 +59,10 @@ impl Retries {
     const MAX_MS: u64 = 60_000;
 
     /// Records a failed drive at `now_ms`; returns when to try again.
-    fn failed(&mut self, run_id: RunId, now_ms: u64) -> u64 {
-        let (failures, retry_at) = self.failed.entry(run_id).or_insert((0, 0));
+    fn failed(&mut self, run_id: RunId, now_ms: u64, error: String) -> u64 {
+        let (failures, retry_at, last) = self.failed.entry(run_id).or_insert((0, 0, String::new()));
         *failures += 1;
+        *last = error;
         let delay = Self::FIRST_MS
             .saturating_mul(1 << (*failures - 1).min(20))
             .min(Self::MAX_MS);
@@ -63,12 +75,23 @@ impl Retries {
     }
 
     /// The runs still waiting at `now_ms`, and the earliest retry among them.
+    /// The runs still failing, sorted.
+    fn undriven(&self) -> Vec<(RunId, u32, String)> {
+        let mut runs: Vec<_> = self
+            .failed
+            .iter()
+            .map(|(id, (n, _, e))| (id.clone(), *n, e.clone()))
+            .collect();
+        runs.sort();
+        runs
+    }
+
     fn waiting(&self, now_ms: u64) -> (HashSet<RunId>, Option<u64>) {
         let waiting: Vec<(&RunId, u64)> = self
             .failed
             .iter()
-            .filter(|(_, (_, at))| *at > now_ms)
-            .map(|(id, (_, at))| (id, *at))
+            .filter(|(_, (_, at, _))| *at > now_ms)
+            .map(|(id, (_, at, _))| (id, *at))
             .collect();
         let next = waiting.iter().map(|(_, at)| *at).min();
         (
@@ -153,8 +176,9 @@ impl Keel {
     /// The worker loop: drives runs as they become due, each in its own
     /// task, so that one run parked on a short timer holds up no other.
     /// With `until_idle`, returns once nothing runs and no run is due within
-    /// a second. Returns how many runs it drove.
-    pub async fn work(&self, until_idle: bool) -> Result<usize> {
+    /// a second (a run that cannot be driven is tried again with backoff,
+    /// and reported in the summary). Returns what it did.
+    pub async fn work(&self, until_idle: bool) -> Result<WorkSummary> {
         let started_at_ms = self.now_ms();
         let driven = self.work_loop(until_idle, started_at_ms).await;
         let leave = self
@@ -187,7 +211,7 @@ impl Keel {
         }
     }
 
-    async fn work_loop(&self, until_idle: bool, started_at_ms: u64) -> Result<usize> {
+    async fn work_loop(&self, until_idle: bool, started_at_ms: u64) -> Result<WorkSummary> {
         let mut tasks = tokio::task::JoinSet::new();
         let mut in_flight = HashSet::new();
         let mut driven = 0;
@@ -199,7 +223,10 @@ impl Keel {
                 while let Some(result) = tasks.join_next().await {
                     log_driven(result);
                 }
-                return Ok(driven);
+                return Ok(WorkSummary {
+                    driven,
+                    undriven: retries.undriven(),
+                });
             }
             self.heartbeat(started_at_ms, &mut last_heartbeat).await;
             let (held, next_retry) = retries.waiting(self.now_ms());
@@ -237,15 +264,18 @@ impl Keel {
                 Duration::from_millis(at.saturating_sub(self.now_ms()))
             });
             if until_idle && tasks.is_empty() && !waiting && wait >= Duration::from_secs(1) {
-                return Ok(driven);
+                return Ok(WorkSummary {
+                    driven,
+                    undriven: retries.undriven(),
+                });
             }
             let progress = self.inner.progress.notified();
             tokio::select! {
                 () = progress => {}
                 Some(result) = tasks.join_next() => {
                     let (run_id, failed) = log_driven(result);
-                    if failed {
-                        let at = retries.failed(run_id.clone(), self.now_ms());
+                    if let Some(error) = failed {
+                        let at = retries.failed(run_id.clone(), self.now_ms(), error);
                         tracing::warn!(%run_id, retry_at_ms = at, "the run will be tried again later");
                     } else {
                         retries.succeeded(&run_id);
@@ -294,7 +324,7 @@ mod tests {
         let mut retries = Retries::default();
         let run = RunId::from("r");
         let delays: Vec<u64> = (0..12)
-            .map(|_| retries.failed(run.clone(), 1_000) - 1_000)
+            .map(|_| retries.failed(run.clone(), 1_000, "e".into()) - 1_000)
             .collect();
         assert_eq!(&delays[..4], [100, 200, 400, 800]);
         assert_eq!(*delays.last().unwrap(), 60_000);
@@ -303,6 +333,6 @@ mod tests {
         assert_eq!(next, Some(61_000));
         assert!(retries.waiting(61_000).0.is_empty());
         retries.succeeded(&run);
-        assert_eq!(retries.failed(run, 0), 100);
+        assert_eq!(retries.failed(run, 0, "e".into()), 100);
     }
 }
