@@ -59,6 +59,16 @@ pub struct Cli {
     /// and retried.
     #[arg(long, global = true, default_value_t = defaults::STEP_TIMEOUT.as_secs())]
     pub step_timeout: u64,
+    /// Largest run input, step input or output, hook payload or workflow
+    /// output, in KiB of JSON.
+    #[arg(long, global = true, default_value_t = defaults::MAX_PAYLOAD_KIB)]
+    pub max_payload_kib: usize,
+    /// Most steps one run may have running at once.
+    #[arg(long, global = true, default_value_t = defaults::MAX_STEPS_IN_FLIGHT)]
+    pub max_steps_in_flight: usize,
+    /// Most entries one run's journal may hold.
+    #[arg(long, global = true, default_value_t = defaults::MAX_JOURNAL_ENTRIES)]
+    pub max_journal_entries: usize,
     /// Memory bound of any guest instance, in MiB.
     #[arg(long, global = true, default_value_t = defaults::MAX_MEMORY_MIB)]
     pub max_memory: usize,

@@ -30,6 +30,16 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
             "resume its hook with `keel hooks resume TOKEN`, or start `keel worker` and ask again: `keel runs result {} --wait`",
             id("run_id")
         ),
+        "bound_exceeded" => {
+            let flag = match id("bound").as_str() {
+                "max_payload_bytes" => "--max-payload-kib",
+                "max_steps_in_flight" => "--max-steps-in-flight",
+                _ => "--max-journal-entries",
+            };
+            format!(
+                "raise the bound with {flag} if the run really needs it, and `keel runs retry` a run it failed"
+            )
+        }
         "not_retryable" => format!("`keel runs show {}` shows how it ended", id("run_id")),
         "run_ended" => format!("`keel runs show {}` shows how it ended", id("run_id")),
         "unauthorized" => "pass the server's token with --api-token or KEEL_API_TOKEN".into(),

@@ -183,6 +183,11 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
     config.workflow_fuel = cli.workflow_fuel;
     config.max_memory = cli.max_memory << 20;
     config.step_timeout = std::time::Duration::from_secs(cli.step_timeout);
+    config.limits = keel_host::RunLimits {
+        max_payload_bytes: cli.max_payload_kib.saturating_mul(1024),
+        max_steps_in_flight: cli.max_steps_in_flight.max(1),
+        max_journal_entries: cli.max_journal_entries.max(1),
+    };
     let env = cli
         .allow_env
         .iter()

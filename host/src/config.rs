@@ -48,6 +48,59 @@ pub struct Config {
     pub clock: Arc<dyn Clock>,
     /// Receives the engine's reports (for metrics); ignores them by default.
     pub observer: Arc<dyn Observer>,
+    /// Bounds of one run, which keep one run from taking the host's memory
+    /// and disk.
+    pub limits: RunLimits,
+}
+
+/// Bounds of one run. Each, when exceeded, refuses the start (an input)
+/// or the resume (a payload), or fails the run, naming the bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Largest run input, step input or output, hook payload or workflow
+    /// output, in bytes of JSON.
+    pub max_payload_bytes: usize,
+    /// Most steps a run may have running at once.
+    pub max_steps_in_flight: usize,
+    /// Most entries a run's journal may hold.
+    pub max_journal_entries: usize,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            max_payload_bytes: defaults::MAX_PAYLOAD_KIB << 10,
+            max_steps_in_flight: defaults::MAX_STEPS_IN_FLIGHT,
+            max_journal_entries: defaults::MAX_JOURNAL_ENTRIES,
+        }
+    }
+}
+
+impl RunLimits {
+    /// Refuses a payload (`what`, of `size` bytes) over `max_payload_bytes`.
+    pub(crate) fn payload(
+        &self,
+        size: usize,
+        what: impl FnOnce() -> String,
+        run_id: Option<&keel_core::RunId>,
+    ) -> crate::Result<()> {
+        bound(
+            "max_payload_bytes",
+            self.max_payload_bytes,
+            size,
+            what,
+            run_id,
+        )
+    }
+
+    /// No bound: for offline replay, which records nothing.
+    pub fn unbounded() -> Self {
+        RunLimits {
+            max_payload_bytes: usize::MAX,
+            max_steps_in_flight: usize::MAX,
+            max_journal_entries: usize::MAX,
+        }
+    }
 }
 
 /// The defaults, written once.
@@ -68,6 +121,32 @@ pub mod defaults {
     pub const LEASE_TTL: Duration = Duration::from_secs(10);
     /// How many runs a worker drives at once.
     pub const MAX_CONCURRENT_RUNS: usize = 64;
+    /// Largest input, output or payload of a run, in KiB.
+    pub const MAX_PAYLOAD_KIB: usize = 1024;
+    /// Most steps one run may have running at once.
+    pub const MAX_STEPS_IN_FLIGHT: usize = 1000;
+    /// Most entries one run's journal may hold.
+    pub const MAX_JOURNAL_ENTRIES: usize = 100_000;
+}
+
+/// Refuses `size` over `limit`, naming the bound and what went over it.
+pub(crate) fn bound(
+    bound: &'static str,
+    limit: usize,
+    size: usize,
+    what: impl FnOnce() -> String,
+    run_id: Option<&keel_core::RunId>,
+) -> crate::Result<()> {
+    if size <= limit {
+        return Ok(());
+    }
+    Err(crate::Error::BoundExceeded {
+        run_id: run_id.cloned(),
+        bound,
+        limit,
+        size,
+        what: what(),
+    })
 }
 
 /// This machine's name.
@@ -103,6 +182,7 @@ impl Config {
             worker_id: worker_id(),
             clock: Arc::new(SystemClock),
             observer: Arc::new(Unobserved),
+            limits: RunLimits::default(),
         }
     }
 }

@@ -144,6 +144,17 @@ pub enum Error {
     #[error("invalid grant: {reason}")]
     InvalidGrant { reason: String },
 
+    /// Something a run asked for is over one of its bounds.
+    #[error("{what} is over the `{bound}` bound of {limit} (it needs {size}){}", run_id.as_ref().map(|r| format!("; run {r}")).unwrap_or_default())]
+    BoundExceeded {
+        run_id: Option<RunId>,
+        /// The `RunLimits` field.
+        bound: &'static str,
+        limit: usize,
+        size: usize,
+        what: String,
+    },
+
     /// A run that cannot be retried: it did not fail, or it failed in a
     /// way a retry would repeat.
     #[error("run {run_id} cannot be retried: {reason}")]
@@ -245,6 +256,7 @@ impl Error {
             Error::InvalidGrant { .. } => "invalid_grant",
             Error::StillRunning { .. } => "still_running",
             Error::NotRetryable { .. } => "not_retryable",
+            Error::BoundExceeded { .. } => "bound_exceeded",
             Error::Store(e) => e.kind(),
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
@@ -290,6 +302,13 @@ impl Error {
             ],
             Error::HookNotFound { token } => vec![("token", token.to_string())],
             Error::InputMismatch { workflow, .. } => vec![("workflow", workflow.clone())],
+            Error::BoundExceeded { run_id, bound, .. } => {
+                let mut ids = vec![("bound", bound.to_string())];
+                if let Some(run_id) = run_id {
+                    ids.push(("run_id", run_id.to_string()));
+                }
+                ids
+            }
             Error::UnknownWorkflow { available, .. } => {
                 vec![("available", available.join(","))]
             }

@@ -29,6 +29,8 @@ pub(crate) struct StepSettings {
     pub max_memory: usize,
     /// How long one attempt may take before it is stopped and retried.
     pub timeout: Duration,
+    /// Largest output a step may return, in bytes of JSON.
+    pub max_output: usize,
 }
 
 /// How one attempt ended.
@@ -247,6 +249,14 @@ impl StepRunner {
                 ),
                 after: None,
             },
+        };
+        let outcome = match outcome {
+            Attempt::Ok(output) if output.len() > settings.max_output => Attempt::Fatal(format!(
+                "its output is {} bytes, over the `max_payload_bytes` bound of {}",
+                output.len(),
+                settings.max_output
+            )),
+            other => other,
         };
         let outcome = with_denials(outcome, store.data().denied_http());
         with_missing_dirs(outcome, &settings.grants.dirs)

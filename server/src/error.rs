@@ -47,6 +47,7 @@ pub fn status_of(kind: &str) -> StatusCode {
             StatusCode::CONFLICT
         }
         "store_capability" => StatusCode::UNPROCESSABLE_ENTITY,
+        "bound_exceeded" => StatusCode::PAYLOAD_TOO_LARGE,
         "store_locked"
         | "store_unavailable"
         | "storage"

@@ -307,3 +307,77 @@ async fn a_tampered_compiled_component_is_never_loaded() {
     let recorded = std::fs::read_to_string(artifact.with_extension("cwasm.sha256")).unwrap();
     assert_eq!(recorded, digest);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_run_cannot_take_the_host_s_memory_or_disk() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    // 400 steps with a 1 MiB input each: the first is over the payload
+    // bound, so the run fails naming it and nothing that size is stored.
+    let run = keel
+        .run(
+            &testbed,
+            "fan_out",
+            &serde_json::json!([400, 1 << 20]).to_string(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap();
+    assert_eq!(error.kind, "bound_exceeded", "{}", error.message);
+    assert!(
+        error.message.contains("max_payload_bytes"),
+        "{}",
+        error.message
+    );
+    assert!(
+        error.message.contains("step `measure`"),
+        "{}",
+        error.message
+    );
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    let stored: usize = journal
+        .iter()
+        .map(|e| keel_host::core::journal::entry_to_json(e).to_string().len())
+        .sum();
+    assert!(stored < 64 << 10, "{stored} bytes journaled");
+
+    // A start whose input is over the bound is refused before a run exists.
+    let big = serde_json::json!("x".repeat(2 << 20)).to_string();
+    let err = keel
+        .run(&testbed, "idempotent_task", &big)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "bound_exceeded");
+    drop(keel);
+
+    // Steps in flight and journal entries are bounded too.
+    let mut config = store.config();
+    config.limits.max_steps_in_flight = 20;
+    config.limits.max_journal_entries = 200;
+    let (keel, testbed) = open(config).await;
+    let run = keel
+        .run(
+            &testbed,
+            "fan_out",
+            &serde_json::json!([50, 10]).to_string(),
+        )
+        .await
+        .unwrap();
+    let error = run.error.unwrap();
+    assert!(
+        error.message.contains("max_steps_in_flight"),
+        "{}",
+        error.message
+    );
+    let run = keel.run(&testbed, "ten_steps", "500").await.unwrap();
+    let error = run.error.unwrap();
+    assert!(
+        error.message.contains("max_journal_entries"),
+        "{}",
+        error.message
+    );
+    // The bound, and the run's end.
+    assert_eq!(keel.journal(&run.run_id).await.unwrap().len(), 201);
+    still_alive(&keel).await;
+}

@@ -125,6 +125,29 @@ async fn unordered(delays: Vec<u64>) -> Result<Vec<String>, Error> {
     Ok(done)
 }
 
+/// The length of a text.
+#[step(max_retries = 0)]
+async fn measure(text: String) -> Result<usize, StepError> {
+    Ok(text.len())
+}
+
+/// `count` concurrent steps, each given a text of `size` bytes: how much
+/// one run can ask of the host at once.
+#[workflow]
+async fn fan_out((count, size): (u32, usize)) -> Result<usize, Error> {
+    use keel_sdk::futures::stream::{FuturesUnordered, StreamExt};
+    // Each text is made when its future first runs, so the guest holds
+    // little and what a run can ask of the host is what is measured.
+    let mut pending: FuturesUnordered<_> = (0..count)
+        .map(|_| async move { measure("x".repeat(size)).await })
+        .collect();
+    let mut total = 0;
+    while let Some(len) = pending.next().await {
+        total += len?;
+    }
+    Ok(total)
+}
+
 /// `join!` of two steps and a timer.
 #[workflow]
 async fn joined() -> Result<Vec<Labelled>, Error> {
@@ -397,6 +420,7 @@ keel_sdk::component!(
         numeric_key,
         broken_key,
         spinning_step,
+        fan_out,
     ],
     steps = [
         noop,
@@ -410,5 +434,6 @@ keel_sdk::component!(
         read_env_and_file,
         spin_once,
         hoard,
+        measure,
     ]
 );

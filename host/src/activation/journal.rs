@@ -37,6 +37,8 @@ pub struct RunJournal {
     cancelled: AtomicBool,
     /// Told how long each flush took.
     observer: Option<Arc<dyn crate::Observer>>,
+    /// Most entries the journal may hold.
+    max_entries: usize,
 }
 
 struct JournalState {
@@ -47,6 +49,8 @@ struct JournalState {
     run: Option<RunRecord>,
     /// A task's storage failure, which ends the activation.
     failure: Option<String>,
+    /// A task tried to record past the journal's bound.
+    exceeded: bool,
 }
 
 impl RunJournal {
@@ -86,12 +90,36 @@ impl RunJournal {
                 durable,
                 run: None,
                 failure: None,
+                exceeded: false,
             }),
             flushing: tokio::sync::Mutex::new(()),
             changed: Notify::new(),
             cancelled: AtomicBool::new(false),
             observer: None,
+            max_entries: usize::MAX,
         })
+    }
+
+    /// The error of a journal full to its bound.
+    pub(super) fn over_bound(&self) -> Error {
+        Error::BoundExceeded {
+            run_id: Some(self.run_id.clone()),
+            bound: "max_journal_entries",
+            limit: self.max_entries,
+            size: self.max_entries + 1,
+            what: "the run's journal".into(),
+        }
+    }
+
+    /// Whether a task tried to record past the bound (the run fails).
+    pub(super) fn exceeded(&self) -> bool {
+        self.lock().exceeded
+    }
+
+    /// Refuses to record past `max_entries` entries.
+    pub fn bounded(mut self, max_entries: usize) -> Self {
+        self.max_entries = max_entries;
+        self
     }
 
     /// Reports each flush to `observer`.
@@ -133,6 +161,12 @@ impl RunJournal {
         }
         let entry = {
             let mut state = self.lock();
+            // The run's end is always recorded, so that a run over the bound
+            // can end.
+            if !fact.is_end() && state.index.len() >= self.max_entries {
+                state.exceeded = true;
+                return Err(self.over_bound());
+            }
             let entry = state.index.next_entry(fact, self.clock.now_ms());
             state
                 .index

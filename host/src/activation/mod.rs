@@ -351,6 +351,27 @@ impl WorkflowCalls for Activation {
         };
         let retry = step.retry;
         let run_id = self.run_id.clone();
+        if self.next_command >= self.journal.command_count() {
+            // A new command: within the run's bounds, or the run fails.
+            let limits = self.outside.limits();
+            limits.payload(
+                input.len(),
+                || format!("the input of step `{name}`"),
+                Some(&run_id),
+            )?;
+            let running = self
+                .steps
+                .iter()
+                .filter(|c| !self.journal.is_completed(**c))
+                .count();
+            crate::config::bound(
+                "max_steps_in_flight",
+                limits.max_steps_in_flight,
+                running + 1,
+                || "the steps the run has running".into(),
+                Some(&run_id),
+            )?;
+        }
         let (command, replayed) = self.command(
             |f| match f {
                 Fact::StepScheduled {
@@ -458,6 +479,9 @@ impl WorkflowCalls for Activation {
             if let Some(entry) = self.journal.take_completion(ids, &mut self.delivered) {
                 self.clock.set(entry.at_ms);
                 return Ok(self.completion(entry));
+            }
+            if self.journal.exceeded() {
+                return Err(wasmtime::Error::new(self.journal.over_bound()));
             }
             if let Some(reason) = self.journal.failure() {
                 return Err(wasmtime::Error::new(Error::JournalWrite {

@@ -60,6 +60,9 @@ pub trait Outside: Send + Sync {
     /// suspend the run.
     fn park_limit(&self) -> Duration;
 
+    /// The run's bounds.
+    fn limits(&self) -> crate::RunLimits;
+
     /// Wakes `run_id` (its activation, or the worker) after this run
     /// changed something it waits on.
     fn wake(&self, run_id: &RunId);
@@ -88,6 +91,10 @@ impl Outside for Offline {
 
     fn park_limit(&self) -> Duration {
         Duration::ZERO
+    }
+
+    fn limits(&self) -> crate::RunLimits {
+        crate::RunLimits::unbounded()
     }
 
     fn wake(&self, _run_id: &RunId) {}

@@ -126,6 +126,10 @@ impl Keel {
     ) -> Result<RunRecord> {
         component.check_workflow(workflow)?;
         self.check_capabilities(options)?;
+        self.inner
+            .config
+            .limits
+            .payload(input.len(), || "the run's input".into(), None)?;
         let value = parse_json(input)?;
         component.check_input(workflow, &value)?;
         let input = value.to_string();
@@ -223,6 +227,11 @@ impl Keel {
     /// yet; durable on return. Returns the owner's run ID (drive it, or let
     /// a worker), or `HookNotFound` when no active hook holds the token.
     pub async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+        self.inner.config.limits.payload(
+            payload.len(),
+            || format!("the payload for hook `{token}`"),
+            None,
+        )?;
         let value = parse_json(payload)?;
         let run_id = self.store().resume_hook(token, &value.to_string()).await?;
         tracing::info!(%run_id, token, "hook resumed");

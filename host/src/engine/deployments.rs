@@ -157,8 +157,10 @@ impl Keel {
                 grants: config.grants.clone(),
                 max_memory: config.max_memory,
                 timeout: config.step_timeout,
+                max_output: config.limits.max_payload_bytes,
             },
             Some(d) => StepSettings {
+                max_output: config.limits.max_payload_bytes,
                 grants: grants_of(&d.grants),
                 max_memory: d
                     .limits
@@ -185,6 +187,7 @@ impl Keel {
             grants: config.grants.clone(),
             max_memory: config.max_memory,
             timeout: config.step_timeout,
+            max_output: config.limits.max_payload_bytes,
         })
     }
 }

@@ -53,7 +53,8 @@ impl Keel {
         let store = Some(self.store().clone());
         Ok(
             RunJournal::fenced(store, clock, &lease.run_id, entries, Some(lease.clone()))?
-                .observed(self.inner.config.observer.clone()),
+                .observed(self.inner.config.observer.clone())
+                .bounded(self.inner.config.limits.max_journal_entries),
         )
     }
 
@@ -332,6 +333,18 @@ impl Keel {
         journal: &RunJournal,
     ) -> Result<RunRecord> {
         run.updated_at_ms = self.now_ms();
+        // An output over the bound fails the run instead of being stored.
+        let ended = match ended {
+            Ended::Completed(output) => match self.inner.config.limits.payload(
+                output.len(),
+                || "the workflow's output".into(),
+                Some(&run.run_id),
+            ) {
+                Ok(()) => Ended::Completed(output),
+                Err(e) => Ended::Failed(e),
+            },
+            other => other,
+        };
         let fact = match ended {
             Ended::Completed(output) => {
                 run.status = RunStatus::Completed;

@@ -343,6 +343,10 @@ impl Outside for Keel {
         self.inner.config.park_limit
     }
 
+    fn limits(&self) -> crate::RunLimits {
+        self.inner.config.limits
+    }
+
     fn wake(&self, run_id: &RunId) {
         self.poke(run_id);
     }
