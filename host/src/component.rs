@@ -346,10 +346,19 @@ pub(crate) fn exceeded_memory(e: &wasmtime::Error) -> bool {
 
 /// A trap in words: the guest's last stderr (a panic message) and the trap.
 pub(crate) fn describe_trap(e: &wasmtime::Error, stderr_tail: &str) -> String {
-    let trap = e
-        .downcast_ref::<wasmtime::Trap>()
-        .map(|t| t.to_string())
-        .unwrap_or_else(|| e.to_string());
+    let trap = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::StackOverflow) => format!(
+            "{} (the guest's call stack overflowed: recursion too deep or unbounded)",
+            wasmtime::Trap::StackOverflow
+        ),
+        Some(wasmtime::Trap::MemoryOutOfBounds) => format!(
+            "{} (in a Rust guest this is most often its stack overflowing linear memory: recursion too deep, or a large value on the stack)",
+            wasmtime::Trap::MemoryOutOfBounds
+        ),
+        Some(trap) => trap.to_string(),
+        // A host call's error: its own words, not the backtrace around it.
+        None => e.root_cause().to_string(),
+    };
     let panic = stderr_tail.rfind("panicked at").map(|i| {
         stderr_tail[i..]
             .split_whitespace()

@@ -381,3 +381,29 @@ async fn one_run_cannot_take_the_host_s_memory_or_disk() {
     assert_eq!(keel.journal(&run.run_id).await.unwrap().len(), 201);
     still_alive(&keel).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traps_are_explained_in_the_guest_s_terms() {
+    let store = TestStore::new();
+    let (keel, _) = open(store.config()).await;
+    let error = failed_run(&keel, "metadata_in_workflow", "null").await;
+    assert_eq!(error.kind, "sandbox_violation", "{}", error.message);
+    assert!(
+        error.message.contains("only steps may call"),
+        "{}",
+        error.message
+    );
+    assert!(
+        error.message.contains("workflow_metadata()"),
+        "{}",
+        error.message
+    );
+    let error = failed_run(&keel, "deep", "100000").await;
+    assert_eq!(error.kind, "guest_trap", "{}", error.message);
+    assert!(
+        error.message.contains("stack"),
+        "a stack overflow says so: {}",
+        error.message
+    );
+    still_alive(&keel).await;
+}

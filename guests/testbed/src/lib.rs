@@ -125,6 +125,26 @@ async fn unordered(delays: Vec<u64>) -> Result<Vec<String>, Error> {
     Ok(done)
 }
 
+/// Calls `step_metadata()`, which only steps may call.
+#[workflow]
+async fn metadata_in_workflow() -> Result<String, Error> {
+    Ok(keel_sdk::step_metadata().step_id)
+}
+
+/// Recurses `depth` times with a large frame each time.
+#[workflow]
+async fn deep(depth: u32) -> Result<u64, Error> {
+    fn down(n: u32) -> u64 {
+        let frame = std::hint::black_box([n as u64; 512]);
+        if n == 0 {
+            frame[0]
+        } else {
+            down(n - 1) + frame[511]
+        }
+    }
+    Ok(down(depth))
+}
+
 /// The length of a text.
 #[step(max_retries = 0)]
 async fn measure(text: String) -> Result<usize, StepError> {
@@ -421,6 +441,8 @@ keel_sdk::component!(
         broken_key,
         spinning_step,
         fan_out,
+        metadata_in_workflow,
+        deep,
     ],
     steps = [
         noop,

@@ -300,6 +300,10 @@ impl HostState {
     fn step_context(&self) -> wasmtime::Result<&StepContext> {
         match &self.role {
             Role::Step(ctx) => Ok(ctx),
+            Role::Workflow(w) => Err(wasmtime::Error::new(crate::Error::SandboxViolation {
+                run_id: w.run_id().clone(),
+                reason: "called step_metadata() or resume_hook(), which only steps may call; in a workflow use workflow_metadata(), and hooks to wait for payloads".into(),
+            })),
             _ => Err(wasmtime::Error::msg(
                 "a step function (step_metadata, resume_hook) was called outside a step; inside a workflow use workflow_metadata() and hooks",
             )),
