@@ -46,6 +46,10 @@ pub enum Request {
         /// earlier deployment of it.
         #[serde(default)]
         grants: Option<GrantSpec>,
+        /// The run's ID, chosen by the CLI, so that it can name the run if
+        /// the worker dies before answering.
+        #[serde(default)]
+        run_id: Option<String>,
     },
     /// Deploy a component.
     Deploy {
@@ -142,6 +146,14 @@ impl RemoteError {
     }
 }
 
+/// The worker closed the connection without answering: it may have died
+/// after the request took effect.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the worker holding the store closed the connection without answering (it may have died); check with `keel runs list` whether the request took effect before repeating it"
+)]
+pub struct NoAnswer;
+
 /// The socket a worker listens on: in a directory of the store's that only
 /// its owner can enter, so the socket is never reachable by other users,
 /// not even between its creation and its chmod.
@@ -174,8 +186,10 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             additional_metadata,
             detach,
             grants,
+            run_id,
         } => {
             let options = StartOptions {
+                run_id: run_id.map(Into::into),
                 additional_metadata,
                 hook: token.map(|token| StartHook {
                     token,
@@ -322,10 +336,7 @@ pub async fn forward(db: &Path, request: &Request) -> anyhow::Result<Option<Repl
     let mut line = String::new();
     BufReader::new(read).read_line(&mut line).await?;
     if line.is_empty() {
-        anyhow::bail!(
-            "the worker holding the store closed the connection without answering (it may have died); \
-             check with `keel runs list` whether the request took effect before repeating it"
-        );
+        return Err(NoAnswer.into());
     }
     Ok(Some(serde_json::from_str(&line)?))
 }

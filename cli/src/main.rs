@@ -428,9 +428,22 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
             if control::socket_path(&path).exists() =>
         {
             // No worker answers: the process holding the store is another.
-            control::forward(&path, &request)
-                .await?
-                .ok_or_else(|| locked.into())
+            let run_id = match &request {
+                Request::Start { run_id, .. } => run_id.clone(),
+                _ => None,
+            };
+            match control::forward(&path, &request).await {
+                Ok(reply) => reply.ok_or_else(|| locked.into()),
+                // A start the worker may have admitted before it died.
+                Err(e) if e.is::<control::NoAnswer>() && run_id.is_some() => {
+                    Err(keel_host::Error::StartOutcomeUnknown {
+                        run_id: run_id.unwrap_or_default().into(),
+                        reason: e.to_string(),
+                    }
+                    .into())
+                }
+                Err(e) => Err(e),
+            }
         }
         Err(e) => Err(e.into()),
     }

@@ -142,6 +142,7 @@ impl Client {
                 additional_metadata,
                 detach,
                 grants,
+                run_id,
             } => {
                 let deployment = match component {
                     Some(path) => Some(
@@ -157,6 +158,7 @@ impl Client {
                         reason: e.to_string(),
                     })?;
                 let request = StartRequest {
+                    run_id,
                     input,
                     deployment,
                     hook: token.map(|token| StartHookRequest {
@@ -168,9 +170,25 @@ impl Client {
                     wait_ms: (!detach).then_some(WAIT_MS),
                     return_on_wait: true,
                 };
-                let started: RunView = self
+                let started: RunView = match self
                     .post(&["v1", "workflows", &workflow, "runs"], &[], &request)
-                    .await?;
+                    .await
+                {
+                    Ok(run) => run,
+                    // Sent, but no answer came back: the server may have
+                    // admitted the run.
+                    Err(e)
+                        if e.downcast_ref::<reqwest::Error>()
+                            .is_some_and(|r| !r.is_connect() && !r.is_builder()) =>
+                    {
+                        return Err(keel_host::Error::StartOutcomeUnknown {
+                            run_id: request.run_id.clone().unwrap_or_default().into(),
+                            reason: format!("{e:#}"),
+                        }
+                        .into());
+                    }
+                    Err(e) => return Err(e),
+                };
                 if detach {
                     run(started)
                 } else {

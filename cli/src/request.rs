@@ -35,7 +35,8 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
         } => Request::Start {
             component: target(component)?.0,
             deployment: target(component)?.1,
-            grants: implicit_grants,
+            grants: implicit_grants.clone(),
+            run_id: Some(uuid::Uuid::now_v7().to_string()),
             workflow: workflow.clone(),
             input: text_arg("--input", input)?,
             token: None,
@@ -56,7 +57,8 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
         } => Request::Start {
             component: target(component)?.0,
             deployment: target(component)?.1,
-            grants: implicit_grants,
+            grants: implicit_grants.clone(),
+            run_id: Some(uuid::Uuid::now_v7().to_string()),
             workflow: workflow.clone(),
             input: text_arg("--input", input)?,
             token: token.clone(),

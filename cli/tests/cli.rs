@@ -771,3 +771,64 @@ fn the_store_is_private_whatever_the_umask() {
         }
     }
 }
+
+#[test]
+fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
+    let db = tempfile::tempdir().unwrap();
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db.path())
+        .arg("worker")
+        .env("KEEL_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = db.path().join("control/control.sock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never listened"
+        );
+        std::thread::yield_now();
+    }
+    // A run that sleeps 30 s in memory: the forwarded start waits for it.
+    let start = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db.path())
+        .args([
+            "--json",
+            "start",
+            keel_tests::TESTBED,
+            "sleeper",
+            "--input",
+            "30000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the worker has admitted it, the worker dies.
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run was never admitted"
+        );
+        let (_, runs) = keel(db.path(), &["runs", "list"]);
+        if runs.as_array().is_some_and(|r| !r.is_empty()) {
+            break;
+        }
+    }
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    let out = start.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let error: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(error["error"]["kind"], "start_outcome_unknown", "{error}");
+    let run_id = error["error"]["run_id"].as_str().unwrap().to_string();
+    // The store is free again: the run named is there.
+    let (out, run) = keel(db.path(), &["runs", "get", &run_id]);
+    assert!(out.status.success(), "{run}");
+    assert_eq!(run["workflow"], "sleeper");
+}

@@ -239,7 +239,20 @@ pub async fn start(
         ms: wait_ms(request.wait_ms)?,
         return_on_wait: request.return_on_wait,
     };
+    if let Some(id) = &request.run_id {
+        let valid = !id.is_empty()
+            && id.len() <= 128
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.:-".contains(c));
+        if !valid {
+            return Err(ApiError::invalid(format!(
+                "`run_id` `{id}` is not a run ID: use 1 to 128 letters, digits, `-`, `_`, `.` or `:`"
+            )));
+        }
+    }
     let options = StartOptions {
+        run_id: request.run_id.map(Into::into),
         additional_metadata: request.additional_metadata,
         hook: request.hook.map(|hook| StartHook {
             token: hook.token,

@@ -214,6 +214,12 @@ pub struct StartRequest {
     /// A start token for the run: refused with `hook_conflict` while
     /// another run holds the token.
     pub hook: Option<StartHookRequest>,
+    /// The run's ID, chosen by the client (letters, digits, `-`, `_`, `.`,
+    /// `:`; at most 128), so that a client that loses the answer can look
+    /// the run up, and a repeated start is refused with `run_exists`;
+    /// default: a new UUIDv7.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]{1,128}$"))]
+    pub run_id: Option<String>,
     /// `additional_metadata` for key expressions (a JSON object).
     pub additional_metadata: Option<Value>,
     /// Wait up to this many milliseconds for the run to end before

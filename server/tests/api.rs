@@ -820,3 +820,23 @@ async fn a_failed_run_is_retried_over_http() {
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(error_kind(&refused), "not_retryable");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_chosen_run_id_is_admitted_once() {
+    let s = server(None).await;
+    let body = json!({"input": 2, "run_id": "client-run-1", "wait_ms": 10000});
+    let (status, run) = s.post("/v1/workflows/ten_steps/runs", body.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_eq!(run["run_id"], "client-run-1");
+    assert_eq!(run["status"], "completed");
+    let (status, again) = s.post("/v1/workflows/ten_steps/runs", body).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(error_kind(&again), "run_exists");
+    let (status, bad) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 2, "run_id": "a/b"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+}

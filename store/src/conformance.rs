@@ -105,6 +105,7 @@ cases!(
     runs_are_paged_newest_first,
     a_deployment_is_replaced_by_its_hash_and_survives_a_reopen,
     an_ended_run_is_live_again_after_a_retry_is_appended,
+    a_run_id_is_admitted_once,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -955,4 +956,21 @@ async fn an_ended_run_is_live_again_after_a_retry_is_appended(h: &dyn Harness) -
     check(record.status == RunStatus::Pending, || {
         format!("{record:?}")
     })
+}
+
+async fn a_run_id_is_admitted_once(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    let again = admit(&*store, "a", Some(&hook("t", "a", None, None)), None, 0).await;
+    check(matches!(again, Err(StoreError::RunExists { .. })), || {
+        format!("{again:?}")
+    })?;
+    let hook = store.get_hook("t", 0).await;
+    check(matches!(hook, Err(StoreError::HookNotFound { .. })), || {
+        format!("the refused admission registered its token: {hook:?}")
+    })?;
+    let journal = store.journal("a").await.map_err(fail("journal"))?;
+    check(journal.len() == 1, || format!("journal: {journal:?}"))
 }

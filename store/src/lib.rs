@@ -118,7 +118,8 @@ pub trait RunStore: Send + Sync {
     /// one atomic, durable operation. A key held within its window refuses
     /// the run with [`StoreError::IdempotencyCollision`]; a token held by
     /// another run (active, or retained after its end) refuses it with
-    /// [`StoreError::HookConflict`]. A refused run writes nothing.
+    /// [`StoreError::HookConflict`]; a run ID the store holds already, with
+    /// [`StoreError::RunExists`]. A refused run writes nothing.
     async fn admit(&self, admission: Admission<'_>) -> Result<()>;
 
     /// Stores a run and its whole journal, as exported elsewhere; atomic

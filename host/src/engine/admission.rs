@@ -22,6 +22,11 @@ pub struct StartOptions {
     /// A start token: the run is admitted together with its start hook, or
     /// refused with `HookConflict` if another run holds the token.
     pub hook: Option<StartHook>,
+    /// The run's ID, chosen by the caller (a UUIDv7, so that runs list in
+    /// creation order), so that a caller who loses the answer knows which
+    /// run to look for; a new one if `None`. An ID the store holds already
+    /// is refused with `RunExists`.
+    pub run_id: Option<RunId>,
 }
 
 /// The start hook of a run (`start(..., { hook: { token, ... } })`).
@@ -111,7 +116,10 @@ impl Keel {
         input: &str,
         options: &StartOptions,
     ) -> Result<RunRecord> {
-        let run_id = RunId::from(uuid::Uuid::now_v7().to_string());
+        let run_id = options
+            .run_id
+            .clone()
+            .unwrap_or_else(|| RunId::from(uuid::Uuid::now_v7().to_string()));
         self.admit(component, workflow, input, options, run_id)
             .await
     }
@@ -187,7 +195,9 @@ impl Keel {
         match self.store().admit(admission).await {
             Ok(()) => {}
             Err(
-                e @ (StoreError::HookConflict { .. } | StoreError::IdempotencyCollision { .. }),
+                e @ (StoreError::HookConflict { .. }
+                | StoreError::IdempotencyCollision { .. }
+                | StoreError::RunExists { .. }),
             ) => {
                 return Err(e.into());
             }
@@ -277,7 +287,7 @@ impl Keel {
         let (payload_value, metadata_value) = (parse_json(payload)?, parse_json(metadata)?);
         let options = StartOptions {
             additional_metadata: Some(metadata_value.clone()),
-            hook: None,
+            ..StartOptions::default()
         };
         let mut outcomes = Vec::new();
         for (workflow, hash) in self.store().subscribers(key).await? {
@@ -347,6 +357,7 @@ impl Keel {
         };
         let start = StartOptions {
             additional_metadata: None,
+            run_id: None,
             hook: options.token.as_ref().map(|token| StartHook {
                 token: token.clone(),
                 min_retention: options.min_retention_ms.map(Duration::from_millis),

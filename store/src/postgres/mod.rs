@@ -652,14 +652,21 @@ impl RunStore for PgStore {
                     return race(e);
                 }
             }
-            if let Err(e) = tx
+            match tx
                 .run(
-                    "INSERT INTO runs (run_id, live, record) VALUES ($1, true, $2)",
+                    "INSERT INTO runs (run_id, live, record) VALUES ($1, true, $2)
+                     ON CONFLICT (run_id) DO NOTHING",
                     &[&run.run_id.as_str(), &record],
                 )
                 .await
             {
-                return race(e);
+                Ok(0) => {
+                    return Err(StoreError::RunExists {
+                        run_id: run.run_id.clone(),
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => return race(e),
             }
             if let Some(hook) = a.start_hook
                 && let Attempt::Retry = write_hook(tx, hook, hook_row).await?

@@ -95,6 +95,11 @@ impl RunStore for SledStore {
             &i.journal,
         );
         trees.transaction(|(runs, keys, hooks, run_hooks, live, journal)| {
+            if runs.get(run.run_id.as_bytes())?.is_some() {
+                return abort(StoreError::RunExists {
+                    run_id: run.run_id.clone(),
+                });
+            }
             if let Some(hook) = a.start_hook
                 && let Some(held) = read_hook(hooks, &hook.token)?
                 && let Some(owner) = held.holder(a.now_ms)
