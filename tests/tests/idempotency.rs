@@ -17,7 +17,7 @@ const MINUTE: u64 = 60_000;
 fn tenant(t: &str) -> StartOptions {
     StartOptions {
         additional_metadata: Some(json!({ "tenant": t })),
-        hook: None,
+        ..StartOptions::default()
     }
 }
 
