@@ -247,6 +247,13 @@ pub struct Delivered {
     prefix: usize,
 }
 
+impl Delivered {
+    /// The workflow has received the completion of `command`.
+    pub fn contains(&self, command: u32) -> bool {
+        self.commands.contains(&command)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

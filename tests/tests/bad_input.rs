@@ -398,6 +398,13 @@ async fn traps_are_explained_in_the_guest_s_terms() {
         "{}",
         error.message
     );
+    let error = failed_run(&keel, "wait_twice", "null").await;
+    assert_eq!(error.kind, "sandbox_violation", "{}", error.message);
+    assert!(
+        error.message.contains("already received"),
+        "{}",
+        error.message
+    );
     let error = failed_run(&keel, "deep", "100000").await;
     assert_eq!(error.kind, "guest_trap", "{}", error.message);
     assert!(

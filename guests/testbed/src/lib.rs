@@ -145,6 +145,15 @@ async fn deep(depth: u32) -> Result<u64, Error> {
     Ok(down(depth))
 }
 
+/// Misuses the host protocol: waits again on a step it has received.
+#[workflow]
+async fn wait_twice() -> Result<u32, Error> {
+    use keel_sdk::__private::bindings::keel::workflow::workflow_context as host;
+    let n = noop(1).await?;
+    host::wait_any(&[0]);
+    Ok(n)
+}
+
 /// The length of a text.
 #[step(max_retries = 0)]
 async fn measure(text: String) -> Result<usize, StepError> {
@@ -443,6 +452,7 @@ keel_sdk::component!(
         fan_out,
         metadata_in_workflow,
         deep,
+        wait_twice,
     ],
     steps = [
         noop,

@@ -155,6 +155,33 @@ impl Activation {
         self.outside.clock().now_ms()
     }
 
+    /// A wait the workflow could never return from is a protocol error, not
+    /// a hang: no command, a command never issued, or only completions the
+    /// workflow has received already.
+    fn check_wait(&self, ids: &[u32]) -> wasmtime::Result<()> {
+        let misuse = |reason: String| {
+            wasmtime::Error::new(Error::SandboxViolation {
+                run_id: self.run_id.clone(),
+                reason,
+            })
+        };
+        if ids.is_empty() {
+            return Err(misuse("waited on no command at all".into()));
+        }
+        if let Some(unknown) = ids.iter().find(|id| **id >= self.next_command) {
+            return Err(misuse(format!(
+                "waited on command {unknown}, which it never issued (it issued {})",
+                self.next_command
+            )));
+        }
+        if ids.iter().all(|id| self.delivered.contains(*id)) {
+            return Err(misuse(format!(
+                "waited again on commands whose completions it already received ({ids:?}); a workflow receives each completion once"
+            )));
+        }
+        Ok(())
+    }
+
     fn failed(&self, message: String) -> wasmtime::Error {
         wasmtime::Error::new(Error::WorkflowFailed {
             run_id: self.run_id.clone(),
@@ -471,6 +498,7 @@ impl WorkflowCalls for Activation {
     }
 
     async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion> {
+        self.check_wait(ids)?;
         loop {
             let journal = self.journal.clone();
             let changed = journal.changed.notified();
