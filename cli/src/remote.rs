@@ -318,9 +318,7 @@ impl Client {
                 if let Some(name) = name {
                     query.push(("name", name));
                 }
-                query.extend(grants.http.into_iter().map(|h| ("allow_http", h)));
-                query.extend(grants.dirs.into_iter().map(|d| ("allow_dir", d)));
-                query.extend(grants.env.into_iter().map(|e| ("allow_env", e)));
+                query.extend(grant_query(grants));
                 if let Some(mib) = limits.max_memory_mib {
                     query.push(("max_memory_mib", mib.to_string()));
                 }
@@ -381,12 +379,8 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        let grants = grants.unwrap_or_default();
-        let mut query: Vec<(&str, String)> = Vec::new();
-        query.extend(grants.http.into_iter().map(|h| ("allow_http", h)));
-        query.extend(grants.dirs.into_iter().map(|d| ("allow_dir", d)));
-        query.extend(grants.env.into_iter().map(|e| ("allow_env", e)));
-        self.upload(path, &query).await
+        self.upload(path, &grant_query(grants.unwrap_or_default()))
+            .await
     }
 
     /// Follows a run the server drives until it ends or waits (the server
@@ -407,4 +401,12 @@ impl Client {
         }
         Ok(run.into())
     }
+}
+
+/// Grants as the deploy endpoint's query takes them.
+fn grant_query(grants: keel_host::core::GrantSpec) -> Vec<(&'static str, String)> {
+    let http = grants.http.into_iter().map(|h| ("allow_http", h));
+    let dirs = grants.dirs.into_iter().map(|d| ("allow_dir", d));
+    let env = grants.env.into_iter().map(|e| ("allow_env", e));
+    http.chain(dirs).chain(env).collect()
 }

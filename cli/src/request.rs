@@ -32,19 +32,22 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             workflow,
             input,
             metadata,
-        } => Request::Start {
-            component: target(component)?.0,
-            deployment: target(component)?.1,
-            grants: implicit_grants.clone(),
-            run_id: Some(uuid::Uuid::now_v7().to_string()),
-            workflow: workflow.clone(),
-            input: text_arg("--input", input)?,
-            token: None,
-            retention_ms: None,
-            metadata: None,
-            additional_metadata: json_arg("--metadata", metadata)?,
-            detach: false,
-        },
+        } => {
+            let (component, deployment) = target(component)?;
+            Request::Start {
+                component,
+                deployment,
+                grants: implicit_grants.clone(),
+                run_id: Some(uuid::Uuid::now_v7().to_string()),
+                workflow: workflow.clone(),
+                input: text_arg("--input", input)?,
+                token: None,
+                retention_ms: None,
+                metadata: None,
+                additional_metadata: json_arg("--metadata", metadata)?,
+                detach: false,
+            }
+        }
         Command::Start {
             component,
             workflow,
@@ -54,19 +57,22 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             metadata,
             additional_metadata,
             detach,
-        } => Request::Start {
-            component: target(component)?.0,
-            deployment: target(component)?.1,
-            grants: implicit_grants.clone(),
-            run_id: Some(uuid::Uuid::now_v7().to_string()),
-            workflow: workflow.clone(),
-            input: text_arg("--input", input)?,
-            token: token.clone(),
-            retention_ms: retention.map(|r| r.as_millis() as u64),
-            metadata: json_arg("--metadata", metadata)?,
-            additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
-            detach: *detach,
-        },
+        } => {
+            let (component, deployment) = target(component)?;
+            Request::Start {
+                component,
+                deployment,
+                grants: implicit_grants.clone(),
+                run_id: Some(uuid::Uuid::now_v7().to_string()),
+                workflow: workflow.clone(),
+                input: text_arg("--input", input)?,
+                token: token.clone(),
+                retention_ms: retention.map(|r| r.as_millis() as u64),
+                metadata: json_arg("--metadata", metadata)?,
+                additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
+                detach: *detach,
+            }
+        }
         Command::Hooks {
             command: HooksCommand::Resume { token, payload },
         } => Request::Resume {

@@ -80,6 +80,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
     };
     let journal = effective.as_slice();
     let mut rows: Vec<Row> = Vec::new();
+    // The hook each `HookNext` command waits on.
+    let mut waits = std::collections::HashMap::new();
     for entry in journal {
         let at = entry.at_ms;
         let open = |command: u32, kind: RowKind, name: &str| Row {
@@ -97,8 +99,9 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             input: None,
             output: None,
         };
+        // Rows are made in command order, which is journal order.
         let row = |rows: &mut Vec<Row>, command: u32| -> Option<usize> {
-            rows.iter().position(|r| r.command == command)
+            rows.binary_search_by_key(&command, |r| r.command).ok()
         };
         match &entry.fact {
             Fact::StepScheduled {
@@ -169,7 +172,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             Fact::HookCreated { command, token, .. } => {
                 rows.push(open(*command, RowKind::Hook, token))
             }
-            Fact::HookNext { hook, .. } => {
+            Fact::HookNext { command, hook, .. } => {
+                waits.insert(*command, *hook);
                 if let Some(i) = row(&mut rows, *hook) {
                     rows[i].status = RowStatus::Open;
                 }
@@ -177,13 +181,7 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             Fact::HookReceived { command, payload } => {
                 // The payload answers the `HookNext` of `command`, whose
                 // hook is the row.
-                let hook = journal.iter().find_map(|e| match &e.fact {
-                    Fact::HookNext {
-                        command: c, hook, ..
-                    } if c == command => Some(*hook),
-                    _ => None,
-                });
-                if let Some(i) = hook.and_then(|h| row(&mut rows, h)) {
+                if let Some(i) = waits.get(command).and_then(|h| row(&mut rows, *h)) {
                     rows[i].output = Some(payload.clone());
                     rows[i].attempts += 1;
                 }

@@ -282,13 +282,11 @@ fn with_missing_dirs(outcome: Attempt, granted: &[std::path::PathBuf]) -> Attemp
             " (steps see only the directories their deployment grants, and a path outside them reads as missing; granted: {dirs})"
         )
     };
-    match outcome {
-        Attempt::Fatal(message) if missing(&message) => Attempt::Fatal(message + &note()),
-        Attempt::Retryable { message, after } if missing(&message) => Attempt::Retryable {
-            message: message + &note(),
-            after,
-        },
-        other => other,
+    match &outcome {
+        Attempt::Fatal(message) | Attempt::Retryable { message, .. } if missing(message) => {
+            annotate(outcome, &note())
+        }
+        _ => outcome,
     }
 }
 
@@ -304,10 +302,15 @@ fn with_denials(outcome: Attempt, denied: &[String]) -> Attempt {
         " (the host denied HTTP requests to {}: the component's deployment grants no HTTP access there)",
         hosts.join(", ")
     );
+    annotate(outcome, &note)
+}
+
+/// A failed attempt with `note` added to its message; a success as it is.
+fn annotate(outcome: Attempt, note: &str) -> Attempt {
     match outcome {
-        Attempt::Fatal(message) => Attempt::Fatal(message + &note),
+        Attempt::Fatal(message) => Attempt::Fatal(message + note),
         Attempt::Retryable { message, after } => Attempt::Retryable {
-            message: message + &note,
+            message: message + note,
             after,
         },
         ok => ok,

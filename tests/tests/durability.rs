@@ -5,7 +5,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{TestStore, attempts, json, open, step_ids};
+use common::{TestStore, attempts, json, open, order_input, order_keel, step_ids};
 use keel_host::core::RunStatus;
 use keel_host::core::divergence::Verdict;
 use keel_host::core::journal::Fact;
@@ -453,18 +453,10 @@ async fn a_failed_run_is_retried_from_its_failed_step_once_the_service_is_back()
     let api = PaymentApi::start(false).await.unwrap();
     api.set_refusing(true);
     let store = TestStore::new();
-    let mut config = store.config();
-    config.grants = Grants {
-        http: vec![api.addr.to_string()],
-        ..Grants::default()
-    };
-    let keel = Keel::open_sled(config).unwrap();
+    let keel = order_keel(&store, &api).await;
     let order = keel.load(keel_tests::ORDER).await.unwrap();
-    let input = serde_json::json!({
-        "order_id": "o-r", "user_id": "u-1", "amount": 700, "payment_url": api.url("/charge"),
-    });
     let run = keel
-        .run(&order, "process_order", &input.to_string())
+        .run(&order, "process_order", &order_input(&api, "o-r"))
         .await
         .unwrap();
     assert_eq!(run.status, RunStatus::Failed, "the charge failed for good");
@@ -481,11 +473,7 @@ async fn a_failed_run_is_retried_from_its_failed_step_once_the_service_is_back()
     api.set_refusing(false);
     // Only a failed run is retried: a completed one is refused.
     let other = keel
-        .run(
-            &order,
-            "process_order",
-            &input.to_string().replace("o-r", "o-s"),
-        )
+        .run(&order, "process_order", &order_input(&api, "o-s"))
         .await
         .unwrap();
     assert_eq!(other.status, RunStatus::Completed);

@@ -8,34 +8,18 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TestStore, json};
+use common::{TestStore, json, order_input, order_keel};
 use keel_host::core::RunStatus;
 use keel_host::core::divergence::Verdict;
 use keel_host::core::file::JournalFile;
 use keel_host::core::journal::Fact;
-use keel_host::{Grants, Keel, Replayer, StartOptions};
+use keel_host::{Replayer, StartOptions};
 use keel_payment_api::PaymentApi;
 
 fn journals(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("journals")
         .join(dir)
-}
-
-fn order_input(api: &PaymentApi, id: &str) -> String {
-    serde_json::json!({
-        "order_id": id, "user_id": "u-1", "amount": 1250, "payment_url": api.url("/charge"),
-    })
-    .to_string()
-}
-
-async fn order_keel(store: &TestStore, api: &PaymentApi) -> Keel {
-    let mut config = store.config();
-    config.grants = Grants {
-        http: vec![api.addr.to_string()],
-        ..Grants::default()
-    };
-    Keel::open_sled(config).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -117,3 +117,21 @@ pub fn attempts(journal: &[Entry]) -> Vec<u32> {
 pub fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).expect("valid JSON")
 }
+
+/// The `order` guest's input for order `id`, charged through `api`.
+pub fn order_input(api: &keel_payment_api::PaymentApi, id: &str) -> String {
+    serde_json::json!({
+        "order_id": id, "user_id": "u-1", "amount": 1250, "payment_url": api.url("/charge"),
+    })
+    .to_string()
+}
+
+/// An engine over `store` whose steps may reach `api`.
+pub async fn order_keel(store: &TestStore, api: &keel_payment_api::PaymentApi) -> Keel {
+    let mut config = store.config();
+    config.grants = keel_host::Grants {
+        http: vec![api.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    Keel::open_sled(config).unwrap()
+}
