@@ -1,15 +1,15 @@
 //! keel-server: the HTTP/JSON API and the web console a keel worker
 //! serves. The router ([`router`]) maps endpoints to handlers over a
 //! [`Keel`]; [`serve`] binds it, refusing an address beyond loopback
-//! without a token. Layers: auth ([`auth`]), body limits, timeouts,
-//! compression and request tracing from tower-http.
+//! without a token. Layers: auth ([`auth`]), timeouts, compression and
+//! request tracing from tower-http; handlers read bodies under a limit
+//! ([`body`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use keel_host::Keel;
 use tower_http::compression::CompressionLayer;
@@ -17,6 +17,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub mod auth;
+mod body;
 mod console;
 pub mod error;
 pub mod metrics;
@@ -73,9 +74,7 @@ pub fn router(keel: Keel, metrics: Arc<Metrics>, auth: Auth) -> Router {
         .route("/openapi.json", get(console::openapi))
         .route(
             "/v1/deployments",
-            get(routes::deployments)
-                .post(routes::deploy)
-                .layer(DefaultBodyLimit::max(MAX_COMPONENT)),
+            get(routes::deployments).post(routes::deploy),
         )
         .route("/v1/deployments/{name}", get(routes::deployment))
         .route("/v1/workflows/{workflow}/runs", post(routes::start))
@@ -97,17 +96,16 @@ pub fn router(keel: Keel, metrics: Arc<Metrics>, auth: Auth) -> Router {
         .fallback(routes::not_found)
         .method_not_allowed_fallback(console::method_not_allowed)
         .with_state(state);
-    api.layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(axum::middleware::from_fn_with_state(
-            auth,
-            auth::require_token,
-        ))
-        .layer(CompressionLayer::new())
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            MAX_WAIT + Duration::from_secs(15),
-        ))
-        .layer(TraceLayer::new_for_http())
+    api.layer(axum::middleware::from_fn_with_state(
+        auth,
+        auth::require_token,
+    ))
+    .layer(CompressionLayer::new())
+    .layer(TimeoutLayer::with_status_code(
+        axum::http::StatusCode::REQUEST_TIMEOUT,
+        MAX_WAIT + Duration::from_secs(15),
+    ))
+    .layer(TraceLayer::new_for_http())
 }
 
 /// Checks that `config` may be served: beyond loopback, a token is needed.

@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -22,9 +20,11 @@ use keel_core::{Deployment, GrantSpec, RunFilter, RunRecord, RunStatus, StepLimi
 use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
 use serde::de::DeserializeOwned;
 
+use crate::body::Body;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::Metrics;
 use crate::wire::*;
+use crate::{MAX_BODY, MAX_COMPONENT};
 
 /// The longest a request waits for a run's end.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -88,8 +88,7 @@ impl Query {
 }
 
 /// A JSON body; an empty body is `None`.
-fn json_body(body: Result<Bytes, BytesRejection>) -> ApiResult<Option<serde_json::Value>> {
-    let body = bytes(body)?;
+fn json_body(Body(body): Body<MAX_BODY>) -> ApiResult<Option<serde_json::Value>> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
@@ -101,7 +100,7 @@ fn json_body(body: Result<Bytes, BytesRejection>) -> ApiResult<Option<serde_json
 /// A JSON object body as `T`; an empty body is `T::default()`. Numbers
 /// written with a zero fraction (`5.0`) count as integers, as in JSON
 /// Schema.
-fn json_object<T: DeserializeOwned + Default>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+fn json_object<T: DeserializeOwned + Default>(body: Body<MAX_BODY>) -> ApiResult<T> {
     match json_body(body)? {
         None => Ok(T::default()),
         Some(mut value @ serde_json::Value::Object(_)) => {
@@ -146,19 +145,6 @@ fn wait_ms(ms: Option<u64>) -> ApiResult<u64> {
     Ok(ms)
 }
 
-/// A body, or the reason it could not be read (413 when it is too large).
-fn bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
-    body.map_err(|rejection| {
-        let status = rejection.status();
-        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "payload_too_large"
-        } else {
-            "invalid_request"
-        };
-        ApiError::new(status, kind, rejection.body_text())
-    })
-}
-
 /// `GET /healthz`.
 pub async fn health(State(s): State<AppState>) -> ApiResult<Json<Health>> {
     s.keel.runs_page(&RunFilter::default(), None, 1).await?;
@@ -187,10 +173,9 @@ pub async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
 pub async fn deploy(
     State(s): State<AppState>,
     RawQuery(raw): RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    Body(body): Body<MAX_COMPONENT>,
 ) -> ApiResult<(StatusCode, Json<Deployment>)> {
     let q = Query::parse(raw);
-    let body = bytes(body)?;
     if body.is_empty() {
         return Err(ApiError::invalid(
             "the body must be the component's bytes (a `.wasm` built for wasm32-wasip2)",
@@ -232,7 +217,7 @@ pub async fn deployment(
 pub async fn start(
     State(s): State<AppState>,
     Path(workflow): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body<MAX_BODY>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let request: StartRequest = json_object(body)?;
     let wait = Wait {
@@ -520,7 +505,7 @@ pub async fn resume(
     State(s): State<AppState>,
     Path(token): Path<String>,
     RawQuery(raw): RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body<MAX_BODY>,
 ) -> ApiResult<Json<RunView>> {
     let q = Query::parse(raw);
     let wait = Wait {
@@ -539,7 +524,7 @@ pub async fn resume(
 pub async fn push_event(
     State(s): State<AppState>,
     Path(key): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body<MAX_BODY>,
 ) -> ApiResult<(StatusCode, Json<EventView>)> {
     let request: PushEventRequest = json_object(body)?;
     let metadata = request.metadata.unwrap_or_else(|| serde_json::json!({}));
