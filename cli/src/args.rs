@@ -69,6 +69,11 @@ pub struct Cli {
     /// Most entries one run's journal may hold.
     #[arg(long, global = true, default_value_t = defaults::MAX_JOURNAL_ENTRIES)]
     pub max_journal_entries: usize,
+    /// Guest instances this process keeps at once (workflow activations
+    /// and step attempts). Beyond it runs and steps queue for a slot; they
+    /// never fail for it. Each reserves `--max-memory` of address space.
+    #[arg(long, global = true, default_value_t = defaults::MAX_INSTANCES, value_parser = clap::value_parser!(u32).range(keel_host::MIN_INSTANCES as i64..))]
+    pub max_instances: u32,
     /// Memory bound of any guest instance, in MiB.
     #[arg(long, global = true, default_value_t = defaults::MAX_MEMORY_MIB)]
     pub max_memory: usize,

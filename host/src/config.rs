@@ -30,7 +30,8 @@ pub struct Config {
     /// Timers due within this bound are awaited in memory; longer ones
     /// suspend the run until a worker resumes it.
     pub park_limit: Duration,
-    /// Instances the pooling allocator keeps slots for.
+    /// Guest instances kept at once (the pooling allocator's size): a cache
+    /// that activations and step attempts queue for.
     pub max_instances: u32,
     /// How long one step attempt may take before it is stopped and retried.
     pub step_timeout: Duration,
@@ -123,8 +124,9 @@ pub mod defaults {
     pub const MAX_CONCURRENT_RUNS: usize = 64;
     /// Largest input, output or payload of a run, in KiB.
     pub const MAX_PAYLOAD_KIB: usize = 1024;
-    /// Most steps one run may have running at once.
-    pub const MAX_STEPS_IN_FLIGHT: usize = 1000;
+    /// Most steps one run may have scheduled and not yet ended at once
+    /// (beyond the instance slots, they queue).
+    pub const MAX_STEPS_IN_FLIGHT: usize = 10_000;
     /// Most entries one run's journal may hold.
     pub const MAX_JOURNAL_ENTRIES: usize = 100_000;
 }

@@ -6,8 +6,9 @@
 //! activation of a workflow (module `activation`), which matches the
 //! workflow's calls against its journal and reaches the outside through
 //! one narrow interface; step execution (module `steps`); the wasm
-//! [`Runtime`] and the two sandboxes (module `sandbox`); component loading
-//! ([`component`]). The domain types are `keel-core`'s, storage is
+//! [`Runtime`] and the two sandboxes (module `sandbox`), with the instance
+//! slots activations and steps queue for (module `slots`); component
+//! loading ([`component`]). The domain types are `keel-core`'s, storage is
 //! `keel-store`'s.
 
 mod activation;
@@ -21,6 +22,7 @@ pub mod observer;
 pub mod replay;
 mod runtime;
 mod sandbox;
+mod slots;
 mod steps;
 
 pub use clock::SystemClock;
@@ -32,6 +34,7 @@ pub use observer::{AttemptOutcome, Observer};
 pub use replay::{ReplayReport, Replayer};
 pub use runtime::Runtime;
 pub use sandbox::Grants;
+pub use slots::MIN_INSTANCES;
 
 /// The domain types, re-exported for embedders.
 pub use keel_core as core;

@@ -16,6 +16,7 @@ use crate::activation::{Activation, Offline, Outside, RunJournal, Suspend};
 use crate::component::{self, Loaded, describe_trap};
 use crate::config::Config;
 use crate::sandbox::{self, GuestLog, HostState};
+use crate::slots::Slots;
 use crate::{Error, Result};
 
 /// How one activation ended.
@@ -47,6 +48,8 @@ pub struct Runtime {
     pub(crate) engine: Engine,
     base_linker: Linker<HostState>,
     pub(crate) config: Config,
+    /// The instance slots every activation and step attempt takes one of.
+    pub(crate) slots: Arc<Slots>,
     components: Mutex<HashMap<ComponentHash, Arc<Loaded>>>,
 }
 
@@ -59,6 +62,7 @@ impl Runtime {
         Ok(Runtime {
             engine,
             base_linker,
+            slots: Arc::new(Slots::new(config.max_instances)),
             config,
             components: Mutex::default(),
         })
@@ -107,12 +111,21 @@ impl Runtime {
         run: &RunRecord,
         journal: Arc<RunJournal>,
     ) -> (Ended, Trace) {
+        // Queued for a slot; a cancel ends the wait.
+        let _slot = tokio::select! {
+            slot = self.slots.workflow() => slot,
+            () = journal.until_cancelled() => {
+                let cancelled = Error::Cancelled { run_id: run.run_id.clone() };
+                return (Ended::Failed(cancelled), Trace::default());
+            }
+        };
         let activation = Activation::new(
             outside,
             loaded.clone(),
             journal,
             &run.workflow,
             run.created_at_ms,
+            self.slots.clone(),
         );
         let clock = activation.clock();
         let log = GuestLog::new(&run.run_id);
@@ -209,19 +222,26 @@ impl Runtime {
     }
 }
 
+/// Instance slots reset together (one madvise for the batch).
+const DECOMMIT_BATCH: usize = 32;
+
 fn build_engine(config: &Config) -> Result<Engine> {
     let mut wasm = wasmtime::Config::new();
     wasm.consume_fuel(true).wasm_component_model(true);
+    // A dropped instance's slot is reused once its memory is reset, which
+    // happens in batches: the pool keeps a batch beyond the slots handed
+    // out, so that an instance given its slot always finds one.
+    let instances = config.max_instances.max(crate::slots::MIN_INSTANCES) + DECOMMIT_BATCH as u32;
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(config.max_instances)
-        .total_core_instances(config.max_instances * 4)
-        .total_memories(config.max_instances)
-        .total_tables(config.max_instances * 4)
+    pool.total_component_instances(instances)
+        .total_core_instances(instances * 4)
+        .total_memories(instances)
+        .total_tables(instances * 4)
         .max_memory_size(config.max_memory)
         // Every step attempt is a fresh instance; resetting slots in batches
         // rather than one madvise (and TLB shootdown) per instance is worth
         // ~20% of W10 throughput on two cores.
-        .decommit_batch_size(32);
+        .decommit_batch_size(DECOMMIT_BATCH);
     wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&wasm).map_err(|e| Error::Wasm(format!("building the wasmtime engine: {e:#}")))
 }

@@ -18,6 +18,8 @@ pub(crate) struct StepRunner {
     pub engine: wasmtime::Engine,
     pub clock: Arc<dyn Clock>,
     pub observer: Arc<dyn crate::Observer>,
+    /// The instance slots each attempt waits for before it starts.
+    pub slots: Arc<crate::slots::Slots>,
 }
 
 /// What the steps of one component run with: its deployment's grants and
@@ -127,6 +129,9 @@ impl StepRunner {
         }
         let mut attempt = call.next_attempt;
         loop {
+            // Queued for a slot before the attempt is recorded as started,
+            // so a wait for a slot is neither an attempt nor timed.
+            let slot = self.slots.step().await;
             let started = call
                 .journal
                 .append(Fact::StepAttemptStarted {
@@ -139,6 +144,7 @@ impl StepRunner {
             let outcome = self
                 .execute(call, settings, attempt, started.at_ms, &hooks)
                 .await;
+            drop(slot);
             match next(
                 call.command,
                 &call.retry,

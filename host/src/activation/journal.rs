@@ -153,6 +153,19 @@ impl RunJournal {
         self.cancelled.load(Ordering::SeqCst)
     }
 
+    /// Completes once the run is cancelled.
+    pub(crate) async fn until_cancelled(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Records a fact in memory and returns its entry; the next flush
     /// makes it durable.
     pub fn record(&self, fact: Fact) -> Result<Entry> {

@@ -34,6 +34,7 @@ pub use outside::{ChildStart, Offline, Outside, StepCall};
 use crate::Error;
 use crate::component::Loaded;
 use crate::sandbox::{JournalClock, WorkflowCalls, wit};
+use crate::slots::Slots;
 
 /// Raised out of the guest when the activation cannot go on now.
 #[derive(Debug, thiserror::Error)]
@@ -76,13 +77,16 @@ pub struct Activation {
     in_flight: HashSet<u32>,
     /// The steps among them.
     steps: HashSet<u32>,
-    /// Fire times of timers not armed in memory (too far away).
-    dormant_timers: HashMap<u32, u64>,
+    /// Fire times of the timers the workflow scheduled (those not in
+    /// flight are too far away to arm in memory).
+    timers: HashMap<u32, u64>,
     /// Commands completed from outside the run, by what they wait for.
     external: HashMap<u32, External>,
     /// The hooks the workflow created, by handle.
     hooks: HashMap<u32, OpenHook>,
     tasks: Vec<JoinHandle<()>>,
+    /// The engine's instance slots, which this activation holds one of.
+    slots: Arc<Slots>,
     /// The first divergence from the journal, in detail.
     divergence: Option<Divergence>,
 }
@@ -103,6 +107,7 @@ impl Activation {
         journal: Arc<RunJournal>,
         workflow: &str,
         started_at_ms: u64,
+        slots: Arc<Slots>,
     ) -> Self {
         let recorded_commands = journal.command_count();
         Activation {
@@ -119,10 +124,11 @@ impl Activation {
             delivered: Delivered::default(),
             in_flight: HashSet::new(),
             steps: HashSet::new(),
-            dormant_timers: HashMap::new(),
+            timers: HashMap::new(),
             external: HashMap::new(),
             hooks: HashMap::new(),
             tasks: Vec::new(),
+            slots,
             divergence: None,
         }
     }
@@ -276,12 +282,12 @@ impl Activation {
     }
 
     /// The suspension of an activation whose awaited commands nothing in
-    /// this process will complete: a dormant timer wakes it, or something
-    /// outside the run does.
+    /// this process will complete (or that gives its slot up): a timer
+    /// wakes it, or something outside the run does.
     fn suspend(&self, ids: &[u32]) -> wasmtime::Error {
         let wake_at_ms = ids
             .iter()
-            .filter_map(|id| self.dormant_timers.get(id))
+            .filter_map(|id| self.timers.get(id))
             .min()
             .copied();
         let mut on: Vec<String> = ids
@@ -456,9 +462,9 @@ impl WorkflowCalls for Activation {
         if self.offline || self.journal.is_completed(command) {
             return Ok(command);
         }
+        self.timers.insert(command, fire_at_ms);
         let wait = Duration::from_millis(fire_at_ms.saturating_sub(self.now_ms()));
         if wait > self.outside.park_limit() {
-            self.dormant_timers.insert(command, fire_at_ms);
             return Ok(command);
         }
         let journal = self.journal.clone();
@@ -531,18 +537,31 @@ impl WorkflowCalls for Activation {
             if !ids.iter().any(|id| self.in_flight.contains(id)) {
                 return Err(self.suspend(ids));
             }
+            // Activations queue for a slot: one parked on anything but its
+            // own running steps gives its slot up and resumes by replay.
+            let contention = self.slots.contention();
+            tokio::pin!(contention);
+            contention.as_mut().enable();
+            if self.slots.contended() && !ids.iter().any(|id| self.steps.contains(id)) {
+                return Err(self.suspend(ids));
+            }
             if !ids.iter().any(|id| self.steps.contains(id)) {
                 // Waiting on a timer, a payload or another run: make what
                 // the run did so far, and what it waits for, visible. A
                 // running step flushes by itself before its attempt.
                 self.journal.flush().await?;
             }
-            if ids.iter().any(|id| self.external.contains_key(id)) {
+            let poll = if ids.iter().any(|id| self.external.contains_key(id)) {
                 // Another process may complete it: its wake normally arrives
                 // at once; looking again now and then covers a lost one.
-                let _ = tokio::time::timeout(EXTERNAL_POLL, changed).await;
+                EXTERNAL_POLL
             } else {
-                changed.await;
+                Duration::MAX
+            };
+            tokio::select! {
+                _ = changed => {}
+                _ = contention => {}
+                _ = tokio::time::sleep(poll) => {}
             }
         }
     }

@@ -90,6 +90,7 @@ impl Keel {
             engine: runtime.engine.clone(),
             clock: config.clock.clone(),
             observer: config.observer.clone(),
+            slots: runtime.slots.clone(),
         });
         let keel = Keel {
             inner: Arc::new(Inner {
