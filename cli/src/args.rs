@@ -52,9 +52,14 @@ pub struct Cli {
     /// requires of its clients.
     #[arg(long, global = true, env = "KEEL_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
-    /// Fuel (about one unit per wasm instruction) for one workflow activation.
+    /// Fuel (about one unit per wasm instruction) for the new work of one
+    /// workflow activation; replaying its journal costs none.
     #[arg(long, global = true, default_value_t = defaults::WORKFLOW_FUEL)]
     pub workflow_fuel: u64,
+    /// Seconds a workflow may run its own code without calling keel before
+    /// its run fails (a workflow only orchestrates; long work is a step's).
+    #[arg(long, global = true, default_value_t = defaults::ACTIVATION_TIMEOUT.as_secs())]
+    pub activation_timeout: u64,
     /// How long one step attempt may run, in seconds, before it is stopped
     /// and retried.
     #[arg(long, global = true, default_value_t = defaults::STEP_TIMEOUT.as_secs())]

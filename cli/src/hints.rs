@@ -17,7 +17,12 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
         ),
         "invalid_input" => "pass a JSON value, for example --input '{\"id\": 1}'".into(),
         "run_not_found" => "`keel runs list` shows the runs this store holds".into(),
-        "fuel_exhausted" => "raise the bound with --workflow-fuel".into(),
+        "fuel_exhausted" => {
+            "raise the bound with --workflow-fuel, and `keel runs retry` the run".into()
+        }
+        "activation_timeout" => {
+            "raise the bound with --activation-timeout (seconds), and `keel runs retry` the run".into()
+        }
         "memory_exhausted" => "raise the bound with --max-memory (MiB)".into(),
         "sandbox_violation" => {
             "steps get capabilities from their deployment: `keel deploy COMPONENT --allow-http HOST --allow-dir DIR --allow-env NAME`".into()

@@ -20,9 +20,13 @@ pub struct Config {
     /// store's directory). Native code is loaded from it: it must belong to
     /// this user and be writable by no one else (see [`crate::component`]).
     pub cache_dir: PathBuf,
-    /// Fuel for one workflow activation (a CPU bound; roughly one unit per
-    /// wasm instruction).
+    /// Fuel for the new work of one workflow activation (a CPU bound;
+    /// roughly one unit per wasm instruction). Replaying the journal costs
+    /// none: the budget is refilled at each call the journal answers.
     pub workflow_fuel: u64,
+    /// The longest a workflow may run its own code without calling keel
+    /// (a wall-clock bound; fuel bounds its CPU).
+    pub activation_timeout: Duration,
     /// Linear memory bound of any guest instance, in bytes.
     pub max_memory: usize,
     /// Capabilities granted to steps.
@@ -108,8 +112,10 @@ impl RunLimits {
 pub mod defaults {
     use std::time::Duration;
 
-    /// Fuel for one workflow activation.
+    /// Fuel for the new work of one workflow activation.
     pub const WORKFLOW_FUEL: u64 = 20_000_000_000;
+    /// The longest a workflow may run its own code without calling keel.
+    pub const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(60);
     /// Memory bound of a guest instance, in MiB.
     pub const MAX_MEMORY_MIB: usize = 256;
     /// How long one step attempt may take.
@@ -174,6 +180,7 @@ impl Config {
             cache_dir: db.join("compiled"),
             db,
             workflow_fuel: defaults::WORKFLOW_FUEL,
+            activation_timeout: defaults::ACTIVATION_TIMEOUT,
             max_memory: defaults::MAX_MEMORY_MIB << 20,
             grants: Grants::default(),
             park_limit: defaults::PARK_LIMIT,

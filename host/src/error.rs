@@ -63,9 +63,18 @@ pub enum Error {
     SandboxViolation { run_id: RunId, reason: String },
 
     #[error(
-        "run {run_id}: the workflow used all its fuel ({fuel} units) in one activation, so it is probably stuck in a loop. If it really needs more CPU, raise the `workflow_fuel` bound"
+        "run {run_id}: the workflow used all its fuel ({fuel} units) on new work in one activation (replaying its history costs none), so it is probably stuck in a loop. If it really needs more CPU, raise the `workflow_fuel` bound"
     )]
     FuelExhausted { run_id: RunId, fuel: u64 },
+
+    #[error(
+        "run {run_id}: the workflow ran its own code for {ran_ms} ms without calling keel, over the `activation_timeout` bound of {bound_ms} ms, so it is probably stuck; a workflow only orchestrates, so move long computations into a #[step]. If it really needs longer, raise the bound"
+    )]
+    ActivationTimeout {
+        run_id: RunId,
+        ran_ms: u64,
+        bound_ms: u64,
+    },
 
     #[error(
         "run {run_id}: the guest went over its memory bound of {limit_bytes} bytes. If it really needs more, raise the `max_memory` bound"
@@ -235,6 +244,7 @@ impl Error {
             Error::NonDeterminism { .. } => "non_determinism",
             Error::SandboxViolation { .. } => "sandbox_violation",
             Error::FuelExhausted { .. } => "fuel_exhausted",
+            Error::ActivationTimeout { .. } => "activation_timeout",
             Error::MemoryExhausted { .. } => "memory_exhausted",
             Error::GuestTrap { .. } => "guest_trap",
             Error::WorkflowFailed { .. } => "workflow_failed",
@@ -271,6 +281,7 @@ impl Error {
             | Error::RunExists { run_id }
             | Error::SandboxViolation { run_id, .. }
             | Error::FuelExhausted { run_id, .. }
+            | Error::ActivationTimeout { run_id, .. }
             | Error::MemoryExhausted { run_id, .. }
             | Error::GuestTrap { run_id, .. }
             | Error::JournalWrite { run_id, .. }

@@ -9,13 +9,15 @@ use std::sync::{Arc, Mutex};
 
 use keel_core::divergence::{self, Outcome, Trace, Verdict};
 use keel_core::{ComponentHash, Entry, RunRecord};
+use std::time::Duration;
 use wasmtime::component::Linker;
-use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use wasmtime::{CallHook, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::activation::{Activation, Offline, Outside, RunJournal, Suspend};
 use crate::component::{self, Loaded, describe_trap};
 use crate::config::Config;
-use crate::sandbox::{self, GuestLog, HostState};
+use crate::sandbox::{self, GuestLog, HostState, Pulse};
 use crate::slots::Slots;
 use crate::{Error, Result};
 
@@ -122,7 +124,7 @@ impl Runtime {
         let activation = Activation::new(
             outside,
             loaded.clone(),
-            journal,
+            journal.clone(),
             &run.workflow,
             run.created_at_ms,
             self.slots.clone(),
@@ -134,22 +136,25 @@ impl Runtime {
             HostState::workflow(Box::new(activation), clock, log.clone(), config.max_memory);
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        // Fuel bounds the activation's CPU; yielding every slice of it lets
-        // the other runs on this thread go on while a busy workflow computes.
-        let fueled = store
-            .set_fuel(config.workflow_fuel)
-            .and_then(|()| store.fuel_async_yield_interval(Some(YIELD_FUEL)));
-        if let Err(e) = fueled {
+        let pulse = store.data().pulse.clone();
+        if let Err(e) = bound_cpu(&mut store, config.workflow_fuel) {
             return (Ended::Failed(Error::Wasm(e.to_string())), Trace::default());
         }
-        let result = async {
+        let call = async {
             let instance = loaded.workflow_pre.instantiate_async(&mut store).await?;
             instance
                 .keel_workflow_guest()
                 .call_run_workflow(&mut store, &run.workflow, &run.input)
                 .await
-        }
-        .await;
+        };
+        // A cancel or an overrun stops the guest in its own code; dropping
+        // the call there is safe (a host call in progress finishes first).
+        let result = tokio::select! {
+            result = call => result,
+            stop = stop(&journal, &pulse, config.activation_timeout) => {
+                Err(wasmtime::Error::new(stop.error(&run.run_id)))
+            }
+        };
         let ended = match result {
             Ok(Ok(output)) => Ended::Completed(output),
             Ok(Err(message)) => Ended::Failed(Error::WorkflowFailed {
@@ -220,6 +225,58 @@ impl Runtime {
             .unwrap_or_default();
         Ok(divergence::verdict(&effective, ended.outcome(), trace))
     }
+}
+
+/// Why the watchdog stopped an activation.
+enum Stop {
+    Cancelled,
+    Overran { ran: Duration, bound: Duration },
+}
+
+impl Stop {
+    fn error(self, run_id: &keel_core::RunId) -> Error {
+        let run_id = run_id.clone();
+        match self {
+            Stop::Cancelled => Error::Cancelled { run_id },
+            Stop::Overran { ran, bound } => Error::ActivationTimeout {
+                run_id,
+                ran_ms: ran.as_millis() as u64,
+                bound_ms: bound.as_millis() as u64,
+            },
+        }
+    }
+}
+
+/// Completes when the activation must stop while its guest runs its own
+/// code: the run was cancelled, or the guest ran longer than `bound`
+/// without calling the host.
+async fn stop(journal: &RunJournal, pulse: &Pulse, bound: Duration) -> Stop {
+    tokio::select! {
+        () = journal.until_cancelled() => {
+            pulse.outside_keel().await;
+            Stop::Cancelled
+        }
+        ran = pulse.overrun(bound) => Stop::Overran { ran, bound },
+    }
+}
+
+/// Bounds a workflow store's CPU: `fuel` for its new work, refilled when
+/// a keel call the journal answered returns (so replaying a long history
+/// costs none of it), yielding to tokio every slice so that other runs go
+/// on while it computes.
+fn bound_cpu(store: &mut wasmtime::Store<HostState>, fuel: u64) -> wasmtime::Result<()> {
+    store.set_fuel(fuel)?;
+    store.fuel_async_yield_interval(Some(YIELD_FUEL))?;
+    store.call_hook(move |mut ctx, hook| {
+        if matches!(hook, CallHook::ReturningFromHost)
+            && ctx.data().pulse.take_returned()
+            && ctx.data().replaying()
+        {
+            ctx.set_fuel(fuel)?;
+        }
+        Ok(())
+    });
+    Ok(())
 }
 
 /// Instance slots reset together (one madvise for the batch).

@@ -414,3 +414,80 @@ async fn traps_are_explained_in_the_guest_s_terms() {
     );
     still_alive(&keel).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_that_sleeps_on_the_machine_clock_is_told_to_use_keel_sleep() {
+    let store = TestStore::new();
+    let (keel, _) = open(store.config()).await;
+    let err = failed_run(&keel, "thread_sleep", "3600000").await;
+    assert_eq!(err.kind, "sandbox_violation");
+    assert!(err.message.contains("keel_sdk::sleep"), "{}", err.message);
+    still_alive(&keel).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_computing_past_the_activation_timeout_fails_naming_the_bound() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    // Fuel for minutes; the wall-clock bound ends it first.
+    config.workflow_fuel = u64::MAX;
+    config.activation_timeout = std::time::Duration::from_millis(300);
+    let (keel, _) = open(config).await;
+    let err = failed_run(&keel, "spin", "null").await;
+    assert_eq!(err.kind, "activation_timeout");
+    assert!(
+        err.message.contains("activation_timeout"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("#[step]"), "{}", err.message);
+    still_alive(&keel).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_computing_workflow_is_cancelled_without_waiting_for_it() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.workflow_fuel = u64::MAX;
+    let (keel, testbed, backend) = open_backend(config, keel_tests::TESTBED).await;
+    let run = keel.start(&testbed, "spin", "null").await.unwrap();
+    let drive = tokio::spawn({
+        let (keel, run_id) = (keel.clone(), run.run_id.clone());
+        async move { keel.drive(&run_id).await }
+    });
+    // The drive takes the run's lease just before its guest starts.
+    while backend
+        .leased_elsewhere("nobody", 0)
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        tokio::task::yield_now().await;
+    }
+    let cancelled = keel.cancel(&run.run_id).await.unwrap();
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    let driven = drive.await.unwrap().unwrap();
+    assert_eq!(driven.status, RunStatus::Cancelled);
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    assert!(matches!(journal.last().unwrap().fact, Fact::RunCancelled));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_failed_on_a_bound_goes_on_once_the_bound_is_raised() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.workflow_fuel = 20_000;
+    let (keel, testbed) = open(config).await;
+    let run = keel.run(&testbed, "ten_steps", "10").await.unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.unwrap().kind, "fuel_exhausted");
+    drop((keel, testbed));
+
+    let (keel, _) = open(store.config()).await;
+    keel.retry(&run.run_id).await.unwrap();
+    let run = keel.result(&run.run_id, true).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(run.output.as_deref(), Some("45"));
+    let verdict = keel.replay(&run.run_id, None).await.unwrap();
+    assert!(verdict.is_ok(), "{verdict:?}");
+}

@@ -841,3 +841,37 @@ async fn awaiting_a_hook_another_run_holds_fails_with_hook_conflict() {
     );
     assert_replays(&keel, &[&second.run_id]).await;
 }
+
+/// Every payload replays the run's whole history; only the work after it
+/// counts against the activation's fuel, so a long-lived run never runs
+/// out of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn replaying_a_long_history_costs_no_fuel() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    // Enough for one payload's new work, far too little to replay them all.
+    config.workflow_fuel = FUEL_PER_PAYLOAD;
+    let (keel, c) = open_with(config, keel_tests::ORDER_HOOKS).await;
+    let run = keel
+        .start(&c, "order_updates", &note("long", "first"))
+        .await
+        .unwrap();
+    keel.drive(&run.run_id).await.unwrap();
+    for i in 0..PAYLOADS {
+        let update = json!({"note": format!("n{i}"), "done": i + 1 == PAYLOADS});
+        keel.resume_hook("order:long", &update.to_string())
+            .await
+            .unwrap();
+        let driven = keel.drive(&run.run_id).await.unwrap();
+        assert!(driven.error.is_none(), "payload {i}: {:?}", driven.error);
+    }
+    let run = keel.get_run(&run.run_id).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let notes: Vec<String> = serde_json::from_str(run.output.as_deref().unwrap()).unwrap();
+    assert_eq!(notes.len(), PAYLOADS + 1);
+}
+
+/// Fuel that one payload's new work fits in many times over, and that the
+/// replay of [`PAYLOADS`] payloads' history does not.
+const FUEL_PER_PAYLOAD: u64 = 2_000_000;
+const PAYLOADS: usize = 250;

@@ -254,6 +254,13 @@ async fn spin() -> Result<u64, Error> {
     }
 }
 
+/// Blocks on the machine's clock, which a workflow may not do.
+#[workflow]
+async fn thread_sleep(ms: u64) -> Result<u64, Error> {
+    std::thread::sleep(Duration::from_millis(ms));
+    Ok(ms)
+}
+
 #[workflow]
 async fn memory_bomb() -> Result<usize, Error> {
     let mut hoard: Vec<Vec<u8>> = Vec::new();
@@ -436,6 +443,7 @@ keel_sdk::component!(
         flaky,
         trap,
         spin,
+        thread_sleep,
         memory_bomb,
         memory_bomb_step,
         http_in_workflow,

@@ -375,6 +375,10 @@ impl WorkflowCalls for Activation {
         self
     }
 
+    fn replaying(&self) -> bool {
+        Activation::replaying(self)
+    }
+
     async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32> {
         let Some(step) = self.loaded.manifest.step(&name) else {
             return Err(self.failed(format!(

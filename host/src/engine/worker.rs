@@ -266,7 +266,7 @@ impl Keel {
             if until_idle && tasks.is_empty() && !waiting && wait >= Duration::from_secs(1) {
                 return Ok(WorkSummary {
                     driven,
-                    undriven: retries.undriven(),
+                    undriven: self.still_live(retries.undriven()).await,
                 });
             }
             let progress = self.inner.progress.notified();
@@ -285,6 +285,20 @@ impl Keel {
                 () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
             }
         }
+    }
+
+    /// The runs among `undriven` that have not ended since: a drive that
+    /// failed because another worker sharing the store finished the run
+    /// left nothing undone.
+    async fn still_live(&self, undriven: Vec<(RunId, u32, String)>) -> Vec<(RunId, u32, String)> {
+        let mut live = Vec::new();
+        for entry in undriven {
+            match self.get_run(&entry.0).await {
+                Ok(run) if run.status.is_final() => {}
+                _ => live.push(entry),
+            }
+        }
+        live
     }
 
     fn spawn_drive(&self, tasks: &mut DriveTasks, run_id: &RunId) {

@@ -3,8 +3,9 @@
 //! The workflow sandbox is deterministic: its clocks read journal time
 //! ([`clock`]), its randomness is seeded by the run ID, it has no
 //! filesystem, sockets, environment, arguments or stdin, and every
-//! non-deterministic import (filesystem, sockets, HTTP) is shadowed by a
-//! stub that fails the run. Its keel imports are answered by a
+//! non-deterministic import (filesystem, sockets, HTTP, sleeping on the
+//! machine's clock) is shadowed by a stub that fails the run; its
+//! [`Pulse`] says whether it runs or is in a keel call. Its keel imports are answered by a
 //! [`WorkflowCalls`] (the activation). The step sandbox has real clocks and
 //! randomness and only what the operator granted ([`grants`]).
 
@@ -25,11 +26,13 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 mod clock;
 mod grants;
 mod log;
+mod pulse;
 
 pub use clock::JournalClock;
 pub use grants::Grants;
 use grants::HttpGrant;
 pub use log::GuestLog;
+pub use pulse::Pulse;
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -48,6 +51,8 @@ pub trait WorkflowCalls: Send {
     fn run_id(&self) -> &RunId;
     /// The activation itself, for the engine to take back after the call.
     fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// The workflow is still re-issuing commands the journal holds.
+    fn replaying(&self) -> bool;
     async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32>;
     async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32>;
     async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion>;
@@ -102,6 +107,8 @@ pub struct HostState {
     http_hooks: HttpGrant,
     pub(crate) limits: StoreLimits,
     pub(crate) role: Role,
+    /// A workflow's pulse (unused by other guests).
+    pub(crate) pulse: Arc<Pulse>,
 }
 
 impl HostState {
@@ -119,6 +126,7 @@ impl HostState {
                 .trap_on_grow_failure(true)
                 .build(),
             role,
+            pulse: Arc::default(),
         }
     }
 
@@ -179,6 +187,11 @@ impl HostState {
         ))
     }
 
+    /// The workflow is replaying its journal (false outside a workflow).
+    pub fn replaying(&self) -> bool {
+        matches!(&self.role, Role::Workflow(w) if w.replaying())
+    }
+
     /// The workflow calls this store was made for, to take back after a call.
     pub fn workflow_calls(&mut self) -> Option<&mut dyn Any> {
         match &mut self.role {
@@ -225,16 +238,35 @@ pub fn base_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
 /// Interfaces whose results depend on the world outside the journal.
 const NON_DETERMINISTIC: &[&str] = &["wasi:filesystem/", "wasi:sockets/", "wasi:http/"];
 
-/// The component's imports that are not deterministic, as `interface#function`.
+/// Why a workflow may not call `func` of `interface`, if it may not.
+fn forbidden(interface: &str, func: &str) -> Option<&'static str> {
+    if NON_DETERMINISTIC.iter().any(|p| interface.starts_with(p)) {
+        return Some(
+            "is not deterministic and is not available to workflows. Move this I/O into a \
+             #[step]; steps run with the capabilities granted to the component (HTTP hosts, \
+             directories, environment variables)",
+        );
+    }
+    if interface.starts_with("wasi:clocks/monotonic-clock") && func.starts_with("subscribe-") {
+        return Some(
+            "blocks on the machine's clock (a thread sleep), which a workflow may not do: it \
+             would hold its run without a trace in the journal. Wait with `keel_sdk::sleep`, \
+             which is durable",
+        );
+    }
+    None
+}
+
+/// The component's imports a workflow may not call (I/O outside the
+/// journal, sleeping on the machine's clock), as `interface#function`.
 pub fn non_deterministic_imports(engine: &Engine, component: &Component) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (name, item) in component.component_type().imports(engine) {
-        if !NON_DETERMINISTIC.iter().any(|p| name.starts_with(p)) {
-            continue;
-        }
         if let ComponentItem::ComponentInstance(instance) = item.ty {
             for (func, item) in instance.exports(engine) {
-                if matches!(item.ty, ComponentItem::ComponentFunc(_)) {
+                if matches!(item.ty, ComponentItem::ComponentFunc(_))
+                    && forbidden(name, func).is_some()
+                {
                     out.push((name.to_string(), func.to_string()));
                 }
             }
@@ -244,7 +276,7 @@ pub fn non_deterministic_imports(engine: &Engine, component: &Component) -> Vec<
 }
 
 /// The workflow linker for one component: the base linker with every
-/// non-deterministic function shadowed by a stub that fails the run.
+/// function a workflow may not call shadowed by a stub that fails the run.
 pub fn workflow_linker(
     base: &Linker<HostState>,
     engine: &Engine,
@@ -254,6 +286,7 @@ pub fn workflow_linker(
     linker.allow_shadowing(true);
     for (interface, func) in non_deterministic_imports(engine, component) {
         let what = format!("{interface}#{func}");
+        let why = forbidden(&interface, &func).unwrap_or_default();
         linker
             .instance(&interface)?
             .func_new(&func, move |store, _ty, _params, _results| {
@@ -263,12 +296,7 @@ pub fn workflow_linker(
                 };
                 Err(wasmtime::Error::new(crate::Error::SandboxViolation {
                     run_id,
-                    reason: format!(
-                        "called `{what}`, which is not deterministic and is not available to \
-                         workflows. Move this I/O into a #[step]; steps run with the \
-                         capabilities granted to the component (HTTP hosts, directories, \
-                         environment variables)"
-                    ),
+                    reason: format!("called `{what}`, which {why}"),
                 }))
             })?;
     }
@@ -323,14 +351,17 @@ impl HostState {
 
 impl keel::workflow::workflow_context::Host for HostState {
     async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32> {
+        let _call = self.pulse.keel_call();
         self.calls()?.schedule_step(name, input).await
     }
 
     async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32> {
+        let _call = self.pulse.keel_call();
         self.calls()?.schedule_sleep(duration_ms).await
     }
 
     async fn wait_any(&mut self, ids: Vec<u32>) -> wasmtime::Result<wit::Completion> {
+        let _call = self.pulse.keel_call();
         self.calls()?.wait_any(&ids).await
     }
 
@@ -339,6 +370,7 @@ impl keel::workflow::workflow_context::Host for HostState {
     }
 
     async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool> {
+        let _call = self.pulse.keel_call();
         self.calls()?.patched(change_id).await
     }
 
@@ -351,22 +383,27 @@ impl keel::workflow::workflow_context::Host for HostState {
         &mut self,
         options: wit::HookOptions,
     ) -> wasmtime::Result<Result<wit::Hook, String>> {
+        let _call = self.pulse.keel_call();
         self.calls()?.create_hook(options).await
     }
 
     async fn hook_next(&mut self, handle: u32) -> wasmtime::Result<u32> {
+        let _call = self.pulse.keel_call();
         self.calls()?.hook_next(handle).await
     }
 
     async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()> {
+        let _call = self.pulse.keel_call();
         self.calls()?.dispose_hook(handle).await
     }
 
     async fn read_run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus> {
+        let _call = self.pulse.keel_call();
         self.calls()?.run_status(run_id).await
     }
 
     async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32> {
+        let _call = self.pulse.keel_call();
         self.calls()?.await_run(run_id).await
     }
 
@@ -376,6 +413,7 @@ impl keel::workflow::workflow_context::Host for HostState {
         input: String,
         options: wit::StartOptions,
     ) -> wasmtime::Result<Result<String, wit::StartError>> {
+        let _call = self.pulse.keel_call();
         self.calls()?.start_workflow(workflow, input, options).await
     }
 }
