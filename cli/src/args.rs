@@ -21,6 +21,11 @@ pub struct Cli {
     /// number of processes and machines).
     #[arg(long, global = true, env = "KEEL_DB", default_value = ".keel")]
     pub db: String,
+    /// Embedded store: MiB to keep free on its disk. Below it, writes that
+    /// grow the store are refused (`storage_full`) and go on once space is
+    /// freed.
+    #[arg(long, global = true, default_value_t = keel_host::store::sled::DEFAULT_MIN_FREE_BYTES >> 20)]
+    pub min_free_mib: u64,
     /// PostgreSQL: the schema keel's tables live in.
     #[arg(long, global = true, env = "KEEL_PG_SCHEMA", default_value = "keel")]
     pub pg_schema: String,

@@ -53,6 +53,9 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
             "if the store is corrupted, restore it from a backup or move it aside and start afresh"
                 .into()
         }
+        "storage_full" => {
+            "free space on the disk holding the store (--min-free-mib sets the reserve); a running `keel worker` carries on by itself, or start one to resume the runs".into()
+        }
         "store_schema_too_new" => "use the keel that wrote this store, or a newer one".into(),
         "unsafe_cache" => {
             "make the store's `compiled` directory yours alone (chmod 700), or pass another --db"

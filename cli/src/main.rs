@@ -181,6 +181,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
     config.lease_ttl = std::time::Duration::from_secs(cli.lease_ttl.max(1));
     config.max_concurrent_runs = cli.max_concurrent_runs.max(1);
     config.workflow_fuel = cli.workflow_fuel;
+    config.min_free_bytes = cli.min_free_mib << 20;
     config.activation_timeout = std::time::Duration::from_secs(cli.activation_timeout.max(1));
     config.max_instances = cli.max_instances;
     config.max_memory = cli.max_memory << 20;

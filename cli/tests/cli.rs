@@ -1,5 +1,9 @@
 //! The `keel` binary's contract: `--json` shapes, exit codes and errors.
 
+mod common;
+
+use common::printed_json;
+
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -13,13 +17,7 @@ fn keel(db: &std::path::Path, args: &[&str]) -> (Output, Value) {
         .env("RUST_BACKTRACE", "0")
         .output()
         .expect("running keel");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "keel {args:?} printed no JSON ({e}): {stdout} / {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let json = printed_json(args, &out);
     (out, json)
 }
 

@@ -3,6 +3,10 @@
 //! seed scenarios (a start token twice, resume, a TTL key collision)
 //! through a server; a token that keeps clients out; refusals.
 
+mod common;
+
+use common::printed_json;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -71,13 +75,7 @@ fn client_with(url: &str, args: &[&str], envs: &[(&str, &str)]) -> (Output, Valu
         .env("RUST_BACKTRACE", "0")
         .output()
         .expect("running keel");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "keel {args:?} printed no JSON ({e}): {stdout} / {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let json = printed_json(args, &out);
     (out, json)
 }
 

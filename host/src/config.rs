@@ -16,6 +16,10 @@ use crate::sandbox::Grants;
 pub struct Config {
     /// The sled store's directory, for [`Keel::open_sled`].
     pub db: PathBuf,
+    /// Free space the sled store keeps on its disk: writes that grow it
+    /// are refused (`storage_full`) below this, and go on once space is
+    /// freed.
+    pub min_free_bytes: u64,
     /// Where compiled components are cached (default: `compiled/` in the
     /// store's directory). Native code is loaded from it: it must belong to
     /// this user and be writable by no one else (see [`crate::component`]).
@@ -178,6 +182,7 @@ impl Config {
         let db = db.into();
         Config {
             cache_dir: db.join("compiled"),
+            min_free_bytes: keel_store::sled::DEFAULT_MIN_FREE_BYTES,
             db,
             workflow_fuel: defaults::WORKFLOW_FUEL,
             activation_timeout: defaults::ACTIVATION_TIMEOUT,

@@ -48,6 +48,7 @@ pub fn status_of(kind: &str) -> StatusCode {
         }
         "store_capability" => StatusCode::UNPROCESSABLE_ENTITY,
         "bound_exceeded" => StatusCode::PAYLOAD_TOO_LARGE,
+        "storage_full" => StatusCode::INSUFFICIENT_STORAGE,
         "store_locked"
         | "store_unavailable"
         | "storage"

@@ -98,7 +98,7 @@ pub fn document() -> Value {
                     query("max_memory_mib", "Memory bound of a step instance, MiB", u64.clone()),
                     query("step_timeout_ms", "How long one step attempt may take, ms", u64.clone()),
                 ], Some(("application/octet-stream", &json!({"type": "string", "format": "binary"}))),
-                &[("201", "Deployed", Some(&deployment))], &["400", "413", "503"]),
+                &[("201", "Deployed", Some(&deployment))], &["400", "413", "503", "507"]),
         },
         "/v1/deployments/{name}": {"get": op("getDeployment", "A deployment, by name (its latest) or component hash",
             vec![path_param("name", "A deployment name or component hash")], None,
@@ -106,7 +106,7 @@ pub fn document() -> Value {
         "/v1/workflows/{workflow}/runs": {"post": op("startRun", "Start a run of a workflow (and optionally wait for its end)",
             vec![path_param("workflow", "The workflow's name")], Some(("application/json", &start)),
             &[("201", "The run, admitted (ended if it did within wait_ms)", Some(&run))],
-            &["400", "404", "409", "413", "503"])},
+            &["400", "404", "409", "413", "503", "507"])},
         "/v1/runs": {"get": op("listRuns", "Runs, newest first, filtered and paged", vec![
                 query("status", "Only runs with these statuses (repeated, or comma-separated)", json!({"type": "array", "items": {"enum": ["pending", "running", "waiting", "completed", "failed", "cancelled"]}})),
                 query("workflow", "Only runs of this workflow", json!({"type": "string"})),
@@ -129,7 +129,7 @@ pub fn document() -> Value {
             &[("200", "The run, cancelled (or as it ended before)", Some(&run))], &["404", "503"])},
         "/v1/runs/{run_id}/retry": {"post": op("retryRun", "Retry a failed run from its failed step (fresh attempts, the same step ID) and drive it",
             vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], None,
-            &[("200", "The run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503"])},
+            &[("200", "The run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503", "507"])},
         "/v1/runs/{run_id}/events": {"get": {
             "operationId": "runEvents",
             "summary": "Live updates of a run as server-sent events: `entry` per journal entry, `run` per change of its record; ends after the run ends",
@@ -151,12 +151,12 @@ pub fn document() -> Value {
             &[("200", "The hook", Some(&hook))], &["404", "503"])},
         "/v1/hooks/{token}/resume": {"post": op("resumeHook", "Deliver a payload (the body, any JSON) to the active hook holding a token",
             vec![token(), wait, query("return_on_wait", "With wait_ms: answer as soon as the run waits again", json!({"type": "boolean"}))], Some(("application/json", &any)),
-            &[("200", "The hook's run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "413", "503"])},
+            &[("200", "The hook's run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "413", "503", "507"])},
         "/v1/events": {"get": op("listEvents", "Every ingested event, newest first", vec![], None,
             &[("200", "The events", Some(&events))], &["503"])},
         "/v1/events/{key}": {"post": op("pushEvent", "Push an event: start every workflow subscribed to its key",
             vec![path_param("key", "The event's key")], Some(("application/json", &push)),
-            &[("201", "The event and the runs it started", Some(&event))], &["400", "413", "503"])},
+            &[("201", "The event and the runs it started", Some(&event))], &["400", "413", "503", "507"])},
         "/v1/workers": {"get": op("listWorkers", "The workers sharing the store", vec![], None,
             &[("200", "The workers", Some(&workers))], &["503"])},
     });
@@ -191,6 +191,7 @@ fn reason(status: &str) -> &'static str {
         }
         "413" => "The body is too large (kind `payload_too_large`)",
         "503" => "The store is unavailable",
+        "507" => "The store's disk is full (kind `storage_full`); nothing committed is lost",
         _ => "An error",
     }
 }

@@ -67,6 +67,11 @@ pub enum StoreError {
 
     #[error("storage failed: {reason}")]
     Backend { reason: String },
+
+    #[error(
+        "the disk holding the store is full ({reason}); the write was refused, nothing committed is lost, and writes go on once space is freed"
+    )]
+    StorageFull { reason: String },
 }
 
 impl StoreError {
@@ -87,6 +92,7 @@ impl StoreError {
             StoreError::Corrupt(_) => "corrupt_record",
             StoreError::Unconfirmed { .. } => "store_unconfirmed",
             StoreError::Backend { .. } => "storage",
+            StoreError::StorageFull { .. } => "storage_full",
         }
     }
 }

@@ -197,7 +197,9 @@ impl Keel {
             Err(
                 e @ (StoreError::HookConflict { .. }
                 | StoreError::IdempotencyCollision { .. }
-                | StoreError::RunExists { .. }),
+                | StoreError::RunExists { .. }
+                // Refused before anything was written.
+                | StoreError::StorageFull { .. }),
             ) => {
                 return Err(e.into());
             }

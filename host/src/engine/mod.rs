@@ -153,7 +153,7 @@ impl Keel {
 
     /// An engine over the sled store in `config.db`, opened (or created).
     pub fn open_sled(config: Config) -> Result<Keel> {
-        let store = SledStore::open(&config.db)?;
+        let store = SledStore::open_with(&config.db, config.min_free_bytes)?;
         Keel::open(config, Arc::new(store))
     }
 

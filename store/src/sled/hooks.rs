@@ -82,6 +82,7 @@ impl SledStore {
 #[async_trait]
 impl RunStore for SledStore {
     async fn admit(&self, a: Admission<'_>) -> Result<()> {
+        self.room()?;
         let i = &self.inner;
         let run = a.run;
         let key_bytes = a.key.map(|k| key_of(&run.workflow, k.key));
@@ -139,6 +140,7 @@ impl RunStore for SledStore {
     }
 
     async fn import(&self, run: &RunRecord, entries: &[Entry]) -> Result<()> {
+        self.room()?;
         let i = &self.inner;
         let record = codec::encode(run);
         (&i.runs, &i.live, &i.journal).transaction(|(runs, live, journal)| {
@@ -244,6 +246,7 @@ impl HookStore for SledStore {
         force: bool,
         now_ms: u64,
     ) -> Result<Registered> {
+        self.room()?;
         let i = &self.inner;
         let trees = (&i.hooks, &i.run_hooks, &i.claims, &i.wakeups);
         let registered = trees.transaction(|(hooks, run_hooks, claims, wakeups)| {
@@ -273,6 +276,7 @@ impl HookStore for SledStore {
     }
 
     async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+        self.room()?;
         let i = &self.inner;
         let owner = (&i.hooks, &i.inbox, &i.wakeups).transaction(|(hooks, inbox, wakeups)| {
             let Some(mut hook) = read_hook(hooks, token)?.filter(|h| h.active) else {

@@ -33,7 +33,52 @@ pub use schema::SCHEMA_VERSION;
 /// closes it and releases its lock.
 #[derive(Clone)]
 pub struct SledStore {
-    inner: Arc<Inner>,
+    inner: Arc<Closing>,
+}
+
+/// Free space the store keeps in reserve by default: writes that grow it
+/// (admissions, journal entries, payloads, components) are refused below
+/// this, so that sled itself never meets a full disk (which wedges it) and
+/// writes resume by themselves once space is freed.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
+
+/// How long closing the store may take: sled flushes as it closes, and
+/// after an I/O error that flush can wait forever.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The store's state, closed on a thread of its own with a time bound.
+struct Closing(Option<Inner>);
+
+impl std::ops::Deref for Closing {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        self.0
+            .as_ref()
+            .expect("the store is open until its last handle is dropped")
+    }
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        let Some(inner) = self.0.take() else {
+            return;
+        };
+        let path = inner.path.clone();
+        let (closed, wait) = std::sync::mpsc::channel();
+        let closer = std::thread::Builder::new()
+            .name("keel-sled-close".into())
+            .spawn(move || {
+                drop(inner);
+                let _ = closed.send(());
+            });
+        if closer.is_ok() && wait.recv_timeout(CLOSE_TIMEOUT).is_err() {
+            tracing::error!(
+                store = %path.display(),
+                "the store did not close within {CLOSE_TIMEOUT:?} (its disk failed or is full); what was committed is on disk"
+            );
+        }
+    }
 }
 
 struct Inner {
@@ -68,6 +113,8 @@ struct Inner {
     /// Worker ID to its announcement.
     workers: sled::Tree,
     committer: GroupCommit,
+    /// Growing writes are refused with less free space than this.
+    min_free_bytes: u64,
 }
 
 impl SledStore {
@@ -75,6 +122,13 @@ impl SledStore {
     /// A store another process holds is [`StoreError::Locked`]; one written
     /// by a newer keel is [`StoreError::SchemaTooNew`].
     pub fn open(path: impl AsRef<Path>) -> Result<SledStore> {
+        SledStore::open_with(path, DEFAULT_MIN_FREE_BYTES)
+    }
+
+    /// As [`SledStore::open`], keeping `min_free_bytes` of its disk free:
+    /// writes that would grow the store with less free are refused with
+    /// [`StoreError::StorageFull`].
+    pub fn open_with(path: impl AsRef<Path>, min_free_bytes: u64) -> Result<SledStore> {
         let path = path.as_ref().to_path_buf();
         private_dir(&path)?;
         let db = sled::Config::new()
@@ -105,9 +159,10 @@ impl SledStore {
             workers: open("workers")?,
             committer: GroupCommit::new(db.clone()),
             path,
+            min_free_bytes,
         };
         let store = SledStore {
-            inner: Arc::new(inner),
+            inner: Arc::new(Closing(Some(inner))),
         };
         schema::migrate(&store, &meta, &db)?;
         store.void_leases()?;
@@ -148,6 +203,26 @@ impl SledStore {
     /// The store's directory.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Refuses a write that grows the store when its disk has less free
+    /// space than the reserve.
+    fn room(&self) -> Result<()> {
+        let Ok(stat) = rustix::fs::statvfs(&self.inner.path) else {
+            // Unknown: sled's own error, if any, says more.
+            return Ok(());
+        };
+        let free = stat.f_bavail.saturating_mul(stat.f_frsize);
+        if free >= self.inner.min_free_bytes {
+            return Ok(());
+        }
+        Err(StoreError::StorageFull {
+            reason: format!(
+                "{free} bytes free at `{}`, under the {} bytes keel keeps in reserve",
+                self.inner.path.display(),
+                self.inner.min_free_bytes
+            ),
+        })
     }
 
     /// Waits until every write made before the call is on disk.
@@ -281,6 +356,7 @@ impl JournalStore for SledStore {
         run: Option<&RunRecord>,
         fence: Option<&Lease>,
     ) -> Result<()> {
+        self.room()?;
         // One process opens a sled store, and drives a run from one task at
         // a time: checking the fence before writing is enough here.
         self.check_fence(fence)?;
@@ -476,6 +552,7 @@ impl KeyStore for SledStore {
 #[async_trait]
 impl EventStore for SledStore {
     async fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()> {
+        self.room()?;
         self.inner
             .subscriptions
             .insert(key_of(event_key, workflow), hash.as_bytes())
@@ -499,6 +576,7 @@ impl EventStore for SledStore {
     }
 
     async fn put_event(&self, event: &EventRecord) -> Result<()> {
+        self.room()?;
         self.inner
             .events
             .insert(event.event_id.as_bytes(), codec::encode(event))
@@ -518,6 +596,7 @@ impl EventStore for SledStore {
 #[async_trait]
 impl ComponentStore for SledStore {
     async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
+        self.room()?;
         let components = &self.inner.components;
         if !components.contains_key(hash).map_err(backend)? {
             components.insert(hash, bytes).map_err(backend)?;
@@ -539,6 +618,7 @@ impl ComponentStore for SledStore {
 #[async_trait]
 impl DeploymentStore for SledStore {
     async fn put_deployment(&self, deployment: &Deployment) -> Result<()> {
+        self.room()?;
         self.inner
             .deployments
             .insert(deployment.hash.as_bytes(), codec::encode(deployment))
@@ -629,9 +709,19 @@ fn journal_key(run_id: &str, seq: u64) -> Vec<u8> {
 }
 
 fn backend(e: sled::Error) -> StoreError {
+    if is_full(&e) {
+        return StoreError::StorageFull {
+            reason: e.to_string(),
+        };
+    }
     StoreError::Backend {
         reason: e.to_string(),
     }
+}
+
+/// The error is a full disk's.
+fn is_full(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull)
 }
 
 /// Makes the store's directory this user's alone (0700), creating it if
@@ -672,6 +762,11 @@ fn private_dir(path: &Path) -> Result<()> {
 fn open_error(path: &Path, e: sled::Error) -> StoreError {
     let text = e.to_string();
     let location = path.display().to_string();
+    if is_full(&e) {
+        return StoreError::StorageFull {
+            reason: format!("opening `{location}`: {text}"),
+        };
+    }
     if text.contains("lock")
         || text.contains("WouldBlock")
         || text.contains("temporarily unavailable")

@@ -1,0 +1,17 @@
+//! Helpers shared by the CLI's tests.
+
+use std::process::Output;
+
+use serde_json::Value;
+
+/// What keel printed on stdout, as JSON (`--json`); panics with both
+/// streams when it is not.
+pub fn printed_json(args: &[&str], out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "keel {args:?} printed no JSON ({e}): {stdout} / {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
