@@ -269,6 +269,23 @@ pub enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    /// Run a workflow once cleanly, then again with a crash injected at each
+    /// journal write in turn (the write lost, or landed unheard), recover
+    /// each as a restarted worker would, and check that it ends as the
+    /// clean run did, that no step's completion is recorded twice, that
+    /// step IDs are the same and that every journal replays. Prints a table
+    /// of the points tried; non-zero on any violation. Each run gets a
+    /// store of its own; steps get the grants given with --allow-*.
+    Crashtest {
+        /// The component's `.wasm`.
+        component: PathBuf,
+        /// The workflow to run.
+        workflow: String,
+        /// The run's input, as JSON; `@FILE` reads it from a file, `-` from
+        /// standard input.
+        #[arg(long, default_value = "null")]
+        input: String,
+    },
     /// Print a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell.

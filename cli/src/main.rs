@@ -19,6 +19,7 @@ use control::{Reply, Request};
 mod args;
 mod bench;
 mod control;
+mod crashtest;
 mod demo;
 mod hints;
 mod print;
@@ -249,6 +250,15 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Test { dir } = &cli.command {
         return scaffold::test(dir, &user_cache_dir(), cli.json).await;
     }
+    if let Command::Crashtest {
+        component,
+        workflow,
+        input,
+    } = &cli.command
+    {
+        let input = request::text_arg("--input", input)?;
+        return crashtest::run(component, workflow, input, config(&cli)?, cli.json).await;
+    }
     if let Command::Bench(args) = &cli.command {
         return bench::run(args).await.map(|()| ExitCode::SUCCESS);
     }
@@ -387,6 +397,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(_)
         | Command::New { .. }
         | Command::Test { .. }
+        | Command::Crashtest { .. }
         | Command::Completions { .. }
         | Command::Deploy { .. }
         | Command::Deployments { .. }

@@ -198,7 +198,7 @@ fn grants_of(cli: &Cli) -> Result<GrantSpec, keel_host::Error> {
 /// A JSON argument as given: the text itself, `@FILE` for a file's
 /// contents, or `-` for standard input (for inputs too large for a command
 /// line).
-fn text_arg(flag: &str, value: &str) -> anyhow::Result<String> {
+pub fn text_arg(flag: &str, value: &str) -> anyhow::Result<String> {
     if value == "-" {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)

@@ -830,3 +830,79 @@ fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
     assert!(out.status.success(), "{run}");
     assert_eq!(run["workflow"], "sleeper");
 }
+
+/// `keel crashtest`, with grants, on the runtime of the test.
+fn crashtest(args: &[&str]) -> (Output, Value) {
+    let db = tempfile::tempdir().unwrap();
+    keel(db.path(), args)
+}
+
+#[test]
+fn crashtest_passes_idempotent_workflows() {
+    for (workflow, input) in [("ten_steps", "3"), ("two_steps", "4")] {
+        let (out, report) =
+            crashtest(&["crashtest", keel_tests::TESTBED, workflow, "--input", input]);
+        assert!(out.status.success(), "{workflow}: {report}");
+        assert_eq!(report["passed"], true);
+        let points = report["points"].as_array().unwrap();
+        assert_eq!(
+            points.len() as u64,
+            2 * report["clean"]["journal_writes"].as_u64().unwrap()
+        );
+        assert!(points.len() >= 4, "{report}");
+        assert!(points.iter().all(|p| p["reached"] == true), "{report}");
+    }
+    // The example guest, whose charge is keyed by its step ID.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(keel_payment_api::PaymentApi::start(false))
+        .unwrap();
+    let input = serde_json::json!({
+        "order_id": "o-1", "user_id": "u-1", "amount": 1250, "payment_url": api.url("/charge"),
+    })
+    .to_string();
+    let host = api.addr.to_string();
+    let (out, report) = crashtest(&[
+        "--allow-http",
+        &host,
+        "crashtest",
+        keel_tests::ORDER,
+        "process_order",
+        "--input",
+        &input,
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["clean"]["status"], "completed", "{report}");
+}
+
+#[test]
+fn crashtest_names_the_crash_point_where_a_step_repeats_its_effect() {
+    let files = tempfile::tempdir().unwrap();
+    let dir = files.path().to_str().unwrap();
+    let input = serde_json::to_string(dir).unwrap();
+    let (out, report) = crashtest(&[
+        "--allow-dir",
+        dir,
+        "crashtest",
+        keel_tests::TESTBED,
+        "tally",
+        "--input",
+        &input,
+    ]);
+    assert!(!out.status.success(), "{report}");
+    assert_eq!(report["passed"], false);
+    assert_eq!(report["clean"]["output"], "1");
+    let violated: Vec<_> = report["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| !p["violations"].as_array().unwrap().is_empty())
+        .collect();
+    assert!(!violated.is_empty(), "{report}");
+    for point in &violated {
+        // The append ran twice: once before the crash, once on recovery.
+        let said = point["violations"][0].as_str().unwrap();
+        assert!(said.contains("output 2"), "{said}");
+        assert_eq!(point["crash"], "before", "{point}");
+    }
+}

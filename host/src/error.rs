@@ -181,6 +181,9 @@ pub enum Error {
     #[error("{0}")]
     Wasm(String),
 
+    #[error("run {run_id} cannot be crash-tested: {reason}")]
+    NotCrashTestable { run_id: RunId, reason: String },
+
     #[error("I/O error on `{path}`: {source}")]
     Io {
         path: PathBuf,
@@ -268,6 +271,7 @@ impl Error {
             Error::NotRetryable { .. } => "not_retryable",
             Error::BoundExceeded { .. } => "bound_exceeded",
             Error::Store(e) => e.kind(),
+            Error::NotCrashTestable { .. } => "not_crash_testable",
             Error::Wasm(_) => "wasm",
             Error::Io { .. } => "io",
             Error::UnsafeCache { .. } => "unsafe_cache",
@@ -281,6 +285,7 @@ impl Error {
             | Error::RunExists { run_id }
             | Error::SandboxViolation { run_id, .. }
             | Error::FuelExhausted { run_id, .. }
+            | Error::NotCrashTestable { run_id, .. }
             | Error::ActivationTimeout { run_id, .. }
             | Error::MemoryExhausted { run_id, .. }
             | Error::GuestTrap { run_id, .. }

@@ -15,6 +15,7 @@ mod activation;
 mod clock;
 pub mod component;
 mod config;
+pub mod crashtest;
 mod engine;
 mod error;
 pub mod keys;

@@ -1,9 +1,10 @@
 //! A store that wraps another and injects faults, for testing what the
-//! engine does when a store fails or supports less. Every method delegates
-//! to the wrapped store unless a fault is armed.
+//! engine does when a store fails or supports less, and for `keel
+//! crashtest`'s crash points. Every method delegates to the wrapped store
+//! unless a fault is armed.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use keel_core::{
@@ -22,6 +23,41 @@ pub struct FaultyStore<S> {
     unconfirm_next_write: AtomicBool,
     lose_start_hooks: AtomicBool,
     capabilities: Mutex<Option<Capabilities>>,
+    /// Journal writes (appends and run ends) made so far.
+    journal_writes: AtomicU64,
+    /// The crash armed, if any: at which journal write, and how.
+    crash: Mutex<Option<Crash>>,
+    /// The crash happened: every journal write fails from then on.
+    crashed: AtomicBool,
+}
+
+/// A crash injected at a journal write, as a process killed there would
+/// leave the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crash {
+    /// The journal write (appends and run ends, counted from 1) it hits.
+    pub at_write: u64,
+    /// Whether that write lands before the crash.
+    pub when: CrashWhen,
+}
+
+/// Where in a journal write a crash strikes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashWhen {
+    /// The write is lost.
+    Before,
+    /// The write lands, and the process dies before it hears so.
+    After,
+}
+
+impl CrashWhen {
+    /// `before` or `after`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CrashWhen::Before => "before",
+            CrashWhen::After => "after",
+        }
+    }
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -32,6 +68,61 @@ impl<S: Store> FaultyStore<S> {
             unconfirm_next_write: AtomicBool::new(false),
             lose_start_hooks: AtomicBool::new(false),
             capabilities: Mutex::new(None),
+            journal_writes: AtomicU64::new(0),
+            crash: Mutex::new(None),
+            crashed: AtomicBool::new(false),
+        }
+    }
+
+    /// Arms a crash: at its journal write, the store stops taking journal
+    /// writes (that one lost or landed, as `crash.when` says; every one
+    /// after fails), so the run goes no further, as if the process had
+    /// died there. Recovery reopens the wrapped store.
+    pub fn crash_at(&self, crash: Crash) {
+        *self.crash.lock().unwrap_or_else(|e| e.into_inner()) = Some(crash);
+    }
+
+    /// Journal writes made (or attempted) so far.
+    pub fn journal_writes(&self) -> u64 {
+        self.journal_writes.load(Ordering::SeqCst)
+    }
+
+    /// Whether the armed crash has happened.
+    pub fn has_crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// The wrapped store.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    fn dead() -> StoreError {
+        StoreError::Backend {
+            reason: "injected crash: the process died here".into(),
+        }
+    }
+
+    /// Makes a journal write through `write`, unless the armed crash
+    /// strikes it (or struck before).
+    async fn journal_write<T>(
+        &self,
+        write: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        if self.has_crashed() {
+            return Err(Self::dead());
+        }
+        let n = self.journal_writes.fetch_add(1, Ordering::SeqCst) + 1;
+        let crash = *self.crash.lock().unwrap_or_else(|e| e.into_inner());
+        match crash {
+            Some(c) if c.at_write == n => {
+                self.crashed.store(true, Ordering::SeqCst);
+                if c.when == CrashWhen::After {
+                    write.await?;
+                }
+                Err(Self::dead())
+            }
+            _ => self.confirm(write.await),
         }
     }
 
@@ -93,7 +184,8 @@ impl<S: Store> RunStore for FaultyStore<S> {
         now_ms: u64,
         fence: Option<&Lease>,
     ) -> Result<Vec<RunId>> {
-        self.confirm(self.inner.end_run(run, journal, now_ms, fence).await)
+        self.journal_write(self.inner.end_run(run, journal, now_ms, fence))
+            .await
     }
 }
 
@@ -106,7 +198,8 @@ impl<S: Store> JournalStore for FaultyStore<S> {
         run: Option<&RunRecord>,
         fence: Option<&Lease>,
     ) -> Result<()> {
-        self.confirm(self.inner.append(run_id, entries, run, fence).await)
+        self.journal_write(self.inner.append(run_id, entries, run, fence))
+            .await
     }
     async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
         self.inner.journal(run_id).await

@@ -396,6 +396,39 @@ async fn read_env_and_file(var: String, path: String) -> Result<Value, StepError
     }))
 }
 
+/// Appends a line to `path` and counts its lines: not idempotent, since
+/// it does not key its effect by its step ID, so a crash between the
+/// append and the journaling of its completion repeats the append.
+#[step(max_retries = 0)]
+async fn append_line(path: String) -> Result<usize, StepError> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| StepError::fatal(format!("{path}: {e}")))?;
+    writeln!(file, "x").map_err(|e| StepError::fatal(e.to_string()))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| StepError::fatal(e.to_string()))?;
+    Ok(text.lines().count())
+}
+
+/// Tallies its run in a file of the granted `dir` (one per admission) with
+/// a step that is not idempotent: a crash test finds the points where the
+/// tally goes wrong.
+#[workflow]
+async fn tally(dir: String) -> Result<usize, Error> {
+    let run = keel_sdk::workflow_metadata();
+    let started = run
+        .started_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let file = format!("{dir}/{}-{started}.log", run.run_id);
+    let count = append_line(file).await?;
+    noop(1).await?;
+    Ok(count)
+}
+
 #[workflow]
 async fn grants((var, path): (String, String)) -> Result<Value, Error> {
     read_env_and_file(var, path).await
@@ -457,6 +490,7 @@ keel_sdk::component!(
         numeric_key,
         broken_key,
         spinning_step,
+        tally,
         fan_out,
         metadata_in_workflow,
         deep,
@@ -472,6 +506,7 @@ keel_sdk::component!(
         always_fails,
         probe,
         read_env_and_file,
+        append_line,
         spin_once,
         hoard,
         measure,

@@ -161,6 +161,11 @@ impl Keel {
         &self.inner.store
     }
 
+    /// The engine's clock, in milliseconds since the Unix epoch.
+    pub fn clock_ms(&self) -> u64 {
+        self.now_ms()
+    }
+
     fn now_ms(&self) -> u64 {
         self.inner.config.clock.now_ms()
     }

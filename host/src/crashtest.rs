@@ -1,0 +1,299 @@
+//! The crash-point harness: runs a workflow once cleanly, then once per
+//! crash point (every run with the same run ID, each in a store of its
+//! own), with the process "killed" at each journal write in turn
+//! (the write lost, or landed unheard) through a fault-injecting store,
+//! recovers each run as a restarted worker would (the store reopened, a
+//! new engine), and checks what recovery must keep: the run ends as the
+//! clean run did, no step's completion is recorded twice, step IDs are the
+//! clean run's, and the journal replays.
+//!
+//! A step that is not idempotent (one that repeats its side effect when it
+//! runs again after a crash, instead of keying it by its step ID) shows up
+//! as an output that differs at the points between its effect and the
+//! journaling of its completion.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_core::index::JournalIndex;
+use keel_core::journal::{Entry, Fact};
+use keel_core::{RunError, RunStatus};
+use keel_store::faulty::{Crash, CrashWhen, FaultyStore};
+use keel_store::sled::SledStore;
+
+use crate::{Config, Error, Keel, Result, StartOptions};
+
+/// What to crash-test.
+#[derive(Clone)]
+pub struct CrashTest {
+    /// The component's `.wasm`.
+    pub component: PathBuf,
+    pub workflow: String,
+    /// The run's input, as JSON.
+    pub input: String,
+    /// The engine's settings (grants, bounds); each run gets its own store.
+    pub config: Config,
+}
+
+/// How a run ended, as the checks compare it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ending {
+    pub status: RunStatus,
+    /// The output, with the run's ID written as `{run_id}`.
+    pub output: Option<String>,
+    /// The error's kind, if it failed.
+    pub error_kind: Option<String>,
+}
+
+/// The clean run every crash point is compared with.
+#[derive(Clone, Debug)]
+pub struct CleanRun {
+    pub ending: Ending,
+    pub error: Option<RunError>,
+    /// Journal writes it made: the crash points.
+    pub journal_writes: u64,
+    /// Its steps in order: name and step ID (with `{run_id}` for its ID).
+    pub steps: Vec<(String, String)>,
+}
+
+/// One crash point and what recovery from it did.
+#[derive(Clone, Debug)]
+pub struct PointReport {
+    pub crash: Crash,
+    /// The kind of the journal's last durable entry when it crashed.
+    pub durable_last: String,
+    /// The crash struck (a run that makes fewer writes this time, with
+    /// steps racing, may not reach the point).
+    pub reached: bool,
+    /// What recovery broke; empty when it kept everything.
+    pub violations: Vec<String>,
+}
+
+/// The clean run and every crash point.
+#[derive(Clone, Debug)]
+pub struct CrashReport {
+    pub clean: CleanRun,
+    pub points: Vec<PointReport>,
+}
+
+impl CrashReport {
+    /// No crash point broke anything.
+    pub fn passed(&self) -> bool {
+        self.points.iter().all(|p| p.violations.is_empty())
+    }
+}
+
+/// Runs `test`: the clean run, then each crash point (reported to
+/// `progress` as it ends).
+pub async fn crashtest(
+    test: &CrashTest,
+    mut progress: impl FnMut(&PointReport),
+) -> Result<CrashReport> {
+    let root = tempfile::tempdir().map_err(|source| Error::Io {
+        path: std::env::temp_dir(),
+        source,
+    })?;
+    // Every run has the same ID, so its steps have the same IDs: a service
+    // that keys effects by step ID sees each trial as that run recovering.
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let clean = clean_run(test, root.path(), &run_id).await?;
+    let mut points = Vec::new();
+    for at_write in 1..=clean.journal_writes {
+        for when in [CrashWhen::Before, CrashWhen::After] {
+            let crash = Crash { at_write, when };
+            let point = crash_point(test, root.path(), &run_id, &clean, crash).await?;
+            progress(&point);
+            points.push(point);
+        }
+    }
+    Ok(CrashReport { clean, points })
+}
+
+/// A store of its own for one run, under `root`, behind a fault injector.
+struct Trial {
+    dir: PathBuf,
+    config: Config,
+    run_id: String,
+}
+
+impl Trial {
+    fn new(test: &CrashTest, root: &Path, name: &str, run_id: &str) -> Trial {
+        let dir = root.join(name);
+        let mut config = test.config.clone();
+        config.db = dir.clone();
+        // One compile for all trials.
+        config.cache_dir = root.join("compiled");
+        Trial {
+            dir,
+            config,
+            run_id: run_id.to_string(),
+        }
+    }
+
+    /// An engine over the trial's store, with `crash` armed.
+    async fn engine(&self, crash: Option<Crash>) -> Result<(Keel, Arc<FaultyStore<SledStore>>)> {
+        let store = Arc::new(FaultyStore::new(SledStore::reopen(&self.dir)?));
+        if let Some(crash) = crash {
+            store.crash_at(crash);
+        }
+        let keel = Keel::open(self.config.clone(), store.clone())?;
+        Ok((keel, store))
+    }
+
+    /// Starts the run; with a crash armed the drive may end in an error.
+    async fn start(&self, keel: &Keel, test: &CrashTest) -> Result<()> {
+        let component = keel.load(&test.component).await?;
+        let options = StartOptions {
+            run_id: Some(self.run_id.as_str().into()),
+            ..StartOptions::default()
+        };
+        keel.start_with(&component, &test.workflow, &test.input, &options)
+            .await?;
+        Ok(())
+    }
+
+    fn anonymous(&self, text: &str) -> String {
+        text.replace(&self.run_id, "{run_id}")
+    }
+}
+
+async fn clean_run(test: &CrashTest, root: &Path, run_id: &str) -> Result<CleanRun> {
+    let trial = Trial::new(test, root, "clean", run_id);
+    let (keel, store) = trial.engine(None).await?;
+    trial.start(&keel, test).await?;
+    let run = run_to_end(&keel, &trial.run_id).await?;
+    let journal = keel.journal(&trial.run_id).await?;
+    Ok(CleanRun {
+        ending: ending(&trial, &run),
+        error: run.error.clone(),
+        journal_writes: store.journal_writes(),
+        steps: steps(&trial, &journal),
+    })
+}
+
+async fn crash_point(
+    test: &CrashTest,
+    root: &Path,
+    run_id: &str,
+    clean: &CleanRun,
+    crash: Crash,
+) -> Result<PointReport> {
+    let name = format!("{}-{}", crash.at_write, crash.when.as_str());
+    let trial = Trial::new(test, root, &name, run_id);
+    let reached = {
+        let (keel, store) = trial.engine(Some(crash)).await?;
+        trial.start(&keel, test).await?;
+        // The crash ends the drive with a storage error; a point the run
+        // never reaches lets it end.
+        let _ = run_to_end(&keel, &trial.run_id).await;
+        store.has_crashed()
+    };
+    // Recovery: the store reopened by a new engine, as after a restart.
+    let (keel, _) = trial.engine(None).await?;
+    let durable = keel.journal(&trial.run_id).await?;
+    let durable_last = durable
+        .last()
+        .map_or("nothing", |e| e.fact.name())
+        .to_string();
+    let run = run_to_end(&keel, &trial.run_id).await?;
+    let journal = keel.journal(&trial.run_id).await?;
+    let mut violations = Vec::new();
+    let got = ending(&trial, &run);
+    if got != clean.ending {
+        violations.push(format!(
+            "it ended {} with {}, the clean run {} with {}",
+            got.status.as_str(),
+            describe(&got),
+            clean.ending.status.as_str(),
+            describe(&clean.ending)
+        ));
+    }
+    violations.extend(twice_completed(&journal));
+    let got_steps = steps(&trial, &journal);
+    if got_steps != clean.steps {
+        violations.push(format!(
+            "its steps are {got_steps:?}, the clean run's {:?}",
+            clean.steps
+        ));
+    }
+    let verdict = keel.replay(&trial.run_id, None).await?;
+    if !verdict.is_ok() {
+        violations.push(format!("its journal does not replay: {verdict:?}"));
+    }
+    Ok(PointReport {
+        crash,
+        durable_last,
+        reached,
+        violations,
+    })
+}
+
+/// Drives the run until it ends; a run left waiting for something outside
+/// it (a hook, an event, another run) cannot be crash-tested alone.
+async fn run_to_end(keel: &Keel, run_id: &str) -> Result<keel_core::RunRecord> {
+    loop {
+        let run = keel.drive(run_id).await?;
+        if run.status.is_final() {
+            return Ok(run);
+        }
+        let Some(wake_at) = run.wake_at_ms else {
+            return Err(Error::NotCrashTestable {
+                run_id: run.run_id,
+                reason: "it waits for something outside it (a hook, an event or another run), and a crash test needs a workflow that ends by itself".into(),
+            });
+        };
+        let wait = wake_at.saturating_sub(keel.clock_ms());
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
+fn ending(trial: &Trial, run: &keel_core::RunRecord) -> Ending {
+    Ending {
+        status: run.status,
+        output: run.output.as_deref().map(|o| trial.anonymous(o)),
+        error_kind: run.error.as_ref().map(|e| e.kind.clone()),
+    }
+}
+
+fn describe(ending: &Ending) -> String {
+    match (&ending.output, &ending.error_kind) {
+        (Some(output), _) => format!("output {output}"),
+        (None, Some(kind)) => format!("error {kind}"),
+        (None, None) => "nothing".into(),
+    }
+}
+
+fn steps(trial: &Trial, journal: &[Entry]) -> Vec<(String, String)> {
+    effective(journal)
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::StepScheduled { name, step_id, .. } => {
+                Some((name.clone(), trial.anonymous(step_id)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Steps whose completion the journal records more than once.
+fn twice_completed(journal: &[Entry]) -> Vec<String> {
+    let mut counts = std::collections::BTreeMap::<u32, usize>::new();
+    for entry in effective(journal) {
+        if let Fact::StepCompleted { command, .. } | Fact::StepFailed { command, .. } = entry.fact {
+            *counts.entry(command).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(command, n)| format!("the step of command {command} is recorded ended {n} times"))
+        .collect()
+}
+
+/// What the journal counts (a retry voids what it replaced).
+fn effective(journal: &[Entry]) -> Vec<Entry> {
+    JournalIndex::new(journal.to_vec())
+        .map(|index| index.effective().cloned().collect())
+        .unwrap_or_else(|_| journal.to_vec())
+}
