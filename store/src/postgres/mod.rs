@@ -701,11 +701,9 @@ impl RunStore for PgStore {
     }
 
     async fn get_run(&self, run_id: &str) -> Result<RunRecord> {
-        let client = self.client().await?;
-        let row = client
-            .row("SELECT record FROM runs WHERE run_id = $1", &[&run_id])
-            .await
-            .map_err(pg)?
+        let row = self
+            .select_one("SELECT record FROM runs WHERE run_id = $1", &[&run_id])
+            .await?
             .ok_or_else(|| StoreError::RunNotFound {
                 run_id: run_id.into(),
             })?;
@@ -807,6 +805,21 @@ impl RunStore for PgStore {
 }
 
 impl PgStore {
+    /// Runs `sql` on a pooled connection; the rows it changed.
+    async fn exec(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+        self.client().await?.run(sql, params).await.map_err(pg)
+    }
+
+    /// The rows `sql` selects, on a pooled connection.
+    async fn select(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        self.client().await?.rows(sql, params).await.map_err(pg)
+    }
+
+    /// The row `sql` selects, if any, on a pooled connection.
+    async fn select_one(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
+        self.client().await?.row(sql, params).await.map_err(pg)
+    }
+
     /// The records `sql` selects (one encoded column), decoded as `what`.
     async fn records<T: serde::de::DeserializeOwned>(
         &self,
@@ -814,11 +827,8 @@ impl PgStore {
         params: &[&(dyn ToSql + Sync)],
         what: &str,
     ) -> Result<Vec<T>> {
-        let client = self.client().await?;
-        client
-            .rows(sql, params)
-            .await
-            .map_err(pg)?
+        self.select(sql, params)
+            .await?
             .iter()
             .map(|r| Ok(codec::decode(r.get(0), what)?))
             .collect()
@@ -851,17 +861,14 @@ impl JournalStore for PgStore {
     }
 
     async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
-        let client = self.client().await?;
-        client
-            .rows(
-                "SELECT entry FROM journal WHERE run_id = $1 ORDER BY seq",
-                &[&run_id],
-            )
-            .await
-            .map_err(pg)?
-            .iter()
-            .map(|r| Ok(journal::decode(r.get(0))?))
-            .collect()
+        self.select(
+            "SELECT entry FROM journal WHERE run_id = $1 ORDER BY seq",
+            &[&run_id],
+        )
+        .await?
+        .iter()
+        .map(|r| Ok(journal::decode(r.get(0))?))
+        .collect()
     }
 }
 
@@ -874,10 +881,9 @@ impl LeaseStore for PgStore {
         ttl_ms: u64,
         now_ms: u64,
     ) -> Result<Option<Lease>> {
-        let client = self.client().await?;
         let expires = i(now_ms.saturating_add(ttl_ms));
-        let row = client
-            .row(
+        let row = self
+            .select_one(
                 "UPDATE runs SET lease_owner = $2, lease_epoch = lease_epoch + 1,
                      lease_expires_ms = $3
                  WHERE run_id = $1
@@ -885,8 +891,7 @@ impl LeaseStore for PgStore {
                  RETURNING lease_epoch",
                 &[&run_id, &owner, &expires, &i(now_ms)],
             )
-            .await
-            .map_err(pg)?;
+            .await?;
         Ok(row.map(|r| Lease {
             run_id: run_id.into(),
             owner: owner.into(),
@@ -896,10 +901,9 @@ impl LeaseStore for PgStore {
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease> {
-        let client = self.client().await?;
         let expires = i(now_ms.saturating_add(ttl_ms));
-        let renewed = client
-            .run(
+        let renewed = self
+            .exec(
                 "UPDATE runs SET lease_expires_ms = $4
                  WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
                 &[
@@ -909,8 +913,7 @@ impl LeaseStore for PgStore {
                     &expires,
                 ],
             )
-            .await
-            .map_err(pg)?;
+            .await?;
         if renewed == 0 {
             return Err(StoreError::LeaseLost {
                 run_id: lease.run_id.clone(),
@@ -924,29 +927,24 @@ impl LeaseStore for PgStore {
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .run(
-                "UPDATE runs SET lease_owner = '', lease_expires_ms = 0
+        self.exec(
+            "UPDATE runs SET lease_owner = '', lease_expires_ms = 0
                  WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
-                &[&lease.run_id.as_str(), &lease.owner, &i(lease.epoch)],
-            )
-            .await
-            .map_err(pg)?;
+            &[&lease.run_id.as_str(), &lease.owner, &i(lease.epoch)],
+        )
+        .await?;
         Ok(())
     }
 
     async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
-        let client = self.client().await?;
-        Ok(client
-            .rows(
+        Ok(self
+            .select(
                 "SELECT run_id, lease_owner, lease_epoch, lease_expires_ms FROM runs
                  WHERE live AND lease_owner <> '' AND lease_owner <> $1
                    AND lease_expires_ms > $2",
                 &[&owner, &i(now_ms)],
             )
-            .await
-            .map_err(pg)?
+            .await?
             .iter()
             .map(|r| Lease {
                 run_id: r.get::<_, String>(0).into(),
@@ -961,37 +959,32 @@ impl LeaseStore for PgStore {
 #[async_trait]
 impl WorkerStore for PgStore {
     async fn heartbeat(&self, w: &WorkerRecord) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .run(
-                "INSERT INTO workers (worker_id, host, pid, started_at_ms, heartbeat_at_ms)
+        self.exec(
+            "INSERT INTO workers (worker_id, host, pid, started_at_ms, heartbeat_at_ms)
                  VALUES ($1, $2, $3, $4, $5)
                  ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at_ms = excluded.heartbeat_at_ms",
-                &[
-                    &w.worker_id,
-                    &w.host,
-                    &i64::from(w.pid),
-                    &i(w.started_at_ms),
-                    &i(w.heartbeat_at_ms),
-                ],
-            )
-            .await
-            .map_err(pg)?;
+            &[
+                &w.worker_id,
+                &w.host,
+                &i64::from(w.pid),
+                &i(w.started_at_ms),
+                &i(w.heartbeat_at_ms),
+            ],
+        )
+        .await?;
         Ok(())
     }
 
     async fn list_workers(&self, now_ms: u64) -> Result<Vec<(WorkerRecord, usize)>> {
-        let client = self.client().await?;
-        Ok(client
-            .rows(
+        Ok(self
+            .select(
                 "SELECT w.worker_id, w.host, w.pid, w.started_at_ms, w.heartbeat_at_ms,
                      (SELECT count(*) FROM runs r WHERE r.live AND r.lease_owner = w.worker_id
                         AND r.lease_expires_ms > $1)
                  FROM workers w ORDER BY w.worker_id",
                 &[&i(now_ms)],
             )
-            .await
-            .map_err(pg)?
+            .await?
             .iter()
             .map(|r| {
                 let worker = WorkerRecord {
@@ -1007,11 +1000,8 @@ impl WorkerStore for PgStore {
     }
 
     async fn remove_worker(&self, worker_id: &str) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .run("DELETE FROM workers WHERE worker_id = $1", &[&worker_id])
-            .await
-            .map_err(pg)?;
+        self.exec("DELETE FROM workers WHERE worker_id = $1", &[&worker_id])
+            .await?;
         Ok(())
     }
 }
@@ -1100,14 +1090,12 @@ impl HookStore for PgStore {
     }
 
     async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord> {
-        let client = self.client().await?;
-        let row = client
-            .row(
+        let row = self
+            .select_one(
                 &format!("SELECT {HOOK_COLUMNS} FROM hooks WHERE token = $1"),
                 &[&token],
             )
-            .await
-            .map_err(pg)?;
+            .await?;
         row.map(|r| hook_of(&r))
             .filter(|h| h.holder(now_ms).is_some())
             .ok_or_else(|| StoreError::HookNotFound {
@@ -1116,14 +1104,12 @@ impl HookStore for PgStore {
     }
 
     async fn list_hooks(&self, now_ms: u64) -> Result<Vec<HookRecord>> {
-        let client = self.client().await?;
-        Ok(client
-            .rows(
+        Ok(self
+            .select(
                 &format!("SELECT {HOOK_COLUMNS} FROM hooks ORDER BY token"),
                 &[],
             )
-            .await
-            .map_err(pg)?
+            .await?
             .iter()
             .map(hook_of)
             .filter(|h| h.holder(now_ms).is_some())
@@ -1131,24 +1117,21 @@ impl HookStore for PgStore {
     }
 
     async fn payload(&self, run_id: &str, token: &str, index: u64) -> Result<HookPayload> {
-        let client = self.client().await?;
-        let claimed = client
-            .row(
+        let claimed = self
+            .select_one(
                 "SELECT claimed_by FROM claims WHERE run_id = $1 AND token = $2",
                 &[&run_id, &token],
             )
-            .await
-            .map_err(pg)?;
+            .await?;
         if let Some(row) = claimed {
             return Ok(HookPayload::ForceClaimed(row.get::<_, String>(0).into()));
         }
-        let row = client
-            .row(
+        let row = self
+            .select_one(
                 "SELECT payload FROM inbox WHERE run_id = $1 AND token = $2 AND idx = $3",
                 &[&run_id, &token, &i(index)],
             )
-            .await
-            .map_err(pg)?;
+            .await?;
         Ok(match row {
             Some(row) => HookPayload::Ready(row.get(0)),
             None => HookPayload::Pending,
@@ -1174,15 +1157,13 @@ impl HookStore for PgStore {
     }
 
     async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize> {
-        let client = self.client().await?;
-        let purged = client
-            .run(
+        let purged = self
+            .exec(
                 "DELETE FROM hooks WHERE NOT active
                    AND (retain_until_ms IS NULL OR retain_until_ms <= $1)",
                 &[&i(now_ms)],
             )
-            .await
-            .map_err(pg)?;
+            .await?;
         Ok(purged as usize)
     }
 }
@@ -1190,14 +1171,12 @@ impl HookStore for PgStore {
 #[async_trait]
 impl KeyStore for PgStore {
     async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>> {
-        let client = self.client().await?;
-        let row = client
-            .row(
+        let row = self
+            .select_one(
                 "SELECT run_id, expires_at_ms FROM keys WHERE workflow = $1 AND key = $2",
                 &[&workflow, &key],
             )
-            .await
-            .map_err(pg)?;
+            .await?;
         Ok(row.map(|r| KeyHold {
             run_id: r.get::<_, String>(0).into(),
             expires_at_ms: u(r.get(1)),
@@ -1205,11 +1184,9 @@ impl KeyStore for PgStore {
     }
 
     async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
-        let client = self.client().await?;
-        let purged = client
-            .run("DELETE FROM keys WHERE expires_at_ms <= $1", &[&i(now_ms)])
-            .await
-            .map_err(pg)?;
+        let purged = self
+            .exec("DELETE FROM keys WHERE expires_at_ms <= $1", &[&i(now_ms)])
+            .await?;
         Ok(purged as usize)
     }
 }
@@ -1217,41 +1194,33 @@ impl KeyStore for PgStore {
 #[async_trait]
 impl EventStore for PgStore {
     async fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .run(
-                "INSERT INTO subscriptions (event_key, workflow, hash) VALUES ($1, $2, $3)
+        self.exec(
+            "INSERT INTO subscriptions (event_key, workflow, hash) VALUES ($1, $2, $3)
                  ON CONFLICT (event_key, workflow) DO UPDATE SET hash = excluded.hash",
-                &[&event_key, &workflow, &hash],
-            )
-            .await
-            .map_err(pg)?;
+            &[&event_key, &workflow, &hash],
+        )
+        .await?;
         Ok(())
     }
 
     async fn subscribers(&self, event_key: &str) -> Result<Vec<(String, String)>> {
-        let client = self.client().await?;
-        Ok(client
-            .rows(
+        Ok(self
+            .select(
                 "SELECT workflow, hash FROM subscriptions WHERE event_key = $1 ORDER BY workflow",
                 &[&event_key],
             )
-            .await
-            .map_err(pg)?
+            .await?
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect())
     }
 
     async fn put_event(&self, event: &EventRecord) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .run(
-                "INSERT INTO events (event_id, record) VALUES ($1, $2)",
-                &[&event.event_id, &codec::encode(event)],
-            )
-            .await
-            .map_err(pg)?;
+        self.exec(
+            "INSERT INTO events (event_id, record) VALUES ($1, $2)",
+            &[&event.event_id, &codec::encode(event)],
+        )
+        .await?;
         Ok(())
     }
 
@@ -1264,30 +1233,23 @@ impl EventStore for PgStore {
 #[async_trait]
 impl ComponentStore for PgStore {
     async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
-        let client = self.client().await?;
-        let known = client
-            .row("SELECT 1 FROM components WHERE hash = $1", &[&hash])
-            .await
-            .map_err(pg)?;
+        let known = self
+            .select_one("SELECT 1 FROM components WHERE hash = $1", &[&hash])
+            .await?;
         if known.is_none() {
-            client
-                .run(
-                    "INSERT INTO components (hash, bytes) VALUES ($1, $2)
-                     ON CONFLICT (hash) DO NOTHING",
-                    &[&hash, &bytes],
-                )
-                .await
-                .map_err(pg)?;
+            self.exec(
+                "INSERT INTO components (hash, bytes) VALUES ($1, $2)
+                 ON CONFLICT (hash) DO NOTHING",
+                &[&hash, &bytes],
+            )
+            .await?;
         }
         Ok(())
     }
 
     async fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
-        let client = self.client().await?;
-        client
-            .row("SELECT bytes FROM components WHERE hash = $1", &[&hash])
-            .await
-            .map_err(pg)?
+        self.select_one("SELECT bytes FROM components WHERE hash = $1", &[&hash])
+            .await?
             .map(|r| r.get(0))
             .ok_or_else(|| StoreError::ComponentNotFound { hash: hash.into() })
     }
@@ -1331,41 +1293,32 @@ impl DeploymentStore for PgStore {
 #[async_trait]
 impl WakeStore for PgStore {
     async fn watch(&self, run_id: &str, watcher: &str) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .run(
-                "INSERT INTO watchers (run_id, watcher) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                &[&run_id, &watcher],
-            )
-            .await
-            .map_err(pg)?;
+        self.exec(
+            "INSERT INTO watchers (run_id, watcher) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[&run_id, &watcher],
+        )
+        .await?;
         Ok(())
     }
 
     async fn is_woken(&self, run_id: &str) -> Result<bool> {
-        let client = self.client().await?;
-        Ok(client
-            .row("SELECT 1 FROM wakeups WHERE run_id = $1", &[&run_id])
-            .await
-            .map_err(pg)?
+        Ok(self
+            .select_one("SELECT 1 FROM wakeups WHERE run_id = $1", &[&run_id])
+            .await?
             .is_some())
     }
 
     async fn take_wakeup(&self, run_id: &str) -> Result<bool> {
-        let client = self.client().await?;
-        Ok(client
-            .run("DELETE FROM wakeups WHERE run_id = $1", &[&run_id])
-            .await
-            .map_err(pg)?
+        Ok(self
+            .exec("DELETE FROM wakeups WHERE run_id = $1", &[&run_id])
+            .await?
             > 0)
     }
 
     async fn wakeups(&self) -> Result<Vec<RunId>> {
-        let client = self.client().await?;
-        Ok(client
-            .rows("SELECT run_id FROM wakeups", &[])
-            .await
-            .map_err(pg)?
+        Ok(self
+            .select("SELECT run_id FROM wakeups", &[])
+            .await?
             .iter()
             .map(|r| r.get::<_, String>(0).into())
             .collect())
@@ -1376,14 +1329,11 @@ impl WakeStore for PgStore {
     }
 
     async fn announce(&self, wake: &Wake) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .run(
-                "SELECT pg_notify($1, $2)",
-                &[&channel(&self.inner.schema), &payload_of(wake)],
-            )
-            .await
-            .map_err(pg)?;
+        self.exec(
+            "SELECT pg_notify($1, $2)",
+            &[&channel(&self.inner.schema), &payload_of(wake)],
+        )
+        .await?;
         Ok(())
     }
 }
