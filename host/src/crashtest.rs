@@ -97,12 +97,13 @@ pub async fn crashtest(
     // Every run has the same ID, so its steps have the same IDs: a service
     // that keys effects by step ID sees each trial as that run recovering.
     let run_id = uuid::Uuid::now_v7().to_string();
-    let clean = clean_run(test, root.path(), &run_id).await?;
+    let (clean, base) = clean_run(test, root.path(), &run_id).await?;
     let mut points = Vec::new();
     for at_write in 1..=clean.journal_writes {
         for when in [CrashWhen::Before, CrashWhen::After] {
             let crash = Crash { at_write, when };
-            let point = crash_point(test, root.path(), &run_id, &clean, crash).await?;
+            let trial = Trial::new(test, root.path(), &crash_name(crash), &run_id);
+            let point = crash_point(test, &trial, &base, &clean, crash).await?;
             progress(&point);
             points.push(point);
         }
@@ -131,14 +132,24 @@ impl Trial {
         }
     }
 
-    /// An engine over the trial's store, with `crash` armed.
-    async fn engine(&self, crash: Option<Crash>) -> Result<(Keel, Arc<FaultyStore<SledStore>>)> {
+    /// The trial's store (opened again after a crash), with `crash` armed.
+    fn store(&self, crash: Option<Crash>) -> Result<Arc<FaultyStore<SledStore>>> {
         let store = Arc::new(FaultyStore::new(SledStore::reopen(&self.dir)?));
         if let Some(crash) = crash {
             store.crash_at(crash);
         }
-        let keel = Keel::open(self.config.clone(), store.clone())?;
-        Ok((keel, store))
+        Ok(store)
+    }
+
+    /// An engine over the trial's store sharing `base`'s runtime (so the
+    /// component is compiled and loaded once), with `crash` armed.
+    fn engine(
+        &self,
+        base: &Keel,
+        crash: Option<Crash>,
+    ) -> Result<(Keel, Arc<FaultyStore<SledStore>>)> {
+        let store = self.store(crash)?;
+        Ok((base.with_store(store.clone()), store))
     }
 
     /// Starts the run; with a crash armed the drive may end in an error.
@@ -158,31 +169,36 @@ impl Trial {
     }
 }
 
-async fn clean_run(test: &CrashTest, root: &Path, run_id: &str) -> Result<CleanRun> {
+/// The clean run, and its engine, whose runtime the trials share.
+async fn clean_run(test: &CrashTest, root: &Path, run_id: &str) -> Result<(CleanRun, Keel)> {
     let trial = Trial::new(test, root, "clean", run_id);
-    let (keel, store) = trial.engine(None).await?;
+    let store = trial.store(None)?;
+    let keel = Keel::open(trial.config.clone(), store.clone())?;
     trial.start(&keel, test).await?;
     let run = run_to_end(&keel, &trial.run_id).await?;
     let journal = keel.journal(&trial.run_id).await?;
-    Ok(CleanRun {
+    let clean = CleanRun {
         ending: ending(&trial, &run),
         error: run.error.clone(),
         journal_writes: store.journal_writes(),
         steps: steps(&trial, &journal),
-    })
+    };
+    Ok((clean, keel))
+}
+
+fn crash_name(crash: Crash) -> String {
+    format!("{}-{}", crash.at_write, crash.when.as_str())
 }
 
 async fn crash_point(
     test: &CrashTest,
-    root: &Path,
-    run_id: &str,
+    trial: &Trial,
+    base: &Keel,
     clean: &CleanRun,
     crash: Crash,
 ) -> Result<PointReport> {
-    let name = format!("{}-{}", crash.at_write, crash.when.as_str());
-    let trial = Trial::new(test, root, &name, run_id);
     let reached = {
-        let (keel, store) = trial.engine(Some(crash)).await?;
+        let (keel, store) = trial.engine(base, Some(crash))?;
         trial.start(&keel, test).await?;
         // The crash ends the drive with a storage error; a point the run
         // never reaches lets it end.
@@ -190,7 +206,7 @@ async fn crash_point(
         store.has_crashed()
     };
     // Recovery: the store reopened by a new engine, as after a restart.
-    let (keel, _) = trial.engine(None).await?;
+    let (keel, _) = trial.engine(base, None)?;
     let durable = keel.journal(&trial.run_id).await?;
     let durable_last = durable
         .last()
@@ -199,7 +215,7 @@ async fn crash_point(
     let run = run_to_end(&keel, &trial.run_id).await?;
     let journal = keel.journal(&trial.run_id).await?;
     let mut violations = Vec::new();
-    let got = ending(&trial, &run);
+    let got = ending(trial, &run);
     if got != clean.ending {
         violations.push(format!(
             "it ended {} with {}, the clean run {} with {}",
@@ -210,7 +226,7 @@ async fn crash_point(
         ));
     }
     violations.extend(twice_completed(&journal));
-    let got_steps = steps(&trial, &journal);
+    let got_steps = steps(trial, &journal);
     if got_steps != clean.steps {
         violations.push(format!(
             "its steps are {got_steps:?}, the clean run's {:?}",

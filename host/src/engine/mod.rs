@@ -36,7 +36,7 @@ pub use worker::WorkSummary;
 use crate::config::Config;
 
 pub(crate) struct Inner {
-    runtime: Runtime,
+    runtime: Arc<Runtime>,
     store: Arc<dyn Store>,
     config: Config,
     steps: Arc<StepRunner>,
@@ -85,7 +85,18 @@ pub struct Keel {
 impl Keel {
     /// An engine over `store`.
     pub fn open(config: Config, store: Arc<dyn Store>) -> Result<Keel> {
-        let runtime = Runtime::new(config.clone())?;
+        let runtime = Arc::new(Runtime::new(config.clone())?);
+        Ok(Keel::over(runtime, config, store))
+    }
+
+    /// A new engine over `store` sharing this one's runtime (its wasmtime
+    /// engine, compiled components and instance slots) and settings: no
+    /// component is loaded twice.
+    pub fn with_store(&self, store: Arc<dyn Store>) -> Keel {
+        Keel::over(self.inner.runtime.clone(), self.inner.config.clone(), store)
+    }
+
+    fn over(runtime: Arc<Runtime>, config: Config, store: Arc<dyn Store>) -> Keel {
         let steps = Arc::new(StepRunner {
             engine: runtime.engine.clone(),
             clock: config.clock.clone(),
@@ -108,7 +119,7 @@ impl Keel {
             }),
         };
         keel.listen_for_wakes();
-        Ok(keel)
+        keel
     }
 
     /// Passes wakes announced by other processes sharing the store to the
