@@ -19,38 +19,63 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
+/// A start as the CLI asks for it, whichever way it reaches the store.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StartSpec {
+    /// A component file, deployed on the way; an absolute path: the
+    /// worker may run elsewhere.
+    #[serde(default)]
+    pub component: Option<PathBuf>,
+    /// Or a deployment's name or component hash; with neither, the
+    /// latest deployment exporting the workflow.
+    #[serde(default)]
+    pub deployment: Option<String>,
+    /// The workflow to start.
+    pub workflow: String,
+    /// Its input, as JSON.
+    pub input: String,
+    /// A start token.
+    pub token: Option<String>,
+    /// How long the token is kept after the run ends.
+    pub retention_ms: Option<u64>,
+    /// The start hook's metadata.
+    pub metadata: Option<Value>,
+    /// `additional_metadata` of key expressions.
+    pub additional_metadata: Option<Value>,
+    /// Admit only: a worker drives the run.
+    #[serde(default)]
+    pub detach: bool,
+    /// Grants of the component's deployment; `None` keeps those of an
+    /// earlier deployment of it.
+    #[serde(default)]
+    pub grants: Option<GrantSpec>,
+    /// The run's ID, chosen by the CLI, so that it can name the run if
+    /// the worker dies before answering.
+    #[serde(default)]
+    pub run_id: Option<String>,
+}
+
+impl StartSpec {
+    /// The engine's options for this start.
+    pub fn options(&self) -> StartOptions {
+        StartOptions {
+            run_id: self.run_id.clone().map(Into::into),
+            additional_metadata: self.additional_metadata.clone(),
+            hook: self.token.clone().map(|token| StartHook {
+                token,
+                min_retention: self.retention_ms.map(Duration::from_millis),
+                metadata: self.metadata.clone(),
+            }),
+        }
+    }
+}
+
 /// What the CLI asks of the store.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// Start a run and drive it until it completes, fails or waits.
-    Start {
-        /// A component file, deployed on the way; an absolute path: the
-        /// worker may run elsewhere.
-        #[serde(default)]
-        component: Option<PathBuf>,
-        /// Or a deployment's name or component hash; with neither, the
-        /// latest deployment exporting the workflow.
-        #[serde(default)]
-        deployment: Option<String>,
-        workflow: String,
-        input: String,
-        token: Option<String>,
-        retention_ms: Option<u64>,
-        metadata: Option<Value>,
-        additional_metadata: Option<Value>,
-        /// Admit only: a worker drives the run.
-        #[serde(default)]
-        detach: bool,
-        /// Grants of the component's deployment; `None` keeps those of an
-        /// earlier deployment of it.
-        #[serde(default)]
-        grants: Option<GrantSpec>,
-        /// The run's ID, chosen by the CLI, so that it can name the run if
-        /// the worker dies before answering.
-        #[serde(default)]
-        run_id: Option<String>,
-    },
+    Start(StartSpec),
     /// Deploy a component.
     Deploy {
         component: PathBuf,
@@ -175,28 +200,17 @@ fn private_socket_dir(path: &Path) -> std::io::Result<()> {
 /// Executes a request on an open store.
 pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> {
     Ok(match request {
-        Request::Start {
-            component,
-            deployment,
-            workflow,
-            input,
-            token,
-            retention_ms,
-            metadata,
-            additional_metadata,
-            detach,
-            grants,
-            run_id,
-        } => {
-            let options = StartOptions {
-                run_id: run_id.map(Into::into),
-                additional_metadata,
-                hook: token.map(|token| StartHook {
-                    token,
-                    min_retention: retention_ms.map(Duration::from_millis),
-                    metadata,
-                }),
-            };
+        Request::Start(start) => {
+            let options = start.options();
+            let StartSpec {
+                component,
+                deployment,
+                workflow,
+                input,
+                detach,
+                grants,
+                ..
+            } = start;
             let run = match (component, deployment) {
                 (Some(path), _) => {
                     let spec = grants.map(|grants| DeploySpec {

@@ -443,7 +443,7 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
         {
             // No worker answers: the process holding the store is another.
             let run_id = match &request {
-                Request::Start { run_id, .. } => run_id.clone(),
+                Request::Start(start) => start.run_id.clone(),
                 _ => None,
             };
             match control::forward(&path, &request).await {

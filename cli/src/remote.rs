@@ -16,7 +16,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::control::{RemoteError, Reply, Request};
+use crate::control::{RemoteError, Reply, Request, StartSpec};
 
 /// How long one call waits for a run on the server (its longest wait).
 const WAIT_MS: u64 = 60_000;
@@ -131,7 +131,7 @@ impl Client {
     pub async fn send(&self, request: Request) -> anyhow::Result<Reply> {
         let run = |v: RunView| Reply::Run(RunRecord::from(v));
         Ok(match request {
-            Request::Start {
+            Request::Start(StartSpec {
                 component,
                 deployment,
                 workflow,
@@ -143,7 +143,7 @@ impl Client {
                 detach,
                 grants,
                 run_id,
-            } => {
+            }) => {
                 let deployment = match component {
                     Some(path) => Some(
                         self.ensure_deployed(&path, grants)

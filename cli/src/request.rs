@@ -9,7 +9,7 @@ use serde_json::Value;
 use keel_host::core::{Clock, GrantSpec, RunFilter, StepLimits};
 
 use crate::args::{Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand};
-use crate::control::Request;
+use crate::control::{Request, StartSpec};
 
 /// The request a command makes of the store, for the commands a running
 /// worker can answer too.
@@ -34,7 +34,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             metadata,
         } => {
             let (component, deployment) = target(component)?;
-            Request::Start {
+            Request::Start(StartSpec {
                 component,
                 deployment,
                 grants: implicit_grants.clone(),
@@ -46,7 +46,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
                 metadata: None,
                 additional_metadata: json_arg("--metadata", metadata)?,
                 detach: false,
-            }
+            })
         }
         Command::Start {
             component,
@@ -59,7 +59,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             detach,
         } => {
             let (component, deployment) = target(component)?;
-            Request::Start {
+            Request::Start(StartSpec {
                 component,
                 deployment,
                 grants: implicit_grants.clone(),
@@ -71,7 +71,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
                 metadata: json_arg("--metadata", metadata)?,
                 additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
                 detach: *detach,
-            }
+            })
         }
         Command::Hooks {
             command: HooksCommand::Resume { token, payload },
