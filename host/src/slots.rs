@@ -4,7 +4,7 @@
 //!
 //! Every guest instance takes a slot before it is instantiated and gives
 //! it back when its store is dropped. Workflow activations may hold at
-//! most three quarters of the slots, so steps (which wait on nothing but
+//! most half the slots, so steps (which wait on nothing but
 //! themselves) always have slots to finish in, and a workflow waiting on
 //! its steps can never starve them. When activations queue for a slot, an
 //! activation that would park waiting on a timer, a payload or another run
@@ -44,7 +44,7 @@ impl Slots {
     /// Slots for `instances` guest instances (at least [`MIN_INSTANCES`]).
     pub fn new(instances: u32) -> Self {
         let instances = instances.max(MIN_INSTANCES) as usize;
-        let workflows = (instances * 3 / 4).clamp(1, instances - 1);
+        let workflows = (instances / 2).clamp(1, instances - 1);
         Slots {
             workflows: Arc::new(Semaphore::new(workflows)),
             all: Arc::new(Semaphore::new(instances)),
@@ -114,28 +114,33 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn activations_leave_steps_a_quarter_of_the_slots() {
+    async fn activations_leave_steps_half_the_slots() {
         let slots = Slots::new(8);
         let mut held = Vec::new();
-        for _ in 0..6 {
+        for _ in 0..4 {
             held.push(slots.workflow().await);
         }
         assert!(!slots.contended());
-        // A seventh activation queues; steps still get the other two slots.
-        let seventh = tokio::time::timeout(std::time::Duration::from_millis(20), slots.workflow());
+        // A fifth activation queues; steps still get the other four slots.
+        let fifth = tokio::time::timeout(std::time::Duration::from_millis(20), slots.workflow());
         let contention = slots.contention();
         tokio::pin!(contention);
         contention.as_mut().enable();
-        let (waited, ()) = tokio::join!(seventh, async {
+        let (waited, ()) = tokio::join!(fifth, async {
             contention.await;
             assert!(slots.contended());
         });
         assert!(waited.is_err(), "an activation beyond its share waits");
         assert!(!slots.contended(), "a wait given up leaves the queue");
-        let steps = (slots.step().await, slots.step().await);
+        let steps = [
+            slots.step().await,
+            slots.step().await,
+            slots.step().await,
+            slots.step().await,
+        ];
         held.pop();
         drop(steps);
-        let _seventh = slots.workflow().await;
+        let _fifth = slots.workflow().await;
     }
 
     #[test]
