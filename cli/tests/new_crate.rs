@@ -81,6 +81,24 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
     let run: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(run["output"], "HELLO, ADA!");
 
+    // Its workflow survives a crash at every journal write.
+    let crashed = keel(
+        &dir,
+        &[
+            "--json",
+            "crashtest",
+            wasm.to_str().unwrap(),
+            "greet",
+            "--input",
+            r#"{"name": "Ada"}"#,
+        ],
+    );
+    assert!(crashed.status.success(), "{}", text(&crashed));
+    let report: serde_json::Value = serde_json::from_slice(&crashed.stdout).unwrap();
+    assert_eq!(report["passed"], true);
+    assert_eq!(report["clean"]["output"], "\"HELLO, ADA!\"");
+    assert!(report["points"].as_array().unwrap().len() >= 4, "{report}");
+
     // The first `keel test` records the scenario's journal; the next replays it.
     let first = keel(&dir, &["test"]);
     assert!(first.status.success(), "{}", text(&first));
