@@ -182,6 +182,12 @@ macro_rules! transact {
 const RETRIES: usize = 50;
 
 pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
+    // The database server's disk is full: the statement was refused.
+    if e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL) {
+        return StoreError::StorageFull {
+            reason: describe(&e),
+        };
+    }
     StoreError::Backend {
         reason: describe(&e),
     }
@@ -1372,6 +1378,28 @@ mod tests {
         assert_eq!(
             redact("postgresql:///keel?host=/run"),
             "postgresql:///keel?host=/run"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_database_disk_is_storage_full() {
+        let url = std::env::var("KEEL_TEST_POSTGRES")
+            .expect("KEEL_TEST_POSTGRES is not set: run scripts/test.sh, which starts PostgreSQL");
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let e = client
+            .batch_execute(
+                "DO $$ BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full'; END $$",
+            )
+            .await
+            .unwrap_err();
+        let error = pg(e);
+        assert_eq!(error.kind(), "storage_full", "{error}");
+        assert!(
+            error.to_string().contains("could not extend file"),
+            "{error}"
         );
     }
 }
