@@ -141,7 +141,7 @@ fn a_full_disk_refuses_new_work_and_a_worker_carries_on_once_space_is_freed() {
             keel_tests::TESTBED,
             "sleeper",
             "--input",
-            "3000",
+            "5000",
             "--detach",
         ],
     );
