@@ -269,9 +269,11 @@ pub enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
-    /// Run a workflow once cleanly, then again with a crash injected at each
-    /// journal write in turn (the write lost, or landed unheard), recover
-    /// each as a restarted worker would, and check that it ends as the
+    /// Crash a workflow at every journal write and check that it recovers.
+    ///
+    /// Runs it once cleanly, then again with a crash injected at each
+    /// journal write in turn (the write lost, or landed unheard), recovers
+    /// each as a restarted worker would, and checks that it ends as the
     /// clean run did, that no step's completion is recorded twice, that
     /// step IDs are the same and that every journal replays. Prints a table
     /// of the points tried; non-zero on any violation. Each run gets a
