@@ -1,7 +1,7 @@
 //! `keel bench`: the W10 benchmark (a workflow of 10 trivial steps through
 //! the durable path), in process and through the HTTP API of a `keel
-//! serve` child process (the path a client takes), journal replay speed
-//! and memory per parked run.
+//! serve` child process (the path a client takes), journal replay speed,
+//! memory per parked run, and runs beyond the instance slots.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,6 +39,10 @@ pub struct Args {
     /// with two sharing it (in a scratch schema, dropped afterwards).
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// Runs (each one 100 ms step) driven at once on an engine of 64
+    /// instance slots, for the figure beyond the slots; 0 skips it.
+    #[arg(long, default_value_t = 1000)]
+    queued_runs: usize,
     /// W10 runs through the HTTP API for its throughput figure (16 in
     /// flight); 0 skips the HTTP figures.
     #[arg(long, default_value_t = 200)]
@@ -53,6 +57,9 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     drop(keel);
     let _ = std::fs::remove_dir_all(&dir);
     let in_process = result?;
+    if args.queued_runs > 0 {
+        beyond_the_slots(args).await?;
+    }
     if args.http_runs > 0 {
         http::figures(args, in_process).await?;
     }
@@ -274,6 +281,51 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
         journal.len() as f64 / median.as_secs_f64()
     );
     Ok(())
+}
+
+/// Instance slots of the engine for the figure beyond the slots.
+const FEW_SLOTS: u32 = 64;
+
+/// `queued_runs` runs of one 100 ms step each, driven at once on an engine
+/// of [`FEW_SLOTS`] instance slots: they queue for slots, and all complete.
+async fn beyond_the_slots(args: &Args) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("keel-bench-slots-{}", std::process::id()));
+    let mut config = Config::new(&dir);
+    config.max_instances = FEW_SLOTS;
+    let keel = Keel::open_sled(config)?;
+    let result = async {
+        let loaded = keel.load(&args.component).await?;
+        let mut runs = Vec::with_capacity(args.queued_runs);
+        for _ in 0..args.queued_runs {
+            runs.push(keel.start(&loaded, "concurrent", "[100]").await?.run_id);
+        }
+        let before = rss_bytes();
+        let t = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for run_id in runs {
+            let keel = keel.clone();
+            tasks.spawn(async move { keel.result(&run_id, true).await });
+        }
+        let mut completed = 0;
+        while let Some(run) = tasks.join_next().await {
+            if run??.status == RunStatus::Completed {
+                completed += 1;
+            }
+        }
+        let elapsed = t.elapsed();
+        println!(
+            "beyond the instance slots: {completed} of {} runs (one 100 ms step each) completed on {FEW_SLOTS} slots in {:.1} s: {:.0} runs/s, {:.1} kB more memory per run",
+            args.queued_runs,
+            elapsed.as_secs_f64(),
+            completed as f64 / elapsed.as_secs_f64(),
+            rss_bytes().saturating_sub(before) as f64 / args.queued_runs as f64 / 1024.0
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    drop(keel);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 fn rss_bytes() -> u64 {
