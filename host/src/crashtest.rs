@@ -134,7 +134,8 @@ impl Trial {
 
     /// The trial's store (opened again after a crash), with `crash` armed.
     fn store(&self, crash: Option<Crash>) -> Result<Arc<FaultyStore<SledStore>>> {
-        let store = Arc::new(FaultyStore::new(SledStore::reopen(&self.dir)?));
+        let store = SledStore::reopen_with(&self.dir, self.config.min_free_bytes)?;
+        let store = Arc::new(FaultyStore::new(store));
         if let Some(crash) = crash {
             store.crash_at(crash);
         }

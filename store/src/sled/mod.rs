@@ -174,9 +174,16 @@ impl SledStore {
     /// handle drops. For tests that reopen a store; gives up after 10 s.
     #[doc(hidden)]
     pub fn reopen(path: impl AsRef<Path>) -> Result<SledStore> {
+        SledStore::reopen_with(path, DEFAULT_MIN_FREE_BYTES)
+    }
+
+    /// [`SledStore::reopen`] with a free-space reserve, as
+    /// [`SledStore::open_with`]: for the crash harness, which reopens each
+    /// trial's store as a restarted process would.
+    pub fn reopen_with(path: impl AsRef<Path>, min_free_bytes: u64) -> Result<SledStore> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            match SledStore::open(path.as_ref()) {
+            match SledStore::open_with(path.as_ref(), min_free_bytes) {
                 Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
