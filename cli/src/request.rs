@@ -26,6 +26,25 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             Ok((None, Some(component.to_string())))
         }
     };
+    // A start with the options every start has; the caller adds the rest.
+    // The CLI picks the run ID, so that it can name the run if a worker
+    // dies before answering.
+    let start = |component: &str, workflow: &str, input: &str| -> anyhow::Result<StartSpec> {
+        let (component, deployment) = target(component)?;
+        Ok(StartSpec {
+            component,
+            deployment,
+            grants: implicit_grants.clone(),
+            run_id: Some(uuid::Uuid::now_v7().to_string()),
+            workflow: workflow.to_string(),
+            input: text_arg("--input", input)?,
+            token: None,
+            retention_ms: None,
+            metadata: None,
+            additional_metadata: None,
+            detach: false,
+        })
+    };
     Ok(Some(match &cli.command {
         Command::Run {
             component,
@@ -33,19 +52,10 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             input,
             metadata,
         } => {
-            let (component, deployment) = target(component)?;
+            let base = start(component, workflow, input)?;
             Request::Start(StartSpec {
-                component,
-                deployment,
-                grants: implicit_grants.clone(),
-                run_id: Some(uuid::Uuid::now_v7().to_string()),
-                workflow: workflow.clone(),
-                input: text_arg("--input", input)?,
-                token: None,
-                retention_ms: None,
-                metadata: None,
                 additional_metadata: json_arg("--metadata", metadata)?,
-                detach: false,
+                ..base
             })
         }
         Command::Start {
@@ -58,19 +68,14 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             additional_metadata,
             detach,
         } => {
-            let (component, deployment) = target(component)?;
+            let base = start(component, workflow, input)?;
             Request::Start(StartSpec {
-                component,
-                deployment,
-                grants: implicit_grants.clone(),
-                run_id: Some(uuid::Uuid::now_v7().to_string()),
-                workflow: workflow.clone(),
-                input: text_arg("--input", input)?,
                 token: token.clone(),
                 retention_ms: retention.map(|r| r.as_millis() as u64),
                 metadata: json_arg("--metadata", metadata)?,
                 additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
                 detach: *detach,
+                ..base
             })
         }
         Command::Hooks {

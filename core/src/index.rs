@@ -254,6 +254,15 @@ impl Delivered {
     }
 }
 
+/// The entries of `journal` that count (every one but those a retry
+/// voided); a journal the index cannot read is taken as it is.
+pub fn effective_entries(journal: &[Entry]) -> Vec<Entry> {
+    match JournalIndex::new(journal.to_vec()) {
+        Ok(index) => index.effective().cloned().collect(),
+        Err(_) => journal.to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -73,11 +73,7 @@ impl Row {
 /// are left out, but for the failed step's own attempts, so its row shows
 /// every attempt and the step ID it keeps.
 pub fn timeline(journal: &[Entry]) -> Vec<Row> {
-    let index = crate::index::JournalIndex::new(journal.to_vec());
-    let effective: Vec<Entry> = match &index {
-        Ok(index) => index.effective().cloned().collect(),
-        Err(_) => journal.to_vec(),
-    };
+    let effective = crate::index::effective_entries(journal);
     let journal = effective.as_slice();
     let mut rows: Vec<Row> = Vec::new();
     // The hook each `HookNext` command waits on.
@@ -276,6 +272,17 @@ mod tests {
         Entry { seq, at_ms, fact }
     }
 
+    /// Step `charge` scheduled as command 0.
+    fn charge() -> Fact {
+        Fact::StepScheduled {
+            command: 0,
+            name: "charge".into(),
+            input: "{}".into(),
+            step_id: "s-0".into(),
+            digest: "d".into(),
+        }
+    }
+
     #[test]
     fn a_retried_step_is_one_row_with_its_attempts_error_and_duration() {
         let journal = vec![
@@ -287,17 +294,7 @@ mod tests {
                     input: "1".into(),
                 },
             ),
-            e(
-                1,
-                101,
-                Fact::StepScheduled {
-                    command: 0,
-                    name: "charge".into(),
-                    input: "{}".into(),
-                    step_id: "s-0".into(),
-                    digest: "d".into(),
-                },
-            ),
+            e(1, 101, charge()),
             e(
                 2,
                 102,
@@ -367,17 +364,7 @@ mod tests {
     #[test]
     fn a_waiting_retry_shows_when_it_is_due() {
         let journal = vec![
-            e(
-                0,
-                1,
-                Fact::StepScheduled {
-                    command: 0,
-                    name: "charge".into(),
-                    input: "{}".into(),
-                    step_id: "s-0".into(),
-                    digest: "d".into(),
-                },
-            ),
+            e(0, 1, charge()),
             e(
                 1,
                 2,

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_core::index::JournalIndex;
+use keel_core::index::effective_entries;
 use keel_core::journal::{Entry, Fact};
 use keel_core::{RunError, RunStatus};
 use keel_store::faulty::{Crash, CrashWhen, FaultyStore};
@@ -282,7 +282,7 @@ fn describe(ending: &Ending) -> String {
 }
 
 fn steps(trial: &Trial, journal: &[Entry]) -> Vec<(String, String)> {
-    effective(journal)
+    effective_entries(journal)
         .iter()
         .filter_map(|e| match &e.fact {
             Fact::StepScheduled { name, step_id, .. } => {
@@ -296,7 +296,7 @@ fn steps(trial: &Trial, journal: &[Entry]) -> Vec<(String, String)> {
 /// Steps whose completion the journal records more than once.
 fn twice_completed(journal: &[Entry]) -> Vec<String> {
     let mut counts = std::collections::BTreeMap::<u32, usize>::new();
-    for entry in effective(journal) {
+    for entry in effective_entries(journal) {
         if let Fact::StepCompleted { command, .. } | Fact::StepFailed { command, .. } = entry.fact {
             *counts.entry(command).or_default() += 1;
         }
@@ -306,11 +306,4 @@ fn twice_completed(journal: &[Entry]) -> Vec<String> {
         .filter(|(_, n)| *n > 1)
         .map(|(command, n)| format!("the step of command {command} is recorded ended {n} times"))
         .collect()
-}
-
-/// What the journal counts (a retry voids what it replaced).
-fn effective(journal: &[Entry]) -> Vec<Entry> {
-    JournalIndex::new(journal.to_vec())
-        .map(|index| index.effective().cloned().collect())
-        .unwrap_or_else(|_| journal.to_vec())
 }

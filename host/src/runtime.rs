@@ -210,19 +210,12 @@ impl Runtime {
         run: &RunRecord,
         entries: Vec<Entry>,
     ) -> Result<Verdict> {
+        // What a retry voided is not the run's history.
+        let effective = keel_core::index::effective_entries(&entries);
         let clock = self.config.clock.clone();
-        let journal = Arc::new(RunJournal::new(
-            None,
-            clock.clone(),
-            &run.run_id,
-            entries.clone(),
-        )?);
+        let journal = Arc::new(RunJournal::new(None, clock.clone(), &run.run_id, entries)?);
         let offline: Arc<dyn Outside> = Arc::new(Offline { clock });
         let (ended, trace) = self.activate(offline, loaded, run, journal).await;
-        // What a retry voided is not the run's history.
-        let effective: Vec<_> = keel_core::index::JournalIndex::new(entries)
-            .map(|index| index.effective().cloned().collect())
-            .unwrap_or_default();
         Ok(divergence::verdict(&effective, ended.outcome(), trace))
     }
 }
