@@ -2,19 +2,26 @@
 # Checks a real `keel serve` from outside, as clients see it: schemathesis
 # fuzzes every endpoint against /openapi.json (responses must match the
 # document, no 5xx), and the console test drives the web console in
-# headless Chromium. Needs KEEL (the keel binary) and GUESTS (the folder
-# holding testbed.wasm and order_hooks.wasm). Fails if any check fails or
-# cannot run.
+# headless Chromium. The keel binary and the guests are the ones cargo
+# builds from this checkout now (it rebuilds what is stale, and the guests
+# are checked against the digests their build recorded), never files an
+# earlier build left behind. Fails if any check fails or cannot run.
 set -euo pipefail
-: "${KEEL:?set KEEL to the keel binary}" "${GUESTS:?set GUESTS to the folder of the built guests}"
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/e2e-tools.sh"
+cd "$here"
+KEEL=$(cargo build -q -p keel-cli --bin keel --message-format=json |
+    python3 -c 'import json,sys
+paths = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason") == "compiler-artifact" and m.get("executable")]
+print(paths[-1])')
+# One path a line, in the order asked; fails naming a missing or stale guest.
+GUEST_PATHS=$(cargo run -q -p keel-tests --bin guests -- testbed order_hooks)
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url="http://127.0.0.1:$port"
-for guest in testbed order_hooks; do
-    "$KEEL" --db "$work/db" deploy "$GUESTS/$guest.wasm" >/dev/null
-done
+while read -r guest; do
+    "$KEEL" --db "$work/db" deploy "$guest" >/dev/null
+done <<<"$GUEST_PATHS"
 "$KEEL" --db "$work/db" serve --http "127.0.0.1:$port" >"$work/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT

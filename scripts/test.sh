@@ -12,5 +12,4 @@ settings=$(scripts/postgres.sh)
 eval "$settings"
 export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA
 cargo test --workspace "$@"
-target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-KEEL="$target/debug/keel" GUESTS="$target/wasm32-wasip2/release" scripts/e2e-server.sh
+scripts/e2e-server.sh

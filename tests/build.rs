@@ -1,11 +1,18 @@
 //! Builds the guests to wasm32-wasip2 (as wasmtime's test-programs
-//! artifacts do) and exposes their paths as constants.
+//! artifacts do) and exposes their paths as constants, with the SHA-256 of
+//! each copy it made, so that whoever reads an artifact can tell that it
+//! is the one this build produced (`cargo run -p keel-tests --bin guests`).
 //!
 //! The guests get their own target directory beside the host's, so this
-//! nested cargo never waits on the outer one's lock.
+//! nested cargo never waits on the outer one's lock. Feature variants of a
+//! guest are built into that directory one after another, so only the
+//! copies under `OUT_DIR` are artifacts; the directory holds the last
+//! variant built.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use sha2::{Digest, Sha256};
 
 const GUESTS: &[&str] = &[
     "order",
@@ -34,6 +41,7 @@ fn main() {
     }
 
     let mut artifacts = String::new();
+    let mut listed = Vec::new();
     let build = |features: &[&str], packages: &[&str]| {
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(&workspace)
@@ -64,26 +72,43 @@ fn main() {
         );
     };
     build(&[], GUESTS);
+    let mut record = |package: &str, name: &str| {
+        let (constant, entry) = copy(&target, &out_dir, package, name);
+        artifacts += &constant;
+        listed.push(entry);
+    };
     for guest in GUESTS {
-        artifacts += &copy(&target, &out_dir, guest, guest);
+        record(guest, guest);
     }
     build(&["testbed/reordered"], &["testbed"]);
-    artifacts += &copy(&target, &out_dir, "testbed", "testbed_reordered");
+    record("testbed", "testbed_reordered");
     build(&["testbed/bad_key"], &["testbed"]);
-    artifacts += &copy(&target, &out_dir, "testbed", "testbed_bad_key");
+    record("testbed", "testbed_bad_key");
+    artifacts += &format!(
+        "/// Every guest this build made: `(name, path, SHA-256 of the copy)`.\npub const ALL: &[(&str, &str, &str)] = &[{}];\n",
+        listed.join(", ")
+    );
     std::fs::write(out_dir.join("artifacts.rs"), artifacts).expect("writing artifacts.rs");
 }
 
-/// Copies a built guest into OUT_DIR and returns its constant's definition.
-fn copy(target: &Path, out_dir: &Path, package: &str, name: &str) -> String {
+/// Copies a built guest into OUT_DIR; returns its constant's definition
+/// and its entry in `ALL`.
+fn copy(target: &Path, out_dir: &Path, package: &str, name: &str) -> (String, String) {
     let built = target
         .join("wasm32-wasip2/release")
         .join(format!("{}.wasm", package.replace('-', "_")));
     let dest = out_dir.join(format!("{name}.wasm"));
     std::fs::copy(&built, &dest).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
-    format!(
-        "/// The `{name}` guest component.\npub const {}: &str = {:?};\n",
+    let bytes = std::fs::read(&dest).unwrap_or_else(|e| panic!("reading {}: {e}", dest.display()));
+    let sha = hex(&Sha256::digest(&bytes));
+    let path = dest.display().to_string();
+    let constant = format!(
+        "/// The `{name}` guest component.\npub const {}: &str = {path:?};\n",
         name.to_uppercase().replace('-', "_"),
-        dest.display().to_string()
-    )
+    );
+    (constant, format!("({name:?}, {path:?}, {sha:?})"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -1,3 +1,46 @@
-//! Paths of the guest components that `build.rs` builds for the tests.
+//! Paths of the guest components that `build.rs` builds for the tests, and
+//! the check that a path still holds the artifact this build made.
+
+use sha2::{Digest, Sha256};
 
 include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
+
+/// The path of guest `name` (`testbed`, `order_hooks`, ...) as this build
+/// made it; refuses a guest it did not build, a missing file and a file
+/// changed since it was built, naming which.
+pub fn verified(name: &str) -> Result<&'static str, String> {
+    let Some((_, path, sha)) = ALL.iter().find(|(n, _, _)| *n == name) else {
+        let names: Vec<&str> = ALL.iter().map(|(n, _, _)| *n).collect();
+        return Err(format!(
+            "this build makes no guest `{name}`; it makes: {}",
+            names.join(", ")
+        ));
+    };
+    let bytes = std::fs::read(path).map_err(|e| {
+        format!("guest `{name}` is missing at `{path}` ({e}): make the build script run again with `touch tests/build.rs && cargo build -p keel-tests`")
+    })?;
+    let found: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if found != *sha {
+        return Err(format!(
+            "guest `{name}` at `{path}` is not the one this build made (SHA-256 {found}, built {sha}): it is stale or was changed; make the build script run again with `touch tests/build.rs && cargo build -p keel-tests`"
+        ));
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_guest_verifies_and_others_are_refused() {
+        for (name, path, _) in ALL {
+            assert_eq!(verified(name).unwrap(), *path);
+        }
+        let err = verified("nope").unwrap_err();
+        assert!(err.contains("no guest `nope`") && err.contains("testbed"), "{err}");
+    }
+}
