@@ -15,7 +15,7 @@ KEEL=$(cargo build -q -p keel-cli --bin keel --message-format=json |
 paths = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason") == "compiler-artifact" and m.get("executable")]
 print(paths[-1])')
 # One path a line, in the order asked; fails naming a missing or stale guest.
-GUEST_PATHS=$(cargo run -q -p keel-tests --bin guests -- testbed order_hooks)
+GUEST_PATHS=$(cargo run -q -p keel-tests --bin guests -- testbed order-hooks)
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url="http://127.0.0.1:$port"

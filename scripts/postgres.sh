@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Makes sure a PostgreSQL server runs on this machine with a database for
 # keel's tests, and prints the variables the tests read, as shell
-# assignments: KEEL_TEST_POSTGRES (a Unix-socket URL), and for the TLS test
+# assignments: KEEL_TEST_POSTGRES (a Unix-socket URL), for the TLS test
 # KEEL_TEST_POSTGRES_TLS (a TCP URL with sslmode=require) and
-# KEEL_TEST_POSTGRES_CA (the CA that signed the server's certificate).
+# KEEL_TEST_POSTGRES_CA (the CA that signed the server's certificate), and
+# for the fault test KEEL_TEST_POSTGRES_RESTART (the command that restarts
+# the server; the shutdown mode, fast or immediate, is appended).
 # Variables already set are printed as they are. On a fresh machine, as
 # root: installs Debian's postgresql if missing, starts the cluster (with room
 # for the many connections of the multi-process tests and a certificate for
@@ -12,8 +14,8 @@
 set -euo pipefail
 
 if [ -n "${KEEL_TEST_POSTGRES:-}" ] && [ -n "${KEEL_TEST_POSTGRES_TLS:-}" ]; then
-  printf 'KEEL_TEST_POSTGRES=%q\nKEEL_TEST_POSTGRES_TLS=%q\nKEEL_TEST_POSTGRES_CA=%q\n' \
-    "$KEEL_TEST_POSTGRES" "$KEEL_TEST_POSTGRES_TLS" "${KEEL_TEST_POSTGRES_CA:-}"
+  printf 'KEEL_TEST_POSTGRES=%q\nKEEL_TEST_POSTGRES_TLS=%q\nKEEL_TEST_POSTGRES_CA=%q\nKEEL_TEST_POSTGRES_RESTART=%q\n' \
+    "$KEEL_TEST_POSTGRES" "$KEEL_TEST_POSTGRES_TLS" "${KEEL_TEST_POSTGRES_CA:-}" "${KEEL_TEST_POSTGRES_RESTART:-}"
   exit 0
 fi
 
@@ -91,3 +93,8 @@ createdb -h /var/run/postgresql keel_test >&2
 echo "KEEL_TEST_POSTGRES=postgresql:///keel_test?host=/var/run/postgresql"
 echo "KEEL_TEST_POSTGRES_TLS='postgres://$user:keel-test@localhost:5432/keel_test?sslmode=require'"
 echo "KEEL_TEST_POSTGRES_CA=$tls/ca.crt"
+if root; then
+  echo "KEEL_TEST_POSTGRES_RESTART='pg_ctlcluster --skip-systemctl-redirect $version main restart -m'"
+else
+  echo "KEEL_TEST_POSTGRES_RESTART='pg_ctlcluster $version main restart -m'"
+fi

@@ -10,6 +10,6 @@ cd "$(dirname "$0")/.."
 rustup toolchain install >&2
 settings=$(scripts/postgres.sh)
 eval "$settings"
-export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA
+export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA KEEL_TEST_POSTGRES_RESTART
 cargo test --workspace "$@"
 scripts/e2e-server.sh

@@ -168,6 +168,8 @@ pub enum Command {
         /// Also serve the HTTP API and console on this address.
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        serving: HttpOptions,
     },
     /// Drive runs and serve the HTTP API and web console (a worker with
     /// `--http`). Beyond loopback it requires `--api-token`.
@@ -175,6 +177,8 @@ pub enum Command {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
         http: std::net::SocketAddr,
+        #[command(flatten)]
+        serving: HttpOptions,
     },
     /// Register a component under a name, with its steps' grants
     /// (`--allow-http`, `--allow-dir`, `--allow-env`) and limits; starts
@@ -444,4 +448,47 @@ fn parse_status(s: &str) -> Result<keel_host::core::RunStatus, String> {
             "`{s}` is not a run status: pending, running, waiting, completed, failed or cancelled"
         )
     })
+}
+
+/// How `keel serve` (or `keel worker --http`) answers HTTP clients.
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "HTTP serving")]
+pub struct HttpOptions {
+    /// A host name clients reach the server by (repeatable). IP addresses
+    /// and `localhost` always work; any other name in a request's `Host`
+    /// is refused, so a web page cannot reach keel by rebinding a name.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
+    /// An origin (`https://app.example.com`) whose web pages may start,
+    /// cancel and deploy (repeatable); by default only the console's own.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// The most HTTP connections open at once (lowered to fit the
+    /// process's descriptor limit). At the bound the longest-idle
+    /// connection is closed for a new one.
+    #[arg(long, default_value_t = keel_server::ConnectionLimits::default().max_connections)]
+    pub max_connections: usize,
+    /// How long a client has to send a request's headers, on a new
+    /// connection or between requests on a kept-alive one (10s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: std::time::Duration,
+}
+
+impl HttpOptions {
+    /// The server's configuration for `addr` and `token`.
+    pub fn config(
+        &self,
+        addr: std::net::SocketAddr,
+        token: Option<String>,
+    ) -> keel_server::ServerConfig {
+        keel_server::ServerConfig {
+            allowed_hosts: self.allowed_hosts.clone(),
+            allowed_origins: self.allowed_origins.clone(),
+            limits: keel_server::ConnectionLimits {
+                max_connections: self.max_connections,
+                header_timeout: self.header_timeout,
+            },
+            ..keel_server::ServerConfig::new(addr, token)
+        }
+    }
 }

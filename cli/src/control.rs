@@ -233,12 +233,12 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             if detach {
                 Reply::Run(run)
             } else {
-                Reply::Run(keel.drive(&run.run_id).await?)
+                Reply::Run(keel.drive_acknowledged(&run.run_id).await?)
             }
         }
         Request::Resume { token, payload } => {
             let run_id = keel.resume_hook(&token, &payload).await?;
-            Reply::Run(keel.drive(&run_id).await?)
+            Reply::Run(keel.drive_acknowledged(&run_id).await?)
         }
         Request::GetHook { token } => Reply::Hook(keel.get_hook(&token).await?),
         Request::ListHooks => Reply::Hooks(keel.list_hooks().await?),
@@ -246,7 +246,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         Request::Cancel { run_id } => Reply::Run(keel.cancel(&run_id).await?),
         Request::Retry { run_id } => {
             keel.retry(&run_id).await?;
-            Reply::Run(keel.drive(&run_id).await?)
+            Reply::Run(keel.drive_acknowledged(&run_id).await?)
         }
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),
         Request::ListRuns { filter, limit } => {
@@ -279,7 +279,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             let event = keel.push_event(&key, &payload, &metadata).await?;
             let started = event.outcomes.iter().filter(|o| !o.deduplicated);
             for run_id in started.filter_map(|o| o.run_id.as_ref()) {
-                keel.drive(run_id).await?;
+                keel.drive_acknowledged(run_id).await?;
             }
             Reply::Event(event)
         }

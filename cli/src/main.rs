@@ -84,7 +84,9 @@ fn init_logs(command: &Command) {
     use std::io::IsTerminal;
     let default = match command {
         Command::Worker { .. } | Command::Serve { .. } => "warn,keel_host::engine=info",
-        _ => "warn",
+        // A one-shot command reports a store it cannot reach once, as its
+        // error: the store's own retries stay quiet.
+        _ => "warn,keel_store=error,tokio_postgres=error,deadpool=error,deadpool_postgres=error",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
@@ -309,8 +311,12 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         );
     }
     let (until_idle, http) = match &cli.command {
-        Command::Worker { until_idle, http } => (*until_idle, *http),
-        Command::Serve { http } => (false, Some(*http)),
+        Command::Worker {
+            until_idle,
+            http,
+            serving,
+        } => (*until_idle, http.map(|addr| (addr, serving))),
+        Command::Serve { http, serving } => (false, Some((*http, serving))),
         _ => (false, None),
     };
     let metrics = Arc::new(keel_server::Metrics::default());
@@ -325,16 +331,10 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 Db::Sled(path) => Some(path),
                 Db::Postgres(_) => None,
             };
-            let api = match http {
-                Some(addr) => Some(Api {
-                    config: keel_server::ServerConfig {
-                        addr,
-                        token: cli.api_token.clone(),
-                    },
-                    metrics,
-                }),
-                None => None,
-            };
+            let api = http.map(|(addr, serving)| Api {
+                config: serving.config(addr, cli.api_token.clone()),
+                metrics,
+            });
             worker(&keel, socket_dir.as_deref(), until_idle, api, cli.json).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -609,14 +609,17 @@ async fn worker(
                 anyhow::anyhow!("{e}{hint}")
             })?;
             eprintln!("keel: serving the API and console on http://{addr}/");
-            let (keel, token) = (keel.clone(), api.config.token.clone());
-            Some(tokio::spawn(keel_server::serve(
-                listener,
-                keel,
-                api.metrics,
-                token,
-                std::future::pending(),
-            )))
+            let keel = keel.clone();
+            Some(tokio::spawn(async move {
+                keel_server::serve(
+                    listener,
+                    keel,
+                    api.metrics,
+                    &api.config,
+                    std::future::pending(),
+                )
+                .await
+            }))
         }
         None => None,
     };

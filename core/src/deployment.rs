@@ -73,6 +73,49 @@ pub struct StepLimits {
     pub step_timeout_ms: Option<u64>,
 }
 
+/// A step limit out of its range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{field}` = {value} is out of range: it takes {min} to {max}")]
+pub struct LimitOutOfRange {
+    /// The [`StepLimits`] field.
+    pub field: &'static str,
+    pub value: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+impl StepLimits {
+    /// The largest memory bound: a wasm32 memory holds at most 4 GiB.
+    pub const MAX_MEMORY_MIB: u64 = 4096;
+    /// The longest step timeout: 30 days.
+    pub const MAX_STEP_TIMEOUT_MS: u64 = 30 * 24 * 3600 * 1000;
+
+    /// Refuses a limit outside its range.
+    pub fn check(&self) -> Result<(), LimitOutOfRange> {
+        let within = |field, value: Option<u64>, max| match value {
+            Some(value) if !(1..=max).contains(&value) => Err(LimitOutOfRange {
+                field,
+                value,
+                min: 1,
+                max,
+            }),
+            _ => Ok(()),
+        };
+        within("max_memory_mib", self.max_memory_mib, Self::MAX_MEMORY_MIB)?;
+        within(
+            "step_timeout_ms",
+            self.step_timeout_ms,
+            Self::MAX_STEP_TIMEOUT_MS,
+        )
+    }
+
+    /// The memory bound in bytes, if set (in range once checked).
+    pub fn max_memory_bytes(&self) -> Option<usize> {
+        self.max_memory_mib
+            .map(|mib| usize::try_from(mib.min(Self::MAX_MEMORY_MIB) << 20).unwrap_or(usize::MAX))
+    }
+}
+
 /// Which deployment a start names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target<'a> {

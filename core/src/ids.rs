@@ -124,7 +124,90 @@ string_id!(
     ComponentHash
 );
 
+/// A run ID or a name (of a deployment) that is not in the safe set: 1 to
+/// [`MAX_NAME_LEN`] letters, digits, `-`, `_`, `.` or `:`, and not `.` or
+/// `..` alone.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{}` is not a valid {what}: {reason}", value.escape_debug())]
+pub struct InvalidName {
+    /// What it was meant to be (`run ID`, `deployment name`).
+    pub what: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+/// The longest run ID or name.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// [`check_name`]'s rule as a regular expression (for JSON Schema, so it
+/// uses no lookahead): 1 to 128 of the safe characters, but not `.` or
+/// `..` alone.
+pub const NAME_PATTERN: &str = r"^([A-Za-z0-9_:-]|[A-Za-z0-9_.:-][A-Za-z0-9_:-]|[A-Za-z0-9_:-][A-Za-z0-9_.:-]|[A-Za-z0-9_.:-]{3,128})$";
+
+/// Checks that `value` is in the safe set of run IDs and names.
+pub fn check_name(what: &'static str, value: &str) -> Result<(), InvalidName> {
+    let refuse = |reason: String| {
+        Err(InvalidName {
+            what,
+            value: value.to_string(),
+            reason,
+        })
+    };
+    if value.is_empty() || value.len() > MAX_NAME_LEN {
+        return refuse(format!("use 1 to {MAX_NAME_LEN} characters"));
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.:".contains(*c)))
+    {
+        return refuse(format!(
+            "{} is not allowed; use letters, digits, `-`, `_`, `.` or `:`",
+            if c.is_control() {
+                format!("the control character {:?}", c)
+            } else {
+                format!("`{c}`")
+            }
+        ));
+    }
+    if value == "." || value == ".." {
+        return refuse("`.` and `..` alone are not names".into());
+    }
+    Ok(())
+}
+
+/// Makes a safe name of `raw` (a file's stem, say) by replacing what the
+/// safe set lacks with `-`; `None` if nothing usable is left.
+pub fn safe_name(raw: &str) -> Option<String> {
+    let name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.:".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(MAX_NAME_LEN)
+        .collect();
+    check_name("name", &name).is_ok().then_some(name)
+}
+
+impl std::str::FromStr for RunId {
+    type Err = InvalidName;
+
+    /// A run ID from outside (a caller's choice, a path): in the safe set.
+    fn from_str(s: &str) -> Result<RunId, InvalidName> {
+        check_name("run ID", s)?;
+        Ok(RunId(s.to_string()))
+    }
+}
+
 impl RunId {
+    /// Parses a run ID given from outside; see [`check_name`].
+    pub fn parse(s: &str) -> Result<RunId, InvalidName> {
+        s.parse()
+    }
+
     /// The ID of the step scheduled by this run's command `command`.
     pub fn step_id(&self, command: u32) -> StepId {
         StepId(format!("{}-{command}", self.0))
@@ -154,6 +237,52 @@ mod tests {
         assert_ne!(run.step_id(3), RunId::from("0192-b").step_id(3));
         assert_eq!(run.default_hook_token(1), "0192-a:hook:1");
         assert_eq!(run.child(2), "0192-a.2");
+    }
+
+    #[test]
+    fn run_ids_and_names_are_in_the_safe_set() {
+        for ok in [
+            "0192f3a0-7c1e-7a4b-9c1d-1234567890ab",
+            "order:42",
+            "a.1.2",
+            "x_y-z",
+        ] {
+            assert_eq!(RunId::parse(ok).unwrap(), ok);
+        }
+        for bad in ["", ".", "..", "a/b", "a\0b", "a\nb", "<script>", "a b"] {
+            let e = RunId::parse(bad).unwrap_err();
+            assert_eq!(e.what, "run ID");
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+        assert!(RunId::parse(&"a".repeat(129)).is_err());
+        assert_eq!(safe_name("my order v2").as_deref(), Some("my-order-v2"));
+        assert_eq!(safe_name(".."), None);
+    }
+
+    #[test]
+    fn the_pattern_says_what_check_name_does() {
+        let pattern = regex::Regex::new(NAME_PATTERN).unwrap();
+        let samples = [
+            "",
+            ".",
+            "..",
+            "...",
+            "a",
+            ".a",
+            "a.",
+            "a..",
+            ":",
+            "-",
+            "ab",
+            "a b",
+            "a/b",
+            "ä",
+            "0192f3a0-7c1e-7a4b-9c1d-1234567890ab.3",
+        ];
+        let long = "x".repeat(129);
+        for s in samples.iter().copied().chain([long.as_str(), &long[..128]]) {
+            assert_eq!(pattern.is_match(s), check_name("name", s).is_ok(), "{s:?}");
+        }
     }
 
     #[test]

@@ -24,9 +24,9 @@ pub mod timeline;
 
 pub use clock::Clock;
 pub use deployment::{Deployment, GrantSpec, StepLimits};
-pub use ids::{ComponentHash, HookToken, RunId, StepId};
+pub use ids::{ComponentHash, HookToken, InvalidName, RunId, StepId};
 pub use journal::{Entry, Fact, HookRegistration, StartOutcome};
-pub use query::{RunFilter, RunPage};
+pub use query::{RunCursor, RunFilter, RunPage};
 pub use records::{
     Capabilities, EventOutcome, EventRecord, HookRecord, KeyHold, Registration, RunError,
     RunRecord, RunStatus,

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::RunId;
 use crate::records::{RunRecord, RunStatus};
 
 /// A listing's filters; empty fields match every run.
@@ -39,11 +40,54 @@ impl RunFilter {
     }
 }
 
+/// A place in the listing of runs, which is newest first: by admission
+/// time, then by run ID (whatever IDs clients chose). The runs after a
+/// cursor are those that sort below it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RunCursor {
+    pub created_at_ms: u64,
+    pub run_id: RunId,
+}
+
+impl RunCursor {
+    /// The place of `run`: the next page starts after it.
+    pub fn of(run: &RunRecord) -> RunCursor {
+        RunCursor {
+            created_at_ms: run.created_at_ms,
+            run_id: run.run_id.clone(),
+        }
+    }
+
+    /// The place above every run created before `ms` (and below every run
+    /// created at `ms` or later): where a listing `until_ms` starts.
+    pub fn before_time(ms: u64) -> RunCursor {
+        RunCursor {
+            created_at_ms: ms,
+            run_id: RunId::default(),
+        }
+    }
+
+    /// The cursor as a listing hands it out: `MS-RUNID`.
+    pub fn encode(&self) -> String {
+        format!("{}-{}", self.created_at_ms, self.run_id)
+    }
+
+    /// A cursor [`RunCursor::encode`] made, or `None`.
+    pub fn decode(s: &str) -> Option<RunCursor> {
+        let (ms, run_id) = s.split_once('-')?;
+        Some(RunCursor {
+            created_at_ms: ms.parse().ok()?,
+            run_id: RunId::from(run_id),
+        })
+    }
+}
+
 /// One page of a listing, newest first.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunPage {
     pub runs: Vec<RunRecord>,
-    /// Pass as `before` for the next page; `None` on the last page.
+    /// Where the next page starts ([`RunCursor::encode`]); `None` on the
+    /// last page.
     pub next_cursor: Option<String>,
 }
 
@@ -64,6 +108,18 @@ mod tests {
             updated_at_ms: at,
             wake_at_ms: None,
         }
+    }
+
+    #[test]
+    fn cursors_order_by_time_then_id_and_round_trip() {
+        let older = RunCursor::of(&run("zzzz-older", "w", RunStatus::Pending, 100));
+        let newer = RunCursor::of(&run("aaaa-newer", "w", RunStatus::Pending, 200));
+        assert!(older < newer);
+        assert!(RunCursor::before_time(200) < newer);
+        assert!(older < RunCursor::before_time(101));
+        assert_eq!(RunCursor::decode(&older.encode()), Some(older));
+        assert_eq!(RunCursor::decode("x-1"), None);
+        assert_eq!(RunCursor::decode("12"), None);
     }
 
     #[test]

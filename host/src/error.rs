@@ -133,6 +133,34 @@ pub enum Error {
     StartOutcomeUnknown { run_id: RunId, reason: String },
 
     #[error(
+        "run {run_id}: what was asked of it (its start, a payload, a retry) was recorded, but driving it here stopped when the store failed ({reason}); what it recorded is kept and a worker resumes it, so look the run up for its outcome instead of asking again"
+    )]
+    DriveInterrupted { run_id: RunId, reason: String },
+
+    #[error(
+        "the payload for hook `{token}` could not be confirmed ({reason}); it may or may not have been delivered. Its run's journal shows whether it arrived; resuming again without looking may deliver it twice"
+    )]
+    ResumeOutcomeUnknown { token: HookToken, reason: String },
+
+    #[error(
+        "the {operation} of run {run_id} could not be confirmed ({reason}); it may or may not have happened. Asking again is safe; the run's record shows where it stands"
+    )]
+    OutcomeUnknown {
+        run_id: RunId,
+        /// `cancel` or `retry`.
+        operation: &'static str,
+        reason: String,
+    },
+
+    /// A run ID or name outside the safe set.
+    #[error(transparent)]
+    InvalidName(#[from] keel_core::InvalidName),
+
+    /// A deployment's limit out of its range.
+    #[error("the deployment's limit {0}")]
+    InvalidLimit(#[from] keel_core::deployment::LimitOutOfRange),
+
+    #[error(
         "this store does not support {capability}, so the start was refused before anything was written. Use a store that does, or start without that option"
     )]
     StoreCapability { capability: String },
@@ -260,6 +288,11 @@ impl Error {
             Error::HookConflict { .. } => "hook_conflict",
             Error::HookNotFound { .. } => "hook_not_found",
             Error::StartOutcomeUnknown { .. } => "start_outcome_unknown",
+            Error::DriveInterrupted { .. } => "drive_interrupted",
+            Error::ResumeOutcomeUnknown { .. } => "resume_outcome_unknown",
+            Error::OutcomeUnknown { .. } => "outcome_unknown",
+            Error::InvalidName(_) => "invalid_name",
+            Error::InvalidLimit(_) => "invalid_limit",
             Error::StoreCapability { .. } => "store_capability",
             Error::Cancelled { .. } => "cancelled",
             Error::Deployment(keel_core::deployment::ResolveError::UnknownDeployment {
@@ -291,6 +324,8 @@ impl Error {
             | Error::GuestTrap { run_id, .. }
             | Error::JournalWrite { run_id, .. }
             | Error::StartOutcomeUnknown { run_id, .. }
+            | Error::DriveInterrupted { run_id, .. }
+            | Error::OutcomeUnknown { run_id, .. }
             | Error::Cancelled { run_id }
             | Error::StillRunning { run_id, .. }
             | Error::NotRetryable { run_id, .. }
@@ -316,7 +351,11 @@ impl Error {
                 ("conflicting_run_id", conflicting_run_id.to_string()),
                 ("token", token.to_string()),
             ],
-            Error::HookNotFound { token } => vec![("token", token.to_string())],
+            Error::HookNotFound { token } | Error::ResumeOutcomeUnknown { token, .. } => {
+                vec![("token", token.to_string())]
+            }
+            Error::InvalidName(e) => vec![("field", e.what.to_string())],
+            Error::InvalidLimit(e) => vec![("field", e.field.to_string())],
             Error::InputMismatch { workflow, .. } => vec![("workflow", workflow.clone())],
             Error::BoundExceeded { run_id, bound, .. } => {
                 let mut ids = vec![("bound", bound.to_string())];
@@ -352,7 +391,24 @@ impl Error {
     /// The error is the storage's, not the run's: what is durable stays,
     /// and a worker resumes the run.
     pub fn is_storage(&self) -> bool {
-        matches!(self, Error::Store(_) | Error::JournalWrite { .. })
+        matches!(
+            self,
+            Error::Store(_) | Error::JournalWrite { .. } | Error::DriveInterrupted { .. }
+        )
+    }
+
+    /// The error is a failure of the storage whose write may have landed
+    /// (not a refusal the store decided): after a write, its outcome is
+    /// unknown.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            Error::Store(
+                StoreError::Backend { .. }
+                    | StoreError::Unconfirmed { .. }
+                    | StoreError::Unavailable { .. }
+            )
+        )
     }
 }
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
@@ -49,9 +49,14 @@ impl Auth {
         }
     }
 
+    /// Whether a request with `headers` carries the token (true when none
+    /// is required).
+    pub fn authorizes(&self, headers: &HeaderMap) -> bool {
+        !self.required() || Auth::presented(headers).is_some_and(|t| self.accepts(&t))
+    }
+
     /// The token a request carries, from its header or its cookie.
-    fn presented(request: &Request) -> Option<String> {
-        let headers = request.headers();
+    fn presented(headers: &HeaderMap) -> Option<String> {
         if let Some(bearer) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -84,7 +89,7 @@ pub async fn require_token(State(auth): State<Auth>, request: Request, next: Nex
     if !auth.required() || is_public(request.uri().path()) {
         return next.run(request).await;
     }
-    match Auth::presented(&request) {
+    match Auth::presented(request.headers()) {
         Some(token) if auth.accepts(&token) => next.run(request).await,
         presented => {
             let wants_page = request.method() == axum::http::Method::GET

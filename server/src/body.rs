@@ -46,8 +46,9 @@ impl<S: Send + Sync, const MAX: usize> FromRequest<S> for Body<MAX> {
 }
 
 /// Reads and discards the rest of a body, within [`DRAIN_BYTES`] and
-/// [`DRAIN_TIME`].
-async fn drain(mut stream: axum::body::BodyDataStream) {
+/// [`DRAIN_TIME`], so that the client hears a refusal sent before its body
+/// was read.
+pub(crate) async fn drain(mut stream: axum::body::BodyDataStream) {
     let rest = async {
         let mut discarded = 0;
         while let Some(Ok(chunk)) = stream.next().await {

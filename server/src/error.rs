@@ -37,7 +37,8 @@ impl ApiError {
 pub fn status_of(kind: &str) -> StatusCode {
     match kind {
         "invalid_input" | "invalid_component" | "missing_exports" | "unsupported_import"
-        | "key_expression" | "invalid_grant" | "journal_file" => StatusCode::BAD_REQUEST,
+        | "key_expression" | "invalid_grant" | "journal_file" | "invalid_name"
+        | "invalid_limit" => StatusCode::BAD_REQUEST,
         "run_not_found"
         | "hook_not_found"
         | "unknown_workflow"
@@ -56,6 +57,9 @@ pub fn status_of(kind: &str) -> StatusCode {
         | "lease_lost"
         | "journal_conflict"
         | "start_outcome_unknown"
+        | "resume_outcome_unknown"
+        | "outcome_unknown"
+        | "drive_interrupted"
         | "journal_write" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }

@@ -1,9 +1,10 @@
 //! keel-server: the HTTP/JSON API and the web console a keel worker
 //! serves. The router ([`router`]) maps endpoints to handlers over a
 //! [`Keel`]; [`serve`] binds it, refusing an address beyond loopback
-//! without a token. Layers: auth ([`auth`]), timeouts, compression and
-//! request tracing from tower-http; handlers read bodies under a limit
-//! ([`body`]).
+//! without a token, and accepts connections within bounds ([`listen`]).
+//! Layers: the browser guard ([`guard`]: hosts, origins, body types), auth
+//! ([`auth`]), timeouts, compression and request tracing from tower-http;
+//! handlers read bodies under a limit ([`body`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,12 +21,16 @@ pub mod auth;
 mod body;
 mod console;
 pub mod error;
+pub mod guard;
+pub mod listen;
 pub mod metrics;
 pub mod openapi;
 mod routes;
 pub mod wire;
 
 pub use auth::Auth;
+pub use guard::Guard;
+pub use listen::ConnectionLimits;
 pub use metrics::Metrics;
 pub use routes::MAX_WAIT;
 
@@ -40,6 +45,33 @@ pub struct ServerConfig {
     pub addr: SocketAddr,
     /// The API token; required unless `addr` is a loopback address.
     pub token: Option<String>,
+    /// Host names requests may address the server by, besides IP
+    /// addresses and `localhost` (see [`guard`]).
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`https://app.example.com`) whose pages may change things,
+    /// besides the server's own console.
+    pub allowed_origins: Vec<String>,
+    /// How many connections, and how long each may take to send headers.
+    pub limits: ConnectionLimits,
+}
+
+impl ServerConfig {
+    /// Serving on `addr` with `token`, no other hosts or origins, and the
+    /// default connection limits.
+    pub fn new(addr: SocketAddr, token: Option<String>) -> Self {
+        ServerConfig {
+            addr,
+            token,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            limits: ConnectionLimits::default(),
+        }
+    }
+
+    /// The request guard this configuration asks for.
+    pub fn guard(&self) -> Guard {
+        Guard::new(&self.allowed_hosts, &self.allowed_origins)
+    }
 }
 
 /// Why the server did not start.
@@ -61,8 +93,8 @@ pub enum ServeError {
 }
 
 /// The API and console over `keel`, reporting to `metrics` (which should
-/// also be the engine's observer).
-pub fn router(keel: Keel, metrics: Arc<Metrics>, auth: Auth) -> Router {
+/// also be the engine's observer), behind `guard` and `auth`.
+pub fn router(keel: Keel, metrics: Arc<Metrics>, guard: Guard, auth: Auth) -> Router {
     let state = routes::AppState {
         keel,
         metrics,
@@ -100,6 +132,7 @@ pub fn router(keel: Keel, metrics: Arc<Metrics>, auth: Auth) -> Router {
         auth,
         auth::require_token,
     ))
+    .layer(axum::middleware::from_fn_with_state(guard, guard::check))
     .layer(CompressionLayer::new())
     .layer(TimeoutLayer::with_status_code(
         axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -132,17 +165,21 @@ pub async fn bind(
     Ok((listener, addr))
 }
 
-/// Serves the API on `listener` until `shutdown` resolves.
+/// Serves the API on `listener`, as `config` says, until `shutdown`
+/// resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     keel: Keel,
     metrics: Arc<Metrics>,
-    token: Option<String>,
+    config: &ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let app = router(keel, metrics, Auth::new(token.as_deref()));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let app = router(
+        keel,
+        metrics,
+        config.guard(),
+        Auth::new(config.token.as_deref()),
+    );
+    listen::serve(listener, app, config.limits, shutdown).await?;
     Ok(())
 }

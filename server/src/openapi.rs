@@ -73,7 +73,7 @@ pub fn document() -> Value {
         }
         operation
     };
-    let run_id = || path_param("run_id", "The run's ID");
+    let run_id = || json!({"name": "run_id", "in": "path", "required": true, "description": "The run's ID", "schema": {"type": "string", "pattern": keel_core::ids::NAME_PATTERN}});
     let token = || path_param("token", "The hook's token");
 
     let paths = json!({

@@ -9,14 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use keel_core::deployment::Target;
 use keel_core::timeline::timeline;
-use keel_core::{Deployment, GrantSpec, RunFilter, RunRecord, RunStatus, StepLimits};
+use keel_core::{
+    Deployment, GrantSpec, RunCursor, RunFilter, RunId, RunRecord, RunStatus, StepLimits,
+};
 use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
 use serde::de::DeserializeOwned;
 
@@ -35,6 +37,45 @@ pub struct AppState {
     pub keel: Keel,
     pub metrics: Arc<Metrics>,
     pub auth: crate::auth::Auth,
+}
+
+/// A path parameter; one that is not valid (invalid UTF-8 in its
+/// escapes, say) is a JSON error like every other refusal.
+pub struct Param(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Param {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Param(value)),
+            Err(e) => Err(ApiError::invalid(format!(
+                "the path `{}` is not valid: {}",
+                parts.uri.path(),
+                e.body_text()
+            ))),
+        }
+    }
+}
+
+/// A run ID from the path, parsed (a run ID outside the safe set is 400).
+pub struct RunIdParam(pub RunId);
+
+impl<S: Send + Sync> FromRequestParts<S> for RunIdParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        let Param(raw) = Param::from_request_parts(parts, state).await?;
+        RunId::parse(&raw)
+            .map(RunIdParam)
+            .map_err(|e| ApiError::invalid(e.to_string()))
+    }
 }
 
 /// A query string's pairs.
@@ -145,13 +186,18 @@ fn wait_ms(ms: Option<u64>) -> ApiResult<u64> {
     Ok(ms)
 }
 
-/// `GET /healthz`.
-pub async fn health(State(s): State<AppState>) -> ApiResult<Json<Health>> {
+/// `GET /healthz`: that the server and its store answer. Anyone may ask,
+/// so it names the store only to a caller holding the server's token.
+pub async fn health(
+    State(s): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<Json<Health>> {
     s.keel.runs_page(&RunFilter::default(), None, 1).await?;
+    let authorized = s.auth.required() && s.auth.authorizes(&headers);
     Ok(Json(Health {
         status: "ok".into(),
-        store: s.keel.location(),
-        version: env!("CARGO_PKG_VERSION").into(),
+        store: authorized.then(|| s.keel.location()),
+        version: authorized.then(|| env!("CARGO_PKG_VERSION").into()),
     }))
 }
 
@@ -208,7 +254,7 @@ pub async fn deployments(State(s): State<AppState>) -> ApiResult<Json<Deployment
 /// `GET /v1/deployments/{name}`: by name (its latest) or hash.
 pub async fn deployment(
     State(s): State<AppState>,
-    Path(name): Path<String>,
+    Param(name): Param,
 ) -> ApiResult<Json<Deployment>> {
     Ok(Json(s.keel.deployment(&name).await?))
 }
@@ -216,7 +262,7 @@ pub async fn deployment(
 /// `POST /v1/workflows/{workflow}/runs`.
 pub async fn start(
     State(s): State<AppState>,
-    Path(workflow): Path<String>,
+    Param(workflow): Param,
     body: Body<MAX_BODY>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let request: StartRequest = json_object(body)?;
@@ -224,20 +270,14 @@ pub async fn start(
         ms: wait_ms(request.wait_ms)?,
         return_on_wait: request.return_on_wait,
     };
-    if let Some(id) = &request.run_id {
-        let valid = !id.is_empty()
-            && id.len() <= 128
-            && id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.:-".contains(c));
-        if !valid {
-            return Err(ApiError::invalid(format!(
-                "`run_id` `{id}` is not a run ID: use 1 to 128 letters, digits, `-`, `_`, `.` or `:`"
-            )));
-        }
-    }
+    let run_id = request
+        .run_id
+        .as_deref()
+        .map(RunId::parse)
+        .transpose()
+        .map_err(|e| ApiError::invalid(format!("`run_id`: {e}")))?;
     let options = StartOptions {
-        run_id: request.run_id.map(Into::into),
+        run_id,
         additional_metadata: request.additional_metadata,
         hook: request.hook.map(|hook| StartHook {
             token: hook.token,
@@ -267,7 +307,26 @@ struct Wait {
 
 /// Drives `run` in the background (it goes on if the client leaves) and
 /// waits up to `wait.ms` for it to end; returns its record as it then is.
+/// What brought the run here (its start, a payload, a retry) was
+/// acknowledged, so a failure while waiting answers with the record last
+/// read, never with an error a client could take for a refusal.
 async fn drive_and_wait(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord> {
+    let run_id = run.run_id.clone();
+    let known = run.clone();
+    match wait_on(keel, run, wait).await {
+        Ok(run) => Ok(run),
+        Err(e) => {
+            tracing::warn!(
+                %run_id,
+                "waiting for an acknowledged run failed ({}); answering with its record as last read",
+                e.detail.message
+            );
+            Ok(known)
+        }
+    }
+}
+
+async fn wait_on(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord> {
     let run_id = run.run_id.clone();
     let drive = {
         let (keel, run_id) = (keel.clone(), run_id.clone());
@@ -323,8 +382,15 @@ pub async fn list_runs(
         search: q.one("search").filter(|w| !w.is_empty()),
     };
     let limit = q.number("limit")?.unwrap_or(50).clamp(1, 1000) as usize;
-    let cursor = q.one("cursor").filter(|c| !c.is_empty());
-    let page = s.keel.runs_page(&filter, cursor.as_deref(), limit).await?;
+    let cursor = match q.one("cursor").filter(|c| !c.is_empty()) {
+        Some(c) => Some(RunCursor::decode(&c).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "`cursor` `{c}` is not a cursor; pass the `next_cursor` of the previous page"
+            ))
+        })?),
+        None => None,
+    };
+    let page = s.keel.runs_page(&filter, cursor.as_ref(), limit).await?;
     Ok(Json(RunList {
         runs: page.runs.iter().map(RunView::from).collect(),
         next_cursor: page.next_cursor,
@@ -334,7 +400,7 @@ pub async fn list_runs(
 /// `GET /v1/runs/{run_id}`.
 pub async fn get_run(
     State(s): State<AppState>,
-    Path(run_id): Path<String>,
+    RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Json<RunView>> {
     Ok(Json(RunView::from(&s.keel.get_run(&run_id).await?)))
 }
@@ -342,7 +408,7 @@ pub async fn get_run(
 /// `GET /v1/runs/{run_id}/detail`: the run, its timeline and journal.
 pub async fn run_detail(
     State(s): State<AppState>,
-    Path(run_id): Path<String>,
+    RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Json<RunDetail>> {
     let run = s.keel.get_run(&run_id).await?;
     let journal = s.keel.journal(&run_id).await?;
@@ -363,7 +429,7 @@ fn now_ms() -> u64 {
 /// `GET /v1/runs/{run_id}/journal`.
 pub async fn journal(
     State(s): State<AppState>,
-    Path(run_id): Path<String>,
+    RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Json<Vec<JournalEntry>>> {
     let journal = s.keel.journal(&run_id).await?;
     Ok(Json(journal.iter().map(JournalEntry::of).collect()))
@@ -373,7 +439,7 @@ pub async fn journal(
 /// 202 with the run as it is if it has not within the wait.
 pub async fn result(
     State(s): State<AppState>,
-    Path(run_id): Path<String>,
+    RunIdParam(run_id): RunIdParam,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let wait = Duration::from_millis(wait_ms(Query::parse(raw).number("wait_ms")?)?);
@@ -389,7 +455,7 @@ pub async fn result(
 /// `POST /v1/runs/{run_id}/cancel`.
 pub async fn cancel(
     State(s): State<AppState>,
-    Path(run_id): Path<String>,
+    RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Json<RunView>> {
     Ok(Json(RunView::from(&s.keel.cancel(&run_id).await?)))
 }
@@ -399,7 +465,7 @@ pub async fn cancel(
 /// `wait_ms` with the run as it then is.
 pub async fn retry(
     State(s): State<AppState>,
-    Path(run_id): Path<String>,
+    RunIdParam(run_id): RunIdParam,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<RunView>> {
     let q = Query::parse(raw);
@@ -418,12 +484,12 @@ pub async fn retry(
 /// run's record changes; the stream ends after the run ends.
 pub async fn run_events(
     State(s): State<AppState>,
-    Path(run_id): Path<String>,
+    RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     s.keel.get_run(&run_id).await?;
     struct Watch {
         keel: Keel,
-        run_id: String,
+        run_id: RunId,
         sent: usize,
         last: Option<RunRecord>,
         ended: bool,
@@ -491,10 +557,7 @@ pub async fn list_hooks(State(s): State<AppState>) -> ApiResult<Json<HookList>> 
 }
 
 /// `GET /v1/hooks/{token}`.
-pub async fn get_hook(
-    State(s): State<AppState>,
-    Path(token): Path<String>,
-) -> ApiResult<Json<HookView>> {
+pub async fn get_hook(State(s): State<AppState>, Param(token): Param) -> ApiResult<Json<HookView>> {
     Ok(Json(HookView::from(&s.keel.get_hook(&token).await?)))
 }
 
@@ -503,7 +566,7 @@ pub async fn get_hook(
 /// to `wait_ms` for it to end.
 pub async fn resume(
     State(s): State<AppState>,
-    Path(token): Path<String>,
+    Param(token): Param,
     RawQuery(raw): RawQuery,
     body: Body<MAX_BODY>,
 ) -> ApiResult<Json<RunView>> {
@@ -514,7 +577,13 @@ pub async fn resume(
     };
     let payload = json_body(body)?.unwrap_or(serde_json::Value::Null);
     let run_id = s.keel.resume_hook(&token, &payload.to_string()).await?;
-    let run = s.keel.get_run(&run_id).await?;
+    // Delivered: from here on, a failure to read the run is no refusal.
+    let run = s.keel.get_run(&run_id).await.map_err(|e| {
+        ApiError::from(keel_host::Error::DriveInterrupted {
+            run_id: run_id.clone(),
+            reason: e.to_string(),
+        })
+    })?;
     Ok(Json(RunView::from(
         &drive_and_wait(&s.keel, run, wait).await?,
     )))
@@ -523,7 +592,7 @@ pub async fn resume(
 /// `POST /v1/events/{key}`.
 pub async fn push_event(
     State(s): State<AppState>,
-    Path(key): Path<String>,
+    Param(key): Param,
     body: Body<MAX_BODY>,
 ) -> ApiResult<(StatusCode, Json<EventView>)> {
     let request: PushEventRequest = json_object(body)?;

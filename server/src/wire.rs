@@ -218,7 +218,7 @@ pub struct StartRequest {
     /// `:`; at most 128), so that a client that loses the answer can look
     /// the run up, and a repeated start is refused with `run_exists`;
     /// default: a new UUIDv7.
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]{1,128}$"))]
+    #[schemars(regex(pattern = keel_core::ids::NAME_PATTERN))]
     pub run_id: Option<String>,
     /// `additional_metadata` for key expressions (a JSON object).
     pub additional_metadata: Option<Value>,
@@ -297,9 +297,12 @@ pub struct ErrorDetail {
 pub struct Health {
     /// `ok` when the store answers.
     pub status: String,
-    /// Where the store is (no secrets).
-    pub store: String,
-    pub version: String,
+    /// Where the store is (no secrets); only to a caller with the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
+    /// keel's version; only to a caller with the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// A worker sharing the store.

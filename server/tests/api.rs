@@ -26,25 +26,34 @@ impl Drop for Server {
 }
 
 async fn server(token: Option<&str>) -> Server {
+    server_with(token, |_, _| {}).await
+}
+
+/// A server as [`server`] makes it, after `tweak` changes the engine's and
+/// the server's configuration.
+async fn server_with(
+    token: Option<&str>,
+    tweak: impl FnOnce(&mut Config, &mut ServerConfig),
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let metrics = Arc::new(Metrics::default());
     let mut config = Config::new(dir.path().join("db"));
     config.observer = metrics.clone();
+    let mut server_config =
+        ServerConfig::new("127.0.0.1:0".parse().unwrap(), token.map(str::to_owned));
+    tweak(&mut config, &mut server_config);
     let keel = Keel::open_sled(config).unwrap();
     for guest in [keel_tests::TESTBED, keel_tests::ORDER_HOOKS] {
         keel.deploy_file(std::path::Path::new(guest), Some(DeploySpec::default()))
             .await
             .unwrap();
     }
-    let config = ServerConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: token.map(str::to_owned),
-    };
+    let config = server_config;
     let (listener, addr) = keel_server::bind(&config).await.unwrap();
     let task = tokio::spawn({
-        let (keel, token) = (keel.clone(), config.token.clone());
+        let keel = keel.clone();
         async move {
-            keel_server::serve(listener, keel, metrics, token, std::future::pending())
+            keel_server::serve(listener, keel, metrics, &config, std::future::pending())
                 .await
                 .unwrap()
         }
@@ -77,6 +86,29 @@ impl Server {
 
     async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call("GET", path, None).await
+    }
+
+    /// A GET with the bearer `token`, if any.
+    async fn get_as(&self, token: Option<&str>, path: &str) -> (StatusCode, Value) {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        (response.status(), response.json().await.unwrap())
+    }
+
+    /// Uploads a component to `path` (a deploy with its query).
+    async fn upload(&self, path: &str, bytes: &[u8]) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/wasm")
+            .body(bytes.to_vec())
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json().await.unwrap())
     }
 
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
@@ -469,7 +501,14 @@ async fn every_refusal_is_a_json_error_with_its_status() {
             .http
             .request(method.parse().unwrap(), format!("{}{path}", s.base));
         if let Some(body) = body {
-            request = request.body(body.to_string());
+            let content_type = if path.starts_with("/v1/deployments") {
+                "application/octet-stream"
+            } else {
+                "application/json"
+            };
+            request = request
+                .header("content-type", content_type)
+                .body(body.to_string());
         }
         let response = request.send().await.unwrap();
         let got = response.status();
@@ -492,7 +531,8 @@ async fn every_refusal_is_a_json_error_with_its_status() {
     for i in 0..20 {
         let request = s
             .http
-            .post(format!("{}/v1/workflows/ten_steps/runs", s.base));
+            .post(format!("{}/v1/workflows/ten_steps/runs", s.base))
+            .header("content-type", "application/json");
         let request = if i % 2 == 0 {
             request.body(big.clone())
         } else {
@@ -564,6 +604,7 @@ async fn components_deploy_over_http_with_their_grants() {
     let bad = s
         .http
         .post(format!("{}/v1/deployments?allow_http=http://x", s.base))
+        .header("content-type", "application/wasm")
         .body(std::fs::read(keel_tests::ORDER).unwrap())
         .send()
         .await
@@ -723,6 +764,7 @@ async fn a_token_protects_everything_but_health_and_login() {
     assert_eq!(page.headers()["location"], "/login");
     let refused = no_redirects
         .post(format!("{}/login", s.base))
+        .header("content-type", "application/x-www-form-urlencoded")
         .body("token=guess")
         .send()
         .await
@@ -731,6 +773,7 @@ async fn a_token_protects_everything_but_health_and_login() {
     assert!(refused.headers().get("set-cookie").is_none());
     let login = no_redirects
         .post(format!("{}/login", s.base))
+        .header("content-type", "application/x-www-form-urlencoded")
         .body("token=s3cret")
         .send()
         .await
@@ -760,30 +803,18 @@ async fn a_token_protects_everything_but_health_and_login() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn serving_beyond_loopback_needs_a_token() {
-    let open = ServerConfig {
-        addr: "0.0.0.0:0".parse().unwrap(),
-        token: None,
-    };
+    let open = ServerConfig::new("0.0.0.0:0".parse().unwrap(), None);
     let e = keel_server::check(&open).unwrap_err();
     assert!(
         matches!(e, keel_server::ServeError::TokenRequired { .. }),
         "{e}"
     );
     assert!(e.to_string().contains("without an API token"));
-    let empty = ServerConfig {
-        addr: "0.0.0.0:0".parse().unwrap(),
-        token: Some(String::new()),
-    };
+    let empty = ServerConfig::new("0.0.0.0:0".parse().unwrap(), Some(String::new()));
     assert!(keel_server::check(&empty).is_err());
-    let with_token = ServerConfig {
-        addr: "0.0.0.0:0".parse().unwrap(),
-        token: Some("t".into()),
-    };
+    let with_token = ServerConfig::new("0.0.0.0:0".parse().unwrap(), Some("t".into()));
     assert!(keel_server::check(&with_token).is_ok());
-    let loopback = ServerConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        token: None,
-    };
+    let loopback = ServerConfig::new("127.0.0.1:0".parse().unwrap(), None);
     assert!(keel_server::check(&loopback).is_ok());
 }
 
@@ -854,4 +885,296 @@ async fn a_client_chosen_run_id_is_admitted_once() {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+}
+
+/// A body and its content type.
+type Upload<'a> = (&'a str, Vec<u8>);
+
+/// Sends `method path` with `headers` and a JSON `body` (if any) as the
+/// given content type; the status and the error kind (or "" on success).
+async fn raw(
+    s: &Server,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Option<Upload<'_>>,
+) -> (StatusCode, String) {
+    let mut request = s
+        .http
+        .request(method.parse().unwrap(), format!("{}{path}", s.base));
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    if let Some((content_type, bytes)) = body {
+        request = request.header("content-type", content_type).body(bytes);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    let value: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{method} {path} answered {status} with no JSON ({e}): {text}"));
+    let kind = value["error"]["kind"].as_str().unwrap_or("").to_string();
+    (status, kind)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_web_page_of_another_origin_can_change_anything() {
+    for token in [None, Some("s3cret")] {
+        let s = server(token).await;
+        let port = s.base.rsplit(':').next().unwrap().to_string();
+        let mut auth = vec![];
+        if let Some(t) = token {
+            // The console's cookie travels to another port of the same host.
+            auth.push(("cookie", format!("keel_token={t}")));
+        }
+        let with = |extra: &[(&'static str, String)]| {
+            let mut h = auth.clone();
+            h.extend(extra.iter().cloned());
+            h
+        };
+        let mut start_order = s
+            .http
+            .post(format!("{}/v1/workflows/order_updates/runs", s.base))
+            .json(&json!({
+                "input": {"order_id": "o1", "note": "placed"},
+                "hook": {"token": "order:o1"},
+                "wait_ms": 10000,
+                "return_on_wait": true,
+            }));
+        if let Some(t) = token {
+            start_order = start_order.bearer_auth(t);
+        }
+        let waiting: Value = start_order.send().await.unwrap().json().await.unwrap();
+        let waiting_id = waiting["run_id"].as_str().unwrap().to_string();
+        let start = serde_json::to_vec(&json!({"input": 3})).unwrap();
+        let wasm = std::fs::read(keel_tests::ORDER).unwrap();
+        let cross = [
+            ("origin", "http://127.0.0.1:1".to_string()),
+            ("sec-fetch-site", "same-site".to_string()),
+        ];
+        let other_port = [("origin", "http://127.0.0.1:1".to_string())];
+        let same_site = [("sec-fetch-site", "same-site".to_string())];
+        let evil = [("origin", "https://evil.example".to_string())];
+        for headers in [&cross[..], &other_port[..], &same_site[..], &evil[..]] {
+            let cancel = format!("/v1/runs/{waiting_id}/cancel");
+            let calls: [(&str, Option<Upload>); 3] = [
+                (
+                    "/v1/workflows/ten_steps/runs",
+                    Some(("application/json", start.clone())),
+                ),
+                (&cancel, None),
+                (
+                    "/v1/deployments?allow_dir=/",
+                    Some(("application/wasm", wasm.clone())),
+                ),
+            ];
+            for (path, body) in calls {
+                let got = raw(&s, "POST", path, &with(headers), body).await;
+                assert_eq!(
+                    got,
+                    (StatusCode::FORBIDDEN, "cross_origin".to_string()),
+                    "POST {path} with {headers:?}, token {token:?}"
+                );
+            }
+        }
+        // Nothing happened: no run of ten_steps, the run still waits, one
+        // deployment of order-hooks and testbed each.
+        let (_, runs) = s.get_as(token, "/v1/runs?workflow=ten_steps").await;
+        assert!(runs["runs"].as_array().unwrap().is_empty(), "{runs}");
+        let (_, run) = s.get_as(token, &format!("/v1/runs/{waiting_id}")).await;
+        assert_eq!(run["status"], "waiting");
+        let (_, deployments) = s.get_as(token, "/v1/deployments").await;
+        assert_eq!(deployments["deployments"].as_array().unwrap().len(), 2);
+
+        // A form's body type is refused, whatever its origin.
+        let text = raw(
+            &s,
+            "POST",
+            "/v1/workflows/ten_steps/runs",
+            &with(&[]),
+            Some(("text/plain", start.clone())),
+        )
+        .await;
+        assert_eq!(
+            text,
+            (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type".into()
+            )
+        );
+        // The server's own origin (the console) may.
+        let own = [
+            ("origin", format!("http://127.0.0.1:{port}")),
+            ("sec-fetch-site", "same-origin".into()),
+        ];
+        let ok = raw(
+            &s,
+            "POST",
+            "/v1/workflows/ten_steps/runs",
+            &with(&own),
+            Some(("application/json", start.clone())),
+        )
+        .await;
+        assert_eq!(ok, (StatusCode::CREATED, String::new()), "token {token:?}");
+        // A rebound name is refused for reads too.
+        let rebound = raw(
+            &s,
+            "GET",
+            "/v1/runs",
+            &with(&[("host", format!("rebind.evil.example:{port}"))]),
+            None,
+        )
+        .await;
+        assert_eq!(
+            rebound,
+            (StatusCode::MISDIRECTED_REQUEST, "host_not_allowed".into())
+        );
+        let localhost = raw(
+            &s,
+            "GET",
+            "/v1/runs",
+            &with(&[("host", format!("localhost:{port}"))]),
+            None,
+        )
+        .await;
+        assert_eq!(localhost.0, StatusCode::OK);
+    }
+    // Hosts and origins the server is told to trust.
+    let s = server_with(None, |_, c| {
+        c.allowed_hosts = vec!["keel.internal".into()];
+        c.allowed_origins = vec!["https://app.example.com".into()];
+    })
+    .await;
+    let named = raw(
+        &s,
+        "GET",
+        "/v1/runs",
+        &[("host", "keel.internal:80".into())],
+        None,
+    )
+    .await;
+    assert_eq!(named.0, StatusCode::OK);
+    let start = serde_json::to_vec(&json!({"input": 3})).unwrap();
+    let trusted = raw(
+        &s,
+        "POST",
+        "/v1/workflows/ten_steps/runs",
+        &[
+            ("origin", "https://app.example.com".into()),
+            ("sec-fetch-site", "cross-site".into()),
+        ],
+        Some(("application/json", start)),
+    )
+    .await;
+    assert_eq!(trusted.0, StatusCode::CREATED);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_names_and_ids_are_checked_with_json_refusals() {
+    let s = server(None).await;
+    let wasm = std::fs::read(keel_tests::ORDER).unwrap();
+    let deploy = |query: &str| format!("/v1/deployments?{query}");
+    for (query, kind) in [
+        ("max_memory_mib=17592186044416", "invalid_limit"),
+        ("max_memory_mib=17592186044417", "invalid_limit"),
+        ("max_memory_mib=0", "invalid_limit"),
+        ("step_timeout_ms=18446744073709551615", "invalid_limit"),
+        ("name=a%0Ab", "invalid_name"),
+        ("name=a%00b", "invalid_name"),
+        ("name=%3Cscript%3E", "invalid_name"),
+        ("name=..", "invalid_name"),
+    ] {
+        let (status, body) = s.upload(&deploy(query), &wasm).await;
+        assert_eq!(
+            (status, error_kind(&body)),
+            (StatusCode::BAD_REQUEST, kind),
+            "{query}: {body}"
+        );
+        let field = body["error"]["ids"]["field"].as_str().unwrap_or("");
+        assert!(!field.is_empty(), "{query}: names the field: {body}");
+    }
+    let (status, body) = s
+        .upload(&deploy("name=shop&max_memory_mib=64"), &wasm)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for path in [
+        "/v1/runs/%FF%FE",
+        "/v1/runs/%FF%FE/journal",
+        "/v1/hooks/%FF",
+        "/v1/deployments/%FF",
+        "/v1/runs/a%2Fb",
+        "/v1/runs/a%00b",
+    ] {
+        let (status, body) = s.get(path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(error_kind(&body), "invalid_request", "{path}");
+    }
+    let (status, body) = raw(
+        &s,
+        "POST",
+        "/v1/workflows/%FF/runs",
+        &[],
+        Some(("application/json", b"{}".to_vec())),
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_request")
+    );
+    let (status, body) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 1, "run_id": ".."}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // The health check tells an anonymous caller nothing about the store.
+    let (_, health) = s.get("/healthz").await;
+    assert_eq!(health, json!({"status": "ok"}));
+    let t = server(Some("s3cret")).await;
+    let (_, anonymous) = t.get("/healthz").await;
+    assert_eq!(anonymous, json!({"status": "ok"}));
+    let (_, told) = t.get_as(Some("s3cret"), "/healthz").await;
+    assert!(
+        told["store"].as_str().is_some_and(|p| p.ends_with("db")),
+        "{told}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_with_client_chosen_ids_are_listed_newest_first() {
+    let clock = keel_tests::ManualClock::at(1_800_000_000_000);
+    let engine_clock = clock.clone();
+    let s = server_with(None, move |c, _| c.clock = engine_clock).await;
+    for id in ["zzzz-older", "mmmm-middle", "aaaa-newer"] {
+        let (status, _) = s
+            .post(
+                "/v1/workflows/ten_steps/runs",
+                json!({"input": 1, "run_id": id}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+        clock.advance(1000);
+    }
+    let ids = |list: &Value| -> Vec<String> {
+        list["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, all) = s.get("/v1/runs").await;
+    assert_eq!(ids(&all), ["aaaa-newer", "mmmm-middle", "zzzz-older"]);
+    let (_, since) = s.get("/v1/runs?since_ms=1800000001000").await;
+    assert_eq!(ids(&since), ["aaaa-newer", "mmmm-middle"]);
+    let (_, until) = s.get("/v1/runs?until_ms=1800000002000").await;
+    assert_eq!(ids(&until), ["mmmm-middle", "zzzz-older"]);
+    let (_, first) = s.get("/v1/runs?limit=1").await;
+    assert_eq!(ids(&first), ["aaaa-newer"]);
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let (_, rest) = s.get(&format!("/v1/runs?cursor={cursor}")).await;
+    assert_eq!(ids(&rest), ["mmmm-middle", "zzzz-older"]);
+    let (status, _) = s.get("/v1/runs?cursor=nonsense").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }

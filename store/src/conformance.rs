@@ -185,7 +185,8 @@ async fn admit(
     key: Option<KeyClaim<'_>>,
     now_ms: u64,
 ) -> Result<(), StoreError> {
-    let record = run(run_id, RunStatus::Pending);
+    let mut record = run(run_id, RunStatus::Pending);
+    record.created_at_ms = now_ms;
     let journal = started(&record.workflow);
     store
         .admit(Admission {
@@ -867,24 +868,68 @@ async fn workers_are_listed_with_the_runs_they_hold(h: &dyn Harness) -> Outcome 
 
 async fn runs_are_paged_newest_first(h: &dyn Harness) -> Outcome {
     let store = h.fresh().await;
-    for id in ["r1", "r2", "r3", "r4", "r5"] {
-        admit(&*store, id, None, None, 0)
+    // Client-chosen IDs that sort against the order of admission, and
+    // three runs admitted in the same millisecond.
+    for (id, at) in [
+        ("zzzz-older", 10),
+        ("mmmm", 20),
+        ("aaaa-newer", 30),
+        ("b-tie", 30),
+        ("c-tie", 30),
+    ] {
+        admit(&*store, id, None, None, at)
             .await
             .map_err(fail("admit"))?;
     }
-    let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
-    let first = ids(store.runs_before(None, 2).await.map_err(fail("page 1"))?);
-    check(first == ["r5", "r4"], || format!("page 1: {first:?}"))?;
-    let second = ids(store
-        .runs_before(Some("r4"), 2)
+    let mut imported = run("0000-imported", RunStatus::Completed);
+    imported.created_at_ms = 25;
+    store
+        .import(&imported, &started("w"))
         .await
-        .map_err(fail("page 2"))?);
-    check(second == ["r3", "r2"], || format!("page 2: {second:?}"))?;
-    let last = ids(store
-        .runs_before(Some("r2"), 10)
+        .map_err(fail("import"))?;
+    let ids = |runs: &[RunRecord]| {
+        runs.iter()
+            .map(|r| r.run_id.to_string())
+            .collect::<Vec<_>>()
+    };
+    let all = store.runs_before(None, 10).await.map_err(fail("all"))?;
+    let expected = [
+        "c-tie",
+        "b-tie",
+        "aaaa-newer",
+        "0000-imported",
+        "mmmm",
+        "zzzz-older",
+    ];
+    check(ids(&all) == expected, || format!("all: {:?}", ids(&all)))?;
+    let mut pages = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .runs_before(cursor.as_ref(), 2)
+            .await
+            .map_err(fail("a page"))?;
+        let Some(last) = page.last() else { break };
+        cursor = Some(keel_core::RunCursor::of(last));
+        pages.push(ids(&page));
+    }
+    check(
+        pages
+            == [
+                ["c-tie", "b-tie"],
+                ["aaaa-newer", "0000-imported"],
+                ["mmmm", "zzzz-older"],
+            ],
+        || format!("pages of 2: {pages:?}"),
+    )?;
+    let before_30 = store
+        .runs_before(Some(&keel_core::RunCursor::before_time(30)), 10)
         .await
-        .map_err(fail("page 3"))?);
-    check(last == ["r1"], || format!("page 3: {last:?}"))
+        .map_err(fail("before 30"))?;
+    check(
+        ids(&before_30) == ["0000-imported", "mmmm", "zzzz-older"],
+        || format!("created before 30: {:?}", ids(&before_30)),
+    )
 }
 
 async fn a_deployment_is_replaced_by_its_hash_and_survives_a_reopen(h: &dyn Harness) -> Outcome {

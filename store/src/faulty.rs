@@ -171,7 +171,11 @@ impl<S: Store> RunStore for FaultyStore<S> {
     async fn list_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner.list_runs().await
     }
-    async fn runs_before(&self, before: Option<&str>, limit: usize) -> Result<Vec<RunRecord>> {
+    async fn runs_before(
+        &self,
+        before: Option<&keel_core::RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
         self.inner.runs_before(before, limit).await
     }
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {

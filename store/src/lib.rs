@@ -16,8 +16,8 @@
 
 use async_trait::async_trait;
 use keel_core::{
-    Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunId,
-    RunRecord,
+    Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunCursor,
+    RunId, RunRecord,
 };
 
 pub mod conformance;
@@ -129,12 +129,14 @@ pub trait RunStore: Send + Sync {
     /// A run's record, or [`StoreError::RunNotFound`].
     async fn get_run(&self, run_id: &str) -> Result<RunRecord>;
 
-    /// Every run, oldest first (run IDs sort by creation time).
+    /// Every run, by run ID.
     async fn list_runs(&self) -> Result<Vec<RunRecord>>;
 
-    /// Up to `limit` runs whose IDs sort before `before` (every run if
-    /// `None`), newest first: one page of a listing.
-    async fn runs_before(&self, before: Option<&str>, limit: usize) -> Result<Vec<RunRecord>>;
+    /// Up to `limit` runs that sort below `before` (every run if `None`),
+    /// newest first by admission time, then by run ID: one page of a
+    /// listing, in that order whatever IDs the runs were given.
+    async fn runs_before(&self, before: Option<&RunCursor>, limit: usize)
+    -> Result<Vec<RunRecord>>;
 
     /// The runs that have not ended, oldest first. A record that cannot be
     /// decoded is an error, never skipped.

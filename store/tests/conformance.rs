@@ -229,17 +229,36 @@ mod postgres {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn an_older_schema_is_migrated_at_open() {
-        use keel_store::{DeploymentStore, WorkerStore};
+        use keel_store::{DeploymentStore, RunStore, WorkerStore};
         let schema = format!("keel_test_{}", uuid_like());
-        drop(PgStore::open(PgHarness::options(&schema)).await.unwrap());
+        let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
+        // Runs whose IDs sort against their admission times.
+        for (id, at) in [("zz-older", 5), ("aa-newer", 9)] {
+            let run = keel_core::RunRecord {
+                run_id: id.into(),
+                workflow: "w".into(),
+                component_hash: "h".into(),
+                input: "null".into(),
+                status: keel_core::RunStatus::Completed,
+                output: None,
+                error: None,
+                created_at_ms: at,
+                updated_at_ms: at,
+                wake_at_ms: None,
+            };
+            store.import(&run, &[]).await.unwrap();
+        }
+        drop(store);
         let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
             .await
             .unwrap();
         tokio::spawn(connection);
-        // As version 1 left it: no workers or deployments tables.
+        // As version 1 left it: no workers or deployments tables, runs
+        // without their admission time.
         client
             .batch_execute(&format!(
                 "DROP TABLE {schema}.workers; DROP TABLE {schema}.deployments;
+                 ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))
             .await
@@ -251,6 +270,14 @@ mod postgres {
         let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
         assert!(store.list_workers(0).await.unwrap().is_empty());
         assert!(store.deployments().await.unwrap().is_empty());
+        let listed: Vec<String> = store
+            .runs_before(None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id.into_string())
+            .collect();
+        assert_eq!(listed, ["aa-newer", "zz-older"], "filled from the records");
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -116,10 +116,10 @@ impl Keel {
         input: &str,
         options: &StartOptions,
     ) -> Result<RunRecord> {
-        let run_id = options
-            .run_id
-            .clone()
-            .unwrap_or_else(|| RunId::from(uuid::Uuid::now_v7().to_string()));
+        let run_id = match &options.run_id {
+            Some(id) => RunId::parse(id)?,
+            None => RunId::from(uuid::Uuid::now_v7().to_string()),
+        };
         self.admit(component, workflow, input, options, run_id)
             .await
     }
@@ -245,7 +245,17 @@ impl Keel {
             None,
         )?;
         let value = parse_json(payload)?;
-        let run_id = self.store().resume_hook(token, &value.to_string()).await?;
+        let run_id = self
+            .store()
+            .resume_hook(token, &value.to_string())
+            .await
+            .map_err(|e| match Error::from(e) {
+                e if e.outcome_unknown() => Error::ResumeOutcomeUnknown {
+                    token: token.into(),
+                    reason: e.to_string(),
+                },
+                e => e,
+            })?;
         tracing::info!(%run_id, token, "hook resumed");
         self.poke(&run_id);
         Ok(run_id)

@@ -39,11 +39,15 @@ impl Keel {
         for grant in &spec.grants.http {
             GrantSpec::check_http(grant).map_err(|reason| Error::InvalidGrant { reason })?;
         }
+        spec.limits.check()?;
+        if let Some(name) = &spec.name {
+            keel_core::ids::check_name("deployment name", name)?;
+        }
         let loaded = self.store_component(origin, bytes).await?;
         let name = spec.name.unwrap_or_else(|| {
             origin
                 .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
+                .and_then(|s| keel_core::ids::safe_name(&s.to_string_lossy()))
                 .unwrap_or_else(|| loaded.hash[..12].to_string())
         });
         let deployment = Deployment {
@@ -162,13 +166,11 @@ impl Keel {
             Some(d) => StepSettings {
                 max_output: config.limits.max_payload_bytes,
                 grants: grants_of(&d.grants),
-                max_memory: d
-                    .limits
-                    .max_memory_mib
-                    .map_or(config.max_memory, |mib| (mib as usize) << 20),
+                max_memory: d.limits.max_memory_bytes().unwrap_or(config.max_memory),
                 timeout: d
                     .limits
                     .step_timeout_ms
+                    .map(|ms| ms.min(StepLimits::MAX_STEP_TIMEOUT_MS))
                     .map_or(config.step_timeout, Duration::from_millis),
             },
         };

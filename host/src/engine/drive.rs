@@ -103,6 +103,12 @@ impl Keel {
     /// process or another sharing the store, is stopped at its next wait.
     /// A finished run is returned as it is.
     pub async fn cancel(&self, run_id: &str) -> Result<RunRecord> {
+        self.cancel_inner(run_id)
+            .await
+            .map_err(|e| unconfirmed(e, run_id, "cancel"))
+    }
+
+    async fn cancel_inner(&self, run_id: &str) -> Result<RunRecord> {
         let mut announced = false;
         loop {
             let run = self.get_run(run_id).await?;
@@ -177,7 +183,8 @@ impl Keel {
         run.updated_at_ms = entry.at_ms;
         self.store()
             .append(run_id, std::slice::from_ref(&entry), Some(&run), None)
-            .await?;
+            .await
+            .map_err(|e| unconfirmed(e.into(), run_id, "retry"))?;
         tracing::info!(run_id, from_seq, "run retried");
         self.store().announce(&Wake::Admitted).await?;
         self.inner.progress.notify_waiters();
@@ -235,6 +242,20 @@ impl Keel {
                     || self.store().is_woken(&run.run_id).await?
             }
             _ => false,
+        })
+    }
+
+    /// Drives a run whose start, payload or retry was just acknowledged,
+    /// as [`Keel::drive`]; a failure of the store on the way is
+    /// `DriveInterrupted` naming the run, so that no caller mistakes it for
+    /// a refusal of what was acknowledged.
+    pub async fn drive_acknowledged(&self, run_id: &str) -> Result<RunRecord> {
+        self.drive(run_id).await.map_err(|e| match e {
+            e @ (Error::Store(_) | Error::JournalWrite { .. }) => Error::DriveInterrupted {
+                run_id: run_id.into(),
+                reason: e.to_string(),
+            },
+            e => e,
         })
     }
 
@@ -435,5 +456,19 @@ impl Keel {
         entries: Vec<Entry>,
     ) -> Result<Verdict> {
         self.inner.runtime.replay(loaded, run, entries).await
+    }
+}
+
+/// A storage failure during `operation` on `run_id` whose write may have
+/// landed, as `OutcomeUnknown`; other errors as they are.
+fn unconfirmed(e: Error, run_id: &str, operation: &'static str) -> Error {
+    if e.outcome_unknown() {
+        Error::OutcomeUnknown {
+            run_id: run_id.into(),
+            operation,
+            reason: e.to_string(),
+        }
+    } else {
+        e
     }
 }

@@ -260,7 +260,7 @@ impl Keel {
         Ok(self.store().get_run(run_id).await?)
     }
 
-    /// Every run, oldest first.
+    /// Every run, by run ID.
     pub async fn list_runs(&self) -> Result<Vec<RunRecord>> {
         Ok(self.store().list_runs().await?)
     }
@@ -272,20 +272,25 @@ impl Keel {
     pub async fn runs_page(
         &self,
         filter: &keel_core::RunFilter,
-        before: Option<&str>,
+        before: Option<&keel_core::RunCursor>,
         limit: usize,
     ) -> Result<keel_core::RunPage> {
         let limit = limit.clamp(1, 1000);
         let batch = (limit * 2).clamp(64, 512);
-        let mut cursor = before.map(str::to_owned);
+        // A listing `until` starts below that time, unless the cursor is lower.
+        let until = filter.until_ms.map(keel_core::RunCursor::before_time);
+        let mut cursor = match (before.cloned(), until) {
+            (Some(b), Some(u)) => Some(b.min(u)),
+            (b, u) => b.or(u),
+        };
         let mut runs = Vec::new();
         let mut scanned = 0;
         loop {
-            let page = self.store().runs_before(cursor.as_deref(), batch).await?;
+            let page = self.store().runs_before(cursor.as_ref(), batch).await?;
             let exhausted = page.len() < batch;
             for run in page {
                 scanned += 1;
-                cursor = Some(run.run_id.to_string());
+                cursor = Some(keel_core::RunCursor::of(&run));
                 if !filter.reaches(run.created_at_ms) {
                     return Ok(keel_core::RunPage {
                         runs,
@@ -297,7 +302,7 @@ impl Keel {
                     if runs.len() == limit {
                         return Ok(keel_core::RunPage {
                             runs,
-                            next_cursor: cursor,
+                            next_cursor: cursor.as_ref().map(keel_core::RunCursor::encode),
                         });
                     }
                 }
@@ -311,7 +316,7 @@ impl Keel {
             if scanned >= SCAN_BUDGET {
                 return Ok(keel_core::RunPage {
                     runs,
-                    next_cursor: cursor,
+                    next_cursor: cursor.as_ref().map(keel_core::RunCursor::encode),
                 });
             }
         }

@@ -23,7 +23,7 @@ use keel_core::codec;
 use keel_core::journal;
 use keel_core::{
     Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold,
-    Registration, RunId, RunRecord,
+    Registration, RunCursor, RunId, RunRecord,
 };
 use tokio::sync::broadcast;
 use tokio_postgres::error::SqlState;
@@ -660,9 +660,9 @@ impl RunStore for PgStore {
             }
             match tx
                 .run(
-                    "INSERT INTO runs (run_id, live, record) VALUES ($1, true, $2)
+                    "INSERT INTO runs (run_id, live, record, created_at_ms) VALUES ($1, true, $2, $3)
                      ON CONFLICT (run_id) DO NOTHING",
-                    &[&run.run_id.as_str(), &record],
+                    &[&run.run_id.as_str(), &record, &i(run.created_at_ms)],
                 )
                 .await
             {
@@ -690,9 +690,14 @@ impl RunStore for PgStore {
         transact!(self, |tx| {
             let inserted = tx
                 .run(
-                    "INSERT INTO runs (run_id, live, record) VALUES ($1, $2, $3)
+                    "INSERT INTO runs (run_id, live, record, created_at_ms) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (run_id) DO NOTHING",
-                    &[&run.run_id.as_str(), &!run.status.is_final(), &record],
+                    &[
+                        &run.run_id.as_str(),
+                        &!run.status.is_final(),
+                        &record,
+                        &i(run.created_at_ms),
+                    ],
                 )
                 .await
                 .map_err(pg)?;
@@ -721,20 +726,25 @@ impl RunStore for PgStore {
             .await
     }
 
-    async fn runs_before(&self, before: Option<&str>, limit: usize) -> Result<Vec<RunRecord>> {
+    async fn runs_before(
+        &self,
+        before: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
         let limit = limit as i64;
         match before {
             Some(before) => {
                 self.records(
-                    "SELECT record FROM runs WHERE run_id < $1 ORDER BY run_id DESC LIMIT $2",
-                    &[&before, &limit],
+                    "SELECT record FROM runs WHERE (created_at_ms, run_id) < ($1, $2)
+                     ORDER BY created_at_ms DESC, run_id DESC LIMIT $3",
+                    &[&i(before.created_at_ms), &before.run_id.as_str(), &limit],
                     "run record",
                 )
                 .await
             }
             None => {
                 self.records(
-                    "SELECT record FROM runs ORDER BY run_id DESC LIMIT $1",
+                    "SELECT record FROM runs ORDER BY created_at_ms DESC, run_id DESC LIMIT $1",
                     &[&limit],
                     "run record",
                 )

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -88,7 +88,32 @@ CREATE TABLE workers (
     r#"
 CREATE TABLE deployments (hash text PRIMARY KEY, record bytea NOT NULL);
 "#,
+    // Listings go newest first by admission time, whatever IDs runs were
+    // given; the column is filled from the records below.
+    r#"
+ALTER TABLE runs ADD COLUMN created_at_ms bigint NOT NULL DEFAULT 0;
+CREATE INDEX runs_created ON runs (created_at_ms DESC, run_id DESC);
+"#,
 ];
+
+/// Copies each run's admission time from its record into its row.
+async fn fill_creation_times(tx: &tokio_postgres::Transaction<'_>, schema: &str) -> Result<()> {
+    let rows = tx
+        .query(&format!("SELECT run_id, record FROM {schema}.runs"), &[])
+        .await
+        .map_err(pg)?;
+    let update = format!("UPDATE {schema}.runs SET created_at_ms = $2 WHERE run_id = $1");
+    for row in rows {
+        let run: keel_core::RunRecord = keel_core::codec::decode(row.get(1), "run record")?;
+        tx.execute(
+            &update,
+            &[&run.run_id.as_str(), &super::i(run.created_at_ms)],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    Ok(())
+}
 
 /// Creates the store's schema if needed and applies the migrations it
 /// lacks; returns the version it had.
@@ -122,6 +147,9 @@ pub(super) async fn migrate(client: &mut Client, schema: &str, location: &str) -
         tx.batch_execute(&format!("SET LOCAL search_path TO {schema}; {migration}"))
             .await
             .map_err(pg)?;
+        if version + 1 == 4 {
+            fill_creation_times(&tx, schema).await?;
+        }
         tracing::info!(schema, to = version + 1, "store schema migrated");
     }
     tx.execute(

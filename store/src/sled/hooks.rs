@@ -5,13 +5,15 @@
 use async_trait::async_trait;
 use keel_core::codec;
 use keel_core::journal;
-use keel_core::{Entry, HookRecord, HookRegistration, KeyHold, Registration, RunId, RunRecord};
+use keel_core::{
+    Entry, HookRecord, HookRegistration, KeyHold, Registration, RunCursor, RunId, RunRecord,
+};
 use sled::Transactional;
 use sled::transaction::{
     ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
 };
 
-use super::{SledStore, backend, journal_key, key_of};
+use super::{SledStore, backend, created_key, journal_key, key_of};
 use crate::{
     Admission, HookPayload, HookStore, Lease, LeaseStore, Registered, Result, RunStore, StoreError,
 };
@@ -87,6 +89,7 @@ impl RunStore for SledStore {
         let run = a.run;
         let key_bytes = a.key.map(|k| key_of(&run.workflow, k.key));
         let record = codec::encode(run);
+        let created_key = created_key(&RunCursor::of(run));
         let trees = (
             &i.runs,
             &i.keys,
@@ -94,8 +97,9 @@ impl RunStore for SledStore {
             &i.run_hooks,
             &i.live,
             &i.journal,
+            &i.created,
         );
-        trees.transaction(|(runs, keys, hooks, run_hooks, live, journal)| {
+        trees.transaction(|(runs, keys, hooks, run_hooks, live, journal, created)| {
             if runs.get(run.run_id.as_bytes())?.is_some() {
                 return abort(StoreError::RunExists {
                     run_id: run.run_id.clone(),
@@ -133,6 +137,7 @@ impl RunStore for SledStore {
             }
             live.insert(run.run_id.as_bytes(), &[])?;
             runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+            created.insert(created_key.as_slice(), &[])?;
             write_entries(journal, &run.run_id, a.journal)?;
             Ok(())
         })?;
@@ -143,7 +148,9 @@ impl RunStore for SledStore {
         self.room()?;
         let i = &self.inner;
         let record = codec::encode(run);
-        (&i.runs, &i.live, &i.journal).transaction(|(runs, live, journal)| {
+        let created_key = created_key(&RunCursor::of(run));
+        let trees = (&i.runs, &i.live, &i.journal, &i.created);
+        trees.transaction(|(runs, live, journal, created)| {
             if runs.get(run.run_id.as_bytes())?.is_some() {
                 return abort(StoreError::RunExists {
                     run_id: run.run_id.clone(),
@@ -154,6 +161,7 @@ impl RunStore for SledStore {
                 live.insert(run.run_id.as_bytes(), &[])?;
             }
             runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+            created.insert(created_key.as_slice(), &[])?;
             Ok(())
         })?;
         self.sync().await
@@ -167,16 +175,23 @@ impl RunStore for SledStore {
         self.all_runs()
     }
 
-    async fn runs_before(&self, before: Option<&str>, limit: usize) -> Result<Vec<RunRecord>> {
-        let runs = &self.inner.runs;
+    async fn runs_before(
+        &self,
+        before: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
+        let created = &self.inner.created;
         let range = match before {
-            Some(id) => runs.range(..id.as_bytes()),
-            None => runs.iter(),
+            Some(cursor) => created.range(..created_key(cursor)),
+            None => created.iter(),
         };
         range
             .rev()
             .take(limit)
-            .map(|kv| Ok(codec::decode(&kv.map_err(backend)?.1, "run record")?))
+            .map(|kv| {
+                let (key, _) = kv.map_err(backend)?;
+                self.read_run(&String::from_utf8_lossy(&key[8.min(key.len())..]))
+            })
             .collect()
     }
 

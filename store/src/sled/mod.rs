@@ -1,7 +1,8 @@
 //! The embedded store: sled, one directory, one process at a time.
 //!
 //! Trees: `runs` (run ID to record), `journal` (`run \0 seq` to entry),
-//! `live` (IDs of runs that have not ended), `keys`, `hooks`, `run_hooks`,
+//! `live` (IDs of runs that have not ended), `created` (`admission time ++
+//! run ID`, the order of listings), `keys`, `hooks`, `run_hooks`,
 //! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
 //! `components` and `meta` (the schema version). Writes are made at once
 //! and made durable by a group commit ([`commit`]) before a method returns.
@@ -108,6 +109,9 @@ struct Inner {
     watchers: sled::Tree,
     /// The IDs of runs that have not ended, so that workers look at those only.
     live: sled::Tree,
+    /// `created_at_ms (big-endian) ++ run ID`, so listings go newest first
+    /// whatever IDs runs were given.
+    created: sled::Tree,
     /// Run ID to its lease (owner, epoch, expiry); the epoch outlives releases.
     leases: sled::Tree,
     /// Worker ID to its announcement.
@@ -155,6 +159,7 @@ impl SledStore {
             wakeups: open("wakeups")?,
             watchers: open("watchers")?,
             live: open("live")?,
+            created: open("created")?,
             leases: open("leases")?,
             workers: open("workers")?,
             committer: GroupCommit::new(db.clone()),
@@ -383,6 +388,13 @@ impl JournalStore for SledStore {
             .map(|kv| Ok(journal::decode(&kv.map_err(backend)?.1)?))
             .collect()
     }
+}
+
+/// A run's key in the `created` tree: its place in listings.
+fn created_key(cursor: &keel_core::RunCursor) -> Vec<u8> {
+    let mut key = cursor.created_at_ms.to_be_bytes().to_vec();
+    key.extend_from_slice(cursor.run_id.as_bytes());
+    key
 }
 
 /// A run's lease as sled keeps it.

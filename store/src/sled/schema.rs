@@ -4,12 +4,13 @@
 //!   missing (stores written before it existed).
 //! - 2: journal keys are `run ID \0 seq`, so that a child run's ID, which
 //!   extends its parent's, never falls under the parent's prefix.
+//! - 3: the `created` index (admission time, run ID) orders listings.
 
-use super::{SledStore, backend, key_of};
+use super::{SledStore, backend, created_key, key_of};
 use crate::{Result, StoreError};
 
 /// The schema this keel writes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 const SCHEMA_KEY: &[u8] = b"schema";
 const LIVE_INDEX_MARKER: &[u8] = b"live-index-v1";
@@ -31,7 +32,12 @@ pub(super) fn migrate(store: &SledStore, meta: &sled::Tree, db: &sled::Db) -> Re
     if !meta.contains_key(LIVE_INDEX_MARKER).map_err(backend)? {
         index_live_runs(store)?;
     }
-    separate_journal_keys(store)?;
+    if found < 2 {
+        separate_journal_keys(store)?;
+    }
+    if found < 3 {
+        index_creation_times(store)?;
+    }
     meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())
         .map_err(backend)?;
     db.flush().map_err(backend)?;
@@ -63,6 +69,16 @@ fn index_live_runs(store: &SledStore) -> Result<()> {
                 .insert(run.run_id.as_bytes(), &[])
                 .map_err(backend)?;
         }
+    }
+    Ok(())
+}
+
+/// Indexes every run by admission time (idempotent, so an interrupted
+/// migration resumes).
+fn index_creation_times(store: &SledStore) -> Result<()> {
+    for run in store.all_runs()? {
+        let key = created_key(&keel_core::RunCursor::of(&run));
+        store.inner.created.insert(key, &[]).map_err(backend)?;
     }
     Ok(())
 }
@@ -141,6 +157,48 @@ mod tests {
         assert_eq!(store.journal("parent").await.unwrap().len(), 2);
     }
 
+    #[tokio::test]
+    async fn a_schema_2_store_gets_its_creation_index() {
+        use crate::RunStore;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        for (id, at) in [("zz-older", 5), ("aa-newer", 9)] {
+            let run = keel_core::RunRecord {
+                run_id: id.into(),
+                workflow: "w".into(),
+                component_hash: "h".into(),
+                input: "null".into(),
+                status: keel_core::RunStatus::Completed,
+                output: None,
+                error: None,
+                created_at_ms: at,
+                updated_at_ms: at,
+                wake_at_ms: None,
+            };
+            store.import(&run, &[]).await.unwrap();
+        }
+        drop(store);
+        {
+            // As schema 2 left it: no creation index.
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            db.drop_tree("created").unwrap();
+            db.open_tree("meta")
+                .unwrap()
+                .insert(SCHEMA_KEY, &2u32.to_be_bytes())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let store = SledStore::reopen(dir.path()).unwrap();
+        let listed: Vec<String> = store
+            .runs_before(None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id.into_string())
+            .collect();
+        assert_eq!(listed, ["aa-newer", "zz-older"]);
+    }
+
     #[test]
     fn a_newer_schema_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -156,7 +214,7 @@ mod tests {
                 err,
                 StoreError::SchemaTooNew {
                     found: 9,
-                    supported: 2,
+                    supported: 3,
                     ..
                 }
             ),

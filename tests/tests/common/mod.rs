@@ -4,9 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use keel_host::core::Clock;
 
 use keel_host::core::journal::{Entry, Fact};
 use keel_host::store::faulty::FaultyStore;
@@ -73,24 +70,8 @@ pub async fn open_backend(config: Config, component: &str) -> (Keel, Arc<Loaded>
     (keel, loaded, backend)
 }
 
-/// A clock the test moves by hand.
-pub struct ManualClock(pub AtomicU64);
-
-impl ManualClock {
-    pub fn at(ms: u64) -> Arc<ManualClock> {
-        Arc::new(ManualClock(AtomicU64::new(ms)))
-    }
-
-    pub fn advance(&self, ms: u64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+#[allow(unused_imports)]
+pub use keel_tests::ManualClock;
 
 /// The step IDs of a journal, in command order.
 pub fn step_ids(journal: &[Entry]) -> Vec<String> {
