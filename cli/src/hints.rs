@@ -74,9 +74,26 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
             "`keel hooks get {}` shows a hook kept for its retention",
             id("token")
         ),
-        "start_outcome_unknown" => {
-            "run the same start again with the same --token: it is admitted once".into()
+        "start_outcome_unknown" => format!(
+            "`keel runs get {}` tells whether it was admitted; a start with a --token can simply be run again: it is admitted once",
+            id("run_id")
+        ),
+        "drive_interrupted" => format!(
+            "the run was recorded: `keel runs get {}` shows how it goes on, and a `keel worker` resumes it",
+            id("run_id")
+        ),
+        "resume_outcome_unknown" => format!(
+            "`keel hooks get {}` names the hook's run, and `keel runs show RUN_ID` lists the payloads it received",
+            id("token")
+        ),
+        "outcome_unknown" => format!(
+            "`keel runs get {}` shows where it stands; asking again is safe",
+            id("run_id")
+        ),
+        "invalid_name" => {
+            "use 1 to 128 letters, digits, `-`, `_`, `.` or `:` (not `.` or `..` alone)".into()
         }
+        "invalid_limit" => "`keel deploy --help` gives each limit's unit".into(),
         _ => return None,
     })
 }

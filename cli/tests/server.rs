@@ -30,8 +30,23 @@ impl Drop for Served {
 /// Starts `keel serve` on a free loopback port with `args` and `envs`;
 /// returns once it announced its address.
 fn serve(args: &[&str], envs: &[(&str, &str)]) -> Served {
+    serve_under(None, args, envs)
+}
+
+/// [`serve`], with the process's descriptor limit (soft and hard) lowered
+/// to `max_fds` if given.
+fn serve_under(max_fds: Option<u32>, args: &[&str], envs: &[(&str, &str)]) -> Served {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let keel = env!("CARGO_BIN_EXE_keel");
+    let mut command = match max_fds {
+        None => Command::new(keel),
+        Some(n) => {
+            let mut sh = Command::new("sh");
+            sh.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), keel]);
+            sh
+        }
+    };
+    let mut child = command
         .arg("--db")
         .arg(dir.path().join("db"))
         .args(["serve", "--http", "127.0.0.1:0"])
@@ -287,4 +302,79 @@ fn a_url_is_not_an_http_grant() {
             .unwrap()
             .contains("HOST:PORT")
     );
+}
+
+/// Sends one HTTP/1.1 request on a new connection and reads the answer
+/// until the server closes it, waiting at most `patience` for each read.
+fn http(addr: &str, request: &str, patience: Duration) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(patience))?;
+    stream.write_all(request.as_bytes())?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[test]
+fn connections_that_never_finish_their_headers_cannot_starve_the_server() {
+    use std::io::{Read, Write};
+    // 256 descriptors: the server keeps at most 128 connections open.
+    let served = serve_under(
+        Some(256),
+        &["--api-token", "t", "--header-timeout", "5s"],
+        &[],
+    );
+    let (out, deployed) = client_with(
+        &served.url,
+        &["deploy", keel_tests::TESTBED],
+        &[("KEEL_API_TOKEN", "t")],
+    );
+    assert!(out.status.success(), "{deployed}");
+    let addr = served.url.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream
+            .write_all(b"GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer t\r\n")
+            .unwrap();
+        held.push(stream);
+    }
+    // Answered at once: a new connection closes the longest-idle held one
+    // (well within the 5 s header timeout, which would free them anyway).
+    let patience = Duration::from_secs(1);
+    let health = http(
+        &addr,
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        patience,
+    )
+    .expect("the health check is answered while 300 connections are held");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let body = r#"{"input": 3}"#;
+    let start = http(
+        &addr,
+        &format!(
+            "POST /v1/workflows/two_steps/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+        patience,
+    )
+    .expect("an authenticated start is answered while 300 connections are held");
+    assert!(start.starts_with("HTTP/1.1 201"), "{start}");
+    // Every held connection is closed by the server: evicted, or at its
+    // header timeout. A read sees the end (or an answer, then the end).
+    for stream in &mut held {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut rest = Vec::new();
+        let read = stream.read_to_end(&mut rest);
+        assert!(
+            read.is_ok()
+                || read
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "a held connection stayed open: {read:?}"
+        );
+    }
 }

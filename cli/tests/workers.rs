@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,56 +20,8 @@ use keel_host::{Config, Keel, Replayer};
 use keel_payment_api::PaymentApi;
 use serde_json::{Value, json};
 
-fn url() -> String {
-    std::env::var("KEEL_TEST_POSTGRES").unwrap_or_else(|_| {
-        panic!(
-            "KEEL_TEST_POSTGRES is not set: these tests need a PostgreSQL database. \
-             Run scripts/test.sh, which starts PostgreSQL and sets it"
-        )
-    })
-}
-
-/// A schema of its own for one test.
-fn schema(test: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("keel_workers_{test}_{}_{nanos}", std::process::id())
-}
-
-fn cache() -> std::path::PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("keel-compiled")
-}
-
-/// `keel --db URL --pg-schema SCHEMA --json ARGS...`, with the tests' cache.
-fn cli(schema: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
-    cmd.args([
-        "--db",
-        &url(),
-        "--pg-schema",
-        schema,
-        "--pg-pool-size",
-        "4",
-        "--json",
-    ])
-    .args(args)
-    .env("XDG_CACHE_HOME", cache())
-    .env("RUST_BACKTRACE", "0")
-    .env("KEEL_LOG", "warn");
-    cmd
-}
-
-fn json_of(out: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
+mod common;
+use common::pg::{cache, cli, json_of, schema, url};
 
 /// A child process killed when dropped.
 struct Running(Child);

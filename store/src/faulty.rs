@@ -21,6 +21,8 @@ use crate::{
 pub struct FaultyStore<S> {
     inner: S,
     unconfirm_next_write: AtomicBool,
+    /// Reads of runs and journals fail, as with the database gone.
+    unreadable: AtomicBool,
     lose_start_hooks: AtomicBool,
     capabilities: Mutex<Option<Capabilities>>,
     /// Journal writes (appends and run ends) made so far.
@@ -66,6 +68,7 @@ impl<S: Store> FaultyStore<S> {
         FaultyStore {
             inner,
             unconfirm_next_write: AtomicBool::new(false),
+            unreadable: AtomicBool::new(false),
             lose_start_hooks: AtomicBool::new(false),
             capabilities: Mutex::new(None),
             journal_writes: AtomicU64::new(0),
@@ -132,6 +135,21 @@ impl<S: Store> FaultyStore<S> {
         self.unconfirm_next_write.store(true, Ordering::SeqCst);
     }
 
+    /// While `on`, reading a run or a journal fails as a database that went
+    /// away would fail it.
+    pub fn fail_reads(&self, on: bool) {
+        self.unreadable.store(on, Ordering::SeqCst);
+    }
+
+    fn readable(&self) -> Result<()> {
+        if self.unreadable.load(Ordering::SeqCst) {
+            return Err(StoreError::Backend {
+                reason: "injected fault: the database went away".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Declares fewer capabilities than the wrapped store has.
     pub fn limit_capabilities(&self, capabilities: Capabilities) {
         *self.capabilities.lock().unwrap_or_else(|e| e.into_inner()) = Some(capabilities);
@@ -166,6 +184,7 @@ impl<S: Store> RunStore for FaultyStore<S> {
         self.confirm(self.inner.import(run, journal).await)
     }
     async fn get_run(&self, run_id: &str) -> Result<RunRecord> {
+        self.readable()?;
         self.inner.get_run(run_id).await
     }
     async fn list_runs(&self) -> Result<Vec<RunRecord>> {
@@ -206,6 +225,7 @@ impl<S: Store> JournalStore for FaultyStore<S> {
             .await
     }
     async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        self.readable()?;
         self.inner.journal(run_id).await
     }
 }

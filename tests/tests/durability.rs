@@ -521,3 +521,50 @@ async fn a_failed_run_is_retried_from_its_failed_step_once_the_service_is_back()
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acknowledged_start_whose_drive_meets_a_failed_store_names_its_run() {
+    let store = TestStore::new();
+    let (keel, testbed, backend) = common::open_backend(store.config(), keel_tests::TESTBED).await;
+    let run = keel.start(&testbed, "two_steps", "4").await.unwrap();
+    backend.fail_reads(true);
+    // Driving it now fails on the store: the answer names the run it
+    // acknowledged, never a bare storage error a caller could retry.
+    let driven = keel.drive_acknowledged(&run.run_id).await;
+    match &driven {
+        Err(e @ keel_host::Error::DriveInterrupted { run_id, .. }) => {
+            assert_eq!(*run_id, run.run_id);
+            assert!(e.is_storage());
+            assert!(e.ids().contains(&("run_id", run.run_id.to_string())));
+        }
+        other => panic!("expected drive_interrupted, got {other:?}"),
+    }
+    // A cancel that cannot be confirmed says so, naming the run.
+    match keel.cancel(&run.run_id).await {
+        Err(keel_host::Error::OutcomeUnknown {
+            run_id, operation, ..
+        }) => assert_eq!((run_id, operation), (run.run_id.clone(), "cancel")),
+        other => panic!("cancel: expected outcome_unknown, got {other:?}"),
+    }
+    backend.fail_reads(false);
+    // Nothing acknowledged was lost: the run goes on to its end.
+    let ended = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+    assert_eq!(ended.output.as_deref(), Some("[5,8]"));
+
+    // A retry whose write lands unheard is unknown; asking again is safe.
+    let failed = keel.run(&testbed, "trap", "null").await.unwrap();
+    assert_eq!(failed.status, RunStatus::Failed);
+    backend.unconfirm_next_write();
+    match keel.retry(&failed.run_id).await {
+        Err(keel_host::Error::OutcomeUnknown {
+            run_id, operation, ..
+        }) => assert_eq!((run_id, operation), (failed.run_id.clone(), "retry")),
+        other => panic!("retry: expected outcome_unknown, got {other:?}"),
+    }
+    let again = keel.retry(&failed.run_id).await;
+    assert!(
+        matches!(again, Err(keel_host::Error::NotRetryable { .. })),
+        "the retry had landed: {again:?}"
+    );
+}

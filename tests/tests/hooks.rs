@@ -875,3 +875,32 @@ async fn replaying_a_long_history_costs_no_fuel() {
 /// replay of [`PAYLOADS`] payloads' history does not.
 const FUEL_PER_PAYLOAD: u64 = 2_000_000;
 const PAYLOADS: usize = 250;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_whose_delivery_is_unconfirmed_says_its_outcome_is_unknown() {
+    let store = TestStore::new();
+    let (keel, c, backend) = hooks_engine_with_backend(&store).await;
+    let run = keel
+        .start_with(
+            &c,
+            "order_updates",
+            &note("9", "a"),
+            &StartOptions::token("order:9"),
+        )
+        .await
+        .unwrap();
+    keel.drive(&run.run_id).await.unwrap();
+    backend.unconfirm_next_write();
+    let resumed = keel
+        .resume_hook("order:9", r#"{"note": "b", "done": true}"#)
+        .await;
+    match resumed {
+        Err(e @ Error::ResumeOutcomeUnknown { .. }) => {
+            assert!(e.ids().contains(&("token", "order:9".to_string())), "{e}");
+        }
+        other => panic!("expected resume_outcome_unknown, got {other:?}"),
+    }
+    // It was in fact delivered: the run reads it and ends.
+    let ended = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+}

@@ -1,5 +1,9 @@
 //! Helpers shared by the CLI's tests.
 
+#![allow(dead_code)]
+
+pub mod pg;
+
 use std::process::Output;
 
 use serde_json::Value;
