@@ -90,6 +90,7 @@ pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
             "`keel runs get {}` shows where it stands; asking again is safe",
             id("run_id")
         ),
+        "event_unrecorded" => "`keel runs list` shows the runs it started; push it again only if they should start again".into(),
         "invalid_name" => {
             "use 1 to 128 letters, digits, `-`, `_`, `.` or `:` (not `.` or `..` alone)".into()
         }

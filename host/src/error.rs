@@ -152,6 +152,17 @@ pub enum Error {
         reason: String,
     },
 
+    #[error(
+        "the event `{key}` started {} but its record could not be stored ({reason}); those runs are admitted. Pushing it again starts its subscribers again, unless their workflows declare an idempotency key",
+        if started.is_empty() { "no run".to_string() } else { format!("runs {}", started.iter().map(RunId::as_str).collect::<Vec<_>>().join(", ")) }
+    )]
+    EventUnrecorded {
+        key: String,
+        /// The runs it started, admitted.
+        started: Vec<RunId>,
+        reason: String,
+    },
+
     /// A run ID or name outside the safe set.
     #[error(transparent)]
     InvalidName(#[from] keel_core::InvalidName),
@@ -291,6 +302,7 @@ impl Error {
             Error::DriveInterrupted { .. } => "drive_interrupted",
             Error::ResumeOutcomeUnknown { .. } => "resume_outcome_unknown",
             Error::OutcomeUnknown { .. } => "outcome_unknown",
+            Error::EventUnrecorded { .. } => "event_unrecorded",
             Error::InvalidName(_) => "invalid_name",
             Error::InvalidLimit(_) => "invalid_limit",
             Error::StoreCapability { .. } => "store_capability",
@@ -355,6 +367,17 @@ impl Error {
                 vec![("token", token.to_string())]
             }
             Error::InvalidName(e) => vec![("field", e.what.to_string())],
+            Error::EventUnrecorded { key, started, .. } => vec![
+                ("key", key.clone()),
+                (
+                    "started_run_ids",
+                    started
+                        .iter()
+                        .map(RunId::as_str)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+            ],
             Error::InvalidLimit(e) => vec![("field", e.field.to_string())],
             Error::InputMismatch { workflow, .. } => vec![("workflow", workflow.clone())],
             Error::BoundExceeded { run_id, bound, .. } => {

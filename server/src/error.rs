@@ -59,6 +59,7 @@ pub fn status_of(kind: &str) -> StatusCode {
         | "start_outcome_unknown"
         | "resume_outcome_unknown"
         | "outcome_unknown"
+        | "event_unrecorded"
         | "drive_interrupted"
         | "journal_write" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,

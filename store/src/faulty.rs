@@ -23,6 +23,8 @@ pub struct FaultyStore<S> {
     unconfirm_next_write: AtomicBool,
     /// Reads of runs and journals fail, as with the database gone.
     unreadable: AtomicBool,
+    /// The next event record is stored but reported unconfirmed.
+    unconfirm_next_event: AtomicBool,
     lose_start_hooks: AtomicBool,
     capabilities: Mutex<Option<Capabilities>>,
     /// Journal writes (appends and run ends) made so far.
@@ -69,6 +71,7 @@ impl<S: Store> FaultyStore<S> {
             inner,
             unconfirm_next_write: AtomicBool::new(false),
             unreadable: AtomicBool::new(false),
+            unconfirm_next_event: AtomicBool::new(false),
             lose_start_hooks: AtomicBool::new(false),
             capabilities: Mutex::new(None),
             journal_writes: AtomicU64::new(0),
@@ -133,6 +136,12 @@ impl<S: Store> FaultyStore<S> {
     /// lost connection or a failed flush would leave it.
     pub fn unconfirm_next_write(&self) {
         self.unconfirm_next_write.store(true, Ordering::SeqCst);
+    }
+
+    /// The next event record is stored but reported
+    /// [`StoreError::Unconfirmed`] (the runs the event starts are not).
+    pub fn unconfirm_next_event(&self) {
+        self.unconfirm_next_event.store(true, Ordering::SeqCst);
     }
 
     /// While `on`, reading a run or a journal fails as a database that went
@@ -316,7 +325,13 @@ impl<S: Store> EventStore for FaultyStore<S> {
         self.inner.subscribers(event_key).await
     }
     async fn put_event(&self, event: &EventRecord) -> Result<()> {
-        self.confirm(self.inner.put_event(event).await)
+        let stored = self.confirm(self.inner.put_event(event).await);
+        if stored.is_ok() && self.unconfirm_next_event.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Unconfirmed {
+                reason: "injected fault".into(),
+            });
+        }
+        stored
     }
     async fn list_events(&self) -> Result<Vec<EventRecord>> {
         self.inner.list_events().await

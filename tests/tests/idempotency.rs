@@ -266,3 +266,24 @@ async fn expired_keys_are_purged_by_the_worker() {
         RunStatus::Completed
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_whose_record_is_unconfirmed_names_the_runs_it_started() {
+    let store = TestStore::new();
+    let (keel, _, backend) = common::open_backend(store.config(), keel_tests::TESTBED).await;
+    backend.unconfirm_next_event();
+    let pushed = keel
+        .push_event("idempotency:example", r#"{"id": "e-9"}"#, "{}")
+        .await;
+    let Err(e @ keel_host::Error::EventUnrecorded { .. }) = pushed else {
+        panic!("expected event_unrecorded, got {pushed:?}");
+    };
+    let runs = keel.list_runs().await.unwrap();
+    assert_eq!(runs.len(), 1, "the run it started is admitted");
+    let named = e
+        .ids()
+        .into_iter()
+        .find(|(k, _)| *k == "started_run_ids")
+        .map(|(_, v)| v);
+    assert_eq!(named.as_deref(), Some(runs[0].run_id.as_str()), "{e}");
+}

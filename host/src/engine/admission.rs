@@ -338,7 +338,20 @@ impl Keel {
             at_ms: self.now_ms(),
             outcomes,
         };
-        self.store().put_event(&event).await?;
+        if let Err(e) = self.store().put_event(&event).await {
+            // The runs it started are admitted whatever became of the record.
+            let started: Vec<RunId> = event
+                .outcomes
+                .iter()
+                .filter(|o| !o.deduplicated)
+                .filter_map(|o| o.run_id.clone())
+                .collect();
+            return Err(Error::EventUnrecorded {
+                key: key.into(),
+                started,
+                reason: Error::from(e).to_string(),
+            });
+        }
         Ok(event)
     }
 
