@@ -277,5 +277,6 @@ function route() {
 }
 
 window.addEventListener("hashchange", route);
-api("/healthz").then((h) => { document.getElementById("store").textContent = `${h.store} · keel ${h.version}`; }).catch(() => {});
+// The store and version are told to a caller with the server's token only.
+api("/healthz").then((h) => { if (h.store) document.getElementById("store").textContent = `${h.store} · keel ${h.version}`; }).catch(() => {});
 route();
