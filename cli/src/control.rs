@@ -11,7 +11,8 @@ use std::time::Duration;
 use keel_host::core::deployment::Target;
 use keel_host::core::journal::Entry;
 use keel_host::core::{
-    Deployment, EventRecord, GrantSpec, HookRecord, RunFilter, RunRecord, StepLimits,
+    Deployment, ErrorKind, ErrorReport, EventRecord, GrantSpec, HookRecord, RunFilter, RunRecord,
+    StepLimits,
 };
 use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
 use serde::{Deserialize, Serialize};
@@ -163,10 +164,26 @@ pub struct RemoteError {
 impl RemoteError {
     /// The error as the CLI reports it: kind, message and IDs.
     pub fn from_error(e: &keel_host::Error) -> Self {
+        RemoteError::from(e.report())
+    }
+
+    /// The error as a report, its kind parsed (a kind this keel does not
+    /// know, from a newer one, is `Other`).
+    pub fn report(&self) -> ErrorReport {
+        ErrorReport {
+            kind: ErrorKind::parse(&self.kind).unwrap_or(ErrorKind::Other),
+            message: self.message.clone(),
+            ids: self.ids.clone(),
+        }
+    }
+}
+
+impl From<ErrorReport> for RemoteError {
+    fn from(report: ErrorReport) -> Self {
         RemoteError {
-            kind: e.kind().into(),
-            message: e.to_string(),
-            ids: e.ids().into_iter().map(|(k, v)| (k.into(), v)).collect(),
+            kind: report.kind.as_str().into(),
+            message: report.message,
+            ids: report.ids,
         }
     }
 }
@@ -317,7 +334,7 @@ async fn answer(keel: &Keel, stream: UnixStream) -> anyhow::Result<()> {
             .await
             .unwrap_or_else(|e| Reply::Error(RemoteError::from_error(&e))),
         Err(e) => Reply::Error(RemoteError {
-            kind: "invalid_request".into(),
+            kind: ErrorKind::InvalidRequest.as_str().into(),
             message: format!("the request is not one this keel understands: {e}"),
             ids: Vec::new(),
         }),

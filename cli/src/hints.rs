@@ -1,124 +1,224 @@
-//! What the CLI adds to an error: the command or flag that fixes it, keyed
-//! by the error's kind. The library's messages say what is wrong; this
-//! says what to type.
+//! What the CLI adds to an error: the command or flag that fixes it, one
+//! decision per [`ErrorKind`] in an exhaustive match, so a new kind needs
+//! one here. The library's messages say what is wrong; this says what to
+//! type. It serves a refused command and a run's own failure alike.
 
-/// The hint for an error of `kind` carrying `ids`, if the CLI has one.
-pub fn hint(kind: &str, ids: &[(String, String)]) -> Option<String> {
-    let id = |field: &str| {
-        ids.iter()
-            .find(|(f, _)| f == field)
-            .map_or("ID", |(_, v)| v.as_str())
-            .to_string()
-    };
-    Some(match kind {
-        "invalid_input" if ids.iter().any(|(f, _)| f == "workflow") => format!(
+use keel_host::core::{ErrorKind, ErrorReport, RunError, RunId};
+
+/// The hint for `error`, if the CLI has one.
+pub fn hint(error: &ErrorReport) -> Option<String> {
+    let id = |field: &str| error.id(field).unwrap_or("ID").to_string();
+    use ErrorKind as K;
+    Some(match error.kind {
+        K::InvalidInput if error.id("workflow").is_some() => format!(
             "`keel inspect COMPONENT` shows the input schema of `{}`",
             id("workflow")
         ),
-        "invalid_input" => "pass a JSON value, for example --input '{\"id\": 1}'".into(),
-        "run_not_found" => "`keel runs list` shows the runs this store holds".into(),
-        "fuel_exhausted" => {
+        K::InvalidInput => "pass a JSON value, for example --input '{\"id\": 1}'".into(),
+        K::RunNotFound => "`keel runs list` shows the runs this store holds".into(),
+        K::FuelExhausted => {
             "raise the bound with --workflow-fuel, and `keel runs retry` the run".into()
         }
-        "activation_timeout" => {
-            "raise the bound with --activation-timeout (seconds), and `keel runs retry` the run".into()
+        K::ActivationTimeout => {
+            "raise the bound with --activation-timeout (seconds), and `keel runs retry` the run"
+                .into()
         }
-        "memory_exhausted" => "raise the bound with --max-memory (MiB)".into(),
-        "sandbox_violation" => {
+        K::MemoryExhausted => {
+            "raise the bound with --max-memory (MiB), or a deployment's --step-memory, and `keel runs retry` the run".into()
+        }
+        K::WorkflowFailed if error.message.contains("timed out after") => {
+            "a step ran out of time: raise --step-timeout, or the deployment's --attempt-timeout, and `keel runs retry` the run".into()
+        }
+        K::SandboxViolation => {
             "steps get capabilities from their deployment: `keel deploy COMPONENT --allow-http HOST --allow-dir DIR --allow-env NAME`".into()
         }
-        "unknown_workflow" | "deployment_not_found" => {
+        K::UnknownWorkflow | K::DeploymentNotFound => {
             "`keel deployments list` shows what is deployed; deploy with `keel deploy COMPONENT.wasm`, or start from a .wasm path".into()
         }
-        "invalid_grant" => "write --allow-http as HOST or HOST:PORT, for example --allow-http api.example.com".into(),
-        "needs_worker" => format!(
+        K::InvalidGrant => "write --allow-http as HOST or HOST:PORT, for example --allow-http api.example.com".into(),
+        K::InvalidLimit => {
+            "--step-memory takes MiB (1 to 4096), --attempt-timeout a duration of at most 30 days"
+                .into()
+        }
+        K::InvalidName => {
+            "use 1 to 128 letters, digits, `-`, `_`, `.` or `:` (not `.` or `..` alone)".into()
+        }
+        K::NeedsWorker => format!(
             "resume its hook with `keel hooks resume TOKEN`, or start `keel worker` and ask again: `keel runs result {} --wait`",
             id("run_id")
         ),
-        "bound_exceeded" => {
-            let flag = match id("bound").as_str() {
-                "max_payload_bytes" => "--max-payload-kib",
-                "max_steps_in_flight" => "--max-steps-in-flight",
+        K::BoundExceeded => {
+            let flag = match bound_of(error).as_deref() {
+                Some("max_payload_bytes") => "--max-payload-kib",
+                Some("max_steps_in_flight") => "--max-steps-in-flight",
                 _ => "--max-journal-entries",
             };
             format!(
                 "raise the bound with {flag} if the run really needs it, and `keel runs retry` a run it failed"
             )
         }
-        "not_retryable" => format!("`keel runs show {}` shows how it ended", id("run_id")),
-        "run_ended" => format!("`keel runs show {}` shows how it ended", id("run_id")),
-        "unauthorized" => "pass the server's token with --api-token or KEEL_API_TOKEN".into(),
-        "store_locked" => "stop the other keel process, or pass another directory with --db".into(),
-        "store_unavailable" | "corrupt_record" => {
+        K::NotRetryable | K::RunEnded => {
+            format!("`keel runs show {}` shows how it ended", id("run_id"))
+        }
+        K::Unauthorized => "pass the server's token with --api-token or KEEL_API_TOKEN".into(),
+        K::StoreLocked => {
+            "stop the other keel process, or pass another directory with --db".into()
+        }
+        K::StoreUnavailable | K::CorruptRecord => {
             "if the store is corrupted, restore it from a backup or move it aside and start afresh"
                 .into()
         }
-        "storage_full" => {
+        K::StorageFull => {
             "free space on the disk holding the store (--min-free-mib sets the reserve); a running `keel worker` carries on by itself, or start one to resume the runs".into()
         }
-        "store_schema_too_new" => "use the keel that wrote this store, or a newer one".into(),
-        "unsafe_cache" => {
+        K::StoreSchemaTooNew => "use the keel that wrote this store, or a newer one".into(),
+        K::UnsafeCache => {
             "make the store's `compiled` directory yours alone (chmod 700), or pass another --db"
                 .into()
         }
-        "idempotency_collision" => format!(
+        K::IdempotencyCollision => format!(
             "read its result with `keel runs result {}`",
             id("existing_run_id")
         ),
-        "hook_conflict" => format!(
+        K::HookConflict => format!(
             "resume its hook with `keel hooks resume {}`, or read its result with `keel runs result {}`",
             id("token"),
             id("conflicting_run_id")
         ),
-        "hook_not_found" => format!(
+        K::HookNotFound => format!(
             "`keel hooks get {}` shows a hook kept for its retention",
             id("token")
         ),
-        "start_outcome_unknown" => format!(
+        K::StartOutcomeUnknown => format!(
             "`keel runs get {}` tells whether it was admitted; a start with a --token can simply be run again: it is admitted once",
             id("run_id")
         ),
-        "drive_interrupted" => format!(
+        K::DriveInterrupted => format!(
             "the run was recorded: `keel runs get {}` shows how it goes on, and a `keel worker` resumes it",
             id("run_id")
         ),
-        "resume_outcome_unknown" => format!(
+        K::ResumeOutcomeUnknown => format!(
             "`keel hooks get {}` names the hook's run, and `keel runs show RUN_ID` lists the payloads it received",
             id("token")
         ),
-        "outcome_unknown" => format!(
+        K::OutcomeUnknown => format!(
             "`keel runs get {}` shows where it stands; asking again is safe",
             id("run_id")
         ),
-        "event_unrecorded" => "`keel runs list` shows the runs it started; push it again only if they should start again".into(),
-        "invalid_name" => {
-            "use 1 to 128 letters, digits, `-`, `_`, `.` or `:` (not `.` or `..` alone)".into()
+        K::EventUnrecorded => {
+            "`keel runs list` shows the runs it started; push it again only if they should start again".into()
         }
-        "invalid_limit" => "`keel deploy --help` gives each limit's unit".into(),
-        _ => return None,
+        K::StoreNotFound => "pass the store's directory with --db (or KEEL_DB)".into(),
+        K::Usage => "`keel --help` lists the commands and flags".into(),
+        K::NonDeterminism => format!(
+            "`keel replay` the run against the component it is pinned to; guard changed code with `keel_sdk::patched`, or start a new run (run {})",
+            id("run_id")
+        ),
+        // The message says all there is; nothing to type.
+        K::InvalidComponent
+        | K::MissingExports
+        | K::UnsupportedImport
+        | K::ComponentNotFound
+        | K::KeyExpression
+        | K::RunExists
+        | K::StoreCapability
+        | K::StillRunning
+        | K::Cancelled
+        | K::JournalWrite
+        | K::JournalFile
+        | K::NotCrashTestable
+        | K::GuestTrap
+        | K::WorkflowFailed
+        | K::Wasm
+        | K::LeaseLost
+        | K::JournalConflict
+        | K::StoreUnconfirmed
+        | K::Storage
+        | K::Io
+        | K::InvalidRequest
+        | K::CrossOrigin
+        | K::HostNotAllowed
+        | K::UnsupportedMediaType
+        | K::PayloadTooLarge
+        | K::NotFound
+        | K::MethodNotAllowed
+        | K::Internal
+        | K::Other => return None,
     })
+}
+
+/// The bound a `bound_exceeded` error names: its `bound` ID, or for a run's
+/// stored failure the `` `name` bound `` its message quotes.
+fn bound_of(error: &ErrorReport) -> Option<String> {
+    if let Some(bound) = error.id("bound") {
+        return Some(bound.to_string());
+    }
+    let (_, rest) = error.message.split_once("over the `")?;
+    rest.split_once("` bound").map(|(b, _)| b.to_string())
+}
+
+/// A run's own failure as a report the hints read: its kind (if keel knows
+/// it), message and run ID.
+pub fn run_failure(run_id: &RunId, error: &RunError) -> ErrorReport {
+    ErrorReport {
+        kind: ErrorKind::parse(&error.kind).unwrap_or(ErrorKind::Other),
+        message: error.message.clone(),
+        ids: vec![("run_id".into(), run_id.to_string())],
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn report(kind: ErrorKind, message: &str, ids: &[(&str, &str)]) -> ErrorReport {
+        ErrorReport {
+            kind,
+            message: message.into(),
+            ids: ids
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
     #[test]
     fn hints_name_the_ids_of_the_error() {
-        let ids = vec![
-            ("conflicting_run_id".to_string(), "r-1".to_string()),
-            ("token".to_string(), "order:42".to_string()),
-        ];
-        let h = hint("hook_conflict", &ids).unwrap();
+        let h = hint(&report(
+            ErrorKind::HookConflict,
+            "",
+            &[("conflicting_run_id", "r-1"), ("token", "order:42")],
+        ))
+        .unwrap();
         assert!(
             h.contains("keel hooks resume order:42") && h.contains("runs result r-1"),
             "{h}"
         );
-        assert!(
-            hint("fuel_exhausted", &[])
-                .unwrap()
-                .contains("--workflow-fuel")
-        );
-        assert!(hint("wasm", &[]).is_none());
+        assert!(hint(&report(ErrorKind::Wasm, "", &[])).is_none());
+    }
+
+    #[test]
+    fn a_runs_failure_over_a_bound_names_the_flag() {
+        for (kind, message, flag) in [
+            (ErrorKind::FuelExhausted, "", "--workflow-fuel"),
+            (ErrorKind::MemoryExhausted, "", "--max-memory"),
+            (
+                ErrorKind::BoundExceeded,
+                "the step's output is over the `max_payload_bytes` bound of 10",
+                "--max-payload-kib",
+            ),
+            (
+                ErrorKind::WorkflowFailed,
+                "step `slow` failed: the attempt timed out after 1s; raise the step timeout",
+                "--step-timeout",
+            ),
+        ] {
+            let failure = RunError {
+                kind: kind.as_str().into(),
+                message: message.into(),
+            };
+            let h = hint(&run_failure(&RunId::from("r"), &failure)).unwrap();
+            assert!(h.contains(flag), "{kind}: {h}");
+        }
     }
 }

@@ -70,9 +70,10 @@ fn usage_error(e: clap::Error) -> ExitCode {
     }
     let message = e.render().to_string();
     let message = message.trim().trim_start_matches("error: ");
+    let usage = keel_host::core::ErrorReport::new(keel_host::core::ErrorKind::Usage, message);
     println!(
         "{}",
-        json!({ "error": { "kind": "usage", "message": message, "hint": "`keel --help` lists the commands and flags" } })
+        json!({ "error": { "kind": usage.kind.as_str(), "message": message, "hint": hints::hint(&usage) } })
     );
     ExitCode::from(2)
 }
@@ -103,7 +104,7 @@ pub fn report_error(e: &anyhow::Error, json: bool) {
         Some(k) => Some(control::RemoteError::from_error(k)),
         None => e.downcast_ref::<control::RemoteError>().cloned(),
     };
-    let hint = remote.as_ref().and_then(|r| hints::hint(&r.kind, &r.ids));
+    let hint = remote.as_ref().and_then(|r| hints::hint(&r.report()));
     if json {
         let kind = remote.as_ref().map_or("error", |r| r.kind.as_str());
         let mut error = json!({ "kind": kind, "message": format!("{e:#}") });
@@ -292,7 +293,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         && !path.exists()
     {
         return Err(control::RemoteError {
-            kind: "store_not_found".into(),
+            kind: keel_host::core::ErrorKind::StoreNotFound.as_str().into(),
             message: format!(
                 "there is no store at {}; pass --db (or KEEL_DB) where your store is. A store is created by the first `keel run`, `start`, `deploy` or `worker`",
                 path.display()
@@ -517,7 +518,7 @@ async fn result_alone(keel: &Keel, run_id: &str) -> anyhow::Result<keel_host::co
             }
             None => {
                 return Err(control::RemoteError {
-                    kind: "needs_worker".into(),
+                    kind: keel_host::core::ErrorKind::NeedsWorker.as_str().into(),
                     message: format!(
                         "run {run_id} waits for a hook's payload or another run's end, and no worker holds this store to move it on"
                     ),

@@ -37,7 +37,7 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
         {
             // It had ended before: the cancel did nothing.
             let e = crate::control::RemoteError {
-                kind: "run_ended".into(),
+                kind: keel_host::core::ErrorKind::RunEnded.as_str().into(),
                 message: format!(
                     "run {} had already ended ({}); nothing was cancelled",
                     run.run_id,
@@ -228,7 +228,13 @@ pub fn run_json(run: &RunRecord) -> Value {
         "status": run.status.as_str(),
         "input": payload(&run.input),
         "output": run.output.as_deref().map(payload),
-        "error": run.error.as_ref().map(|e| json!({"kind": e.kind, "message": e.message})),
+        "error": run.error.as_ref().map(|e| {
+            let mut error = json!({"kind": e.kind, "message": e.message});
+            if let Some(hint) = crate::hints::hint(&crate::hints::run_failure(&run.run_id, e)) {
+                error["hint"] = json!(hint);
+            }
+            error
+        }),
         "component_hash": run.component_hash,
         "created_at_ms": run.created_at_ms,
         "updated_at_ms": run.updated_at_ms,
@@ -252,6 +258,9 @@ fn print_run(run: &RunRecord, json: bool) {
     }
     if let Some(error) = &run.error {
         println!("error [{}]: {}", error.kind, error.message);
+        if let Some(hint) = crate::hints::hint(&crate::hints::run_failure(&run.run_id, error)) {
+            println!("hint: {hint}");
+        }
     }
     match (run.status, run.wake_at_ms) {
         (RunStatus::Waiting, Some(at)) => println!(

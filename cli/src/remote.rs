@@ -374,8 +374,9 @@ impl Client {
             {
                 Ok(deployment) => return Ok(deployment),
                 Err(e)
-                    if e.downcast_ref::<RemoteError>()
-                        .is_some_and(|r| r.kind == "deployment_not_found") => {}
+                    if e.downcast_ref::<RemoteError>().is_some_and(|r| {
+                        r.report().kind == keel_host::core::ErrorKind::DeploymentNotFound
+                    }) => {}
                 Err(e) => return Err(e),
             }
         }

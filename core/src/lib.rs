@@ -11,6 +11,7 @@ pub mod clock;
 pub mod codec;
 pub mod deployment;
 pub mod divergence;
+pub mod error_kind;
 pub mod file;
 pub mod ids;
 pub mod index;
@@ -24,6 +25,7 @@ pub mod timeline;
 
 pub use clock::Clock;
 pub use deployment::{Deployment, GrantSpec, StepLimits};
+pub use error_kind::{ErrorKind, ErrorReport};
 pub use ids::{ComponentHash, HookToken, InvalidName, RunId, StepId};
 pub use journal::{Entry, Fact, HookRegistration, StartOutcome};
 pub use query::{RunCursor, RunFilter, RunPage};

@@ -475,7 +475,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let err = ensure_private_dir(root.path()).unwrap_err();
-        assert_eq!(err.kind(), "unsafe_cache");
+        assert_eq!(err.kind().as_str(), "unsafe_cache");
         assert!(err.to_string().contains("others can write"), "{err}");
     }
 

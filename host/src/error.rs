@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use keel_core::{HookToken, RunId};
+use keel_core::{ErrorKind, ErrorReport, HookToken, RunId};
 use keel_store::StoreError;
 
 /// A run's or a call's failure, as callers see it.
@@ -274,52 +274,52 @@ impl From<StoreError> for Error {
 }
 
 impl Error {
-    /// The error's kind in snake case, as the CLI's `--json` prints it.
-    pub fn kind(&self) -> &'static str {
+    /// The error's kind.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::InvalidComponent { .. } => "invalid_component",
-            Error::MissingExports { .. } => "missing_exports",
-            Error::UnsupportedImport { .. } => "unsupported_import",
-            Error::UnknownWorkflow { .. } => "unknown_workflow",
-            Error::InvalidInput { .. } | Error::InputMismatch { .. } => "invalid_input",
-            Error::RunNotFound { .. } => "run_not_found",
-            Error::NonDeterminism { .. } => "non_determinism",
-            Error::SandboxViolation { .. } => "sandbox_violation",
-            Error::FuelExhausted { .. } => "fuel_exhausted",
-            Error::ActivationTimeout { .. } => "activation_timeout",
-            Error::MemoryExhausted { .. } => "memory_exhausted",
-            Error::GuestTrap { .. } => "guest_trap",
-            Error::WorkflowFailed { .. } => "workflow_failed",
-            Error::ComponentNotFound { .. } => "component_not_found",
-            Error::JournalFile { .. } => "journal_file",
-            Error::RunExists { .. } => "run_exists",
-            Error::KeyExpression { .. } => "key_expression",
-            Error::IdempotencyCollision { .. } => "idempotency_collision",
-            Error::JournalWrite { .. } => "journal_write",
-            Error::HookConflict { .. } => "hook_conflict",
-            Error::HookNotFound { .. } => "hook_not_found",
-            Error::StartOutcomeUnknown { .. } => "start_outcome_unknown",
-            Error::DriveInterrupted { .. } => "drive_interrupted",
-            Error::ResumeOutcomeUnknown { .. } => "resume_outcome_unknown",
-            Error::OutcomeUnknown { .. } => "outcome_unknown",
-            Error::EventUnrecorded { .. } => "event_unrecorded",
-            Error::InvalidName(_) => "invalid_name",
-            Error::InvalidLimit(_) => "invalid_limit",
-            Error::StoreCapability { .. } => "store_capability",
-            Error::Cancelled { .. } => "cancelled",
+            Error::InvalidComponent { .. } => ErrorKind::InvalidComponent,
+            Error::MissingExports { .. } => ErrorKind::MissingExports,
+            Error::UnsupportedImport { .. } => ErrorKind::UnsupportedImport,
+            Error::UnknownWorkflow { .. } => ErrorKind::UnknownWorkflow,
+            Error::InvalidInput { .. } | Error::InputMismatch { .. } => ErrorKind::InvalidInput,
+            Error::RunNotFound { .. } => ErrorKind::RunNotFound,
+            Error::NonDeterminism { .. } => ErrorKind::NonDeterminism,
+            Error::SandboxViolation { .. } => ErrorKind::SandboxViolation,
+            Error::FuelExhausted { .. } => ErrorKind::FuelExhausted,
+            Error::ActivationTimeout { .. } => ErrorKind::ActivationTimeout,
+            Error::MemoryExhausted { .. } => ErrorKind::MemoryExhausted,
+            Error::GuestTrap { .. } => ErrorKind::GuestTrap,
+            Error::WorkflowFailed { .. } => ErrorKind::WorkflowFailed,
+            Error::ComponentNotFound { .. } => ErrorKind::ComponentNotFound,
+            Error::JournalFile { .. } => ErrorKind::JournalFile,
+            Error::RunExists { .. } => ErrorKind::RunExists,
+            Error::KeyExpression { .. } => ErrorKind::KeyExpression,
+            Error::IdempotencyCollision { .. } => ErrorKind::IdempotencyCollision,
+            Error::JournalWrite { .. } => ErrorKind::JournalWrite,
+            Error::HookConflict { .. } => ErrorKind::HookConflict,
+            Error::HookNotFound { .. } => ErrorKind::HookNotFound,
+            Error::StartOutcomeUnknown { .. } => ErrorKind::StartOutcomeUnknown,
+            Error::DriveInterrupted { .. } => ErrorKind::DriveInterrupted,
+            Error::ResumeOutcomeUnknown { .. } => ErrorKind::ResumeOutcomeUnknown,
+            Error::OutcomeUnknown { .. } => ErrorKind::OutcomeUnknown,
+            Error::EventUnrecorded { .. } => ErrorKind::EventUnrecorded,
+            Error::InvalidName(_) => ErrorKind::InvalidName,
+            Error::InvalidLimit(_) => ErrorKind::InvalidLimit,
+            Error::StoreCapability { .. } => ErrorKind::StoreCapability,
+            Error::Cancelled { .. } => ErrorKind::Cancelled,
             Error::Deployment(keel_core::deployment::ResolveError::UnknownDeployment {
                 ..
-            }) => "deployment_not_found",
-            Error::Deployment(_) => "unknown_workflow",
-            Error::InvalidGrant { .. } => "invalid_grant",
-            Error::StillRunning { .. } => "still_running",
-            Error::NotRetryable { .. } => "not_retryable",
-            Error::BoundExceeded { .. } => "bound_exceeded",
+            }) => ErrorKind::DeploymentNotFound,
+            Error::Deployment(_) => ErrorKind::UnknownWorkflow,
+            Error::InvalidGrant { .. } => ErrorKind::InvalidGrant,
+            Error::StillRunning { .. } => ErrorKind::StillRunning,
+            Error::NotRetryable { .. } => ErrorKind::NotRetryable,
+            Error::BoundExceeded { .. } => ErrorKind::BoundExceeded,
             Error::Store(e) => e.kind(),
-            Error::NotCrashTestable { .. } => "not_crash_testable",
-            Error::Wasm(_) => "wasm",
-            Error::Io { .. } => "io",
-            Error::UnsafeCache { .. } => "unsafe_cache",
+            Error::NotCrashTestable { .. } => ErrorKind::NotCrashTestable,
+            Error::Wasm(_) => ErrorKind::Wasm,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::UnsafeCache { .. } => ErrorKind::UnsafeCache,
         }
     }
 
@@ -411,6 +411,19 @@ impl Error {
         }
     }
 
+    /// The error as it travels to a caller: kind, message and IDs.
+    pub fn report(&self) -> ErrorReport {
+        ErrorReport {
+            kind: self.kind(),
+            message: self.to_string(),
+            ids: self
+                .ids()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        }
+    }
+
     /// The error is the storage's, not the run's: what is durable stays,
     /// and a worker resumes the run.
     pub fn is_storage(&self) -> bool {
@@ -449,13 +462,13 @@ mod tests {
             conflicting_run_id: "r".into(),
         }
         .into();
-        assert_eq!(e.kind(), "hook_conflict");
+        assert_eq!(e.kind(), ErrorKind::HookConflict);
         assert!(e.ids().contains(&("conflicting_run_id", "r".into())));
         let e: Error = StoreError::Locked {
             location: "/x".into(),
         }
         .into();
-        assert_eq!(e.kind(), "store_locked");
+        assert_eq!(e.kind(), ErrorKind::StoreLocked);
         assert!(e.is_storage());
     }
 

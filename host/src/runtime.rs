@@ -34,7 +34,7 @@ impl Ended {
         match self {
             Ended::Completed(output) => Outcome::Completed(output.clone()),
             Ended::Failed(e) => Outcome::Failed {
-                kind: e.kind().into(),
+                kind: e.kind().as_str().into(),
                 message: e.to_string(),
             },
             Ended::Suspended(_) => Outcome::Suspended,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
@@ -108,7 +108,7 @@ pub async fn require_token(State(auth): State<Auth>, request: Request, next: Nex
                 "this server requires an API token; pass it as `Authorization: Bearer TOKEN`"
             };
             let mut response =
-                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+                ApiError::new(keel_core::ErrorKind::Unauthorized, message).into_response();
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),

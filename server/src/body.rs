@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
 use futures::StreamExt;
 
 use crate::error::ApiError;
@@ -63,8 +62,7 @@ pub(crate) async fn drain(mut stream: axum::body::BodyDataStream) {
 
 fn too_large(max: usize) -> ApiError {
     ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
+        keel_core::ErrorKind::PayloadTooLarge,
         format!("the request body is larger than {max} bytes"),
     )
 }

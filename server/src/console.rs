@@ -6,7 +6,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 
@@ -77,8 +77,7 @@ pub async fn openapi() -> Json<serde_json::Value> {
 /// A known path with a method it does not take.
 pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        keel_core::ErrorKind::MethodNotAllowed,
         format!("`{}` does not take {method}; see /openapi.json", uri.path()),
     )
 }

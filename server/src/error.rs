@@ -1,9 +1,11 @@
 //! API errors: every failure answers with a JSON body naming its kind,
-//! message and IDs, under the HTTP status that fits it.
+//! message and IDs, under the HTTP status its kind has. The status of each
+//! [`ErrorKind`] is decided once, in [`status_of`].
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use keel_core::{ErrorKind, ErrorReport};
 
 use crate::wire::{ErrorBody, ErrorDetail};
 
@@ -16,75 +18,106 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error of `kind` with `message` and no IDs.
-    pub fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            detail: ErrorDetail {
-                kind: kind.into(),
-                message: message.into(),
-                ids: Default::default(),
-            },
-        }
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError::from(ErrorReport::new(kind, message))
     }
 
     /// A request that is malformed: 400 `invalid_request`.
     pub fn invalid(message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+        ApiError::new(ErrorKind::InvalidRequest, message)
     }
 }
 
-/// The status an engine error answers with.
-pub fn status_of(kind: &str) -> StatusCode {
+/// The status an error of `kind` answers with.
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    use ErrorKind as K;
     match kind {
-        "invalid_input" | "invalid_component" | "missing_exports" | "unsupported_import"
-        | "key_expression" | "invalid_grant" | "journal_file" | "invalid_name"
-        | "invalid_limit" => StatusCode::BAD_REQUEST,
-        "run_not_found"
-        | "hook_not_found"
-        | "unknown_workflow"
-        | "deployment_not_found"
-        | "component_not_found" => StatusCode::NOT_FOUND,
-        "hook_conflict" | "idempotency_collision" | "run_exists" | "not_retryable" => {
-            StatusCode::CONFLICT
+        K::InvalidComponent
+        | K::MissingExports
+        | K::UnsupportedImport
+        | K::InvalidInput
+        | K::KeyExpression
+        | K::InvalidGrant
+        | K::InvalidLimit
+        | K::InvalidName
+        | K::JournalFile
+        | K::InvalidRequest
+        | K::Usage => StatusCode::BAD_REQUEST,
+        K::Unauthorized => StatusCode::UNAUTHORIZED,
+        K::CrossOrigin => StatusCode::FORBIDDEN,
+        K::RunNotFound
+        | K::HookNotFound
+        | K::UnknownWorkflow
+        | K::DeploymentNotFound
+        | K::ComponentNotFound
+        | K::StoreNotFound
+        | K::NotFound => StatusCode::NOT_FOUND,
+        K::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        K::HookConflict
+        | K::IdempotencyCollision
+        | K::RunExists
+        | K::NotRetryable
+        | K::RunEnded
+        | K::NotCrashTestable => StatusCode::CONFLICT,
+        K::PayloadTooLarge | K::BoundExceeded => StatusCode::PAYLOAD_TOO_LARGE,
+        K::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        K::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
+        K::StoreCapability => StatusCode::UNPROCESSABLE_ENTITY,
+        K::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
+        K::StoreLocked
+        | K::StoreUnavailable
+        | K::Storage
+        | K::StoreUnconfirmed
+        | K::LeaseLost
+        | K::JournalConflict
+        | K::StartOutcomeUnknown
+        | K::DriveInterrupted
+        | K::ResumeOutcomeUnknown
+        | K::OutcomeUnknown
+        | K::EventUnrecorded
+        | K::JournalWrite
+        | K::NeedsWorker
+        | K::StillRunning => StatusCode::SERVICE_UNAVAILABLE,
+        // A run's own failure, reported as a call's error, and the
+        // server's: the request was fine, keel was not.
+        K::NonDeterminism
+        | K::SandboxViolation
+        | K::FuelExhausted
+        | K::ActivationTimeout
+        | K::MemoryExhausted
+        | K::GuestTrap
+        | K::WorkflowFailed
+        | K::Cancelled
+        | K::Wasm
+        | K::CorruptRecord
+        | K::StoreSchemaTooNew
+        | K::UnsafeCache
+        | K::Io
+        | K::Internal
+        | K::Other => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<ErrorReport> for ApiError {
+    fn from(report: ErrorReport) -> Self {
+        ApiError {
+            status: status_of(report.kind),
+            detail: ErrorDetail {
+                kind: report.kind.as_str().into(),
+                message: report.message,
+                ids: report.ids.into_iter().collect(),
+            },
         }
-        "store_capability" => StatusCode::UNPROCESSABLE_ENTITY,
-        "bound_exceeded" => StatusCode::PAYLOAD_TOO_LARGE,
-        "storage_full" => StatusCode::INSUFFICIENT_STORAGE,
-        "store_locked"
-        | "store_unavailable"
-        | "storage"
-        | "store_unconfirmed"
-        | "lease_lost"
-        | "journal_conflict"
-        | "start_outcome_unknown"
-        | "resume_outcome_unknown"
-        | "outcome_unknown"
-        | "event_unrecorded"
-        | "drive_interrupted"
-        | "journal_write" => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
 impl From<keel_host::Error> for ApiError {
     fn from(e: keel_host::Error) -> Self {
-        let kind = e.kind();
-        let status = status_of(kind);
-        if status.is_server_error() {
-            tracing::warn!(kind, "request failed: {e}");
+        let error = ApiError::from(e.report());
+        if error.status.is_server_error() {
+            tracing::warn!(kind = %e.kind().as_str(), "request failed: {e}");
         }
-        ApiError {
-            status,
-            detail: ErrorDetail {
-                kind: kind.into(),
-                message: e.to_string(),
-                ids: e
-                    .ids()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-            },
-        }
+        error
     }
 }
 

@@ -12,9 +12,10 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use keel_core::ErrorKind;
 
 use crate::error::ApiError;
 
@@ -108,7 +109,7 @@ fn host_name(host: &str) -> &str {
 }
 
 fn forbidden(message: String) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, "cross_origin", message)
+    ApiError::new(ErrorKind::CrossOrigin, message)
 }
 
 /// Whether a request changes something (anything but a read).
@@ -148,8 +149,7 @@ fn check_content_type(method: &Method, path: &str, headers: &HeaderMap) -> Resul
         None if !has_body(headers) => Ok(()),
         Some(t) if expected.contains(&t.as_str()) => Ok(()),
         found => Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ErrorKind::UnsupportedMediaType,
             format!(
                 "`{method} {path}` takes a body of type {}, not {}",
                 expected.join(" or "),
@@ -172,8 +172,7 @@ pub async fn check(State(guard): State<Guard>, request: Request, next: Next) -> 
         other => {
             let named = other.map_or("no host".to_string(), |h| format!("`{h}`"));
             let refusal = ApiError::new(
-                StatusCode::MISDIRECTED_REQUEST,
-                "host_not_allowed",
+                ErrorKind::HostNotAllowed,
                 format!(
                     "this request names {named} as its host; this server answers to IP addresses, `localhost` and the host names it is configured to allow (a web page must not reach it through a name it does not know)"
                 ),
@@ -198,7 +197,7 @@ pub async fn check(State(guard): State<Guard>, request: Request, next: Next) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use axum::http::{HeaderValue, StatusCode};
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

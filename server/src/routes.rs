@@ -341,8 +341,7 @@ async fn wait_on(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord
         Ok(Ok(Err(e))) => return Err(e.into()),
         Ok(Err(join)) => {
             return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
+                keel_core::ErrorKind::Internal,
                 format!("driving run {run_id} stopped: {join}"),
             ));
         }
@@ -645,8 +644,7 @@ pub async fn workers(State(s): State<AppState>) -> ApiResult<Json<WorkerList>> {
 /// Any other path.
 pub async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not_found",
+        keel_core::ErrorKind::NotFound,
         format!(
             "no endpoint at `{}`; the API is described at /openapi.json",
             uri.path()

@@ -2,7 +2,7 @@
 //! IDs they need), and the failures of the storage itself.
 
 use keel_core::codec::CodecError;
-use keel_core::{HookToken, RunId};
+use keel_core::{ErrorKind, HookToken, RunId};
 
 /// Why a store operation failed.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -75,24 +75,24 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The error's kind in snake case.
-    pub fn kind(&self) -> &'static str {
+    /// The error's kind.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::RunNotFound { .. } => "run_not_found",
-            StoreError::RunExists { .. } => "run_exists",
-            StoreError::ComponentNotFound { .. } => "component_not_found",
-            StoreError::HookNotFound { .. } => "hook_not_found",
-            StoreError::HookConflict { .. } => "hook_conflict",
-            StoreError::IdempotencyCollision { .. } => "idempotency_collision",
-            StoreError::Locked { .. } => "store_locked",
-            StoreError::Unavailable { .. } => "store_unavailable",
-            StoreError::SchemaTooNew { .. } => "store_schema_too_new",
-            StoreError::LeaseLost { .. } => "lease_lost",
-            StoreError::JournalConflict { .. } => "journal_conflict",
-            StoreError::Corrupt(_) => "corrupt_record",
-            StoreError::Unconfirmed { .. } => "store_unconfirmed",
-            StoreError::Backend { .. } => "storage",
-            StoreError::StorageFull { .. } => "storage_full",
+            StoreError::RunNotFound { .. } => ErrorKind::RunNotFound,
+            StoreError::RunExists { .. } => ErrorKind::RunExists,
+            StoreError::ComponentNotFound { .. } => ErrorKind::ComponentNotFound,
+            StoreError::HookNotFound { .. } => ErrorKind::HookNotFound,
+            StoreError::HookConflict { .. } => ErrorKind::HookConflict,
+            StoreError::IdempotencyCollision { .. } => ErrorKind::IdempotencyCollision,
+            StoreError::Locked { .. } => ErrorKind::StoreLocked,
+            StoreError::Unavailable { .. } => ErrorKind::StoreUnavailable,
+            StoreError::SchemaTooNew { .. } => ErrorKind::StoreSchemaTooNew,
+            StoreError::LeaseLost { .. } => ErrorKind::LeaseLost,
+            StoreError::JournalConflict { .. } => ErrorKind::JournalConflict,
+            StoreError::Corrupt(_) => ErrorKind::CorruptRecord,
+            StoreError::Unconfirmed { .. } => ErrorKind::StoreUnconfirmed,
+            StoreError::Backend { .. } => ErrorKind::Storage,
+            StoreError::StorageFull { .. } => ErrorKind::StorageFull,
         }
     }
 }

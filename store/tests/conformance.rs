@@ -220,7 +220,7 @@ mod postgres {
         let mut untrusted = tls_options(&schema);
         untrusted.ca_cert = None;
         let err = PgStore::open(untrusted).await.err().expect("refused");
-        assert_eq!(err.kind(), "store_unavailable", "{err}");
+        assert_eq!(err.kind().as_str(), "store_unavailable", "{err}");
         assert!(
             err.to_string().to_lowercase().contains("certificate"),
             "{err}"

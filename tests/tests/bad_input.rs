@@ -246,7 +246,7 @@ async fn input_of_the_wrong_shape_is_refused_before_a_run_exists() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "invalid_input");
+    assert_eq!(err.kind().as_str(), "invalid_input");
     let message = err.to_string();
     assert!(
         message.contains("at /order_id: 5 is not of type \"string\""),
@@ -348,7 +348,7 @@ async fn one_run_cannot_take_the_host_s_memory_or_disk() {
         .run(&testbed, "idempotent_task", &big)
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "bound_exceeded");
+    assert_eq!(err.kind().as_str(), "bound_exceeded");
     drop(keel);
 
     // Steps in flight and journal entries are bounded too.

@@ -469,7 +469,7 @@ async fn a_failed_run_is_retried_from_its_failed_step_once_the_service_is_back()
     );
 
     let err = keel.retry("nope").await.unwrap_err();
-    assert_eq!(err.kind(), "run_not_found");
+    assert_eq!(err.kind().as_str(), "run_not_found");
     api.set_refusing(false);
     // Only a failed run is retried: a completed one is refused.
     let other = keel
@@ -478,7 +478,7 @@ async fn a_failed_run_is_retried_from_its_failed_step_once_the_service_is_back()
         .unwrap();
     assert_eq!(other.status, RunStatus::Completed);
     let err = keel.retry(&other.run_id).await.unwrap_err();
-    assert_eq!(err.kind(), "not_retryable");
+    assert_eq!(err.kind().as_str(), "not_retryable");
 
     let retried = keel.retry(&run.run_id).await.unwrap();
     assert_eq!(retried.status, RunStatus::Pending);

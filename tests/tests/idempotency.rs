@@ -98,7 +98,7 @@ async fn a_colliding_start_names_the_first_run_and_reads_the_same_result() {
         .run(&testbed, "idempotent_task", r#"{"id": "7"}"#)
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "idempotency_collision");
+    assert_eq!(err.kind().as_str(), "idempotency_collision");
     let existing = collided_with(Err(err));
     assert_eq!(existing, first.run_id);
     let result = keel.result(&existing, true).await.unwrap();
@@ -177,7 +177,7 @@ async fn bad_key_expressions_are_clear_errors_and_create_nothing() {
         .start(&testbed, "numeric_key", r#"{"count": 3}"#)
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "key_expression");
+    assert_eq!(err.kind().as_str(), "key_expression");
     assert!(
         err.to_string().contains("input.count") && err.to_string().contains("string"),
         "{err}"
@@ -186,12 +186,12 @@ async fn bad_key_expressions_are_clear_errors_and_create_nothing() {
         .start(&testbed, "idempotent_task", r#"{"other": 1}"#)
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "key_expression");
+    assert_eq!(err.kind().as_str(), "key_expression");
     assert!(err.to_string().contains("input.id"), "{err}");
     assert!(keel.list_runs().await.unwrap().is_empty());
 
     let err = keel.load(keel_tests::TESTBED_BAD_KEY).await.unwrap_err();
-    assert_eq!(err.kind(), "key_expression");
+    assert_eq!(err.kind().as_str(), "key_expression");
     assert!(
         err.to_string().contains("broken_key") && err.to_string().contains("input.("),
         "{err}"
@@ -222,7 +222,7 @@ async fn keys_can_come_from_additional_metadata() {
         .start(&testbed, "tenant_task", input)
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), "key_expression");
+    assert_eq!(err.kind().as_str(), "key_expression");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use keel_core::divergence::Verdict;
 use keel_core::journal::Fact;
-use keel_core::{Entry, RunError, RunId, RunRecord, RunStatus};
+use keel_core::{Entry, ErrorKind, RunError, RunId, RunRecord, RunStatus};
 use keel_store::{Lease, StoreError, Wake};
 use tracing::Instrument;
 
@@ -160,7 +160,7 @@ impl Keel {
         if run
             .error
             .as_ref()
-            .is_some_and(|e| e.kind == "non_determinism")
+            .is_some_and(|e| e.kind == ErrorKind::NonDeterminism.as_str())
         {
             return Err(refuse(
                 "it failed because its code no longer matches its journal, and a retry would replay into the same divergence; fix the component it is pinned to, or start a new run".into(),
@@ -376,20 +376,20 @@ impl Keel {
                 tracing::info!("run cancelled");
                 run.status = RunStatus::Cancelled;
                 run.error = Some(RunError {
-                    kind: "cancelled".into(),
+                    kind: ErrorKind::Cancelled.as_str().into(),
                     message: "the run was cancelled".into(),
                 });
                 Fact::RunCancelled
             }
             Ended::Failed(e) => {
-                tracing::warn!("run failed: {e}");
+                tracing::info!("run failed: {e}");
                 run.status = RunStatus::Failed;
                 run.error = Some(RunError {
-                    kind: e.kind().into(),
+                    kind: e.kind().as_str().into(),
                     message: e.to_string(),
                 });
                 Fact::RunFailed {
-                    kind: e.kind().into(),
+                    kind: e.kind().as_str().into(),
                     error: e.to_string(),
                 }
             }

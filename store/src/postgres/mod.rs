@@ -1406,7 +1406,7 @@ mod tests {
             .await
             .unwrap_err();
         let error = pg(e);
-        assert_eq!(error.kind(), "storage_full", "{error}");
+        assert_eq!(error.kind().as_str(), "storage_full", "{error}");
         assert!(
             error.to_string().contains("could not extend file"),
             "{error}"
