@@ -448,6 +448,7 @@ mod http {
         let bytes = tokio::fs::read(&args.component).await?;
         client
             .post(format!("{}/v1/deployments?name=testbed", server.url))
+            .header(reqwest::header::CONTENT_TYPE, "application/wasm")
             .body(bytes)
             .send()
             .await?
