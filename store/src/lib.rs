@@ -6,8 +6,11 @@
 //! methods are domain-level operations (admit a run with its key, start
 //! hook and first journal entries; end a run with its hooks), each written
 //! with its atomicity and durability. Every store passes the
-//! [`conformance`] suite; [`sled::SledStore`] is the embedded default and
-//! [`faulty::FaultyStore`] wraps any store to inject failures in tests.
+//! [`conformance`] suite; [`sled::SledStore`] is the embedded default (one
+//! process), [`postgres::PgStore`] the shared one (any number of processes
+//! and machines), both cut into the same modules (runs, hooks, catalog,
+//! wakes, schema), and [`faulty::FaultyStore`] wraps any store to inject
+//! failures in tests.
 //!
 //! Durability: unless a method says otherwise, a method that writes is
 //! atomic (all of its writes or none survive a crash) and durable when it

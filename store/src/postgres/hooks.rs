@@ -1,0 +1,252 @@
+//! Hooks and idempotency keys: registration under row locks, payloads in
+//! the order of the hook's lock, disposal, expiry.
+
+use super::*;
+
+pub(super) fn hook_of(row: &tokio_postgres::Row) -> HookRecord {
+    HookRecord {
+        token: row.get::<_, String>("token").into(),
+        run_id: row.get::<_, String>("run_id").into(),
+        command: row.get::<_, Option<i64>>("command").map(|c| c as u32),
+        metadata: row.get("metadata"),
+        created_at_ms: u(row.get("created_at_ms")),
+        retain_until_ms: row.get::<_, Option<i64>>("retain_until_ms").map(u),
+        active: row.get("active"),
+        next_payload: u(row.get("next_payload")),
+    }
+}
+
+pub(super) const HOOK_COLUMNS: &str =
+    "token, run_id, command, metadata, created_at_ms, retain_until_ms, active, next_payload";
+
+/// Writes `hook` as a new row (`existing` false) or over the row it
+/// replaces, whose lock the caller holds.
+pub(super) async fn write_hook(
+    tx: &Transaction<'_>,
+    hook: &HookRecord,
+    existing: bool,
+) -> Result<Attempt<()>> {
+    let sql = if existing {
+        "UPDATE hooks SET run_id = $2, command = $3, metadata = $4, created_at_ms = $5,
+             retain_until_ms = $6, active = $7, next_payload = $8 WHERE token = $1"
+    } else {
+        "INSERT INTO hooks (token, run_id, command, metadata, created_at_ms, retain_until_ms,
+             active, next_payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    };
+    let written = tx
+        .run(
+            sql,
+            &[
+                &hook.token.as_str(),
+                &hook.run_id.as_str(),
+                &hook.command.map(i64::from),
+                &hook.metadata,
+                &i(hook.created_at_ms),
+                &hook.retain_until_ms.map(i),
+                &hook.active,
+                &i(hook.next_payload),
+            ],
+        )
+        .await;
+    match written {
+        Ok(_) => Ok(Attempt::Done(())),
+        Err(e) => race(e),
+    }
+}
+
+/// The hook row of `token`, locked for this transaction.
+pub(super) async fn lock_hook(tx: &Transaction<'_>, token: &str) -> Result<Option<HookRecord>> {
+    let row = tx
+        .row(
+            &format!("SELECT {HOOK_COLUMNS} FROM hooks WHERE token = $1 FOR UPDATE"),
+            &[&token],
+        )
+        .await
+        .map_err(pg)?;
+    Ok(row.as_ref().map(hook_of))
+}
+
+#[async_trait]
+impl HookStore for PgStore {
+    async fn register_hook(
+        &self,
+        hook: &HookRecord,
+        force: bool,
+        now_ms: u64,
+    ) -> Result<Registered> {
+        transact!(self, |tx| {
+            let held = lock_hook(tx, &hook.token).await?;
+            let registered = |registration, claimed_from| {
+                Ok(Attempt::Done(Registered {
+                    registration,
+                    claimed_from,
+                }))
+            };
+            match Registration::decide(held.as_ref(), hook, force, now_ms) {
+                Registration::Answer(registration) => registered(registration, None),
+                Registration::Take => {
+                    if let Attempt::Retry = write_hook(tx, hook, held.is_some()).await? {
+                        return Ok(Attempt::Retry);
+                    }
+                    registered(HookRegistration::Registered, None)
+                }
+                Registration::TakeFrom(owner) => {
+                    tx.run(
+                        "INSERT INTO claims (run_id, token, claimed_by) VALUES ($1, $2, $3)
+                         ON CONFLICT (run_id, token) DO UPDATE SET claimed_by = excluded.claimed_by",
+                        &[&owner.as_str(), &hook.token.as_str(), &hook.run_id.as_str()],
+                    )
+                    .await
+                    .map_err(pg)?;
+                    tx.run(
+                        "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                        &[&owner.as_str()],
+                    )
+                    .await
+                    .map_err(pg)?;
+                    self.notify(tx, &Wake::Run(owner.clone())).await?;
+                    if let Attempt::Retry = write_hook(tx, hook, true).await? {
+                        return Ok(Attempt::Retry);
+                    }
+                    registered(HookRegistration::Registered, Some(owner))
+                }
+            }
+        })
+    }
+
+    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+        transact!(self, |tx| {
+            let row = tx
+                .row(
+                    "UPDATE hooks SET next_payload = next_payload + 1
+                     WHERE token = $1 AND active RETURNING run_id, next_payload - 1",
+                    &[&token],
+                )
+                .await
+                .map_err(pg)?;
+            let Some(row) = row else {
+                return Err(StoreError::HookNotFound {
+                    token: token.into(),
+                });
+            };
+            let owner: String = row.get(0);
+            let index: i64 = row.get(1);
+            tx.run(
+                "INSERT INTO inbox (run_id, token, idx, payload) VALUES ($1, $2, $3, $4)",
+                &[&owner, &token, &index, &payload],
+            )
+            .await
+            .map_err(pg)?;
+            tx.run(
+                "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                &[&owner],
+            )
+            .await
+            .map_err(pg)?;
+            let owner = RunId::from(owner);
+            self.notify(tx, &Wake::Run(owner.clone())).await?;
+            Ok(Attempt::Done(owner))
+        })
+    }
+
+    async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord> {
+        let row = self
+            .select_one(
+                &format!("SELECT {HOOK_COLUMNS} FROM hooks WHERE token = $1"),
+                &[&token],
+            )
+            .await?;
+        row.map(|r| hook_of(&r))
+            .filter(|h| h.holder(now_ms).is_some())
+            .ok_or_else(|| StoreError::HookNotFound {
+                token: token.into(),
+            })
+    }
+
+    async fn list_hooks(&self, now_ms: u64) -> Result<Vec<HookRecord>> {
+        Ok(self
+            .select(
+                &format!("SELECT {HOOK_COLUMNS} FROM hooks ORDER BY token"),
+                &[],
+            )
+            .await?
+            .iter()
+            .map(hook_of)
+            .filter(|h| h.holder(now_ms).is_some())
+            .collect())
+    }
+
+    async fn payload(&self, run_id: &str, token: &str, index: u64) -> Result<HookPayload> {
+        let claimed = self
+            .select_one(
+                "SELECT claimed_by FROM claims WHERE run_id = $1 AND token = $2",
+                &[&run_id, &token],
+            )
+            .await?;
+        if let Some(row) = claimed {
+            return Ok(HookPayload::ForceClaimed(row.get::<_, String>(0).into()));
+        }
+        let row = self
+            .select_one(
+                "SELECT payload FROM inbox WHERE run_id = $1 AND token = $2 AND idx = $3",
+                &[&run_id, &token, &i(index)],
+            )
+            .await?;
+        Ok(match row {
+            Some(row) => HookPayload::Ready(row.get(0)),
+            None => HookPayload::Pending,
+        })
+    }
+
+    async fn dispose_hook(&self, run_id: &str, token: &str) -> Result<()> {
+        transact!(self, |tx| {
+            tx.run(
+                "DELETE FROM hooks WHERE token = $1 AND run_id = $2",
+                &[&token, &run_id],
+            )
+            .await
+            .map_err(pg)?;
+            tx.run(
+                "DELETE FROM inbox WHERE run_id = $1 AND token = $2",
+                &[&run_id, &token],
+            )
+            .await
+            .map_err(pg)?;
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize> {
+        let purged = self
+            .exec(
+                "DELETE FROM hooks WHERE NOT active
+                   AND (retain_until_ms IS NULL OR retain_until_ms <= $1)",
+                &[&i(now_ms)],
+            )
+            .await?;
+        Ok(purged as usize)
+    }
+}
+
+#[async_trait]
+impl KeyStore for PgStore {
+    async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>> {
+        let row = self
+            .select_one(
+                "SELECT run_id, expires_at_ms FROM keys WHERE workflow = $1 AND key = $2",
+                &[&workflow, &key],
+            )
+            .await?;
+        Ok(row.map(|r| KeyHold {
+            run_id: r.get::<_, String>(0).into(),
+            expires_at_ms: u(r.get(1)),
+        }))
+    }
+
+    async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
+        let purged = self
+            .exec("DELETE FROM keys WHERE expires_at_ms <= $1", &[&i(now_ms)])
+            .await?;
+        Ok(purged as usize)
+    }
+}

@@ -1,0 +1,399 @@
+//! Runs, their journals and their leases: admission, imports, listings,
+//! ends; fenced appends; leases whose epoch fences every write.
+
+use super::*;
+
+/// Inserts entries; a position the journal holds is a conflict.
+pub(super) async fn insert_entries(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    entries: &[Entry],
+) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let seqs: Vec<i64> = entries.iter().map(|e| i(e.seq)).collect();
+    let bytes: Vec<Vec<u8>> = entries.iter().map(journal::encode).collect();
+    let inserted = tx
+        .run(
+            "INSERT INTO journal (run_id, seq, entry)
+             SELECT $1, seq, entry FROM unnest($2::bigint[], $3::bytea[]) AS t(seq, entry)",
+            &[&run_id, &seqs, &bytes],
+        )
+        .await;
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            Err(StoreError::JournalConflict {
+                run_id: run_id.into(),
+                seq: entries[0].seq,
+            })
+        }
+        Err(e) => Err(pg(e)),
+    }
+}
+
+/// Locks the run's row and refuses if `fence` is no longer its lease.
+pub(super) async fn check_fence(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    fence: Option<&Lease>,
+) -> Result<()> {
+    let Some(fence) = fence else { return Ok(()) };
+    let row = tx
+        .row(
+            "SELECT lease_owner, lease_epoch FROM runs WHERE run_id = $1 FOR UPDATE",
+            &[&run_id],
+        )
+        .await
+        .map_err(pg)?;
+    let held = row.is_some_and(|r| {
+        r.get::<_, String>(0) == fence.owner && u(r.get::<_, i64>(1)) == fence.epoch
+    });
+    if held {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost {
+            run_id: fence.run_id.clone(),
+            epoch: fence.epoch,
+        })
+    }
+}
+
+#[async_trait]
+impl RunStore for PgStore {
+    async fn admit(&self, a: Admission<'_>) -> Result<()> {
+        let run = a.run;
+        let record = codec::encode(run);
+        transact!(self, |tx| {
+            let mut hook_row = false;
+            if let Some(hook) = a.start_hook
+                && let Some(held) = lock_hook(tx, &hook.token).await?
+            {
+                if let Some(owner) = held.holder(a.now_ms) {
+                    return Err(StoreError::HookConflict {
+                        token: hook.token.clone(),
+                        conflicting_run_id: owner.clone(),
+                    });
+                }
+                hook_row = true;
+            }
+            if let Some(claim) = a.key {
+                let held = tx
+                    .row(
+                        "SELECT run_id, expires_at_ms FROM keys
+                         WHERE workflow = $1 AND key = $2 FOR UPDATE",
+                        &[&run.workflow, &claim.key],
+                    )
+                    .await
+                    .map_err(pg)?;
+                let expires = i(a.now_ms.saturating_add(claim.ttl_ms));
+                let sql = match &held {
+                    Some(row) if u(row.get(1)) > a.now_ms => {
+                        return Err(StoreError::IdempotencyCollision {
+                            workflow: run.workflow.clone(),
+                            key: claim.key.into(),
+                            existing_run_id: row.get::<_, String>(0).into(),
+                        });
+                    }
+                    Some(_) => {
+                        "UPDATE keys SET run_id = $3, expires_at_ms = $4
+                         WHERE workflow = $1 AND key = $2"
+                    }
+                    None => {
+                        "INSERT INTO keys (workflow, key, run_id, expires_at_ms)
+                         VALUES ($1, $2, $3, $4)"
+                    }
+                };
+                if let Err(e) = tx
+                    .run(
+                        sql,
+                        &[&run.workflow, &claim.key, &run.run_id.as_str(), &expires],
+                    )
+                    .await
+                {
+                    return race(e);
+                }
+            }
+            match tx
+                .run(
+                    "INSERT INTO runs (run_id, live, record, created_at_ms) VALUES ($1, true, $2, $3)
+                     ON CONFLICT (run_id) DO NOTHING",
+                    &[&run.run_id.as_str(), &record, &i(run.created_at_ms)],
+                )
+                .await
+            {
+                Ok(0) => {
+                    return Err(StoreError::RunExists {
+                        run_id: run.run_id.clone(),
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => return race(e),
+            }
+            if let Some(hook) = a.start_hook
+                && let Attempt::Retry = write_hook(tx, hook, hook_row).await?
+            {
+                return Ok(Attempt::Retry);
+            }
+            insert_entries(tx, &run.run_id, a.journal).await?;
+            self.notify(tx, &Wake::Admitted).await?;
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn import(&self, run: &RunRecord, entries: &[Entry]) -> Result<()> {
+        let record = codec::encode(run);
+        transact!(self, |tx| {
+            let inserted = tx
+                .run(
+                    "INSERT INTO runs (run_id, live, record, created_at_ms) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (run_id) DO NOTHING",
+                    &[
+                        &run.run_id.as_str(),
+                        &!run.status.is_final(),
+                        &record,
+                        &i(run.created_at_ms),
+                    ],
+                )
+                .await
+                .map_err(pg)?;
+            if inserted == 0 {
+                return Err(StoreError::RunExists {
+                    run_id: run.run_id.clone(),
+                });
+            }
+            insert_entries(tx, &run.run_id, entries).await?;
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<RunRecord> {
+        let row = self
+            .select_one("SELECT record FROM runs WHERE run_id = $1", &[&run_id])
+            .await?
+            .ok_or_else(|| StoreError::RunNotFound {
+                run_id: run_id.into(),
+            })?;
+        Ok(codec::decode(row.get(0), "run record")?)
+    }
+
+    async fn list_runs(&self) -> Result<Vec<RunRecord>> {
+        self.records("SELECT record FROM runs ORDER BY run_id", &[], "run record")
+            .await
+    }
+
+    async fn runs_before(
+        &self,
+        before: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
+        let limit = limit as i64;
+        match before {
+            Some(before) => {
+                self.records(
+                    "SELECT record FROM runs WHERE (created_at_ms, run_id) < ($1, $2)
+                     ORDER BY created_at_ms DESC, run_id DESC LIMIT $3",
+                    &[&i(before.created_at_ms), &before.run_id.as_str(), &limit],
+                    "run record",
+                )
+                .await
+            }
+            None => {
+                self.records(
+                    "SELECT record FROM runs ORDER BY created_at_ms DESC, run_id DESC LIMIT $1",
+                    &[&limit],
+                    "run record",
+                )
+                .await
+            }
+        }
+    }
+
+    async fn live_runs(&self) -> Result<Vec<RunRecord>> {
+        self.records(
+            "SELECT record FROM runs WHERE live ORDER BY run_id",
+            &[],
+            "run record",
+        )
+        .await
+    }
+
+    async fn end_run(
+        &self,
+        run: &RunRecord,
+        entries: &[Entry],
+        now_ms: u64,
+        fence: Option<&Lease>,
+    ) -> Result<Vec<RunId>> {
+        let record = codec::encode(run);
+        let run_id = run.run_id.as_str();
+        transact!(self, |tx| {
+            check_fence(tx, run_id, fence).await?;
+            tx.run(
+                "UPDATE hooks SET active = false WHERE run_id = $1 AND retain_until_ms > $2",
+                &[&run_id, &i(now_ms)],
+            )
+            .await
+            .map_err(pg)?;
+            tx.run("DELETE FROM hooks WHERE run_id = $1 AND active", &[&run_id])
+                .await
+                .map_err(pg)?;
+            tx.run(
+                "UPDATE runs SET record = $2, live = false, lease_owner = '',
+                     lease_expires_ms = 0 WHERE run_id = $1",
+                &[&run_id, &record],
+            )
+            .await
+            .map_err(pg)?;
+            insert_entries(tx, run_id, entries).await?;
+            let watchers: Vec<RunId> = tx
+                .rows(
+                    "DELETE FROM watchers WHERE run_id = $1 RETURNING watcher",
+                    &[&run_id],
+                )
+                .await
+                .map_err(pg)?
+                .iter()
+                .map(|r| r.get::<_, String>(0).into())
+                .collect();
+            for watcher in &watchers {
+                tx.run(
+                    "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                    &[&watcher.as_str()],
+                )
+                .await
+                .map_err(pg)?;
+                self.notify(tx, &Wake::Run(watcher.clone())).await?;
+            }
+            tx.run("DELETE FROM inbox WHERE run_id = $1", &[&run_id])
+                .await
+                .map_err(pg)?;
+            tx.run("DELETE FROM claims WHERE run_id = $1", &[&run_id])
+                .await
+                .map_err(pg)?;
+            Ok(Attempt::Done(watchers))
+        })
+    }
+}
+
+#[async_trait]
+impl JournalStore for PgStore {
+    async fn append(
+        &self,
+        run_id: &str,
+        entries: &[Entry],
+        run: Option<&RunRecord>,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        let record = run.map(|r| (codec::encode(r), !r.status.is_final()));
+        transact!(self, |tx| {
+            check_fence(tx, run_id, fence).await?;
+            insert_entries(tx, run_id, entries).await?;
+            if let Some((record, live)) = &record {
+                tx.run(
+                    "UPDATE runs SET record = $2, live = $3 WHERE run_id = $1",
+                    &[&run_id, record, live],
+                )
+                .await
+                .map_err(pg)?;
+            }
+            Ok(Attempt::Done(()))
+        })
+    }
+
+    async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        self.select(
+            "SELECT entry FROM journal WHERE run_id = $1 ORDER BY seq",
+            &[&run_id],
+        )
+        .await?
+        .iter()
+        .map(|r| Ok(journal::decode(r.get(0))?))
+        .collect()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PgStore {
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<Lease>> {
+        let expires = i(now_ms.saturating_add(ttl_ms));
+        let row = self
+            .select_one(
+                "UPDATE runs SET lease_owner = $2, lease_epoch = lease_epoch + 1,
+                     lease_expires_ms = $3
+                 WHERE run_id = $1
+                   AND (lease_owner = '' OR lease_owner = $2 OR lease_expires_ms <= $4)
+                 RETURNING lease_epoch",
+                &[&run_id, &owner, &expires, &i(now_ms)],
+            )
+            .await?;
+        Ok(row.map(|r| Lease {
+            run_id: run_id.into(),
+            owner: owner.into(),
+            epoch: u(r.get(0)),
+            expires_at_ms: u(expires),
+        }))
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease> {
+        let expires = i(now_ms.saturating_add(ttl_ms));
+        let renewed = self
+            .exec(
+                "UPDATE runs SET lease_expires_ms = $4
+                 WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+                &[
+                    &lease.run_id.as_str(),
+                    &lease.owner,
+                    &i(lease.epoch),
+                    &expires,
+                ],
+            )
+            .await?;
+        if renewed == 0 {
+            return Err(StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            });
+        }
+        Ok(Lease {
+            expires_at_ms: u(expires),
+            ..lease.clone()
+        })
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.exec(
+            "UPDATE runs SET lease_owner = '', lease_expires_ms = 0
+                 WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+            &[&lease.run_id.as_str(), &lease.owner, &i(lease.epoch)],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
+        Ok(self
+            .select(
+                "SELECT run_id, lease_owner, lease_epoch, lease_expires_ms FROM runs
+                 WHERE live AND lease_owner <> '' AND lease_owner <> $1
+                   AND lease_expires_ms > $2",
+                &[&owner, &i(now_ms)],
+            )
+            .await?
+            .iter()
+            .map(|r| Lease {
+                run_id: r.get::<_, String>(0).into(),
+                owner: r.get(1),
+                epoch: u(r.get(2)),
+                expires_at_ms: u(r.get(3)),
+            })
+            .collect())
+    }
+}

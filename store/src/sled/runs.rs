@@ -1,0 +1,407 @@
+//! Runs, their journals and their leases: admission, import, listings and
+//! ends as sled transactions over the trees they touch, then one group
+//! commit; appends; leases, voided at open (one process opens the store).
+
+use async_trait::async_trait;
+use keel_core::codec;
+use keel_core::journal;
+use keel_core::{Entry, HookRecord, KeyHold, RunCursor, RunId, RunRecord};
+use sled::Transactional;
+use sled::transaction::{
+    ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
+};
+
+use crate::{Admission, Lease, LeaseStore, Result, RunStore, StoreError};
+
+use super::*;
+
+pub(super) type TxResult<T> = std::result::Result<T, ConflictableTransactionError<StoreError>>;
+
+pub(super) fn abort<T>(e: StoreError) -> TxResult<T> {
+    Err(ConflictableTransactionError::Abort(e))
+}
+
+pub(super) fn read_hook(hooks: &TransactionalTree, token: &str) -> TxResult<Option<HookRecord>> {
+    match hooks.get(token.as_bytes())? {
+        Some(bytes) => codec::decode(&bytes, "hook")
+            .map(Some)
+            .map_err(|e| ConflictableTransactionError::Abort(e.into())),
+        None => Ok(None),
+    }
+}
+
+pub(super) fn write_hook(
+    hooks: &TransactionalTree,
+    run_hooks: &TransactionalTree,
+    hook: &HookRecord,
+) -> std::result::Result<(), UnabortableTransactionError> {
+    hooks.insert(hook.token.as_bytes(), codec::encode(hook))?;
+    run_hooks.insert(key_of(&hook.run_id, &hook.token), &[])?;
+    Ok(())
+}
+
+/// Writes entries at positions the journal does not hold yet.
+pub(super) fn write_entries(
+    tree: &TransactionalTree,
+    run_id: &str,
+    entries: &[Entry],
+) -> TxResult<()> {
+    for entry in entries {
+        let key = journal_key(run_id, entry.seq);
+        if tree.get(&key)?.is_some() {
+            return abort(StoreError::JournalConflict {
+                run_id: run_id.into(),
+                seq: entry.seq,
+            });
+        }
+        tree.insert(key, journal::encode(entry))?;
+    }
+    Ok(())
+}
+
+pub(super) fn inbox_key(run_id: &str, token: &str, index: u64) -> Vec<u8> {
+    let mut key = key_of(run_id, token);
+    key.push(0);
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+impl SledStore {
+    pub(super) fn suffixes(&self, tree: &sled::Tree, prefix: &[u8]) -> Result<Vec<String>> {
+        tree.scan_prefix(prefix)
+            .keys()
+            .map(|k| Ok(String::from_utf8_lossy(&k.map_err(backend)?[prefix.len()..]).into_owned()))
+            .collect()
+    }
+
+    pub(super) fn drop_prefix(&self, tree: &sled::Tree, prefix: &[u8]) -> Result<()> {
+        for k in tree.scan_prefix(prefix).keys() {
+            tree.remove(k.map_err(backend)?).map_err(backend)?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RunStore for SledStore {
+    async fn admit(&self, a: Admission<'_>) -> Result<()> {
+        self.room()?;
+        let i = &self.inner;
+        let run = a.run;
+        let key_bytes = a.key.map(|k| key_of(&run.workflow, k.key));
+        let record = codec::encode(run);
+        let created_key = created_key(&RunCursor::of(run));
+        let trees = (
+            &i.runs,
+            &i.keys,
+            &i.hooks,
+            &i.run_hooks,
+            &i.live,
+            &i.journal,
+            &i.created,
+        );
+        trees.transaction(|(runs, keys, hooks, run_hooks, live, journal, created)| {
+            if runs.get(run.run_id.as_bytes())?.is_some() {
+                return abort(StoreError::RunExists {
+                    run_id: run.run_id.clone(),
+                });
+            }
+            if let Some(hook) = a.start_hook
+                && let Some(held) = read_hook(hooks, &hook.token)?
+                && let Some(owner) = held.holder(a.now_ms)
+            {
+                return abort(StoreError::HookConflict {
+                    token: hook.token.clone(),
+                    conflicting_run_id: owner.clone(),
+                });
+            }
+            if let (Some(key_bytes), Some(claim)) = (&key_bytes, a.key) {
+                if let Some(held) = keys.get(key_bytes)? {
+                    let held: KeyHold = codec::decode(&held, "idempotency key")
+                        .map_err(|e| ConflictableTransactionError::Abort(e.into()))?;
+                    if held.expires_at_ms > a.now_ms {
+                        return abort(StoreError::IdempotencyCollision {
+                            workflow: run.workflow.clone(),
+                            key: claim.key.into(),
+                            existing_run_id: held.run_id,
+                        });
+                    }
+                }
+                let hold = KeyHold {
+                    run_id: run.run_id.clone(),
+                    expires_at_ms: a.now_ms.saturating_add(claim.ttl_ms),
+                };
+                keys.insert(key_bytes.as_slice(), codec::encode(&hold))?;
+            }
+            if let Some(hook) = a.start_hook {
+                write_hook(hooks, run_hooks, hook)?;
+            }
+            live.insert(run.run_id.as_bytes(), &[])?;
+            runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+            created.insert(created_key.as_slice(), &[])?;
+            write_entries(journal, &run.run_id, a.journal)?;
+            Ok(())
+        })?;
+        self.sync().await
+    }
+
+    async fn import(&self, run: &RunRecord, entries: &[Entry]) -> Result<()> {
+        self.room()?;
+        let i = &self.inner;
+        let record = codec::encode(run);
+        let created_key = created_key(&RunCursor::of(run));
+        let trees = (&i.runs, &i.live, &i.journal, &i.created);
+        trees.transaction(|(runs, live, journal, created)| {
+            if runs.get(run.run_id.as_bytes())?.is_some() {
+                return abort(StoreError::RunExists {
+                    run_id: run.run_id.clone(),
+                });
+            }
+            write_entries(journal, &run.run_id, entries)?;
+            if !run.status.is_final() {
+                live.insert(run.run_id.as_bytes(), &[])?;
+            }
+            runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+            created.insert(created_key.as_slice(), &[])?;
+            Ok(())
+        })?;
+        self.sync().await
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<RunRecord> {
+        self.read_run(run_id)
+    }
+
+    async fn list_runs(&self) -> Result<Vec<RunRecord>> {
+        self.all_runs()
+    }
+
+    async fn runs_before(
+        &self,
+        before: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
+        let created = &self.inner.created;
+        let range = match before {
+            Some(cursor) => created.range(..created_key(cursor)),
+            None => created.iter(),
+        };
+        range
+            .rev()
+            .take(limit)
+            .map(|kv| {
+                let (key, _) = kv.map_err(backend)?;
+                self.read_run(&String::from_utf8_lossy(&key[8.min(key.len())..]))
+            })
+            .collect()
+    }
+
+    async fn live_runs(&self) -> Result<Vec<RunRecord>> {
+        self.inner
+            .live
+            .iter()
+            .keys()
+            .map(|id| self.read_run(&String::from_utf8_lossy(&id.map_err(backend)?)))
+            .collect()
+    }
+
+    async fn end_run(
+        &self,
+        run: &RunRecord,
+        entries: &[Entry],
+        now_ms: u64,
+        fence: Option<&Lease>,
+    ) -> Result<Vec<RunId>> {
+        let i = &self.inner;
+        self.check_fence(fence)?;
+        let prefix = key_of(&run.run_id, "");
+        let tokens = self.suffixes(&i.run_hooks, &prefix)?;
+        let record = codec::encode(run);
+        (&i.runs, &i.hooks, &i.live, &i.journal).transaction(|(runs, hooks, live, journal)| {
+            for token in &tokens {
+                let Some(mut hook) = read_hook(hooks, token)? else {
+                    continue;
+                };
+                if hook.run_id != run.run_id {
+                    continue;
+                }
+                if hook.retain_until_ms.is_some_and(|t| t > now_ms) {
+                    hook.active = false;
+                    hooks.insert(token.as_bytes(), codec::encode(&hook))?;
+                } else {
+                    hooks.remove(token.as_bytes())?;
+                }
+            }
+            live.remove(run.run_id.as_bytes())?;
+            runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+            write_entries(journal, &run.run_id, entries)?;
+            Ok(())
+        })?;
+        // Read after the record is final, so a run that starts watching
+        // meanwhile either is woken here or sees the end itself.
+        let watchers = self.suffixes(&i.watchers, &prefix)?;
+        for watcher in &watchers {
+            i.wakeups.insert(watcher.as_bytes(), &[]).map_err(backend)?;
+        }
+        self.drop_prefix(&i.run_hooks, &prefix)?;
+        self.drop_prefix(&i.inbox, &prefix)?;
+        self.drop_prefix(&i.watchers, &prefix)?;
+        if let Some(fence) = fence {
+            self.release_lease(fence).await?;
+        }
+        self.sync().await?;
+        Ok(watchers.into_iter().map(RunId::from).collect())
+    }
+}
+
+#[async_trait]
+impl JournalStore for SledStore {
+    async fn append(
+        &self,
+        run_id: &str,
+        entries: &[Entry],
+        run: Option<&RunRecord>,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        self.room()?;
+        // One process opens a sled store, and drives a run from one task at
+        // a time: checking the fence before writing is enough here.
+        self.check_fence(fence)?;
+        // sled recovers a prefix of its writes: entries first, then the
+        // record, so a record never describes entries that were lost.
+        self.write_entries(run_id, entries)?;
+        if let Some(run) = run {
+            self.write_run(run)?;
+        }
+        self.sync().await
+    }
+
+    async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
+        self.inner
+            .journal
+            .scan_prefix(key_of(run_id, ""))
+            .map(|kv| Ok(journal::decode(&kv.map_err(backend)?.1)?))
+            .collect()
+    }
+}
+
+/// A run's key in the `created` tree: its place in listings.
+pub(super) fn created_key(cursor: &keel_core::RunCursor) -> Vec<u8> {
+    let mut key = cursor.created_at_ms.to_be_bytes().to_vec();
+    key.extend_from_slice(cursor.run_id.as_bytes());
+    key
+}
+
+/// A run's lease as sled keeps it.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct LeaseRecord {
+    /// Empty when released.
+    pub(super) owner: String,
+    pub(super) epoch: u64,
+    pub(super) expires_at_ms: u64,
+}
+
+impl LeaseRecord {
+    pub(super) fn is(&self, lease: &Lease) -> bool {
+        self.owner == lease.owner && self.epoch == lease.epoch
+    }
+
+    pub(super) fn lease(&self, run_id: &str) -> Lease {
+        Lease {
+            run_id: run_id.into(),
+            owner: self.owner.clone(),
+            epoch: self.epoch,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+impl SledStore {
+    /// Replaces the lease record `old` of `run_id` by what `change` makes
+    /// of it, if no one changed it meanwhile; `None` if `change` declines.
+    pub(super) fn swap_lease(
+        &self,
+        run_id: &str,
+        change: impl Fn(LeaseRecord) -> Option<LeaseRecord>,
+    ) -> Result<Option<LeaseRecord>> {
+        loop {
+            let old = self.inner.leases.get(run_id).map_err(backend)?;
+            let held: LeaseRecord = match &old {
+                Some(bytes) => codec::decode(bytes, "lease")?,
+                None => LeaseRecord::default(),
+            };
+            let Some(new) = change(held) else {
+                return Ok(None);
+            };
+            let swapped = self
+                .inner
+                .leases
+                .compare_and_swap(run_id, old, Some(codec::encode(&new)))
+                .map_err(backend)?;
+            if swapped.is_ok() {
+                return Ok(Some(new));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SledStore {
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<Lease>> {
+        let taken = self.swap_lease(run_id, |held| {
+            let free = held.owner.is_empty() || held.owner == owner || held.expires_at_ms <= now_ms;
+            free.then(|| LeaseRecord {
+                owner: owner.into(),
+                epoch: held.epoch + 1,
+                expires_at_ms: now_ms.saturating_add(ttl_ms),
+            })
+        })?;
+        // Not flushed on its own: one process opens a sled store, so after a
+        // restart no earlier owner runs; the next flush covers it anyway.
+        Ok(taken.map(|t| t.lease(run_id)))
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease> {
+        let renewed = self.swap_lease(&lease.run_id, |held| {
+            held.is(lease).then(|| LeaseRecord {
+                expires_at_ms: now_ms.saturating_add(ttl_ms),
+                ..held
+            })
+        })?;
+        renewed
+            .map(|r| r.lease(&lease.run_id))
+            .ok_or_else(|| StoreError::LeaseLost {
+                run_id: lease.run_id.clone(),
+                epoch: lease.epoch,
+            })
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.swap_lease(&lease.run_id, |held| {
+            held.is(lease).then(|| LeaseRecord {
+                owner: String::new(),
+                expires_at_ms: 0,
+                ..held
+            })
+        })?;
+        Ok(())
+    }
+
+    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
+        let mut held = Vec::new();
+        for id in self.inner.live.iter().keys() {
+            let id = String::from_utf8_lossy(&id.map_err(backend)?).into_owned();
+            let lease = self.lease_of(&id)?;
+            if !lease.owner.is_empty() && lease.owner != owner && lease.expires_at_ms > now_ms {
+                held.push(lease.lease(&id));
+            }
+        }
+        Ok(held)
+    }
+}
