@@ -1,6 +1,6 @@
-//! What the engine reports as it works, for metrics: runs admitted and
-//! ended, step attempts and how they ended, journal flushes and how long
-//! they took. The engine calls an [`Observer`]; a front end (the HTTP
+//! What the engine reports as it works, for metrics: runs admitted,
+//! suspended and ended, step attempts and how they ended, journal flushes
+//! and how long they took. The engine calls an [`Observer`]; a front end (the HTTP
 //! server's `/metrics`) implements it. Calls are cheap and never block.
 
 use std::time::Duration;
@@ -49,6 +49,10 @@ pub trait Observer: Send + Sync {
 
     /// A batch of journal entries was made durable in `elapsed`.
     fn journal_flush(&self, _entries: usize, _elapsed: Duration) {}
+
+    /// An activation of a run of `workflow` suspended: its instance was
+    /// dropped, and the run resumes later by replay.
+    fn run_suspended(&self, _workflow: &str) {}
 }
 
 /// The observer that ignores everything.

@@ -53,11 +53,28 @@ async fn runs_with_slow_steps_beyond_the_pool_all_complete() {
     }
 }
 
+/// Counts the suspensions the engine reports.
+#[derive(Default)]
+struct Suspensions(std::sync::atomic::AtomicUsize);
+
+impl keel_host::Observer for Suspensions {
+    fn run_suspended(&self, _workflow: &str) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sleeping_runs_beyond_the_pool_give_their_slots_up_and_complete() {
     let store = TestStore::new();
-    let (keel, _) = open(pooled(&store)).await;
+    let suspensions = std::sync::Arc::new(Suspensions::default());
+    let mut config = pooled(&store);
+    config.observer = suspensions.clone();
+    let (keel, _) = open(config).await;
     let runs = all_at_once(&keel, "sleeper", "300", 30).await;
+    // 300 ms is far under the park limit: a sleeper suspends only to give
+    // its slot to the runs queued behind it (four activations fit).
+    let suspended = suspensions.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(suspended > 0, "no sleeping run gave its slot up");
     for run in &runs {
         assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
         assert_eq!(run.output.as_deref(), Some("1"));

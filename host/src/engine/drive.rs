@@ -399,6 +399,7 @@ impl Keel {
                 run.wake_at_ms = wake_at_ms;
                 journal.set_run(run.clone());
                 journal.flush().await?;
+                self.inner.config.observer.run_suspended(&run.workflow);
                 return Ok(run);
             }
             Ended::Suspended(Suspend::JournalEnd) => {
