@@ -114,7 +114,7 @@ pub fn document() -> Value {
                 query("until_ms", "Only runs created before this time", u64.clone()),
                 query("search", "Only runs whose ID or workflow contains this text", json!({"type": "string"})),
                 query("limit", "Runs per page (default 50; at most 1000 are returned)", u64.clone()),
-                query("cursor", "The next_cursor of the previous page", json!({"type": "string"})),
+                query("cursor", "The next_cursor of the previous page", json!({"type": "string", "pattern": "^$|^[0-9]{1,19}-"})),
             ], None, &[("200", "A page of runs", Some(&runs))], &["400", "503"])},
         "/v1/runs/{run_id}": {"get": op("getRun", "A run", vec![run_id()], None,
             &[("200", "The run", Some(&run))], &["404", "503"])},

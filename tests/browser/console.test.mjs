@@ -85,8 +85,16 @@ try {
   // The other pages render what the API holds.
   await page.goto(base + "/#/deployments");
   await page.locator("[data-testid=deployments-table]", { hasText: "testbed" }).waitFor();
+  // A held token is listed with its run; a token nobody holds is not.
+  const holder = await api("/v1/workflows/order_updates/runs", {
+    input: { order_id: "browser-2", note: "placed" }, hook: { token: "order:browser-2" }, wait_ms: 10000, return_on_wait: true,
+  });
+  assert.equal(holder.status, "waiting");
   await page.goto(base + "/#/hooks");
-  await page.getByText(/No token is held|order:/).first().waitFor();
+  const held = page.locator("tr", { hasText: "order:browser-2" });
+  await held.waitFor();
+  assert.ok((await held.innerText()).includes(holder.run_id), "the hook's row names its run");
+  assert.equal(await page.getByText("order:browser-1", { exact: true }).count(), 0, "a cancelled run's token is not held");
   assert.deepEqual(errors, [], "the console threw");
   console.log(`console test passed; screenshot in ${screenshot}`);
 } finally {
