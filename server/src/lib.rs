@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
 use keel_host::Keel;
 use tower_http::compression::CompressionLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -100,30 +99,11 @@ pub fn router(keel: Keel, metrics: Arc<Metrics>, guard: Guard, auth: Auth) -> Ro
         metrics,
         auth: auth.clone(),
     };
-    let api = Router::new()
-        .route("/healthz", get(routes::health))
-        .route("/metrics", get(routes::metrics))
-        .route("/openapi.json", get(console::openapi))
-        .route(
-            "/v1/deployments",
-            get(routes::deployments).post(routes::deploy),
-        )
-        .route("/v1/deployments/{name}", get(routes::deployment))
-        .route("/v1/workflows/{workflow}/runs", post(routes::start))
-        .route("/v1/runs", get(routes::list_runs))
-        .route("/v1/runs/{run_id}", get(routes::get_run))
-        .route("/v1/runs/{run_id}/detail", get(routes::run_detail))
-        .route("/v1/runs/{run_id}/journal", get(routes::journal))
-        .route("/v1/runs/{run_id}/result", get(routes::result))
-        .route("/v1/runs/{run_id}/cancel", post(routes::cancel))
-        .route("/v1/runs/{run_id}/retry", post(routes::retry))
-        .route("/v1/runs/{run_id}/events", get(routes::run_events))
-        .route("/v1/hooks", get(routes::list_hooks))
-        .route("/v1/hooks/{token}", get(routes::get_hook))
-        .route("/v1/hooks/{token}/resume", post(routes::resume))
-        .route("/v1/events", get(routes::list_events))
-        .route("/v1/events/{key}", post(routes::push_event))
-        .route("/v1/workers", get(routes::workers))
+    let api = routes::table()
+        .into_iter()
+        .fold(Router::new(), |api, route| {
+            api.route(route.path, route.handler)
+        })
         .merge(console::routes())
         .fallback(routes::not_found)
         .method_not_allowed_fallback(console::method_not_allowed)

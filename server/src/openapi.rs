@@ -79,6 +79,14 @@ pub fn document() -> Value {
     let paths = json!({
         "/healthz": {"get": op("health", "Whether the server and its store answer", vec![], None,
             &[("200", "Healthy", Some(&health))], &["503"])},
+        "/openapi.json": {"get": {
+            "operationId": "openapi",
+            "summary": "This document",
+            "responses": {
+                "200": {"description": "The OpenAPI document", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "401": {"description": reason("401"), "content": {"application/json": {"schema": error}}},
+                "default": {"description": "An error", "content": {"application/json": {"schema": error}}}
+            }}},
         "/metrics": {"get": {
             "operationId": "metrics",
             "summary": "Prometheus metrics: runs started and ended, step attempts, journal flush latency, live runs",

@@ -28,6 +28,115 @@ use crate::metrics::Metrics;
 use crate::wire::*;
 use crate::{MAX_BODY, MAX_COMPONENT};
 
+/// An endpoint of the API: its path, method, OpenAPI operation and
+/// handler. [`table`] lists every one; the router is built from it and a
+/// test checks it against the OpenAPI document, both ways.
+pub struct Route {
+    pub path: &'static str,
+    /// The method `handler` takes (read by the document's test).
+    #[allow(dead_code)]
+    pub method: axum::http::Method,
+    /// Its `operationId` in `/openapi.json` (read by the document's test).
+    #[allow(dead_code)]
+    pub operation: &'static str,
+    pub handler: axum::routing::MethodRouter<AppState>,
+}
+
+/// Every endpoint of the API (the console's pages are the console's).
+pub fn table() -> Vec<Route> {
+    use axum::http::Method;
+    use axum::routing::{get, post};
+    let route = |path, method: Method, operation, handler| Route {
+        path,
+        method,
+        operation,
+        handler,
+    };
+    vec![
+        route("/healthz", Method::GET, "health", get(health)),
+        route("/metrics", Method::GET, "metrics", get(metrics)),
+        route(
+            "/openapi.json",
+            Method::GET,
+            "openapi",
+            get(crate::console::openapi),
+        ),
+        route(
+            "/v1/deployments",
+            Method::GET,
+            "listDeployments",
+            get(deployments),
+        ),
+        route("/v1/deployments", Method::POST, "deploy", post(deploy)),
+        route(
+            "/v1/deployments/{name}",
+            Method::GET,
+            "getDeployment",
+            get(deployment),
+        ),
+        route(
+            "/v1/workflows/{workflow}/runs",
+            Method::POST,
+            "startRun",
+            post(start),
+        ),
+        route("/v1/runs", Method::GET, "listRuns", get(list_runs)),
+        route("/v1/runs/{run_id}", Method::GET, "getRun", get(get_run)),
+        route(
+            "/v1/runs/{run_id}/detail",
+            Method::GET,
+            "getRunDetail",
+            get(run_detail),
+        ),
+        route(
+            "/v1/runs/{run_id}/journal",
+            Method::GET,
+            "getJournal",
+            get(journal),
+        ),
+        route(
+            "/v1/runs/{run_id}/result",
+            Method::GET,
+            "getResult",
+            get(result),
+        ),
+        route(
+            "/v1/runs/{run_id}/cancel",
+            Method::POST,
+            "cancelRun",
+            post(cancel),
+        ),
+        route(
+            "/v1/runs/{run_id}/retry",
+            Method::POST,
+            "retryRun",
+            post(retry),
+        ),
+        route(
+            "/v1/runs/{run_id}/events",
+            Method::GET,
+            "runEvents",
+            get(run_events),
+        ),
+        route("/v1/hooks", Method::GET, "listHooks", get(list_hooks)),
+        route("/v1/hooks/{token}", Method::GET, "getHook", get(get_hook)),
+        route(
+            "/v1/hooks/{token}/resume",
+            Method::POST,
+            "resumeHook",
+            post(resume),
+        ),
+        route("/v1/events", Method::GET, "listEvents", get(list_events)),
+        route(
+            "/v1/events/{key}",
+            Method::POST,
+            "pushEvent",
+            post(push_event),
+        ),
+        route("/v1/workers", Method::GET, "listWorkers", get(workers)),
+    ]
+}
+
 /// The longest a request waits for a run's end.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
@@ -650,4 +759,39 @@ pub async fn not_found(uri: axum::http::Uri) -> ApiError {
             uri.path()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document describes exactly the routes the router serves, each
+    /// under its operation ID.
+    #[test]
+    fn every_route_is_documented_and_every_documented_operation_is_routed() {
+        let doc = crate::openapi::document();
+        let paths = doc["paths"].as_object().unwrap();
+        let routes = table();
+        for route in &routes {
+            let method = route.method.as_str().to_ascii_lowercase();
+            let operation = &paths
+                .get(route.path)
+                .unwrap_or_else(|| panic!("{} is not in /openapi.json", route.path))[&method];
+            assert_eq!(
+                operation["operationId"], route.operation,
+                "{} {}: {operation}",
+                route.method, route.path
+            );
+        }
+        for (path, operations) in paths {
+            for method in operations.as_object().unwrap().keys() {
+                assert!(
+                    routes
+                        .iter()
+                        .any(|r| r.path == path && r.method.as_str().eq_ignore_ascii_case(method)),
+                    "/openapi.json documents {method} {path}, which no route serves"
+                );
+            }
+        }
+    }
 }

@@ -693,30 +693,8 @@ async fn health_metrics_and_the_openapi_document_describe_the_server() {
 
     let (_, doc) = s.get("/openapi.json").await;
     assert_eq!(doc["openapi"], "3.1.0");
-    let paths = doc["paths"].as_object().unwrap();
-    for path in [
-        "/healthz",
-        "/metrics",
-        "/v1/deployments",
-        "/v1/deployments/{name}",
-        "/v1/workflows/{workflow}/runs",
-        "/v1/runs",
-        "/v1/runs/{run_id}",
-        "/v1/runs/{run_id}/detail",
-        "/v1/runs/{run_id}/journal",
-        "/v1/runs/{run_id}/result",
-        "/v1/runs/{run_id}/cancel",
-        "/v1/runs/{run_id}/retry",
-        "/v1/runs/{run_id}/events",
-        "/v1/hooks",
-        "/v1/hooks/{token}",
-        "/v1/hooks/{token}/resume",
-        "/v1/events",
-        "/v1/events/{key}",
-        "/v1/workers",
-    ] {
-        assert!(paths.contains_key(path), "{path} is not documented");
-    }
+    // That each route is documented under its operation is the unit test
+    // beside the route table (server/src/routes.rs).
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     assert!(schemas.contains_key("RunView") && schemas.contains_key("ErrorBody"));
 }
