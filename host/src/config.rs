@@ -38,6 +38,11 @@ pub struct Config {
     /// Timers due within this bound are awaited in memory; longer ones
     /// suspend the run until a worker resumes it.
     pub park_limit: Duration,
+    /// How often a watcher ([`crate::Keel::watch`]) looks at a run it heard
+    /// nothing about: writes made in this process and wakes the store
+    /// announces reach it at once; this covers writes of other processes
+    /// that announce nothing.
+    pub watch_poll: Duration,
     /// Guest instances kept at once (the pooling allocator's size): a cache
     /// that activations and step attempts queue for.
     pub max_instances: u32,
@@ -126,6 +131,8 @@ pub mod defaults {
     pub const STEP_TIMEOUT: Duration = Duration::from_secs(300);
     /// Timers due within this bound are awaited in memory.
     pub const PARK_LIMIT: Duration = Duration::from_secs(60);
+    /// How often a watcher looks at a run it heard nothing about.
+    pub const WATCH_POLL: Duration = Duration::from_secs(1);
     /// Instances the pooling allocator keeps slots for.
     pub const MAX_INSTANCES: u32 = 1000;
     /// How long a lease on a run lasts without renewal.
@@ -189,6 +196,7 @@ impl Config {
             max_memory: defaults::MAX_MEMORY_MIB << 20,
             grants: Grants::default(),
             park_limit: defaults::PARK_LIMIT,
+            watch_poll: defaults::WATCH_POLL,
             max_instances: defaults::MAX_INSTANCES,
             step_timeout: defaults::STEP_TIMEOUT,
             lease_ttl: defaults::LEASE_TTL,

@@ -524,14 +524,8 @@ pub async fn run_detail(
         run: RunView::from(&run),
         timeline: timeline(&journal),
         journal: journal.iter().map(JournalEntry::of).collect(),
-        now_ms: now_ms(),
+        now_ms: s.keel.clock_ms(),
     }))
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// `GET /v1/runs/{run_id}/journal`.
@@ -589,59 +583,20 @@ pub async fn retry(
 
 /// `GET /v1/runs/{run_id}/events`: server-sent events, `entry` for each
 /// journal entry (those already written first) and `run` whenever the
-/// run's record changes; the stream ends after the run ends.
+/// run's record changes; the stream ends after the run ends. It follows
+/// the engine's watch of the run, which hears of each write at once.
 pub async fn run_events(
     State(s): State<AppState>,
     RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     s.keel.get_run(&run_id).await?;
-    struct Watch {
-        keel: Keel,
-        run_id: RunId,
-        sent: usize,
-        last: Option<RunRecord>,
-        ended: bool,
-    }
-    let watch = Watch {
-        keel: s.keel.clone(),
-        run_id,
-        sent: 0,
-        last: None,
-        ended: false,
-    };
-    let stream = futures::stream::unfold(watch, |mut w| async move {
-        if w.ended {
-            return None;
-        }
-        loop {
-            let (run, journal) = match (
-                w.keel.get_run(&w.run_id).await,
-                w.keel.journal(&w.run_id).await,
-            ) {
-                (Ok(run), Ok(journal)) => (run, journal),
-                (Err(e), _) | (_, Err(e)) => {
-                    w.ended = true;
-                    let error = Event::default().event("error").data(e.to_string());
-                    return Some((vec![Ok(error)], w));
-                }
-            };
-            let mut events: Vec<Result<Event, Infallible>> = journal[w.sent.min(journal.len())..]
-                .iter()
-                .map(|e| Ok(sse_json("entry", &JournalEntry::of(e))))
-                .collect();
-            w.sent = journal.len();
-            if w.last.as_ref() != Some(&run) {
-                events.push(Ok(sse_json("run", &RunView::from(&run))));
-                w.ended = run.status.is_final();
-                w.last = Some(run);
-            }
-            if !events.is_empty() {
-                return Some((events, w));
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+    let stream = futures::StreamExt::map(s.keel.watch(&run_id), |watched| {
+        Ok(match watched {
+            Ok(keel_host::Watched::Entry(entry)) => sse_json("entry", &JournalEntry::of(&entry)),
+            Ok(keel_host::Watched::Run(run)) => sse_json("run", &RunView::from(&run)),
+            Err(e) => Event::default().event("error").data(e.to_string()),
+        })
     });
-    let stream = futures::StreamExt::flat_map(stream, futures::stream::iter);
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 

@@ -1156,3 +1156,51 @@ async fn runs_with_client_chosen_ids_are_listed_newest_first() {
     let (status, _) = s.get("/v1/runs?cursor=nonsense").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_updates_follow_the_journal_as_it_is_written_not_a_poll() {
+    // A poll an hour apart: only hearing of each write can deliver them.
+    let s = server_with(None, |c, _| c.watch_poll = Duration::from_secs(3600)).await;
+    let (_, waiting) = s.start_order("live").await;
+    assert_eq!(waiting["status"], "waiting", "{waiting}");
+    let run_id = waiting["run_id"].as_str().unwrap().to_string();
+    let response = s
+        .http
+        .get(format!("{}/v1/runs/{run_id}/events", s.base))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    // The journal so far and the waiting run.
+    let bound = Duration::from_secs(30);
+    while !text.contains("\"status\":\"waiting\"") {
+        let chunk = tokio::time::timeout(bound, futures::StreamExt::next(&mut stream))
+            .await
+            .expect("the run as it is arrives")
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let before = text.matches("event: entry").count();
+    // A payload moves the run on to its end: the client hears each write.
+    let (status, _) = s
+        .post(
+            "/v1/hooks/order:live/resume",
+            json!({"note": "shipped", "done": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let rest = tokio::time::timeout(bound, async {
+        let mut rest = String::new();
+        while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+            rest.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+        rest
+    })
+    .await
+    .expect("the run's end arrives without waiting for a poll");
+    assert!(rest.contains("\"status\":\"completed\""), "{rest}");
+    let journal = s.keel.journal(&run_id).await.unwrap();
+    assert_eq!(before + rest.matches("event: entry").count(), journal.len());
+}

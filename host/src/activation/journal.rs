@@ -37,6 +37,8 @@ pub struct RunJournal {
     cancelled: AtomicBool,
     /// Told how long each flush took.
     observer: Option<Arc<dyn crate::Observer>>,
+    /// Told the run's ID after each durable write.
+    written: Option<tokio::sync::broadcast::Sender<RunId>>,
     /// Most entries the journal may hold.
     max_entries: usize,
 }
@@ -96,8 +98,23 @@ impl RunJournal {
             changed: Notify::new(),
             cancelled: AtomicBool::new(false),
             observer: None,
+            written: None,
             max_entries: usize::MAX,
         })
+    }
+
+    /// Announces on `written` the run's ID after every durable write, so
+    /// that watchers in this process follow the journal without polling.
+    pub fn announcing(mut self, written: tokio::sync::broadcast::Sender<RunId>) -> Self {
+        self.written = Some(written);
+        self
+    }
+
+    fn announce(&self) {
+        if let Some(written) = &self.written {
+            // No watcher is no error.
+            let _ = written.send(self.run_id.clone());
+        }
     }
 
     /// The error of a journal full to its bound.
@@ -229,8 +246,11 @@ impl RunJournal {
         if let Some(observer) = &self.observer {
             observer.journal_flush(batch.len(), started.elapsed());
         }
-        let mut state = self.lock();
-        state.durable = state.durable.max(end);
+        {
+            let mut state = self.lock();
+            state.durable = state.durable.max(end);
+        }
+        self.announce();
         Ok(())
     }
 
@@ -256,8 +276,11 @@ impl RunJournal {
         if let Some(observer) = &self.observer {
             observer.journal_flush(batch.len(), started.elapsed());
         }
-        let mut state = self.lock();
-        state.durable = state.durable.max(end);
+        {
+            let mut state = self.lock();
+            state.durable = state.durable.max(end);
+        }
+        self.announce();
         Ok(woken)
     }
 

@@ -54,6 +54,7 @@ impl Keel {
         Ok(
             RunJournal::fenced(store, clock, &lease.run_id, entries, Some(lease.clone()))?
                 .observed(self.inner.config.observer.clone())
+                .announcing(self.inner.journaled.clone())
                 .bounded(self.inner.config.limits.max_journal_entries),
         )
     }
@@ -185,6 +186,7 @@ impl Keel {
             .append(run_id, std::slice::from_ref(&entry), Some(&run), None)
             .await
             .map_err(|e| unconfirmed(e.into(), run_id, "retry"))?;
+        let _ = self.inner.journaled.send(run.run_id.clone());
         tracing::info!(run_id, from_seq, "run retried");
         self.store().announce(&Wake::Admitted).await?;
         self.inner.progress.notify_waiters();

@@ -27,10 +27,12 @@ use crate::{Error, Result};
 mod admission;
 mod deployments;
 mod drive;
+mod watch;
 mod worker;
 
 pub use admission::{StartHook, StartOptions};
 pub use deployments::DeploySpec;
+pub use watch::Watched;
 pub use worker::WorkSummary;
 
 use crate::config::Config;
@@ -47,6 +49,9 @@ pub(crate) struct Inner {
     /// Notified when a run may have become due (a start, a payload, a
     /// run's end) and when a drive ends.
     progress: Notify,
+    /// The ID of each run whose journal this process just wrote: what
+    /// [`Keel::watch`] follows.
+    journaled: tokio::sync::broadcast::Sender<RunId>,
     /// When expired keys and tokens were last deleted.
     last_purge_ms: Mutex<u64>,
     /// The engine is shutting down: it starts no drive.
@@ -112,6 +117,7 @@ impl Keel {
                 active: Mutex::default(),
                 live: Mutex::default(),
                 progress: Notify::new(),
+                journaled: tokio::sync::broadcast::channel(1024).0,
                 last_purge_ms: Mutex::default(),
                 stopping: Default::default(),
                 deployments: Mutex::default(),
