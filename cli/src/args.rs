@@ -19,86 +19,125 @@ pub struct Cli {
     /// The store: a directory (the embedded sled store, one process at a
     /// time) or a PostgreSQL URL (`postgres://user@host/db`, shared by any
     /// number of processes and machines).
-    #[arg(long, global = true, env = "KEEL_DB", default_value = ".keel")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store",
+        env = "KEEL_DB",
+        default_value = ".keel"
+    )]
     pub db: String,
     /// Embedded store: MiB to keep free on its disk. Below it, writes that
     /// grow the store are refused (`storage_full`) and go on once space is
     /// freed.
-    #[arg(long, global = true, default_value_t = keel_host::store::sled::DEFAULT_MIN_FREE_BYTES >> 20)]
+    #[arg(long, global = true, help_heading = "Store", default_value_t = keel_host::store::sled::DEFAULT_MIN_FREE_BYTES >> 20)]
     pub min_free_mib: u64,
     /// PostgreSQL: the schema keel's tables live in.
-    #[arg(long, global = true, env = "KEEL_PG_SCHEMA", default_value = "keel")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store",
+        env = "KEEL_PG_SCHEMA",
+        default_value = "keel"
+    )]
     pub pg_schema: String,
     /// PostgreSQL: a PEM file of CA certificates to trust besides the
     /// system's, for `sslmode=require` in the URL.
-    #[arg(long, global = true, env = "KEEL_PG_CA_CERT")]
+    #[arg(long, global = true, help_heading = "Store", env = "KEEL_PG_CA_CERT")]
     pub pg_ca_cert: Option<PathBuf>,
     /// PostgreSQL: connections in this process's pool.
-    #[arg(long, global = true, default_value_t = 16)]
+    #[arg(long, global = true, help_heading = "Store", default_value_t = 16)]
     pub pg_pool_size: usize,
     /// PostgreSQL: seconds after which the server cancels a statement.
-    #[arg(long, global = true, default_value_t = 30)]
+    #[arg(long, global = true, help_heading = "Store", default_value_t = 30)]
     pub pg_statement_timeout: u64,
     /// Seconds a worker's lease on a run lasts without renewal: a worker
     /// that dies loses its runs to another after at most this long.
-    #[arg(long, global = true, default_value_t = defaults::LEASE_TTL.as_secs())]
+    #[arg(long, global = true, help_heading = "Worker", default_value_t = defaults::LEASE_TTL.as_secs())]
     pub lease_ttl: u64,
     /// How many runs `keel worker` drives at once.
-    #[arg(long, global = true, default_value_t = defaults::MAX_CONCURRENT_RUNS)]
+    #[arg(long, global = true, help_heading = "Worker", default_value_t = defaults::MAX_CONCURRENT_RUNS)]
     pub max_concurrent_runs: usize,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
     /// Send the command to the keel server at this URL (its HTTP API)
     /// instead of opening a store: `http://127.0.0.1:8080`.
-    #[arg(long, global = true, env = "KEEL_SERVER", value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Client",
+        env = "KEEL_SERVER",
+        value_name = "URL"
+    )]
     pub server: Option<String>,
     /// The API token of the server (`--server`), or the token `keel serve`
     /// requires of its clients.
-    #[arg(long, global = true, env = "KEEL_API_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Client",
+        env = "KEEL_API_TOKEN",
+        hide_env_values = true
+    )]
     pub api_token: Option<String>,
     /// Fuel (about one unit per wasm instruction) for the new work of one
     /// workflow activation; replaying its journal costs none.
-    #[arg(long, global = true, default_value_t = defaults::WORKFLOW_FUEL)]
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::WORKFLOW_FUEL)]
     pub workflow_fuel: u64,
     /// Seconds a workflow may run its own code without calling keel before
     /// its run fails (a workflow only orchestrates; long work is a step's).
-    #[arg(long, global = true, default_value_t = defaults::ACTIVATION_TIMEOUT.as_secs())]
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::ACTIVATION_TIMEOUT.as_secs())]
     pub activation_timeout: u64,
     /// How long one step attempt may run, in seconds, before it is stopped
     /// and retried.
-    #[arg(long, global = true, default_value_t = defaults::STEP_TIMEOUT.as_secs())]
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::STEP_TIMEOUT.as_secs())]
     pub step_timeout: u64,
     /// Largest run input, step input or output, hook payload or workflow
     /// output, in KiB of JSON.
-    #[arg(long, global = true, default_value_t = defaults::MAX_PAYLOAD_KIB)]
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_PAYLOAD_KIB)]
     pub max_payload_kib: usize,
     /// Most steps one run may have running at once.
-    #[arg(long, global = true, default_value_t = defaults::MAX_STEPS_IN_FLIGHT)]
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_STEPS_IN_FLIGHT)]
     pub max_steps_in_flight: usize,
     /// Most entries one run's journal may hold.
-    #[arg(long, global = true, default_value_t = defaults::MAX_JOURNAL_ENTRIES)]
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_JOURNAL_ENTRIES)]
     pub max_journal_entries: usize,
     /// Guest instances this process keeps at once (workflow activations
     /// and step attempts). Beyond it runs and steps queue for a slot; they
     /// never fail for it. Each reserves `--max-memory` of address space.
-    #[arg(long, global = true, default_value_t = defaults::MAX_INSTANCES, value_parser = clap::value_parser!(u32).range(keel_host::MIN_INSTANCES as i64..))]
+    #[arg(long, global = true, help_heading = "Worker", default_value_t = defaults::MAX_INSTANCES, value_parser = clap::value_parser!(u32).range(keel_host::MIN_INSTANCES as i64..))]
     pub max_instances: u32,
     /// Memory bound of any guest instance, in MiB.
-    #[arg(long, global = true, default_value_t = defaults::MAX_MEMORY_MIB)]
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_MEMORY_MIB)]
     pub max_memory: usize,
     /// Let steps send HTTP requests to `HOST[:PORT]` (repeatable). Recorded
     /// with the component's deployment (`keel deploy`, or a start from a
     /// `.wasm` path).
-    #[arg(long = "allow-http", global = true, value_name = "HOST[:PORT]")]
+    #[arg(
+        long = "allow-http",
+        global = true,
+        help_heading = "Grants",
+        value_name = "HOST[:PORT]"
+    )]
     pub allow_http: Vec<String>,
     /// Preopen DIR for steps, at the same path (repeatable); recorded with
     /// the deployment.
-    #[arg(long = "allow-dir", global = true, value_name = "DIR")]
+    #[arg(
+        long = "allow-dir",
+        global = true,
+        help_heading = "Grants",
+        value_name = "DIR"
+    )]
     pub allow_dir: Vec<PathBuf>,
     /// Pass the environment variable NAME to steps (repeatable); recorded
     /// with the deployment, the value is the worker's.
-    #[arg(long = "allow-env", global = true, value_name = "NAME")]
+    #[arg(
+        long = "allow-env",
+        global = true,
+        help_heading = "Grants",
+        value_name = "NAME"
+    )]
     pub allow_env: Vec<String>,
     #[command(subcommand)]
     pub command: Command,

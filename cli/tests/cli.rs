@@ -728,6 +728,48 @@ fn read_commands_refuse_a_store_that_does_not_exist() {
 }
 
 #[test]
+fn a_store_path_that_is_a_file_is_named_as_such() {
+    let parent = tempfile::tempdir().unwrap();
+    let file = parent.path().join("notes.txt");
+    std::fs::write(&file, "not a store").unwrap();
+    let (out, refused) = keel(
+        &file,
+        &["run", keel_tests::TESTBED, "ten_steps", "--input", "1"],
+    );
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "store_not_found", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("is a file"), "{message}");
+    assert!(
+        refused["error"]["hint"].as_str().unwrap().contains("--db"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_run_over_its_fuel_names_the_flag_to_raise() {
+    let db = tempfile::tempdir().unwrap();
+    let (out, run) = keel(
+        db.path(),
+        &[
+            "--workflow-fuel",
+            "200000",
+            "run",
+            keel_tests::TESTBED,
+            "spin",
+        ],
+    );
+    assert!(!out.status.success());
+    assert_eq!(run["status"], "failed");
+    assert_eq!(run["error"]["kind"], "fuel_exhausted");
+    let hint = run["error"]["hint"].as_str().unwrap_or_default();
+    assert!(hint.contains("--workflow-fuel"), "{run}");
+    // The failure is printed once: no log line repeats it.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("fuel"), "{stderr}");
+}
+
+#[test]
 fn usage_errors_honour_json() {
     let out = Command::new(env!("CARGO_BIN_EXE_keel"))
         .args(["--json", "runs", "lst"])

@@ -42,6 +42,9 @@ pub enum StoreError {
     #[error("the store at `{location}` cannot be opened: {reason}")]
     Unavailable { location: String, reason: String },
 
+    #[error("`{location}` is a file, not a store's directory")]
+    NotADirectory { location: String },
+
     #[error(
         "the store at `{location}` has schema version {found}, newer than the {supported} this keel knows"
     )]
@@ -86,6 +89,7 @@ impl StoreError {
             StoreError::IdempotencyCollision { .. } => ErrorKind::IdempotencyCollision,
             StoreError::Locked { .. } => ErrorKind::StoreLocked,
             StoreError::Unavailable { .. } => ErrorKind::StoreUnavailable,
+            StoreError::NotADirectory { .. } => ErrorKind::StoreNotFound,
             StoreError::SchemaTooNew { .. } => ErrorKind::StoreSchemaTooNew,
             StoreError::LeaseLost { .. } => ErrorKind::LeaseLost,
             StoreError::JournalConflict { .. } => ErrorKind::JournalConflict,

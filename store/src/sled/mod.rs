@@ -411,6 +411,11 @@ fn is_full(e: &sled::Error) -> bool {
 /// hold every run's inputs and outputs.
 fn private_dir(path: &Path) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if path.exists() && !path.is_dir() {
+        return Err(StoreError::NotADirectory {
+            location: path.display().to_string(),
+        });
+    }
     let io = |e: std::io::Error| StoreError::Unavailable {
         location: path.display().to_string(),
         reason: format!("making the store private: {e}"),
