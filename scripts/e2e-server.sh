@@ -17,12 +17,22 @@ print(paths[-1])')
 # One path a line, in the order asked; fails naming a missing or stale guest.
 GUEST_PATHS=$(cargo run -q -p keel-tests --bin guests -- testbed order-hooks)
 work=$(mktemp -d)
+# The embedded store by default; KEEL_E2E_STORE=postgres serves from a
+# fresh schema of the test database (KEEL_TEST_POSTGRES) instead.
+case "${KEEL_E2E_STORE:-sled}" in
+    sled) store=(--db "$work/db") ;;
+    postgres)
+        : "${KEEL_TEST_POSTGRES:?KEEL_E2E_STORE=postgres needs KEEL_TEST_POSTGRES (scripts/postgres.sh)}"
+        store=(--db "$KEEL_TEST_POSTGRES" --pg-schema "keel_e2e_$$_$(date +%s)") ;;
+    *) echo "KEEL_E2E_STORE is sled or postgres, not $KEEL_E2E_STORE" >&2; exit 2 ;;
+esac
+echo "== keel serve on ${KEEL_E2E_STORE:-sled}" >&2
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url="http://127.0.0.1:$port"
 while read -r guest; do
-    "$KEEL" --db "$work/db" deploy "$guest" >/dev/null
+    "$KEEL" "${store[@]}" deploy "$guest" >/dev/null
 done <<<"$GUEST_PATHS"
-"$KEEL" --db "$work/db" serve --http "127.0.0.1:$port" >"$work/server.log" 2>&1 &
+"$KEEL" "${store[@]}" serve --http "127.0.0.1:$port" >"$work/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
 deadline=$((SECONDS + 30))

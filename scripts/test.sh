@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs the pinned toolchain and the wasm target,
 # makes sure PostgreSQL runs with a test database (scripts/postgres.sh),
-# runs every test of the workspace (the PostgreSQL ones included), then
-# checks a real `keel serve` from outside: its OpenAPI document with
-# schemathesis and its console in headless Chromium (scripts/e2e-server.sh,
-# which installs Chromium, playwright-core and schemathesis if missing).
+# runs every test of the workspace (the PostgreSQL ones included), the
+# engine's end-to-end suite and the API tests once more on PostgreSQL, then
+# checks a real `keel serve` from outside, on sled and on PostgreSQL: its
+# OpenAPI document with schemathesis and its console in headless Chromium
+# (scripts/e2e-server.sh, which installs Chromium, playwright-core and
+# schemathesis if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup toolchain install >&2
@@ -12,4 +14,7 @@ settings=$(scripts/postgres.sh)
 eval "$settings"
 export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA KEEL_TEST_POSTGRES_RESTART
 cargo test --workspace "$@"
+# The engine's end-to-end suite and the API tests again, on PostgreSQL.
+KEEL_TEST_STORE=postgres cargo test -p keel-tests -p keel-server "$@"
 scripts/e2e-server.sh
+KEEL_E2E_STORE=postgres scripts/e2e-server.sh

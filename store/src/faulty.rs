@@ -17,9 +17,10 @@ use crate::{
     WorkerRecord, WorkerStore,
 };
 
-/// Wraps a store and injects faults.
-pub struct FaultyStore<S> {
-    inner: S,
+/// Wraps a store and injects faults. `FaultyStore<dyn Store>` (through an
+/// `Arc` of a concrete one) lets a test arm faults whatever store it runs
+/// on.
+pub struct FaultyStore<S: ?Sized> {
     unconfirm_next_write: AtomicBool,
     /// Reads of runs and journals fail, as with the database gone.
     unreadable: AtomicBool,
@@ -33,6 +34,8 @@ pub struct FaultyStore<S> {
     crash: Mutex<Option<Crash>>,
     /// The crash happened: every journal write fails from then on.
     crashed: AtomicBool,
+    /// Last, so that the wrapper can be unsized to `FaultyStore<dyn Store>`.
+    inner: S,
 }
 
 /// A crash injected at a journal write, as a process killed there would
@@ -80,6 +83,13 @@ impl<S: Store> FaultyStore<S> {
         }
     }
 
+    /// The wrapped store.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Store + ?Sized> FaultyStore<S> {
     /// Arms a crash: at its journal write, the store stops taking journal
     /// writes (that one lost or landed, as `crash.when` says; every one
     /// after fails), so the run goes no further, as if the process had
@@ -96,11 +106,6 @@ impl<S: Store> FaultyStore<S> {
     /// Whether the armed crash has happened.
     pub fn has_crashed(&self) -> bool {
         self.crashed.load(Ordering::SeqCst)
-    }
-
-    /// The wrapped store.
-    pub fn into_inner(self) -> S {
-        self.inner
     }
 
     fn dead() -> StoreError {
@@ -182,7 +187,7 @@ impl<S: Store> FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> RunStore for FaultyStore<S> {
+impl<S: Store + ?Sized> RunStore for FaultyStore<S> {
     async fn admit(&self, mut admission: Admission<'_>) -> Result<()> {
         if self.lose_start_hooks.load(Ordering::SeqCst) {
             admission.start_hook = None;
@@ -222,7 +227,7 @@ impl<S: Store> RunStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> JournalStore for FaultyStore<S> {
+impl<S: Store + ?Sized> JournalStore for FaultyStore<S> {
     async fn append(
         &self,
         run_id: &str,
@@ -240,7 +245,7 @@ impl<S: Store> JournalStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> LeaseStore for FaultyStore<S> {
+impl<S: Store + ?Sized> LeaseStore for FaultyStore<S> {
     async fn acquire_lease(
         &self,
         run_id: &str,
@@ -264,7 +269,7 @@ impl<S: Store> LeaseStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> WorkerStore for FaultyStore<S> {
+impl<S: Store + ?Sized> WorkerStore for FaultyStore<S> {
     async fn heartbeat(&self, worker: &WorkerRecord) -> Result<()> {
         self.inner.heartbeat(worker).await
     }
@@ -277,7 +282,7 @@ impl<S: Store> WorkerStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> HookStore for FaultyStore<S> {
+impl<S: Store + ?Sized> HookStore for FaultyStore<S> {
     async fn register_hook(
         &self,
         hook: &HookRecord,
@@ -307,7 +312,7 @@ impl<S: Store> HookStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> KeyStore for FaultyStore<S> {
+impl<S: Store + ?Sized> KeyStore for FaultyStore<S> {
     async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>> {
         self.inner.key_hold(workflow, key).await
     }
@@ -317,7 +322,7 @@ impl<S: Store> KeyStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> EventStore for FaultyStore<S> {
+impl<S: Store + ?Sized> EventStore for FaultyStore<S> {
     async fn subscribe(&self, event_key: &str, workflow: &str, hash: &str) -> Result<()> {
         self.inner.subscribe(event_key, workflow, hash).await
     }
@@ -339,7 +344,7 @@ impl<S: Store> EventStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> ComponentStore for FaultyStore<S> {
+impl<S: Store + ?Sized> ComponentStore for FaultyStore<S> {
     async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
         self.inner.put_component(hash, bytes).await
     }
@@ -349,7 +354,7 @@ impl<S: Store> ComponentStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> DeploymentStore for FaultyStore<S> {
+impl<S: Store + ?Sized> DeploymentStore for FaultyStore<S> {
     async fn put_deployment(&self, deployment: &Deployment) -> Result<()> {
         self.confirm(self.inner.put_deployment(deployment).await)
     }
@@ -362,7 +367,7 @@ impl<S: Store> DeploymentStore for FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> WakeStore for FaultyStore<S> {
+impl<S: Store + ?Sized> WakeStore for FaultyStore<S> {
     async fn watch(&self, run_id: &str, watcher: &str) -> Result<()> {
         self.inner.watch(run_id, watcher).await
     }
@@ -383,7 +388,7 @@ impl<S: Store> WakeStore for FaultyStore<S> {
     }
 }
 
-impl<S: Store> Store for FaultyStore<S> {
+impl<S: Store + ?Sized> Store for FaultyStore<S> {
     fn capabilities(&self) -> Capabilities {
         self.capabilities
             .lock()

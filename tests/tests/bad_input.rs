@@ -142,8 +142,9 @@ fn lock_child() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_locked_by_another_process_is_refused() {
+    // The embedded store's lock, whichever store the other tests run on.
     let store = TestStore::new();
-    let (keel, _) = open(store.config()).await;
+    let keel = Keel::open_sled(store.config()).unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "lock_child", "--nocapture"])
         .env("KEEL_LOCK_DB", store.path())

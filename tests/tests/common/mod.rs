@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use keel_host::core::journal::{Entry, Fact};
+use keel_host::store::Store;
 use keel_host::store::faulty::FaultyStore;
+use keel_host::store::postgres::{PgOptions, PgStore};
 use keel_host::store::sled::SledStore;
 use keel_host::{Config, Keel, Loaded};
 
@@ -51,18 +53,53 @@ pub async fn open_with(config: Config, component: &str) -> (Keel, Arc<Loaded>) {
     (keel, loaded)
 }
 
-/// The store of the tests' engines: sled, behind a wrapper that injects
-/// faults on demand.
-pub type Backend = FaultyStore<SledStore>;
+/// The store of the tests' engines, behind a wrapper that injects faults
+/// on demand: sled, or PostgreSQL when `KEEL_TEST_STORE=postgres` (a
+/// schema per test store in `KEEL_TEST_POSTGRES`), so the same tests prove
+/// the engine on both.
+pub type Backend = FaultyStore<dyn Store>;
+
+/// Whether the tests run on PostgreSQL (`KEEL_TEST_STORE=postgres`).
+pub fn on_postgres() -> bool {
+    match std::env::var("KEEL_TEST_STORE").as_deref() {
+        Ok("postgres") => true,
+        Ok("sled") | Err(_) => false,
+        Ok(other) => panic!("KEEL_TEST_STORE is sled or postgres, not `{other}`"),
+    }
+}
+
+/// The PostgreSQL store of the test store at `dir`: a schema named after
+/// the directory, so reopening the same test store reopens the same schema.
+async fn postgres_at(dir: &Path) -> PgStore {
+    let url = std::env::var("KEEL_TEST_POSTGRES").unwrap_or_else(|_| {
+        panic!("KEEL_TEST_STORE=postgres needs KEEL_TEST_POSTGRES: run scripts/test.sh")
+    });
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in dir.as_os_str().as_encoded_bytes() {
+        hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut options = PgOptions::new(&url);
+    options.schema = format!("keel_e2e_{hash:016x}");
+    options.pool_size = 8;
+    PgStore::open(options)
+        .await
+        .expect("opening the PostgreSQL store")
+}
 
 /// Opens the store (keeping a handle to it) and loads the guest at
 /// `component`.
 pub async fn open_backend(config: Config, component: &str) -> (Keel, Arc<Loaded>, Arc<Backend>) {
-    let backend = Arc::new(FaultyStore::new(
+    let (store, backend): (Arc<dyn Store>, Arc<Backend>) = if on_postgres() {
+        let store = Arc::new(FaultyStore::new(postgres_at(&config.db).await));
+        (store.clone(), store)
+    } else {
         // Tests reopen a store they just dropped: wait for sled to let go.
-        SledStore::reopen(&config.db).expect("opening the store"),
-    ));
-    let keel = Keel::open(config, backend.clone()).expect("opening the engine");
+        let store = Arc::new(FaultyStore::new(
+            SledStore::reopen(&config.db).expect("opening the store"),
+        ));
+        (store.clone(), store)
+    };
+    let keel = Keel::open(config, store).expect("opening the engine");
     let loaded = keel
         .load(component)
         .await
