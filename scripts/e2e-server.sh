@@ -10,12 +10,19 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/e2e-tools.sh"
 cd "$here"
-KEEL=$(cargo build -q -p keel-cli --bin keel --message-format=json |
+# The workspace's binaries, as the test command's build resolved them (so
+# nothing is built again): keel, and guests, which knows the guests' paths.
+artifacts=$(cargo build -q --workspace --bins --message-format=json)
+binary() {
     python3 -c 'import json,sys
-paths = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("reason") == "compiler-artifact" and m.get("executable")]
-print(paths[-1])')
+name = sys.argv[1]
+paths = [m["executable"] for m in map(json.loads, sys.stdin)
+         if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == name]
+print(paths[-1])' "$1" <<<"$artifacts"
+}
+KEEL=$(binary keel)
 # One path a line, in the order asked; fails naming a missing or stale guest.
-GUEST_PATHS=$(cargo run -q -p keel-tests --bin guests -- testbed order-hooks)
+GUEST_PATHS=$("$(binary guests)" testbed order-hooks)
 work=$(mktemp -d)
 # The embedded store by default; KEEL_E2E_STORE=postgres serves from a
 # fresh schema of the test database (KEEL_TEST_POSTGRES) instead.
