@@ -74,11 +74,17 @@ impl Guard {
             return Ok(());
         }
         if let Some(origin) = &origin {
-            let own = headers
+            // The server's own pages, served directly or behind a proxy
+            // that terminates TLS for the same host.
+            let host = headers
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
-                .map(|h| format!("http://{}", h.to_ascii_lowercase()));
-            if own.as_deref() != Some(origin.as_str()) {
+                .map(str::to_ascii_lowercase);
+            let own = host.is_some_and(|h| {
+                origin.strip_prefix("http://") == Some(h.as_str())
+                    || origin.strip_prefix("https://") == Some(h.as_str())
+            });
+            if !own {
                 return Err(forbidden(format!(
                     "a request from the web page at origin `{origin}` may not change anything here; only the server's own console, or an origin the server is configured to trust, may"
                 )));
@@ -246,6 +252,11 @@ mod tests {
         assert!(guard.check_origin(&other_port).is_err());
         let null = headers(&[("host", "127.0.0.1:8080"), ("origin", "null")]);
         assert!(guard.check_origin(&null).is_err());
+        let proxied = headers(&[
+            ("host", "keel.example.com"),
+            ("origin", "https://keel.example.com"),
+        ]);
+        assert!(guard.check_origin(&proxied).is_ok());
         let trusted = headers(&[
             ("host", "127.0.0.1:8080"),
             ("origin", "https://app.example.com"),
