@@ -11,15 +11,8 @@ use crate::RetryPolicy;
 use crate::error::StepError;
 use crate::executor::StepFuture;
 
-pub mod bindings {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "keel:workflow/workflow-component",
-        pub_export_macro: true,
-        export_macro_name: "__export_component",
-        default_bindings_module: "::keel_sdk::__private::bindings",
-    });
-}
+/// The generated bindings, where the generated code expects them.
+pub use crate::bindings;
 
 #[doc(hidden)]
 pub use bindings::__export_component;

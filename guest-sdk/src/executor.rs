@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::__private::bindings::keel::workflow::types::Outcome;
-use crate::__private::bindings::keel::workflow::workflow_context as host;
+use crate::bindings::keel::workflow::types::Outcome;
+use crate::bindings::keel::workflow::workflow_context as host;
 use crate::error::{Error, StepFailure};
 
 #[derive(Default)]

@@ -23,8 +23,8 @@ use futures::Stream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::__private::bindings::keel::workflow::types::{self, Outcome};
-use crate::__private::bindings::keel::workflow::{step_context, workflow_context as host};
+use crate::bindings::keel::workflow::types::{self, Outcome};
+use crate::bindings::keel::workflow::{step_context, workflow_context as host};
 use crate::error::Error;
 use crate::executor::Command;
 

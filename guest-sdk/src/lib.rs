@@ -37,6 +37,8 @@
 //! }
 //! ```
 
+#[doc(hidden)]
+pub mod bindings;
 mod error;
 mod executor;
 mod hooks;

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::__private::bindings::keel::workflow::{step_context, types, workflow_context};
+use crate::bindings::keel::workflow::{step_context, types, workflow_context};
 
 /// Describes the running workflow; see [`workflow_metadata`].
 #[derive(Clone, Debug, PartialEq, Eq)]
