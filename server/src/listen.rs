@@ -156,7 +156,10 @@ pub async fn serve(
     let open = Arc::new(Open::default());
     let (stop, stopped) = watch::channel(false);
     tokio::pin!(shutdown);
-    let mut refused_logged = Instant::now() - Duration::from_secs(60);
+    // When a refusal was last logged (at most one every 10 s); `None` yet.
+    let mut refused_logged: Option<Instant> = None;
+    let quiet =
+        |logged: &Option<Instant>| logged.is_some_and(|t| t.elapsed() < Duration::from_secs(10));
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
@@ -167,21 +170,21 @@ pub async fn serve(
             Err(e) => {
                 // Out of descriptors or memory for a moment: back off
                 // instead of spinning.
-                if refused_logged.elapsed() > Duration::from_secs(10) {
+                if !quiet(&refused_logged) {
                     tracing::warn!("accepting a connection failed: {e}");
-                    refused_logged = Instant::now();
+                    refused_logged = Some(Instant::now());
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         let Some((id, conn)) = open.admit(max) else {
-            if refused_logged.elapsed() > Duration::from_secs(10) {
+            if !quiet(&refused_logged) {
                 tracing::warn!(
                     open = max,
                     "turning a connection away: every open connection has a request in flight"
                 );
-                refused_logged = Instant::now();
+                refused_logged = Some(Instant::now());
             }
             continue;
         };
