@@ -34,8 +34,19 @@ pub struct FaultyStore<S: ?Sized> {
     crash: Mutex<Option<Crash>>,
     /// The crash happened: every journal write fails from then on.
     crashed: AtomicBool,
+    /// The next journal write lands, then waits for a release before its
+    /// caller hears of it.
+    hold: Hold,
     /// Last, so that the wrapper can be unsized to `FaultyStore<dyn Store>`.
     inner: S,
+}
+
+/// A journal write held after it landed: armed, then held, then released.
+#[derive(Default)]
+struct Hold {
+    armed: AtomicBool,
+    held: tokio::sync::Notify,
+    released: tokio::sync::Notify,
 }
 
 /// A crash injected at a journal write, as a process killed there would
@@ -80,6 +91,7 @@ impl<S: Store> FaultyStore<S> {
             journal_writes: AtomicU64::new(0),
             crash: Mutex::new(None),
             crashed: AtomicBool::new(false),
+            hold: Hold::default(),
         }
     }
 
@@ -133,8 +145,34 @@ impl<S: Store + ?Sized> FaultyStore<S> {
                 }
                 Err(Self::dead())
             }
-            _ => self.confirm(write.await),
+            _ => {
+                let result = write.await;
+                if self.hold.armed.swap(false, Ordering::SeqCst) {
+                    let released = self.hold.released.notified();
+                    self.hold.held.notify_one();
+                    released.await;
+                }
+                self.confirm(result)
+            }
         }
+    }
+
+    /// The next journal write lands in the wrapped store and then waits,
+    /// its caller not yet told, until [`FaultyStore::release_write`]: for
+    /// proving what happens when the caller stops waiting in between.
+    pub fn hold_next_write(&self) {
+        self.hold.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Completes once the write armed by [`FaultyStore::hold_next_write`]
+    /// has landed and is held.
+    pub async fn write_held(&self) {
+        self.hold.held.notified().await;
+    }
+
+    /// Lets the held write report to its caller.
+    pub fn release_write(&self) {
+        self.hold.released.notify_one();
     }
 
     /// The next write is made but reported [`StoreError::Unconfirmed`], as a

@@ -30,9 +30,10 @@ pub struct RunJournal {
     fence: Option<Lease>,
     clock: Arc<dyn Clock>,
     run_id: RunId,
-    state: Mutex<JournalState>,
-    /// Held while a flush writes, so flushes append in order.
-    flushing: tokio::sync::Mutex<()>,
+    state: Arc<Mutex<JournalState>>,
+    /// Held while a flush writes, so flushes append in order; owned by the
+    /// write itself, which outlives a caller that stops waiting.
+    flushing: Arc<tokio::sync::Mutex<()>>,
     pub(super) changed: Notify,
     cancelled: AtomicBool,
     /// Told how long each flush took.
@@ -87,14 +88,14 @@ impl RunJournal {
             fence,
             clock,
             run_id: run_id.clone(),
-            state: Mutex::new(JournalState {
+            state: Arc::new(Mutex::new(JournalState {
                 index,
                 durable,
                 run: None,
                 failure: None,
                 exceeded: false,
-            }),
-            flushing: tokio::sync::Mutex::new(()),
+            })),
+            flushing: Arc::new(tokio::sync::Mutex::new(())),
             changed: Notify::new(),
             cancelled: AtomicBool::new(false),
             observer: None,
@@ -108,13 +109,6 @@ impl RunJournal {
     pub fn announcing(mut self, written: tokio::sync::broadcast::Sender<RunId>) -> Self {
         self.written = Some(written);
         self
-    }
-
-    fn announce(&self) {
-        if let Some(written) = &self.written {
-            // No watcher is no error.
-            let _ = written.send(self.run_id.clone());
-        }
     }
 
     /// The error of a journal full to its bound.
@@ -146,7 +140,7 @@ impl RunJournal {
     }
 
     fn lock(&self) -> MutexGuard<'_, JournalState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// The run this journal belongs to.
@@ -226,10 +220,10 @@ impl RunJournal {
     /// Writes every entry recorded so far (and a pending run record) to
     /// the store, durably.
     pub async fn flush(&self) -> Result<()> {
-        let Some(store) = &self.store else {
+        let Some(store) = self.store.clone() else {
             return Ok(());
         };
-        let _flushing = self.flushing.lock().await;
+        let flushing = self.flushing.clone().lock_owned().await;
         let (batch, run, end) = {
             let mut state = self.lock();
             let end = state.index.len();
@@ -239,19 +233,13 @@ impl RunJournal {
         if batch.is_empty() && run.is_none() {
             return Ok(());
         }
-        let started = std::time::Instant::now();
-        store
-            .append(&self.run_id, &batch, run.as_ref(), self.fence.as_ref())
-            .await?;
-        if let Some(observer) = &self.observer {
-            observer.journal_flush(batch.len(), started.elapsed());
-        }
-        {
-            let mut state = self.lock();
-            state.durable = state.durable.max(end);
-        }
-        self.announce();
-        Ok(())
+        let (run_id, fence) = (self.run_id.clone(), self.fence.clone());
+        self.write(flushing, batch.len(), end, async move {
+            store
+                .append(&run_id, &batch, run.as_ref(), fence.as_ref())
+                .await
+        })
+        .await
     }
 
     /// Ends the run: records `fact` and stores the final `run` record with
@@ -260,9 +248,9 @@ impl RunJournal {
     pub async fn end(&self, run: &RunRecord, fact: Fact) -> Result<Vec<RunId>> {
         let store = self
             .store
-            .as_ref()
+            .clone()
             .ok_or_else(|| Error::Wasm("replay never writes".into()))?;
-        let _flushing = self.flushing.lock().await;
+        let flushing = self.flushing.clone().lock_owned().await;
         self.record(fact)?;
         let (batch, end) = {
             let mut state = self.lock();
@@ -271,17 +259,50 @@ impl RunJournal {
             (state.index.entries()[state.durable..].to_vec(), end)
         };
         let now = self.clock.now_ms();
-        let started = std::time::Instant::now();
-        let woken = store.end_run(run, &batch, now, self.fence.as_ref()).await?;
-        if let Some(observer) = &self.observer {
-            observer.journal_flush(batch.len(), started.elapsed());
-        }
-        {
-            let mut state = self.lock();
-            state.durable = state.durable.max(end);
-        }
-        self.announce();
-        Ok(woken)
+        let (run, fence) = (run.clone(), self.fence.clone());
+        self.write(flushing, batch.len(), end, async move {
+            store.end_run(&run, &batch, now, fence.as_ref()).await
+        })
+        .await
+    }
+
+    /// Carries out a store write of the entries up to `end`, holding
+    /// `flushing`, on a task of its own: a caller that stops waiting (a step
+    /// task aborted as its activation ends) does not stop the write
+    /// halfway, so what the store wrote is always known to be durable and
+    /// the next flush starts after it, never writing an entry twice.
+    async fn write<T: Send + 'static>(
+        &self,
+        flushing: tokio::sync::OwnedMutexGuard<()>,
+        entries: usize,
+        end: usize,
+        write: impl Future<Output = keel_store::Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        let state = self.state.clone();
+        let observer = self.observer.clone();
+        let written = self.written.clone();
+        let run_id = self.run_id.clone();
+        let task = tokio::spawn(async move {
+            let _flushing = flushing;
+            let started = std::time::Instant::now();
+            let out = write.await?;
+            if let Some(observer) = &observer {
+                observer.journal_flush(entries, started.elapsed());
+            }
+            {
+                let mut state = lock(&state);
+                state.durable = state.durable.max(end);
+            }
+            if let Some(written) = &written {
+                // No watcher is no error.
+                let _ = written.send(run_id);
+            }
+            Ok(out)
+        });
+        task.await.map_err(|e| Error::JournalWrite {
+            run_id: self.run_id.clone(),
+            reason: format!("the journal write stopped: {e}"),
+        })?
     }
 
     /// Records a task's failure, which ends the activation.
@@ -327,5 +348,63 @@ impl RunJournal {
         requested: &Fact,
     ) -> Divergence {
         Divergence::at(&self.lock().index, command, recorded, requested)
+    }
+}
+
+fn lock(state: &Mutex<JournalState>) -> MutexGuard<'_, JournalState> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_store::JournalStore;
+    use keel_store::faulty::FaultyStore;
+    use keel_store::sled::SledStore;
+
+    use super::*;
+
+    fn started() -> Fact {
+        Fact::RunStarted {
+            workflow: "w".into(),
+            input: "null".into(),
+        }
+    }
+
+    fn attempt(command: u32) -> Fact {
+        Fact::StepAttemptStarted {
+            command,
+            attempt: 1,
+        }
+    }
+
+    /// A step task aborted while its flush waits on the store (its
+    /// activation ended) leaves the journal consistent: the write it began
+    /// completes, and the next flush writes only what came after it.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_flush_abandoned_by_its_caller_still_completes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FaultyStore::new(SledStore::open(dir.path()).unwrap()));
+        let run_id = RunId::parse("held-flush").unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
+        let dyn_store: Arc<dyn Store> = store.clone();
+        let journal = Arc::new(RunJournal::new(Some(dyn_store), clock, &run_id, vec![]).unwrap());
+        journal.append(started()).await.unwrap();
+
+        store.hold_next_write();
+        let task = tokio::spawn({
+            let journal = journal.clone();
+            async move { journal.append(attempt(0)).await }
+        });
+        store.write_held().await;
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        journal.record(attempt(1)).unwrap();
+        store.release_write();
+
+        journal.flush().await.unwrap();
+        let stored = store.journal(&run_id).await.unwrap();
+        let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [0, 1, 2], "each entry stored once, in order");
+        assert_eq!(stored[2].fact, attempt(1));
     }
 }
