@@ -212,84 +212,132 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The command table: every command and where it runs (on its own, on the
+/// store where it is, or as a request a worker or a server can answer).
 async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Command::Completions { shell } = &cli.command {
-        let mut command = <Cli as clap::CommandFactory>::command();
-        clap_complete::generate(*shell, &mut command, "keel", &mut std::io::stdout());
-        return Ok(ExitCode::SUCCESS);
-    }
-    if let Command::New {
-        name,
-        path,
-        sdk_path,
-        sdk_git,
-        sdk_rev,
-    } = &cli.command
-    {
-        let sdk = match (sdk_path, sdk_git) {
-            (Some(path), _) => scaffold::Sdk::Path(std::path::absolute(path)?),
-            (None, Some(url)) => scaffold::Sdk::Git {
-                url: url.clone(),
-                rev: sdk_rev.clone(),
-            },
-            (None, None) => scaffold::Sdk::bundled().ok_or_else(|| {
-                anyhow::anyhow!(
-                    "this keel was not built from a checkout it can still find; pass --sdk-path DIR (a keel checkout's guest-sdk) or --sdk-git URL"
-                )
-            })?,
-        };
-        let dir = scaffold::new_crate(name, path, &sdk)?;
-        if cli.json {
-            println!("{}", json!({ "created": dir }));
-        } else {
-            println!(
-                "created {}: `cd {} && cargo build --release && keel test`",
-                dir.display(),
-                dir.display()
-            );
+    let json = cli.json;
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "keel", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
         }
-        return Ok(ExitCode::SUCCESS);
+        Command::New {
+            name,
+            path,
+            sdk_path,
+            sdk_git,
+            sdk_rev,
+        } => new_crate(name, path, sdk_path, sdk_git, sdk_rev, json),
+        Command::Test { dir } => scaffold::test(dir, &user_cache_dir(), json).await,
+        Command::Crashtest {
+            component,
+            workflow,
+            input,
+        } => {
+            let input = request::text_arg("--input", input)?;
+            crashtest::run(component, workflow, input, config(&cli)?, json).await
+        }
+        Command::Bench(args) => bench::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Replay {
+            component,
+            journals,
+        } => replay(component, journals, &config(&cli)?.cache_dir, json).await,
+        Command::Demo { component } => {
+            let Db::Sled(path) = Db::of(&cli) else {
+                anyhow::bail!("the demo runs on the embedded store: pass a directory with --db");
+            };
+            let component = component.clone().unwrap_or_else(demo::default_component);
+            demo::run(&path, &component, json)
+                .await
+                .map(|()| ExitCode::SUCCESS)
+        }
+        Command::Store {
+            command: StoreCommand::Migrate,
+        } => migrate(&cli).await,
+        Command::Worker {
+            until_idle,
+            http,
+            serving,
+        } => serve(&cli, *until_idle, http.map(|addr| (addr, serving))).await,
+        Command::Serve { http, serving } => serve(&cli, false, Some((*http, serving))).await,
+        Command::Workers {
+            command: WorkersCommand::List,
+        } => {
+            print::workers(&local(&cli).await?.workers().await?, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inspect { component } => {
+            let loaded = local(&cli).await?.load(component).await?;
+            print::inspect(&loaded, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Journal {
+            command:
+                JournalCommand::Export {
+                    run_id,
+                    output,
+                    format,
+                },
+        } => export_journal(&local(&cli).await?, run_id, output.as_deref(), *format).await,
+        Command::Journal {
+            command: JournalCommand::Import { file },
+        } => import_journal(&local(&cli).await?, file, json).await,
+        Command::Deploy { .. }
+        | Command::Deployments { .. }
+        | Command::Run { .. }
+        | Command::Start { .. }
+        | Command::Hooks { .. }
+        | Command::Events { .. }
+        | Command::Runs { .. } => {
+            refuse_missing_store(&cli)?;
+            let request = request::request_of(&cli)?;
+            let reply = submit(&cli, request).await?;
+            Ok(print::print_reply(&cli.command, reply, json))
+        }
     }
-    if let Command::Test { dir } = &cli.command {
-        return scaffold::test(dir, &user_cache_dir(), cli.json).await;
+}
+
+/// `keel new`: a workflow crate from the template.
+fn new_crate(
+    name: &str,
+    path: &Path,
+    sdk_path: &Option<PathBuf>,
+    sdk_git: &Option<String>,
+    sdk_rev: &Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let sdk = match (sdk_path, sdk_git) {
+        (Some(path), _) => scaffold::Sdk::Path(std::path::absolute(path)?),
+        (None, Some(url)) => scaffold::Sdk::Git {
+            url: url.clone(),
+            rev: sdk_rev.clone(),
+        },
+        (None, None) => scaffold::Sdk::bundled().ok_or_else(|| {
+            anyhow::anyhow!(
+                "this keel was not built from a checkout it can still find; pass --sdk-path DIR (a keel checkout's guest-sdk) or --sdk-git URL"
+            )
+        })?,
+    };
+    let dir = scaffold::new_crate(name, path, &sdk)?;
+    if json {
+        println!("{}", json!({ "created": dir }));
+    } else {
+        println!(
+            "created {}: `cd {} && cargo build --release && keel test`",
+            dir.display(),
+            dir.display()
+        );
     }
-    if let Command::Crashtest {
-        component,
-        workflow,
-        input,
-    } = &cli.command
-    {
-        let input = request::text_arg("--input", input)?;
-        return crashtest::run(component, workflow, input, config(&cli)?, cli.json).await;
-    }
-    if let Command::Bench(args) = &cli.command {
-        return bench::run(args).await.map(|()| ExitCode::SUCCESS);
-    }
-    if let Command::Replay {
-        component,
-        journals,
-    } = &cli.command
-    {
-        return replay(component, journals, &config(&cli)?.cache_dir, cli.json).await;
-    }
-    if let Command::Demo { component } = &cli.command {
-        let Db::Sled(path) = Db::of(&cli) else {
-            anyhow::bail!("the demo runs on the embedded store: pass a directory with --db");
-        };
-        let component = component.clone().unwrap_or_else(demo::default_component);
-        return demo::run(&path, &component, cli.json)
-            .await
-            .map(|()| ExitCode::SUCCESS);
-    }
-    if let Command::Store {
-        command: StoreCommand::Migrate,
-    } = &cli.command
-    {
-        return migrate(&cli).await;
-    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A command that only reads the store must not create one: a sled
+/// directory that does not exist is `store_not_found`.
+fn refuse_missing_store(cli: &Cli) -> anyhow::Result<()> {
     if cli.server.is_none()
         && reads_only(&cli.command)
-        && let Db::Sled(path) = Db::of(&cli)
+        && let Db::Sled(path) = Db::of(cli)
         && !path.exists()
     {
         return Err(control::RemoteError {
@@ -302,117 +350,94 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         .into());
     }
-    if let Some(request) = request::request_of(&cli)? {
-        let reply = submit(&cli, request).await?;
-        return Ok(print::print_reply(&cli.command, reply, cli.json));
-    }
+    Ok(())
+}
+
+/// The engine for a command that runs where the store is (never through
+/// a server).
+async fn local(cli: &Cli) -> anyhow::Result<Keel> {
+    refuse_missing_store(cli)?;
     if let Some(server) = &cli.server {
         anyhow::bail!(
             "this command runs where the store is and cannot be sent to a server ({server}); run it without --server"
         );
     }
-    let (until_idle, http) = match &cli.command {
-        Command::Worker {
-            until_idle,
-            http,
-            serving,
-        } => (*until_idle, http.map(|addr| (addr, serving))),
-        Command::Serve { http, serving } => (false, Some((*http, serving))),
-        _ => (false, None),
-    };
+    open(cli).await
+}
+
+/// `keel worker` and `keel serve`: drives runs, serving the HTTP API on
+/// `http` if given.
+async fn serve(
+    cli: &Cli,
+    until_idle: bool,
+    http: Option<(std::net::SocketAddr, &args::HttpOptions)>,
+) -> anyhow::Result<ExitCode> {
+    if let Some(server) = &cli.server {
+        anyhow::bail!(
+            "this command runs where the store is and cannot be sent to a server ({server}); run it without --server"
+        );
+    }
     let metrics = Arc::new(keel_server::Metrics::default());
-    let mut config = config(&cli)?;
+    let mut config = config(cli)?;
     if http.is_some() {
         config.observer = metrics.clone();
     }
-    let keel = open_with(&cli, config).await?;
-    match &cli.command {
-        Command::Worker { .. } | Command::Serve { .. } => {
-            let socket_dir = match Db::of(&cli) {
-                Db::Sled(path) => Some(path),
-                Db::Postgres(_) => None,
-            };
-            let api = http.map(|(addr, serving)| Api {
-                config: serving.config(addr, cli.api_token.clone()),
-                metrics,
-            });
-            worker(&keel, socket_dir.as_deref(), until_idle, api, cli.json).await?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Workers {
-            command: WorkersCommand::List,
-        } => {
-            print::workers(&keel.workers().await?, cli.json);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Inspect { component } => {
-            let loaded = keel.load(component).await?;
-            print::inspect(&loaded, cli.json);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Journal {
-            command:
-                JournalCommand::Export {
-                    run_id,
-                    output,
-                    format,
-                },
-        } => {
-            let file = JournalFile::new(&keel.get_run(run_id).await?, keel.journal(run_id).await?);
-            if output.is_none()
-                && matches!(format, Format::Postcard)
-                && std::io::IsTerminal::is_terminal(&std::io::stdout())
-            {
-                anyhow::bail!(
-                    "refusing to write the binary journal to a terminal; pass -o FILE, or --format json to read it"
-                );
-            }
-            let bytes = match format {
-                Format::Postcard => file.to_bytes(),
-                Format::Json => file.to_json().into_bytes(),
-            };
-            match output {
-                Some(path) => std::fs::write(path, bytes)
-                    .with_context(|| format!("writing {}", path.display()))?,
-                None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Journal {
-            command: JournalCommand::Import { file },
-        } => {
-            let bytes =
-                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-            let parsed = JournalFile::parse(&bytes).map_err(|e| keel_host::Error::JournalFile {
-                path: file.clone(),
-                reason: e.0,
-            })?;
-            let run = keel.import(&parsed).await?;
-            if cli.json {
-                println!("{}", json!({ "run_id": run.run_id }));
-            } else {
-                println!("imported run {} ({})", run.run_id, run.workflow);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench(_)
-        | Command::New { .. }
-        | Command::Test { .. }
-        | Command::Crashtest { .. }
-        | Command::Completions { .. }
-        | Command::Deploy { .. }
-        | Command::Deployments { .. }
-        | Command::Store { .. }
-        | Command::Demo { .. }
-        | Command::Replay { .. }
-        | Command::Run { .. }
-        | Command::Start { .. }
-        | Command::Hooks { .. }
-        | Command::Events { .. }
-        | Command::Runs { .. } => {
-            unreachable!("handled above")
-        }
+    let keel = open_with(cli, config).await?;
+    let socket_dir = match Db::of(cli) {
+        Db::Sled(path) => Some(path),
+        Db::Postgres(_) => None,
+    };
+    let api = http.map(|(addr, serving)| Api {
+        config: serving.config(addr, cli.api_token.clone()),
+        metrics,
+    });
+    worker(&keel, socket_dir.as_deref(), until_idle, api, cli.json).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `keel journal export`.
+async fn export_journal(
+    keel: &Keel,
+    run_id: &str,
+    output: Option<&Path>,
+    format: Format,
+) -> anyhow::Result<ExitCode> {
+    let file = JournalFile::new(&keel.get_run(run_id).await?, keel.journal(run_id).await?);
+    if output.is_none()
+        && matches!(format, Format::Postcard)
+        && std::io::IsTerminal::is_terminal(&std::io::stdout())
+    {
+        anyhow::bail!(
+            "refusing to write the binary journal to a terminal; pass -o FILE, or --format json to read it"
+        );
     }
+    let bytes = match format {
+        Format::Postcard => file.to_bytes(),
+        Format::Json => file.to_json().into_bytes(),
+    };
+    match output {
+        Some(path) => {
+            std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `keel journal import`.
+async fn import_journal(keel: &Keel, file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let parsed = JournalFile::parse(&bytes).map_err(|e| keel_host::Error::JournalFile {
+        path: file.to_path_buf(),
+        reason: e.0,
+    })?;
+    let run = keel.import(&parsed).await?;
+    if json {
+        println!("{}", json!({ "run_id": run.run_id }));
+    } else {
+        println!("imported run {} ({})", run.run_id, run.workflow);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Executes a request on the store, or, when a `keel worker` holds the

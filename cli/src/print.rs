@@ -8,6 +8,7 @@ use keel_host::core::Clock;
 use keel_host::core::journal::{Entry, entry_to_json, excerpt};
 use keel_host::core::timeline::{RowKind, RowStatus, timeline};
 use keel_host::core::{Deployment, EventRecord, HookRecord, RunRecord, RunStatus};
+use keel_server::wire::{HookView, RunView};
 use serde_json::{Value, json};
 
 use crate::args::{Command, RunsCommand};
@@ -196,16 +197,9 @@ fn print_event(event: &EventRecord) {
     }
 }
 
+/// A hook as the API spells it.
 fn hook_json(hook: &HookRecord) -> Value {
-    json!({
-        "token": hook.token,
-        "run_id": hook.run_id,
-        "active": hook.active,
-        "start_hook": hook.is_start_hook(),
-        "metadata": hook.metadata.as_deref().map(payload),
-        "created_at_ms": hook.created_at_ms,
-        "retain_until_ms": hook.retain_until_ms,
-    })
+    json!(HookView::from(hook))
 }
 
 fn exit_for(run: &RunRecord) -> ExitCode {
@@ -216,30 +210,15 @@ fn exit_for(run: &RunRecord) -> ExitCode {
     }
 }
 
-/// A JSON payload as a value, or as a string when it does not parse.
-fn payload(s: &str) -> Value {
-    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_string()))
-}
-
+/// A run as the API spells it, with the CLI's hint beside a failure.
 pub fn run_json(run: &RunRecord) -> Value {
-    json!({
-        "run_id": run.run_id,
-        "workflow": run.workflow,
-        "status": run.status.as_str(),
-        "input": payload(&run.input),
-        "output": run.output.as_deref().map(payload),
-        "error": run.error.as_ref().map(|e| {
-            let mut error = json!({"kind": e.kind, "message": e.message});
-            if let Some(hint) = crate::hints::hint(&crate::hints::run_failure(&run.run_id, e)) {
-                error["hint"] = json!(hint);
-            }
-            error
-        }),
-        "component_hash": run.component_hash,
-        "created_at_ms": run.created_at_ms,
-        "updated_at_ms": run.updated_at_ms,
-        "wake_at_ms": run.wake_at_ms,
-    })
+    let mut value = json!(RunView::from(run));
+    if let Some(e) = &run.error
+        && let Some(hint) = crate::hints::hint(&crate::hints::run_failure(&run.run_id, e))
+    {
+        value["error"]["hint"] = json!(hint);
+    }
+    value
 }
 
 fn print_run(run: &RunRecord, json: bool) {

@@ -13,7 +13,7 @@ use crate::control::{Request, StartSpec};
 
 /// The request a command makes of the store, for the commands a running
 /// worker can answer too.
-pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
+pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
     let grants = grants_of(cli)?;
     let implicit_grants = (!grants.is_empty()).then(|| grants.clone());
     let target = |component: &str| -> anyhow::Result<(Option<PathBuf>, Option<String>)> {
@@ -45,7 +45,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
             detach: false,
         })
     };
-    Ok(Some(match &cli.command {
+    Ok(match &cli.command {
         Command::Run {
             component,
             workflow,
@@ -175,8 +175,22 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Option<Request>> {
         Command::Events {
             command: EventsCommand::List,
         } => Request::ListEvents,
-        _ => return Ok(None),
-    }))
+        Command::Completions { .. }
+        | Command::New { .. }
+        | Command::Test { .. }
+        | Command::Crashtest { .. }
+        | Command::Bench(_)
+        | Command::Replay { .. }
+        | Command::Demo { .. }
+        | Command::Store { .. }
+        | Command::Worker { .. }
+        | Command::Serve { .. }
+        | Command::Workers { .. }
+        | Command::Inspect { .. }
+        | Command::Journal { .. } => {
+            anyhow::bail!("this command is not a request a worker or server answers")
+        }
+    })
 }
 
 /// The grants given on the command line, as a deployment records them.
