@@ -51,7 +51,10 @@ pub struct Args {
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("keel-bench-{}", std::process::id()));
-    let keel = Keel::open_sled(Config::new(&dir))?;
+    let keel = Keel::open_sled(
+        Config::caching_in(dir.join("compiled")),
+        &keel_host::store::sled::SledOptions::new(&dir),
+    )?;
     let loaded = keel.load(&args.component).await?;
     let result = figures(&keel, &loaded, args).await;
     drop(keel);
@@ -81,7 +84,7 @@ async fn postgres(url: &str, engines: usize, args: &Args) -> anyhow::Result<()> 
     let mut stores = Vec::new();
     for _ in 0..engines {
         let store = Arc::new(PgStore::open(options.clone()).await?);
-        let keel = Keel::open(Config::new(std::env::temp_dir()), store.clone())?;
+        let keel = Keel::open(Config::caching_in(crate::user_cache_dir()), store.clone())?;
         let loaded = keel.load(&args.component).await?;
         keels.push((keel, loaded));
         stores.push(store);
@@ -290,9 +293,9 @@ const FEW_SLOTS: u32 = 64;
 /// of [`FEW_SLOTS`] instance slots: they queue for slots, and all complete.
 async fn beyond_the_slots(args: &Args) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("keel-bench-slots-{}", std::process::id()));
-    let mut config = Config::new(&dir);
+    let mut config = Config::caching_in(dir.join("compiled"));
     config.max_instances = FEW_SLOTS;
-    let keel = Keel::open_sled(config)?;
+    let keel = Keel::open_sled(config, &keel_host::store::sled::SledOptions::new(&dir))?;
     let result = async {
         let loaded = keel.load(&args.component).await?;
         let mut runs = Vec::with_capacity(args.queued_runs);

@@ -22,12 +22,12 @@ pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> 
     let api = PaymentApi::start(true)
         .await
         .context("starting the payment API")?;
-    let mut config = Config::new(db);
+    let mut config = Config::caching_in(db.join("compiled"));
     config.grants = Grants {
         http: vec![api.addr.to_string()],
         ..Grants::default()
     };
-    let keel = Keel::open_sled(config)?;
+    let keel = Keel::open_sled(config, &keel_host::store::sled::SledOptions::new(db))?;
     let loaded = keel.load(component).await.with_context(|| {
         format!(
             "loading {}; build it first with `cargo build --release --target wasm32-wasip2 -p order`",

@@ -11,6 +11,7 @@ use keel_host::core::Clock;
 use keel_host::core::file::JournalFile;
 use keel_host::store::StoreError;
 use keel_host::store::postgres::{PgOptions, PgStore};
+use keel_host::store::sled::SledOptions;
 use keel_host::{Config, Grants, Keel, Replayer};
 use serde_json::json;
 
@@ -154,7 +155,7 @@ async fn open(cli: &Cli) -> anyhow::Result<Keel> {
 /// Opens the engine over the store `--db` names with `config`.
 async fn open_with(cli: &Cli, config: Config) -> anyhow::Result<Keel> {
     Ok(match Db::of(cli) {
-        Db::Sled(_) => Keel::open_sled(config)?,
+        Db::Sled(_) => Keel::open_sled(config, &sled_options(cli))?,
         Db::Postgres(options) => {
             let store = PgStore::open(options)
                 .await
@@ -164,8 +165,16 @@ async fn open_with(cli: &Cli, config: Config) -> anyhow::Result<Keel> {
     })
 }
 
+/// The sled store `--db` names, with its free-space reserve.
+fn sled_options(cli: &Cli) -> SledOptions {
+    SledOptions {
+        path: PathBuf::from(&cli.db),
+        min_free_bytes: cli.min_free_mib << 20,
+    }
+}
+
 /// Compiled components of a PostgreSQL store's runs, cached per user.
-fn user_cache_dir() -> PathBuf {
+pub fn user_cache_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
@@ -175,17 +184,13 @@ fn user_cache_dir() -> PathBuf {
 
 fn config(cli: &Cli) -> anyhow::Result<Config> {
     let mut config = match Db::of(cli) {
-        Db::Sled(path) => Config::new(path),
-        Db::Postgres(_) => {
-            let mut config = Config::new(std::env::temp_dir());
-            config.cache_dir = user_cache_dir();
-            config
-        }
+        // Compiled components live beside the store they belong to.
+        Db::Sled(path) => Config::caching_in(path.join("compiled")),
+        Db::Postgres(_) => Config::caching_in(user_cache_dir()),
     };
     config.lease_ttl = std::time::Duration::from_secs(cli.lease_ttl.max(1));
     config.max_concurrent_runs = cli.max_concurrent_runs.max(1);
     config.workflow_fuel = cli.workflow_fuel;
-    config.min_free_bytes = cli.min_free_mib << 20;
     config.activation_timeout = std::time::Duration::from_secs(cli.activation_timeout.max(1));
     config.max_instances = cli.max_instances;
     config.max_memory = cli.max_memory << 20;
@@ -457,7 +462,7 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
     if shows_progress(cli) {
         config.observer = Arc::new(progress::Progress);
     }
-    match Keel::open_sled(config) {
+    match Keel::open_sled(config, &sled_options(cli)) {
         Ok(keel) => match request {
             Request::Result { run_id, wait: true } => {
                 Ok(Reply::Run(result_alone(&keel, &run_id).await?))

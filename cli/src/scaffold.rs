@@ -268,10 +268,9 @@ async fn run_scenario(
         scenario.file_stem().unwrap_or_default().to_string_lossy()
     ));
     let _ = std::fs::remove_dir_all(&store);
-    let mut config = Config::new(&store);
-    config.cache_dir = cache_dir.to_path_buf();
+    let config = Config::caching_in(cache_dir);
     let result = async {
-        let keel = Keel::open_sled(config)?;
+        let keel = Keel::open_sled(config, &keel_host::store::sled::SledOptions::new(&store))?;
         let loaded = keel.load(wasm).await?;
         let run = keel.run(&loaded, &s.workflow, &s.input.to_string()).await?;
         let output = run

@@ -61,8 +61,7 @@ async fn engine(schema: &str) -> Keel {
     options.schema = schema.into();
     options.pool_size = 4;
     let store = PgStore::open(options).await.expect("opening the store");
-    let mut config = Config::new(std::env::temp_dir());
-    config.cache_dir = cache().join("keel");
+    let mut config = Config::caching_in(cache().join("keel"));
     config.max_instances = 50;
     Keel::open(config, Arc::new(store)).expect("opening the engine")
 }

@@ -14,15 +14,10 @@ use crate::sandbox::Grants;
 /// How the engine runs guests.
 #[derive(Clone)]
 pub struct Config {
-    /// The sled store's directory, for [`Keel::open_sled`].
-    pub db: PathBuf,
-    /// Free space the sled store keeps on its disk: writes that grow it
-    /// are refused (`storage_full`) below this, and go on once space is
-    /// freed.
-    pub min_free_bytes: u64,
-    /// Where compiled components are cached (default: `compiled/` in the
-    /// store's directory). Native code is loaded from it: it must belong to
-    /// this user and be writable by no one else (see [`crate::component`]).
+    /// Where compiled components are cached (`keel` keeps them in
+    /// `compiled/` beside a sled store). Native code is loaded from it: it
+    /// must belong to this user and be writable by no one else (see
+    /// [`crate::component`]).
     pub cache_dir: PathBuf,
     /// Fuel for the new work of one workflow activation (a CPU bound;
     /// roughly one unit per wasm instruction). Replaying the journal costs
@@ -184,13 +179,11 @@ fn worker_id() -> String {
 }
 
 impl Config {
-    /// Defaults for a store in `db`.
-    pub fn new(db: impl Into<PathBuf>) -> Self {
-        let db = db.into();
+    /// The defaults, caching compiled components in `cache_dir`. The store
+    /// is the engine's own business: see [`crate::Keel::open`].
+    pub fn caching_in(cache_dir: impl Into<PathBuf>) -> Self {
         Config {
-            cache_dir: db.join("compiled"),
-            min_free_bytes: keel_store::sled::DEFAULT_MIN_FREE_BYTES,
-            db,
+            cache_dir: cache_dir.into(),
             workflow_fuel: defaults::WORKFLOW_FUEL,
             activation_timeout: defaults::ACTIVATION_TIMEOUT,
             max_memory: defaults::MAX_MEMORY_MIB << 20,

@@ -122,7 +122,6 @@ impl Trial {
     fn new(test: &CrashTest, root: &Path, name: &str, run_id: &str) -> Trial {
         let dir = root.join(name);
         let mut config = test.config.clone();
-        config.db = dir.clone();
         // One compile for all trials.
         config.cache_dir = root.join("compiled");
         Trial {
@@ -134,7 +133,7 @@ impl Trial {
 
     /// The trial's store (opened again after a crash), with `crash` armed.
     fn store(&self, crash: Option<Crash>) -> Result<Arc<FaultyStore<SledStore>>> {
-        let store = SledStore::reopen_with(&self.dir, self.config.min_free_bytes)?;
+        let store = SledStore::reopen(&self.dir)?;
         let store = Arc::new(FaultyStore::new(store));
         if let Some(crash) = crash {
             store.crash_at(crash);

@@ -133,8 +133,7 @@ impl Replayer {
     /// bounds (the compiled artifact is cached in `cache_dir`).
     pub async fn new(path: impl AsRef<Path>, cache_dir: impl Into<PathBuf>) -> Result<Replayer> {
         let path = path.as_ref();
-        let mut config = Config::new(std::env::temp_dir());
-        config.cache_dir = cache_dir.into();
+        let mut config = Config::caching_in(cache_dir);
         config.max_instances = 16;
         let runtime = Runtime::new(config)?;
         let bytes = read(path).await?;

@@ -37,7 +37,8 @@ async fn server_with(
 ) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let metrics = Arc::new(Metrics::default());
-    let mut config = Config::new(dir.path().join("db"));
+    let db = dir.path().join("db");
+    let mut config = Config::caching_in(db.join("compiled"));
     config.observer = metrics.clone();
     let mut server_config =
         ServerConfig::new("127.0.0.1:0".parse().unwrap(), token.map(str::to_owned));
@@ -54,7 +55,10 @@ async fn server_with(
                 .unwrap();
             Keel::open(config, Arc::new(store)).unwrap()
         }
-        Ok("sled") | Err(_) => Keel::open_sled(config).unwrap(),
+        Ok("sled") | Err(_) => {
+            let sled = keel_host::store::sled::SledOptions::new(&db);
+            Keel::open_sled(config, &sled).unwrap()
+        }
         Ok(other) => panic!("KEEL_TEST_STORE is sled or postgres, not `{other}`"),
     };
     for guest in [keel_tests::TESTBED, keel_tests::ORDER_HOOKS] {

@@ -26,7 +26,7 @@ fn write(store: &TestStore, name: &str, bytes: &[u8]) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_and_foreign_components_are_refused() {
     let store = TestStore::new();
-    let keel = Keel::open_sled(store.config()).unwrap();
+    let keel = store.config().open_sled().unwrap();
 
     let garbage = write(&store, "garbage.wasm", b"this is not wasm");
     let err = keel.load(&garbage).await.unwrap_err();
@@ -134,7 +134,10 @@ async fn traps_loops_and_memory_bombs_fail_the_run_naming_the_bound() {
 #[ignore = "run by a_store_locked_by_another_process_is_refused"]
 fn lock_child() {
     let db = std::env::var("KEEL_LOCK_DB").unwrap();
-    match Keel::open_sled(keel_host::Config::new(db)) {
+    match Keel::open_sled(
+        keel_host::Config::caching_in(common::shared_cache()),
+        &keel_host::store::sled::SledOptions::new(db),
+    ) {
         Ok(_) => println!("KIND=opened"),
         Err(e) => println!("KIND={} MESSAGE={e}", e.kind()),
     }
@@ -144,7 +147,7 @@ fn lock_child() {
 async fn a_store_locked_by_another_process_is_refused() {
     // The embedded store's lock, whichever store the other tests run on.
     let store = TestStore::new();
-    let keel = Keel::open_sled(store.config()).unwrap();
+    let keel = store.config().open_sled().unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "lock_child", "--nocapture"])
         .env("KEEL_LOCK_DB", store.path())
@@ -233,7 +236,7 @@ async fn a_step_over_its_memory_bound_names_the_bound() {
 #[tokio::test(flavor = "multi_thread")]
 async fn input_of_the_wrong_shape_is_refused_before_a_run_exists() {
     let store = TestStore::new();
-    let keel = Keel::open_sled(store.config()).unwrap();
+    let keel = store.config().open_sled().unwrap();
     let order = keel.load(keel_tests::ORDER).await.unwrap();
     let schema = order.manifest.workflow("process_order").unwrap();
     assert_eq!(schema.input_schema.as_ref().unwrap()["title"], "Order");
@@ -283,7 +286,7 @@ async fn a_tampered_compiled_component_is_never_loaded() {
     let cache_dir = cache.path().join("compiled");
     let mut config = store.config();
     config.cache_dir = cache_dir.clone();
-    let keel = Keel::open_sled(config.clone()).unwrap();
+    let keel = config.clone().open_sled().unwrap();
     keel.load(keel_tests::TESTBED).await.unwrap();
     drop(keel);
     let artifact = std::fs::read_dir(&cache_dir)

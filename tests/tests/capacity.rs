@@ -37,7 +37,7 @@ async fn all_at_once(
     ended
 }
 
-fn pooled(store: &TestStore) -> keel_host::Config {
+fn pooled(store: &TestStore) -> common::TestConfig {
     let mut config = store.config();
     config.max_instances = SLOTS;
     config

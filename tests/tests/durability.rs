@@ -21,7 +21,7 @@ async fn lost_confirmation_charges_once_with_one_idempotency_key() {
         http: vec![api.addr.to_string()],
         ..Grants::default()
     };
-    let keel = Keel::open_sled(config).unwrap();
+    let keel = config.open_sled().unwrap();
     let order = keel.load(keel_tests::ORDER).await.unwrap();
     let input = serde_json::json!({
         "order_id": "o-1", "user_id": "u-1", "amount": 500, "payment_url": api.url("/charge"),
@@ -326,9 +326,10 @@ async fn crash_child() {
     let db = std::env::var("KEEL_CRASH_DB").unwrap();
     let url = std::env::var("KEEL_CRASH_URL").unwrap();
     let host = std::env::var("KEEL_CRASH_HOST").unwrap();
-    let mut config = keel_host::Config::new(&db);
+    let mut config = keel_host::Config::caching_in(common::shared_cache());
     config.grants.http = vec![host];
-    let keel = Keel::open_sled(config).unwrap();
+    let sled = keel_host::store::sled::SledOptions::new(&db);
+    let keel = Keel::open_sled(config, &sled).unwrap();
     let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
     let input = serde_json::Value::String(url).to_string();
     keel.run(&testbed, "crashable", &input).await.unwrap();
@@ -354,7 +355,7 @@ async fn kill_9_in_the_middle_of_a_step_then_a_worker_completes_the_run() {
 
     let mut config = store.config();
     config.grants.http = vec![api.addr.to_string()];
-    let keel = Keel::open_sled(config).unwrap();
+    let keel = config.open_sled().unwrap();
     let runs = keel.list_runs().await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].status, RunStatus::Running, "interrupted mid-run");

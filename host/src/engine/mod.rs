@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use keel_core::journal::StartOutcome;
 use keel_core::{Clock, Entry, RunId, RunRecord};
-use keel_store::sled::SledStore;
+use keel_store::sled::{SledOptions, SledStore};
 use keel_store::{Store, Wake};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -76,7 +76,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// ```no_run
 /// # async fn demo() -> keel_host::Result<()> {
-/// let keel = keel_host::Keel::open_sled(keel_host::Config::new(".keel"))?;
+/// let sled = keel_host::store::sled::SledOptions::new(".keel");
+/// let keel = keel_host::Keel::open_sled(keel_host::Config::caching_in(".keel/compiled"), &sled)?;
 /// let component = keel.load("order.wasm").await?;
 /// let run = keel.run(&component, "process_order", r#"{"order_id": "o-1"}"#).await?;
 /// println!("{} {:?}", run.run_id, run.status);
@@ -168,9 +169,9 @@ impl Keel {
         });
     }
 
-    /// An engine over the sled store in `config.db`, opened (or created).
-    pub fn open_sled(config: Config) -> Result<Keel> {
-        let store = SledStore::open_with(&config.db, config.min_free_bytes)?;
+    /// An engine over the sled store `sled` names, opened (or created).
+    pub fn open_sled(config: Config, sled: &SledOptions) -> Result<Keel> {
+        let store = SledStore::open_with(sled)?;
         Keel::open(config, Arc::new(store))
     }
 

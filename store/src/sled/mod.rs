@@ -126,19 +126,39 @@ struct Inner {
     min_free_bytes: u64,
 }
 
+/// Where the sled store is and how it keeps its disk.
+#[derive(Clone, Debug)]
+pub struct SledOptions {
+    /// The store's directory (created if missing).
+    pub path: PathBuf,
+    /// Free space kept on the store's disk: writes that would grow the
+    /// store with less free are refused with [`StoreError::StorageFull`],
+    /// and go on once space is freed.
+    pub min_free_bytes: u64,
+}
+
+impl SledOptions {
+    /// The store in `path`, with the default reserve.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SledOptions {
+            path: path.into(),
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+        }
+    }
+}
+
 impl SledStore {
     /// Opens (or creates) the store in `path`, migrating an older schema.
     /// A store another process holds is [`StoreError::Locked`]; one written
     /// by a newer keel is [`StoreError::SchemaTooNew`].
     pub fn open(path: impl AsRef<Path>) -> Result<SledStore> {
-        SledStore::open_with(path, DEFAULT_MIN_FREE_BYTES)
+        SledStore::open_with(&SledOptions::new(path.as_ref()))
     }
 
-    /// As [`SledStore::open`], keeping `min_free_bytes` of its disk free:
-    /// writes that would grow the store with less free are refused with
-    /// [`StoreError::StorageFull`].
-    pub fn open_with(path: impl AsRef<Path>, min_free_bytes: u64) -> Result<SledStore> {
-        let path = path.as_ref().to_path_buf();
+    /// As [`SledStore::open`], with `options`.
+    pub fn open_with(options: &SledOptions) -> Result<SledStore> {
+        let path = options.path.clone();
+        let min_free_bytes = options.min_free_bytes;
         private_dir(&path)?;
         let db = sled::Config::new()
             .path(&path)
@@ -184,16 +204,16 @@ impl SledStore {
     /// handle drops. For tests that reopen a store; gives up after 10 s.
     #[doc(hidden)]
     pub fn reopen(path: impl AsRef<Path>) -> Result<SledStore> {
-        SledStore::reopen_with(path, DEFAULT_MIN_FREE_BYTES)
+        SledStore::reopen_with(&SledOptions::new(path.as_ref()))
     }
 
-    /// [`SledStore::reopen`] with a free-space reserve, as
-    /// [`SledStore::open_with`]: for the crash harness, which reopens each
-    /// trial's store as a restarted process would.
-    pub fn reopen_with(path: impl AsRef<Path>, min_free_bytes: u64) -> Result<SledStore> {
+    /// [`SledStore::reopen`] with `options`, as [`SledStore::open_with`]:
+    /// for the crash harness, which reopens each trial's store as a
+    /// restarted process would.
+    pub fn reopen_with(options: &SledOptions) -> Result<SledStore> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            match SledStore::open_with(path.as_ref(), min_free_bytes) {
+            match SledStore::open_with(options) {
                 Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }

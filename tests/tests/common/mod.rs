@@ -9,7 +9,7 @@ use keel_host::core::journal::{Entry, Fact};
 use keel_host::store::Store;
 use keel_host::store::faulty::FaultyStore;
 use keel_host::store::postgres::{PgOptions, PgStore};
-use keel_host::store::sled::SledStore;
+use keel_host::store::sled::{SledOptions, SledStore};
 use keel_host::{Config, Keel, Loaded};
 
 /// A store in a fresh temporary directory; compiled components are cached
@@ -25,15 +25,47 @@ impl TestStore {
         }
     }
 
-    pub fn config(&self) -> Config {
-        let mut config = Config::new(self.dir.path());
-        config.cache_dir = shared_cache();
-        config.max_instances = 50;
-        config
+    /// The engine's settings for this store (changed as a `Config`).
+    pub fn config(&self) -> TestConfig {
+        let mut engine = Config::caching_in(shared_cache());
+        engine.max_instances = 50;
+        TestConfig {
+            engine,
+            dir: self.dir.path().to_path_buf(),
+        }
     }
 
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+/// An engine's settings and the test store they are for; it derefs to the
+/// [`Config`], so a test changes the settings as it would a `Config`.
+#[derive(Clone)]
+pub struct TestConfig {
+    pub engine: Config,
+    pub dir: PathBuf,
+}
+
+impl std::ops::Deref for TestConfig {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.engine
+    }
+}
+
+impl std::ops::DerefMut for TestConfig {
+    fn deref_mut(&mut self) -> &mut Config {
+        &mut self.engine
+    }
+}
+
+impl TestConfig {
+    /// An engine over the sled store itself (tests of sled's own
+    /// behaviour: locking, reopening, free space).
+    pub fn open_sled(self) -> keel_host::Result<Keel> {
+        Keel::open_sled(self.engine, &SledOptions::new(&self.dir))
     }
 }
 
@@ -43,12 +75,12 @@ pub fn shared_cache() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("keel-compiled")
 }
 
-pub async fn open(config: Config) -> (Keel, Arc<Loaded>) {
+pub async fn open(config: TestConfig) -> (Keel, Arc<Loaded>) {
     open_with(config, keel_tests::TESTBED).await
 }
 
 /// Opens the store and loads the guest at `component`.
-pub async fn open_with(config: Config, component: &str) -> (Keel, Arc<Loaded>) {
+pub async fn open_with(config: TestConfig, component: &str) -> (Keel, Arc<Loaded>) {
     let (keel, loaded, _) = open_backend(config, component).await;
     (keel, loaded)
 }
@@ -88,18 +120,21 @@ async fn postgres_at(dir: &Path) -> PgStore {
 
 /// Opens the store (keeping a handle to it) and loads the guest at
 /// `component`.
-pub async fn open_backend(config: Config, component: &str) -> (Keel, Arc<Loaded>, Arc<Backend>) {
+pub async fn open_backend(
+    config: TestConfig,
+    component: &str,
+) -> (Keel, Arc<Loaded>, Arc<Backend>) {
     let (store, backend): (Arc<dyn Store>, Arc<Backend>) = if on_postgres() {
-        let store = Arc::new(FaultyStore::new(postgres_at(&config.db).await));
+        let store = Arc::new(FaultyStore::new(postgres_at(&config.dir).await));
         (store.clone(), store)
     } else {
         // Tests reopen a store they just dropped: wait for sled to let go.
         let store = Arc::new(FaultyStore::new(
-            SledStore::reopen(&config.db).expect("opening the store"),
+            SledStore::reopen(&config.dir).expect("opening the store"),
         ));
         (store.clone(), store)
     };
-    let keel = Keel::open(config, store).expect("opening the engine");
+    let keel = Keel::open(config.engine, store).expect("opening the engine");
     let loaded = keel
         .load(component)
         .await
@@ -151,5 +186,5 @@ pub async fn order_keel(store: &TestStore, api: &keel_payment_api::PaymentApi) -
         http: vec![api.addr.to_string()],
         ..keel_host::Grants::default()
     };
-    Keel::open_sled(config).unwrap()
+    config.open_sled().unwrap()
 }
