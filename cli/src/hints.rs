@@ -109,6 +109,15 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
             "`keel runs list` shows the runs it started; push it again only if they should start again".into()
         }
         K::StoreNotFound => "pass the store's directory with --db (or KEEL_DB)".into(),
+        K::ScheduleNotFound => "`keel schedules list` lists the schedules".into(),
+        K::ScheduleExists => format!(
+            "`keel schedules show {}` shows it; delete it first to create it anew",
+            id("name")
+        ),
+        K::ScheduleConflict => "read the schedule again and repeat the change".into(),
+        K::InvalidSchedule => {
+            "write a cron expression of 5 fields (6 with seconds) and an IANA zone (--tz Europe/Paris), or an interval such as --every 5m".into()
+        }
         K::Usage => "`keel --help` lists the commands and flags".into(),
         K::NonDeterminism => format!(
             "`keel replay` the run against the component it is pinned to; guard changed code with `keel_sdk::patched`, or start a new run (run {})",

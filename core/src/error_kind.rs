@@ -94,6 +94,16 @@ kinds! {
     /// The run cannot be crash-tested.
     NotCrashTestable = "not_crash_testable",
 
+    // Schedules.
+    /// No such schedule.
+    ScheduleNotFound = "schedule_not_found",
+    /// A schedule of that name exists.
+    ScheduleExists = "schedule_exists",
+    /// Another writer changed the schedule first.
+    ScheduleConflict = "schedule_conflict",
+    /// A cron expression, zone, interval or bound that cannot fire.
+    InvalidSchedule = "invalid_schedule",
+
     // A run's own failures.
     /// The code no longer matches the journal.
     NonDeterminism = "non_determinism",

@@ -21,6 +21,7 @@ pub mod manifest;
 pub mod patch;
 pub mod query;
 pub mod records;
+pub mod schedule;
 pub mod timeline;
 
 pub use clock::Clock;

@@ -127,6 +127,18 @@ pub enum Error {
     )]
     HookNotFound { token: HookToken },
 
+    #[error("no schedule `{name}`")]
+    ScheduleNotFound { name: String },
+
+    #[error("a schedule named `{name}` exists already")]
+    ScheduleExists { name: String },
+
+    #[error("schedule `{name}` was changed by another writer meanwhile; nothing was changed")]
+    ScheduleConflict { name: String },
+
+    #[error("schedule `{name}`: {reason}")]
+    InvalidSchedule { name: String, reason: String },
+
     #[error(
         "the start of run {run_id} could not be confirmed ({reason}); it may or may not have been admitted. Retrying with the same token or key is safe: it becomes the run or is refused naming the run that holds it"
     )]
@@ -252,6 +264,9 @@ impl From<StoreError> for Error {
             StoreError::RunExists { run_id } => Error::RunExists { run_id },
             StoreError::ComponentNotFound { hash } => Error::ComponentNotFound { hash },
             StoreError::HookNotFound { token } => Error::HookNotFound { token },
+            StoreError::ScheduleNotFound { name } => Error::ScheduleNotFound { name },
+            StoreError::ScheduleExists { name } => Error::ScheduleExists { name },
+            StoreError::ScheduleConflict { name } => Error::ScheduleConflict { name },
             StoreError::HookConflict {
                 token,
                 conflicting_run_id,
@@ -298,6 +313,10 @@ impl Error {
             Error::JournalWrite { .. } => ErrorKind::JournalWrite,
             Error::HookConflict { .. } => ErrorKind::HookConflict,
             Error::HookNotFound { .. } => ErrorKind::HookNotFound,
+            Error::ScheduleNotFound { .. } => ErrorKind::ScheduleNotFound,
+            Error::ScheduleExists { .. } => ErrorKind::ScheduleExists,
+            Error::ScheduleConflict { .. } => ErrorKind::ScheduleConflict,
+            Error::InvalidSchedule { .. } => ErrorKind::InvalidSchedule,
             Error::StartOutcomeUnknown { .. } => ErrorKind::StartOutcomeUnknown,
             Error::DriveInterrupted { .. } => ErrorKind::DriveInterrupted,
             Error::ResumeOutcomeUnknown { .. } => ErrorKind::ResumeOutcomeUnknown,
@@ -326,6 +345,10 @@ impl Error {
     /// The IDs this error carries, as `(field, value)` pairs.
     pub fn ids(&self) -> Vec<(&'static str, String)> {
         match self {
+            Error::ScheduleNotFound { name }
+            | Error::ScheduleExists { name }
+            | Error::ScheduleConflict { name }
+            | Error::InvalidSchedule { name, .. } => vec![("name", name.clone())],
             Error::RunNotFound { run_id }
             | Error::RunExists { run_id }
             | Error::SandboxViolation { run_id, .. }

@@ -40,6 +40,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::InvalidGrant
         | K::InvalidLimit
         | K::InvalidName
+        | K::InvalidSchedule
         | K::JournalFile
         | K::InvalidRequest
         | K::Usage => StatusCode::BAD_REQUEST,
@@ -51,11 +52,14 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::DeploymentNotFound
         | K::ComponentNotFound
         | K::StoreNotFound
+        | K::ScheduleNotFound
         | K::NotFound => StatusCode::NOT_FOUND,
         K::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         K::HookConflict
         | K::IdempotencyCollision
         | K::RunExists
+        | K::ScheduleExists
+        | K::ScheduleConflict
         | K::NotRetryable
         | K::RunEnded
         | K::NotCrashTestable => StatusCode::CONFLICT,

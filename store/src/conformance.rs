@@ -17,6 +17,8 @@ use async_trait::async_trait;
 use keel_core::journal::Fact;
 use keel_core::{Entry, HookRecord, HookRegistration, RunId, RunRecord, RunStatus};
 
+use keel_core::schedule::{Claim, Overlap, ScheduleRecord, ScheduleSpec, Spec};
+
 use crate::{Admission, HookPayload, KeyClaim, Store, StoreError};
 
 /// Makes the stores the suite runs against.
@@ -106,6 +108,10 @@ cases!(
     a_deployment_is_replaced_by_its_hash_and_survives_a_reopen,
     an_ended_run_is_live_again_after_a_retry_is_appended,
     a_run_id_is_admitted_once,
+    a_schedule_is_created_once_and_survives_a_reopen,
+    a_schedule_update_is_refused_after_another_writer,
+    due_schedules_are_those_with_work_and_no_live_claim,
+    a_deleted_schedule_is_gone,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -1018,4 +1024,146 @@ async fn a_run_id_is_admitted_once(h: &dyn Harness) -> Outcome {
     })?;
     let journal = store.journal("a").await.map_err(fail("journal"))?;
     check(journal.len() == 1, || format!("journal: {journal:?}"))
+}
+
+fn schedule(name: &str, next_fire_ms: Option<u64>) -> ScheduleRecord {
+    let mut record = ScheduleRecord::new(
+        ScheduleSpec {
+            name: name.into(),
+            workflow: "w".into(),
+            deployment: None,
+            input: "null".into(),
+            additional_metadata: None,
+            spec: Spec::Every {
+                every_ms: 60_000,
+                offset_ms: 0,
+            },
+            overlap: Overlap::Skip,
+            catchup_window_ms: 60_000,
+            paused: false,
+            note: None,
+            start_at_ms: None,
+            end_at_ms: None,
+        },
+        0,
+    );
+    record.next_fire_ms = next_fire_ms;
+    record
+}
+
+async fn a_schedule_is_created_once_and_survives_a_reopen(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let mut first = schedule("nightly", Some(60_000));
+    first.revision = 7;
+    store
+        .create_schedule(&first)
+        .await
+        .map_err(fail("create"))?;
+    let again = store.create_schedule(&schedule("nightly", None)).await;
+    check(
+        matches!(again, Err(StoreError::ScheduleExists { ref name }) if name == "nightly"),
+        || format!("a second create: {again:?}"),
+    )?;
+    let store = h.reopen(store).await;
+    let read = store.schedule("nightly").await.map_err(fail("read"))?;
+    first.revision = 0;
+    check(read.as_ref() == Some(&first), || {
+        format!("created at revision 0 and read back whole: {read:?}")
+    })?;
+    let missing = store.schedule("other").await.map_err(fail("read"))?;
+    check(missing.is_none(), || format!("{missing:?}"))
+}
+
+async fn a_schedule_update_is_refused_after_another_writer(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let created = schedule("sync", Some(60_000));
+    store
+        .create_schedule(&created)
+        .await
+        .map_err(fail("create"))?;
+    let mut a = created.clone();
+    a.next_fire_ms = Some(120_000);
+    let mut b = created.clone();
+    b.next_fire_ms = Some(180_000);
+    let revision = store.update_schedule(&a).await.map_err(fail("update"))?;
+    check(revision == 1, || {
+        format!("revision after one update: {revision}")
+    })?;
+    let late = store.update_schedule(&b).await;
+    check(
+        matches!(late, Err(StoreError::ScheduleConflict { .. })),
+        || format!("an update of a stale read: {late:?}"),
+    )?;
+    let read = store
+        .schedule("sync")
+        .await
+        .map_err(fail("read"))?
+        .ok_or("the schedule is gone")?;
+    check(
+        read.next_fire_ms == Some(120_000) && read.revision == 1,
+        || format!("the first writer's record stays: {read:?}"),
+    )?;
+    let gone = store
+        .update_schedule(&schedule("never-created", None))
+        .await;
+    check(
+        matches!(gone, Err(StoreError::ScheduleNotFound { .. })),
+        || format!("{gone:?}"),
+    )
+}
+
+async fn due_schedules_are_those_with_work_and_no_live_claim(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let mut paused = schedule("paused", Some(1_000));
+    paused.paused = true;
+    let mut buffered = schedule("buffered", Some(900_000));
+    buffered.buffered_ms = Some(500);
+    let mut claimed = schedule("claimed", Some(1_000));
+    claimed.claim = Some(Claim {
+        owner: "w1".into(),
+        until_ms: 20_000,
+    });
+    for s in [
+        schedule("later", Some(900_000)),
+        schedule("ended", None),
+        schedule("due-second", Some(5_000)),
+        schedule("due-first", Some(2_000)),
+        paused,
+        buffered,
+        claimed,
+    ] {
+        store.create_schedule(&s).await.map_err(fail("create"))?;
+    }
+    let names = |due: Vec<ScheduleRecord>| due.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    let due = names(store.due_schedules(10_000, 10).await.map_err(fail("due"))?);
+    check(due == ["due-first", "due-second", "buffered"], || {
+        format!("due at 10 s, earliest first: {due:?}")
+    })?;
+    let due = names(store.due_schedules(10_000, 1).await.map_err(fail("due"))?);
+    check(due == ["due-first"], || format!("limited to one: {due:?}"))?;
+    // Once the claim has expired, another worker may take the schedule.
+    let due = names(store.due_schedules(30_000, 10).await.map_err(fail("due"))?);
+    check(due.contains(&"claimed".to_string()), || {
+        format!("due at 30 s: {due:?}")
+    })
+}
+
+async fn a_deleted_schedule_is_gone(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    store
+        .create_schedule(&schedule("s", Some(1)))
+        .await
+        .map_err(fail("create"))?;
+    check(
+        store.delete_schedule("s").await.map_err(fail("delete"))?,
+        || "deleting an existing schedule says so".into(),
+    )?;
+    check(
+        !store.delete_schedule("s").await.map_err(fail("delete"))?,
+        || "deleting it again finds nothing".into(),
+    )?;
+    let listed = store.list_schedules().await.map_err(fail("list"))?;
+    check(listed.is_empty(), || format!("{listed:?}"))?;
+    let due = store.due_schedules(10, 10).await.map_err(fail("due"))?;
+    check(due.is_empty(), || format!("{due:?}"))
 }

@@ -62,6 +62,17 @@ pub enum StoreError {
     #[error("run {run_id}: the journal already holds entry {seq}; the write was refused")]
     JournalConflict { run_id: RunId, seq: u64 },
 
+    #[error("no schedule `{name}` in this store")]
+    ScheduleNotFound { name: String },
+
+    #[error("a schedule named `{name}` exists already")]
+    ScheduleExists { name: String },
+
+    #[error(
+        "schedule `{name}` was changed by another writer since it was read; the write was refused"
+    )]
+    ScheduleConflict { name: String },
+
     #[error("the store holds a record it cannot decode: {0}")]
     Corrupt(#[from] CodecError),
 
@@ -93,6 +104,9 @@ impl StoreError {
             StoreError::SchemaTooNew { .. } => ErrorKind::StoreSchemaTooNew,
             StoreError::LeaseLost { .. } => ErrorKind::LeaseLost,
             StoreError::JournalConflict { .. } => ErrorKind::JournalConflict,
+            StoreError::ScheduleNotFound { .. } => ErrorKind::ScheduleNotFound,
+            StoreError::ScheduleExists { .. } => ErrorKind::ScheduleExists,
+            StoreError::ScheduleConflict { .. } => ErrorKind::ScheduleConflict,
             StoreError::Corrupt(_) => ErrorKind::CorruptRecord,
             StoreError::Unconfirmed { .. } => ErrorKind::StoreUnconfirmed,
             StoreError::Backend { .. } => ErrorKind::Storage,

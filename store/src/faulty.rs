@@ -7,14 +7,15 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use keel_core::schedule::ScheduleRecord;
 use keel_core::{
     Capabilities, Deployment, Entry, EventRecord, HookRecord, KeyHold, RunId, RunRecord,
 };
 
 use crate::{
     Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
-    KeyStore, Lease, LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore,
-    WorkerRecord, WorkerStore,
+    KeyStore, Lease, LeaseStore, Registered, Result, RunStore, ScheduleStore, Store, StoreError,
+    Wake, WakeStore, WorkerRecord, WorkerStore,
 };
 
 /// Wraps a store and injects faults. `FaultyStore<dyn Store>` (through an
@@ -423,6 +424,28 @@ impl<S: Store + ?Sized> WakeStore for FaultyStore<S> {
     }
     async fn announce(&self, wake: &Wake) -> Result<()> {
         self.inner.announce(wake).await
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> ScheduleStore for FaultyStore<S> {
+    async fn create_schedule(&self, schedule: &ScheduleRecord) -> Result<()> {
+        self.inner.create_schedule(schedule).await
+    }
+    async fn update_schedule(&self, schedule: &ScheduleRecord) -> Result<u64> {
+        self.inner.update_schedule(schedule).await
+    }
+    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRecord>> {
+        self.inner.schedule(name).await
+    }
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>> {
+        self.inner.list_schedules().await
+    }
+    async fn delete_schedule(&self, name: &str) -> Result<bool> {
+        self.inner.delete_schedule(name).await
+    }
+    async fn due_schedules(&self, now_ms: u64, limit: usize) -> Result<Vec<ScheduleRecord>> {
+        self.inner.due_schedules(now_ms, limit).await
     }
 }
 

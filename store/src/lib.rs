@@ -2,7 +2,8 @@
 //!
 //! The engine talks to storage through one async trait, [`Store`], made of
 //! one part per concern: [`RunStore`], [`JournalStore`], [`LeaseStore`], [`HookStore`],
-//! [`KeyStore`], [`EventStore`], [`ComponentStore`] and [`WakeStore`]. Their
+//! [`KeyStore`], [`EventStore`], [`ComponentStore`], [`WakeStore`] and
+//! [`ScheduleStore`]. Their
 //! methods are domain-level operations (admit a run with its key, start
 //! hook and first journal entries; end a run with its hooks), each written
 //! with its atomicity and durability. Every store passes the
@@ -18,6 +19,7 @@
 //! [`StoreError::Unconfirmed`]: it may or may not have happened.
 
 use async_trait::async_trait;
+use keel_core::schedule::ScheduleRecord;
 use keel_core::{
     Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunCursor,
     RunId, RunRecord,
@@ -264,6 +266,34 @@ pub trait HookStore: Send + Sync {
     async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize>;
 }
 
+/// Schedules: records any worker fires on time. Writes are atomic and
+/// durable; an update is a compare-and-set on the revision it read, so two
+/// workers deciding one schedule never both write.
+#[async_trait]
+pub trait ScheduleStore: Send + Sync {
+    /// Creates `schedule` at revision 0, or [`StoreError::ScheduleExists`].
+    async fn create_schedule(&self, schedule: &ScheduleRecord) -> Result<()>;
+
+    /// Writes `schedule` if the stored one is still at
+    /// `schedule.revision` ([`StoreError::ScheduleConflict`] if not,
+    /// [`StoreError::ScheduleNotFound`] if it is gone); the stored
+    /// revision becomes `schedule.revision + 1`, which is returned.
+    async fn update_schedule(&self, schedule: &ScheduleRecord) -> Result<u64>;
+
+    /// The schedule named `name`, if any.
+    async fn schedule(&self, name: &str) -> Result<Option<ScheduleRecord>>;
+
+    /// Every schedule, by name.
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>>;
+
+    /// Deletes the schedule; whether there was one.
+    async fn delete_schedule(&self, name: &str) -> Result<bool>;
+
+    /// Up to `limit` schedules with work at `now_ms`
+    /// ([`ScheduleRecord::is_due`]), earliest fire first.
+    async fn due_schedules(&self, now_ms: u64, limit: usize) -> Result<Vec<ScheduleRecord>>;
+}
+
 /// TTL idempotency keys.
 #[async_trait]
 pub trait KeyStore: Send + Sync {
@@ -356,6 +386,7 @@ pub trait Store:
     + ComponentStore
     + DeploymentStore
     + WakeStore
+    + ScheduleStore
 {
     /// What this store supports; a start needing more is refused before
     /// anything is written.

@@ -229,7 +229,7 @@ mod postgres {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn an_older_schema_is_migrated_at_open() {
-        use keel_store::{DeploymentStore, RunStore, WorkerStore};
+        use keel_store::{DeploymentStore, RunStore, ScheduleStore, WorkerStore};
         let schema = format!("keel_test_{}", uuid_like());
         let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
         // Runs whose IDs sort against their admission times.
@@ -253,11 +253,12 @@ mod postgres {
             .await
             .unwrap();
         tokio::spawn(connection);
-        // As version 1 left it: no workers or deployments tables, runs
-        // without their admission time.
+        // As version 1 left it: no workers, deployments or schedules
+        // tables, runs without their admission time.
         client
             .batch_execute(&format!(
                 "DROP TABLE {schema}.workers; DROP TABLE {schema}.deployments;
+                 DROP TABLE {schema}.schedules;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))
@@ -270,6 +271,7 @@ mod postgres {
         let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
         assert!(store.list_workers(0).await.unwrap().is_empty());
         assert!(store.deployments().await.unwrap().is_empty());
+        assert!(store.list_schedules().await.unwrap().is_empty());
         let listed: Vec<String> = store
             .runs_before(None, 10)
             .await

@@ -32,8 +32,8 @@ use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
     Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
-    KeyStore, Lease, LeaseStore, Registered, Result, RunStore, Store, StoreError, Wake, WakeStore,
-    WorkerRecord, WorkerStore,
+    KeyStore, Lease, LeaseStore, Registered, Result, RunStore, ScheduleStore, Store, StoreError,
+    Wake, WakeStore, WorkerRecord, WorkerStore,
 };
 
 #[macro_use]
@@ -41,6 +41,7 @@ mod tx;
 mod catalog;
 mod hooks;
 mod runs;
+mod schedules;
 mod schema;
 mod tls;
 mod wakes;

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -93,6 +93,18 @@ CREATE TABLE deployments (hash text PRIMARY KEY, record bytea NOT NULL);
     r#"
 ALTER TABLE runs ADD COLUMN created_at_ms bigint NOT NULL DEFAULT 0;
 CREATE INDEX runs_created ON runs (created_at_ms DESC, run_id DESC);
+"#,
+    r#"
+CREATE TABLE schedules (
+    name text PRIMARY KEY,
+    record bytea NOT NULL,
+    revision bigint NOT NULL,
+    paused boolean NOT NULL,
+    next_fire_ms bigint,
+    buffered boolean NOT NULL,
+    claim_until_ms bigint
+);
+CREATE INDEX schedules_due ON schedules (next_fire_ms) WHERE NOT paused;
 "#,
 ];
 

@@ -4,7 +4,7 @@
 //! `live` (IDs of runs that have not ended), `created` (`admission time ++
 //! run ID`, the order of listings), `keys`, `hooks`, `run_hooks`,
 //! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
-//! `components` and `meta` (the schema version). Writes are made at once
+//! `components`, `schedules` (name to record) and `meta` (the schema version). Writes are made at once
 //! and made durable by a group commit ([`commit`]) before a method returns.
 //! Multi-tree operations (admission, hook registration, ends) are sled
 //! transactions, so concurrent callers in this process agree on who holds
@@ -19,14 +19,15 @@ use keel_core::journal;
 use keel_core::{Capabilities, Deployment, Entry, EventRecord, RunId, RunRecord};
 
 use crate::{
-    ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Lease, Result, Store,
-    StoreError, WakeStore, WorkerRecord, WorkerStore,
+    ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Lease, Result,
+    ScheduleStore, Store, StoreError, WakeStore, WorkerRecord, WorkerStore,
 };
 
 mod catalog;
 mod commit;
 mod hooks;
 mod runs;
+mod schedules;
 mod schema;
 mod wakes;
 
@@ -121,6 +122,8 @@ struct Inner {
     leases: sled::Tree,
     /// Worker ID to its announcement.
     workers: sled::Tree,
+    /// Schedule name to its record.
+    schedules: sled::Tree,
     committer: GroupCommit,
     /// Growing writes are refused with less free space than this.
     min_free_bytes: u64,
@@ -187,6 +190,7 @@ impl SledStore {
             created: open("created")?,
             leases: open("leases")?,
             workers: open("workers")?,
+            schedules: open("schedules")?,
             committer: GroupCommit::new(db.clone()),
             path,
             min_free_bytes,
