@@ -154,6 +154,20 @@ impl Spec {
         times
     }
 
+    /// The fire times in `[from_ms, to_ms]`, oldest first, at most `limit`.
+    pub fn times_between(&self, from_ms: u64, to_ms: u64, limit: usize) -> Vec<u64> {
+        let mut times = Vec::new();
+        let mut next = self.next_after(from_ms.saturating_sub(1));
+        while let Some(at) = next.filter(|at| *at <= to_ms) {
+            if times.len() == limit {
+                break;
+            }
+            times.push(at);
+            next = self.next_after(at);
+        }
+        times
+    }
+
     /// The spec as a person reads it.
     pub fn describe(&self) -> String {
         match self {
@@ -598,7 +612,7 @@ pub fn fire_run_id(name: &str, nominal_ms: u64) -> RunId {
         .timestamp_millis_opt(nominal_ms as i64)
         .single()
         .unwrap_or_default();
-    let stamp = if nominal_ms % 1000 == 0 {
+    let stamp = if nominal_ms.is_multiple_of(1000) {
         at.format("%Y%m%dT%H%M%SZ").to_string()
     } else {
         at.format("%Y%m%dT%H%M%S%.3fZ").to_string()

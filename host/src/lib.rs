@@ -29,7 +29,9 @@ mod steps;
 pub use clock::SystemClock;
 pub use component::Loaded;
 pub use config::{Config, RunLimits, defaults};
-pub use engine::{DeploySpec, Keel, SCAN_BUDGET, StartHook, StartOptions, Watched, WorkSummary};
+pub use engine::{
+    DeploySpec, Keel, MAX_BACKFILL, SCAN_BUDGET, StartHook, StartOptions, Watched, WorkSummary,
+};
 pub use error::{Error, Result};
 pub use observer::{AttemptOutcome, Observer};
 pub use replay::{ReplayReport, Replayer};

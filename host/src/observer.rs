@@ -33,6 +33,16 @@ pub trait Observer: Send + Sync {
     /// A run of `workflow` was admitted.
     fn run_started(&self, _workflow: &str) {}
 
+    /// A fire of schedule `schedule` was decided `lag_ms` after its
+    /// nominal time, with `outcome`.
+    fn schedule_fired(
+        &self,
+        _schedule: &str,
+        _outcome: keel_core::schedule::FireOutcome,
+        _lag_ms: u64,
+    ) {
+    }
+
     /// A run of `workflow` ended with `status` after `lifetime` since its
     /// admission.
     fn run_ended(&self, _workflow: &str, _status: RunStatus, _lifetime: Duration) {}

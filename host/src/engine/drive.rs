@@ -17,6 +17,10 @@ use crate::component::Loaded;
 use crate::runtime::Ended;
 use crate::{Error, Result};
 
+/// How often a wait for a run's end looks at the store again when nothing
+/// in this process woke it (another process may have moved the run on).
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
 /// Marks a run active in this process for as long as it lives.
 struct ActiveRun<'a> {
     inner: &'a Inner,
@@ -196,21 +200,11 @@ impl Keel {
     /// A run's record once it has ended; with `wait`, drives it (and waits
     /// for its timers) until it ends.
     pub async fn result(&self, run_id: &str, wait: bool) -> Result<RunRecord> {
-        let mut run = self.drive(run_id).await?;
-        while wait && !run.status.is_final() {
-            // Woken by a payload or a run's end in this process, by the
-            // run's timer, or after a second to look again.
-            let progress = self.inner.progress.notified();
-            let now = self.now_ms();
-            let wake = run.wake_at_ms.unwrap_or(now + 1000);
-            let timer = Duration::from_millis(wake.saturating_sub(now));
-            let _ = tokio::time::timeout(timer, progress).await;
-            run = self.get_run(run_id).await?;
-            if self.is_due(&run).await? {
-                run = self.drive(run_id).await?;
-            }
+        let run = self.drive(run_id).await?;
+        if !wait || run.status.is_final() {
+            return Ok(run);
         }
-        Ok(run)
+        self.until_ended(run_id, None, true).await
     }
 
     /// A run's record once it has ended, or as it is when `timeout`
@@ -218,6 +212,21 @@ impl Keel {
     /// does.
     pub async fn wait_for_end(&self, run_id: &str, timeout: Duration) -> Result<RunRecord> {
         let deadline = tokio::time::Instant::now() + timeout;
+        self.until_ended(run_id, Some(deadline), false).await
+    }
+
+    /// The one wait for a run's end: returns its record once it has ended
+    /// or `deadline` has passed. With `drive`, this process drives the run
+    /// whenever it is due (its timer fired, a payload came), so no worker
+    /// is needed. Woken at once by an end or a payload in this process,
+    /// by the run's timer, and every second for what other processes do.
+    async fn until_ended(
+        &self,
+        run_id: &str,
+        deadline: Option<tokio::time::Instant>,
+        drive: bool,
+    ) -> Result<RunRecord> {
+        let mut just_drove = false;
         loop {
             // Registered before the read, so that an end in between wakes it.
             let progress = self.inner.progress.notified();
@@ -225,13 +234,22 @@ impl Keel {
             progress.as_mut().enable();
             let run = self.get_run(run_id).await?;
             let now = tokio::time::Instant::now();
-            if run.status.is_final() || now >= deadline {
+            if run.status.is_final() || deadline.is_some_and(|d| now >= d) {
                 return Ok(run);
             }
-            // Runs ended by another process sharing the store wake no one
-            // here: look again every second.
-            let look_again = deadline.min(now + Duration::from_secs(1));
-            let _ = tokio::time::timeout_at(look_again, progress).await;
+            // A drive that could not move the run on (another process
+            // holds it) is not repeated before the next wake.
+            if drive && !std::mem::take(&mut just_drove) && self.is_due(&run).await? {
+                self.drive(run_id).await?;
+                just_drove = true;
+                continue;
+            }
+            let now_ms = self.now_ms();
+            let timer = run.wake_at_ms.map_or(LOOK_AGAIN, |at| {
+                Duration::from_millis(at.saturating_sub(now_ms)).min(LOOK_AGAIN)
+            });
+            let wake = deadline.map_or(now + timer, |d| d.min(now + timer));
+            let _ = tokio::time::timeout_at(wake, progress).await;
         }
     }
 

@@ -27,11 +27,13 @@ use crate::{Error, Result};
 mod admission;
 mod deployments;
 mod drive;
+mod schedules;
 mod watch;
 mod worker;
 
 pub use admission::{StartHook, StartOptions};
 pub use deployments::DeploySpec;
+pub use schedules::MAX_BACKFILL;
 pub use watch::Watched;
 pub use worker::WorkSummary;
 

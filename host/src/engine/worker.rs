@@ -229,6 +229,14 @@ impl Keel {
                 });
             }
             self.heartbeat(started_at_ms, &mut last_heartbeat).await;
+            // Fires admitted here are driven in this same pass.
+            let next_fire = match self.fire_schedules().await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::warn!("the worker cannot fire schedules: {e}");
+                    None
+                }
+            };
             let (held, next_retry) = retries.waiting(self.now_ms());
             let busy: HashSet<RunId> = in_flight.union(&held).cloned().collect();
             let (due, next_wake) = match self.due_runs(&busy).await {
@@ -256,10 +264,10 @@ impl Keel {
                 in_flight.insert(run_id);
                 driven += 1;
             }
-            let next_wake = match (next_wake, next_retry) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next_wake = [next_wake, next_retry, next_fire]
+                .into_iter()
+                .flatten()
+                .min();
             let wait = next_wake.map_or(Duration::from_secs(1), |at| {
                 Duration::from_millis(at.saturating_sub(self.now_ms()))
             });

@@ -118,13 +118,10 @@ async fn postgres_at(dir: &Path) -> PgStore {
         .expect("opening the PostgreSQL store")
 }
 
-/// Opens the store (keeping a handle to it) and loads the guest at
-/// `component`.
-pub async fn open_backend(
-    config: TestConfig,
-    component: &str,
-) -> (Keel, Arc<Loaded>, Arc<Backend>) {
-    let (store, backend): (Arc<dyn Store>, Arc<Backend>) = if on_postgres() {
+/// The test store's store, as the engine takes it and as the fault
+/// injector arms it.
+pub async fn open_store(config: &TestConfig) -> (Arc<dyn Store>, Arc<Backend>) {
+    if on_postgres() {
         let store = Arc::new(FaultyStore::new(postgres_at(&config.dir).await));
         (store.clone(), store)
     } else {
@@ -133,7 +130,16 @@ pub async fn open_backend(
             SledStore::reopen(&config.dir).expect("opening the store"),
         ));
         (store.clone(), store)
-    };
+    }
+}
+
+/// Opens the store (keeping a handle to it) and loads the guest at
+/// `component`.
+pub async fn open_backend(
+    config: TestConfig,
+    component: &str,
+) -> (Keel, Arc<Loaded>, Arc<Backend>) {
+    let (store, backend) = open_store(&config).await;
     let keel = Keel::open(config.engine, store).expect("opening the engine");
     let loaded = keel
         .load(component)
