@@ -30,6 +30,13 @@ pub fn document() -> Value {
     let deployments = of::<DeploymentList>(&mut g);
     let workers = of::<WorkerList>(&mut g);
     let health = of::<Health>(&mut g);
+    let schedule_request = of::<ScheduleRequest>(&mut g);
+    let schedule = of::<ScheduleView>(&mut g);
+    let schedules = of::<ScheduleList>(&mut g);
+    let pause = of::<PauseRequest>(&mut g);
+    let backfill = of::<BackfillRequest>(&mut g);
+    let fire = of::<FireView>(&mut g);
+    let fires = of::<FireList>(&mut g);
     let error = of::<ErrorBody>(&mut g);
     let any = json!({});
     let u64 = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
@@ -167,6 +174,33 @@ pub fn document() -> Value {
             &[("201", "The event and the runs it started", Some(&event))], &["400", "413", "503", "507"])},
         "/v1/workers": {"get": op("listWorkers", "The workers sharing the store", vec![], None,
             &[("200", "The workers", Some(&workers))], &["503"])},
+        "/v1/schedules": {
+            "get": op("listSchedules", "Every schedule, by name", vec![], None,
+                &[("200", "The schedules", Some(&schedules))], &["503"]),
+            "post": op("createSchedule", "Create a schedule: a workflow started on a cron spec or an interval, each fire exactly once across workers",
+                vec![], Some(("application/json", &schedule_request)),
+                &[("201", "The schedule, with its next fire times", Some(&schedule))], &["400", "404", "409", "413", "503", "507"]),
+        },
+        "/v1/schedules/{name}": {
+            "get": op("getSchedule", "A schedule, its next fire times and its latest fires",
+                vec![path_param("name", "The schedule's name")], None,
+                &[("200", "The schedule", Some(&schedule))], &["404", "503"]),
+            "delete": op("deleteSchedule", "Delete a schedule (its fires' runs stay)",
+                vec![path_param("name", "The schedule's name")], None,
+                &[("200", "The schedule as it was", Some(&schedule))], &["404", "503"]),
+        },
+        "/v1/schedules/{name}/pause": {"post": op("pauseSchedule", "Pause a schedule: no fire until resumed",
+            vec![path_param("name", "The schedule's name")], Some(("application/json", &pause)),
+            &[("200", "The schedule", Some(&schedule))], &["400", "404", "409", "503"])},
+        "/v1/schedules/{name}/resume": {"post": op("resumeSchedule", "Resume a schedule: it fires next at its first time after now",
+            vec![path_param("name", "The schedule's name")], Some(("application/json", &pause)),
+            &[("200", "The schedule", Some(&schedule))], &["400", "404", "409", "503"])},
+        "/v1/schedules/{name}/trigger": {"post": op("triggerSchedule", "Fire a schedule once now, under its overlap policy",
+            vec![path_param("name", "The schedule's name")], None,
+            &[("200", "The fire", Some(&fire))], &["404", "409", "503"])},
+        "/v1/schedules/{name}/backfill": {"post": op("backfillSchedule", "Start a run for every nominal time in a range (each once: a time fired before is found)",
+            vec![path_param("name", "The schedule's name")], Some(("application/json", &backfill)),
+            &[("200", "The fires, oldest first", Some(&fires))], &["400", "404", "409", "503"])},
     });
     json!({
         "openapi": "3.1.0",

@@ -44,8 +44,9 @@ pub struct Route {
 
 /// Every endpoint of the API (the console's pages are the console's).
 pub fn table() -> Vec<Route> {
+    use crate::schedules;
     use axum::http::Method;
-    use axum::routing::{get, post};
+    use axum::routing::{delete, get, post};
     let route = |path, method: Method, operation, handler| Route {
         path,
         method,
@@ -134,6 +135,54 @@ pub fn table() -> Vec<Route> {
             post(push_event),
         ),
         route("/v1/workers", Method::GET, "listWorkers", get(workers)),
+        route(
+            "/v1/schedules",
+            Method::GET,
+            "listSchedules",
+            get(schedules::list),
+        ),
+        route(
+            "/v1/schedules",
+            Method::POST,
+            "createSchedule",
+            post(schedules::create),
+        ),
+        route(
+            "/v1/schedules/{name}",
+            Method::GET,
+            "getSchedule",
+            get(schedules::get),
+        ),
+        route(
+            "/v1/schedules/{name}",
+            Method::DELETE,
+            "deleteSchedule",
+            delete(schedules::delete),
+        ),
+        route(
+            "/v1/schedules/{name}/pause",
+            Method::POST,
+            "pauseSchedule",
+            post(schedules::pause),
+        ),
+        route(
+            "/v1/schedules/{name}/resume",
+            Method::POST,
+            "resumeSchedule",
+            post(schedules::resume),
+        ),
+        route(
+            "/v1/schedules/{name}/trigger",
+            Method::POST,
+            "triggerSchedule",
+            post(schedules::trigger),
+        ),
+        route(
+            "/v1/schedules/{name}/backfill",
+            Method::POST,
+            "backfillSchedule",
+            post(schedules::backfill),
+        ),
     ]
 }
 
@@ -250,7 +299,7 @@ fn json_body(Body(body): Body<MAX_BODY>) -> ApiResult<Option<serde_json::Value>>
 /// A JSON object body as `T`; an empty body is `T::default()`. Numbers
 /// written with a zero fraction (`5.0`) count as integers, as in JSON
 /// Schema.
-fn json_object<T: DeserializeOwned + Default>(body: Body<MAX_BODY>) -> ApiResult<T> {
+pub(crate) fn json_object<T: DeserializeOwned + Default>(body: Body<MAX_BODY>) -> ApiResult<T> {
     match json_body(body)? {
         None => Ok(T::default()),
         Some(mut value @ serde_json::Value::Object(_)) => {

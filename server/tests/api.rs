@@ -1220,3 +1220,119 @@ async fn live_updates_follow_the_journal_as_it_is_written_not_a_poll() {
     let journal = s.keel.journal(&run_id).await.unwrap();
     assert_eq!(before + rest.matches("event: entry").count(), journal.len());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schedules_are_created_fired_paused_and_deleted_over_http() {
+    let server = server(None).await;
+    let (status, created) = server
+        .post(
+            "/v1/schedules",
+            json!({"name": "nightly", "workflow": "ten_steps", "input": 2,
+                   "cron": "0 9 * * 1-5", "tz": "Europe/Paris", "overlap": "allow-all"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["description"], "cron `0 9 * * 1-5` in Europe/Paris");
+    let upcoming = created["upcoming_ms"].as_array().unwrap();
+    assert_eq!(upcoming.len(), 5, "{created}");
+    assert_eq!(created["next_fire_ms"], upcoming[0]);
+
+    // A trigger is one fire now: a run with the derived ID.
+    let (status, fire) = server
+        .post("/v1/schedules/nightly/trigger", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{fire}");
+    assert_eq!(fire["outcome"], "started");
+    let run_id = fire["run_id"].as_str().unwrap();
+    assert!(run_id.starts_with("nightly:"), "{run_id}");
+    let (status, run) = server.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(run["workflow"], "ten_steps");
+
+    // A backfill of Friday to Tuesday, twice: each weekday morning started
+    // once.
+    let friday = 1_795_737_600_000_u64; // 2026-11-27T00:00:00Z
+    let range = json!({"from_ms": friday, "to_ms": friday + 5 * 86_400_000});
+    let (status, fires) = server
+        .post("/v1/schedules/nightly/backfill", range.clone())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{fires}");
+    let outcomes: Vec<&str> = fires["fires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["started", "started", "started"], "Fri, Mon, Tue");
+    let (_, again) = server.post("/v1/schedules/nightly/backfill", range).await;
+    assert!(
+        again["fires"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["outcome"] == "already_fired"),
+        "{again}"
+    );
+
+    let (status, paused) = server
+        .post("/v1/schedules/nightly/pause", json!({"note": "holiday"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    assert_eq!(paused["paused"], true);
+    assert_eq!(paused["note"], "holiday");
+    assert!(paused["upcoming_ms"].as_array().unwrap().is_empty());
+    let (_, listed) = server.get("/v1/schedules").await;
+    assert_eq!(listed["schedules"].as_array().unwrap().len(), 1);
+
+    let (status, deleted) = server.call("DELETE", "/v1/schedules/nightly", None).await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    let (status, gone) = server.get("/v1/schedules/nightly").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_kind(&gone), "schedule_not_found");
+
+    // Refusals name the problem.
+    for (body, kind, code) in [
+        (
+            json!({"name": "x", "workflow": "ten_steps", "cron": "0 25 * * *"}),
+            "invalid_schedule",
+            400,
+        ),
+        (
+            json!({"name": "x", "workflow": "ten_steps", "cron": "0 9 * * *", "tz": "Mars/Base"}),
+            "invalid_schedule",
+            400,
+        ),
+        (
+            json!({"name": "x", "workflow": "ten_steps"}),
+            "invalid_schedule",
+            400,
+        ),
+        (
+            json!({"name": "x", "workflow": "nope", "every_ms": 60000}),
+            "unknown_workflow",
+            404,
+        ),
+        (
+            json!({"name": "bad name", "workflow": "ten_steps", "every_ms": 60000}),
+            "invalid_name",
+            400,
+        ),
+        (
+            json!({"name": "x", "workflow": "ten_steps", "every_ms": 60000, "bogus": 1}),
+            "invalid_request",
+            400,
+        ),
+    ] {
+        let (status, e) = server.post("/v1/schedules", body.clone()).await;
+        assert_eq!(status.as_u16(), code, "{body} -> {e}");
+        assert_eq!(error_kind(&e), kind, "{body} -> {e}");
+    }
+    let body = json!({"name": "dup", "workflow": "ten_steps", "every_ms": 60000});
+    assert_eq!(
+        server.post("/v1/schedules", body.clone()).await.0,
+        StatusCode::CREATED
+    );
+    let (status, e) = server.post("/v1/schedules", body).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(error_kind(&e), "schedule_exists");
+}

@@ -97,13 +97,15 @@ impl Keel {
         Ok(self.store().list_schedules().await?)
     }
 
-    /// Deletes a schedule; its fires' runs are left as they are.
-    pub async fn delete_schedule(&self, name: &str) -> Result<()> {
+    /// Deletes a schedule and returns it as it was; its fires' runs are
+    /// left as they are.
+    pub async fn delete_schedule(&self, name: &str) -> Result<ScheduleRecord> {
+        let record = self.schedule(name).await?;
         if !self.store().delete_schedule(name).await? {
             return Err(Error::ScheduleNotFound { name: name.into() });
         }
         tracing::info!(schedule = name, "schedule deleted");
-        Ok(())
+        Ok(record)
     }
 
     /// Pauses a schedule: no fire until it is resumed, and the time it was
