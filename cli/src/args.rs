@@ -242,6 +242,12 @@ pub enum Command {
         #[command(subcommand)]
         command: DeploymentsCommand,
     },
+    /// Start workflows on time: cron or interval schedules, fired once
+    /// each across workers.
+    Schedules {
+        #[command(subcommand)]
+        command: SchedulesCommand,
+    },
     /// List or show runs.
     Runs {
         #[command(subcommand)]
@@ -347,6 +353,103 @@ pub enum DeploymentsCommand {
         /// A deployment's name or component hash.
         name: String,
     },
+}
+
+#[derive(Subcommand)]
+pub enum SchedulesCommand {
+    /// Create a schedule: WORKFLOW started on a cron spec (read in --tz) or
+    /// every DURATION; each fire is a run `NAME:YYYYMMDDTHHMMSSZ`,
+    /// admitted once whichever worker fires it.
+    #[command(group(clap::ArgGroup::new("spec").required(true).args(["cron", "every"])))]
+    Create {
+        /// The schedule's name.
+        name: String,
+        /// The workflow each fire starts.
+        workflow: String,
+        /// A cron expression: 5 fields (minute hour day-of-month month
+        /// day-of-week), or 6 with seconds first; quote it.
+        #[arg(long, value_name = "EXPR")]
+        cron: Option<String>,
+        /// The IANA time zone the cron expression is read in [default: UTC].
+        #[arg(long, value_name = "ZONE", requires = "cron")]
+        tz: Option<String>,
+        /// An interval (30s, 5m, 1h), on a grid from the Unix epoch.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        every: Option<std::time::Duration>,
+        /// Shifts the interval's grid (every 1h with 15m fires at :15).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION", requires = "every")]
+        offset: Option<std::time::Duration>,
+        /// Every fire's input: JSON, @FILE or - for stdin.
+        #[arg(long, default_value = "null")]
+        input: String,
+        /// The deployment the fires start on [default: the latest
+        /// exporting the workflow].
+        #[arg(long, value_name = "NAME")]
+        deployment: Option<String>,
+        /// What a fire does while the previous fire's run is live.
+        #[arg(long, value_name = "POLICY", default_value = "skip", value_parser = ["skip", "buffer-one", "allow-all"])]
+        overlap: String,
+        /// After an outage, fires due within this long ago still run; older
+        /// ones are recorded missed.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "1m")]
+        catchup_window: std::time::Duration,
+        /// Create it paused.
+        #[arg(long)]
+        paused: bool,
+        /// No fire before this time (RFC 3339, or ms since the epoch).
+        #[arg(long, value_parser = parse_time, value_name = "TIME")]
+        start_at: Option<u64>,
+        /// No fire after this time.
+        #[arg(long, value_parser = parse_time, value_name = "TIME")]
+        end_at: Option<u64>,
+    },
+    /// Every schedule: spec, next fire, overlap, state.
+    List,
+    /// A schedule: its spec, next five fire times, latest fires with their
+    /// runs, skipped and missed fires.
+    Show { name: String },
+    /// Pause a schedule: no fire until it is resumed.
+    Pause {
+        name: String,
+        /// Why, shown with the schedule.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Resume a schedule; it fires next at its first time after now.
+    Resume {
+        name: String,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Fire a schedule once now, under its overlap policy.
+    Trigger { name: String },
+    /// Start a run for every nominal time in a range, each once.
+    Backfill {
+        name: String,
+        /// The range's start (RFC 3339, or ms since the epoch).
+        #[arg(long, value_parser = parse_time, value_name = "TIME")]
+        from: u64,
+        /// The range's end, included.
+        #[arg(long, value_parser = parse_time, value_name = "TIME")]
+        to: u64,
+    },
+    /// Delete a schedule (its fires' runs stay).
+    Delete { name: String },
+}
+
+/// A time given as RFC 3339 (`2026-12-01T09:00:00Z`) or milliseconds since
+/// the epoch.
+pub fn parse_time(s: &str) -> Result<u64, String> {
+    if let Ok(ms) = s.trim().parse::<u64>() {
+        return Ok(ms);
+    }
+    humantime::parse_rfc3339_weak(s)
+        .map_err(|e| format!("`{s}` is not a time ({e}); write for example 2026-12-01T09:00:00Z"))
+        .and_then(|t| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .map_err(|_| format!("`{s}` is before 1970"))
+        })
 }
 
 #[derive(Subcommand)]

@@ -15,6 +15,7 @@ use keel_host::core::{
     StepLimits,
 };
 use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
+use keel_server::wire::{FireView, ScheduleRequest, ScheduleView};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -129,6 +130,30 @@ pub enum Request {
         metadata: String,
     },
     ListEvents,
+    CreateSchedule(ScheduleRequest),
+    ListSchedules,
+    ShowSchedule {
+        name: String,
+    },
+    PauseSchedule {
+        name: String,
+        note: Option<String>,
+    },
+    ResumeSchedule {
+        name: String,
+        note: Option<String>,
+    },
+    TriggerSchedule {
+        name: String,
+    },
+    BackfillSchedule {
+        name: String,
+        from_ms: u64,
+        to_ms: u64,
+    },
+    DeleteSchedule {
+        name: String,
+    },
 }
 
 fn default_limit() -> usize {
@@ -148,6 +173,9 @@ pub enum Reply {
     Events(Vec<EventRecord>),
     Deployment(Deployment),
     Deployments(Vec<Deployment>),
+    Schedule(ScheduleView),
+    Schedules(Vec<ScheduleView>),
+    Fires(Vec<FireView>),
     Error(RemoteError),
 }
 
@@ -284,6 +312,42 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         }
         Request::ListDeployments => Reply::Deployments(keel.deployments().await?.as_ref().clone()),
         Request::ShowDeployment { name } => Reply::Deployment(keel.deployment(&name).await?),
+        Request::CreateSchedule(request) => Reply::Schedule(ScheduleView::of(
+            &keel.create_schedule(request.spec()?).await?,
+        )),
+        Request::ListSchedules => Reply::Schedules(
+            keel.schedules()
+                .await?
+                .iter()
+                .map(ScheduleView::of)
+                .collect(),
+        ),
+        Request::ShowSchedule { name } => {
+            Reply::Schedule(keel_server::schedules::view(keel, &keel.schedule(&name).await?).await?)
+        }
+        Request::PauseSchedule { name, note } => {
+            Reply::Schedule(ScheduleView::of(&keel.pause_schedule(&name, note).await?))
+        }
+        Request::ResumeSchedule { name, note } => {
+            Reply::Schedule(ScheduleView::of(&keel.resume_schedule(&name, note).await?))
+        }
+        Request::TriggerSchedule { name } => {
+            Reply::Fires(vec![FireView::from(&keel.trigger_schedule(&name).await?)])
+        }
+        Request::BackfillSchedule {
+            name,
+            from_ms,
+            to_ms,
+        } => Reply::Fires(
+            keel.backfill_schedule(&name, from_ms, to_ms)
+                .await?
+                .iter()
+                .map(FireView::from)
+                .collect(),
+        ),
+        Request::DeleteSchedule { name } => {
+            Reply::Schedule(ScheduleView::of(&keel.delete_schedule(&name).await?))
+        }
         Request::ShowRun { run_id } => Reply::Journal {
             run: keel.get_run(&run_id).await?,
             journal: keel.journal(&run_id).await?,

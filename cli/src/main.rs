@@ -294,6 +294,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Start { .. }
         | Command::Hooks { .. }
         | Command::Events { .. }
+        | Command::Schedules { .. }
         | Command::Runs { .. } => {
             refuse_missing_store(&cli)?;
             let request = request::request_of(&cli)?;
@@ -512,6 +513,8 @@ fn reads_only(command: &Command) -> bool {
             command: EventsCommand::List
         } | Command::Deployments {
             command: DeploymentsCommand::List | DeploymentsCommand::Show { .. }
+        } | Command::Schedules {
+            command: args::SchedulesCommand::List | args::SchedulesCommand::Show { .. }
         } | Command::Workers { .. }
             | Command::Journal {
                 command: JournalCommand::Export { .. }

@@ -9,8 +9,8 @@ use anyhow::Context;
 use keel_host::core::journal::Entry;
 use keel_host::core::{Deployment, RunRecord, RunStatus};
 use keel_server::wire::{
-    DeploymentList, ErrorBody, EventList, EventView, HookList, HookView, RunDetail, RunList,
-    RunView, StartHookRequest, StartRequest,
+    BackfillRequest, DeploymentList, ErrorBody, EventList, EventView, FireList, HookList, HookView,
+    PauseRequest, RunDetail, RunList, RunView, ScheduleList, StartHookRequest, StartRequest,
 };
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
@@ -335,6 +335,63 @@ impl Client {
             Request::ShowDeployment { name } => {
                 Reply::Deployment(self.get(&["v1", "deployments", &name], &[]).await?)
             }
+            Request::CreateSchedule(request) => {
+                Reply::Schedule(self.post(&["v1", "schedules"], &[], &request).await?)
+            }
+            Request::ListSchedules => Reply::Schedules(
+                self.get::<ScheduleList>(&["v1", "schedules"], &[])
+                    .await?
+                    .schedules,
+            ),
+            Request::ShowSchedule { name } => {
+                Reply::Schedule(self.get(&["v1", "schedules", &name], &[]).await?)
+            }
+            Request::PauseSchedule { name, note } => Reply::Schedule(
+                self.post(
+                    &["v1", "schedules", &name, "pause"],
+                    &[],
+                    &PauseRequest { note },
+                )
+                .await?,
+            ),
+            Request::ResumeSchedule { name, note } => Reply::Schedule(
+                self.post(
+                    &["v1", "schedules", &name, "resume"],
+                    &[],
+                    &PauseRequest { note },
+                )
+                .await?,
+            ),
+            Request::TriggerSchedule { name } => Reply::Fires(vec![
+                self.post(
+                    &["v1", "schedules", &name, "trigger"],
+                    &[],
+                    &serde_json::json!({}),
+                )
+                .await?,
+            ]),
+            Request::BackfillSchedule {
+                name,
+                from_ms,
+                to_ms,
+            } => Reply::Fires(
+                self.post::<FireList>(
+                    &["v1", "schedules", &name, "backfill"],
+                    &[],
+                    &BackfillRequest { from_ms, to_ms },
+                )
+                .await?
+                .fires,
+            ),
+            Request::DeleteSchedule { name } => Reply::Schedule(
+                self.call(
+                    Method::DELETE,
+                    self.url(&["v1", "schedules", &name], &[]),
+                    None,
+                )
+                .await?
+                .1,
+            ),
         })
     }
 

@@ -8,8 +8,11 @@ use serde_json::Value;
 
 use keel_host::core::{Clock, GrantSpec, RunFilter, StepLimits};
 
-use crate::args::{Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand};
+use crate::args::{
+    Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand, SchedulesCommand,
+};
 use crate::control::{Request, StartSpec};
+use keel_server::wire::ScheduleRequest;
 
 /// The request a command makes of the store, for the commands a running
 /// worker can answer too.
@@ -175,6 +178,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
         Command::Events {
             command: EventsCommand::List,
         } => Request::ListEvents,
+        Command::Schedules { command } => schedule_request(command)?,
         Command::Completions { .. }
         | Command::New { .. }
         | Command::Test { .. }
@@ -190,6 +194,68 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
         | Command::Journal { .. } => {
             anyhow::bail!("this command is not a request a worker or server answers")
         }
+    })
+}
+
+/// The request of a `keel schedules` command.
+fn schedule_request(command: &SchedulesCommand) -> anyhow::Result<Request> {
+    let name = |n: &String| n.clone();
+    Ok(match command {
+        SchedulesCommand::Create {
+            name,
+            workflow,
+            cron,
+            tz,
+            every,
+            offset,
+            input,
+            deployment,
+            overlap,
+            catchup_window,
+            paused,
+            start_at,
+            end_at,
+        } => {
+            let input = text_arg("--input", input)?;
+            let input =
+                serde_json::from_str(&input).map_err(|e| keel_host::Error::InvalidInput {
+                    reason: format!("--input: {e}"),
+                })?;
+            Request::CreateSchedule(ScheduleRequest {
+                name: name.clone(),
+                workflow: workflow.clone(),
+                deployment: deployment.clone(),
+                input,
+                additional_metadata: None,
+                cron: cron.clone(),
+                tz: tz.clone(),
+                every_ms: every.map(|d| d.as_millis() as u64),
+                offset_ms: offset.map(|d| d.as_millis() as u64),
+                overlap: Some(overlap.parse().map_err(|e: String| anyhow::anyhow!(e))?),
+                catchup_window_ms: Some(catchup_window.as_millis() as u64),
+                paused: *paused,
+                note: None,
+                start_at_ms: *start_at,
+                end_at_ms: *end_at,
+            })
+        }
+        SchedulesCommand::List => Request::ListSchedules,
+        SchedulesCommand::Show { name: n } => Request::ShowSchedule { name: name(n) },
+        SchedulesCommand::Pause { name: n, note } => Request::PauseSchedule {
+            name: name(n),
+            note: note.clone(),
+        },
+        SchedulesCommand::Resume { name: n, note } => Request::ResumeSchedule {
+            name: name(n),
+            note: note.clone(),
+        },
+        SchedulesCommand::Trigger { name: n } => Request::TriggerSchedule { name: name(n) },
+        SchedulesCommand::Backfill { name: n, from, to } => Request::BackfillSchedule {
+            name: name(n),
+            from_ms: *from,
+            to_ms: *to,
+        },
+        SchedulesCommand::Delete { name: n } => Request::DeleteSchedule { name: name(n) },
     })
 }
 

@@ -25,7 +25,7 @@ pub mod listen;
 pub mod metrics;
 pub mod openapi;
 mod routes;
-mod schedules;
+pub mod schedules;
 pub mod wire;
 
 pub use auth::Auth;

@@ -12,6 +12,25 @@ use crate::routes::{AppState, Param, json_object};
 use crate::wire::{
     BackfillRequest, FireList, FireView, PauseRequest, ScheduleList, ScheduleRequest, ScheduleView,
 };
+use keel_core::schedule::ScheduleRecord;
+
+/// The view of `record` with the status of each recent fire's run.
+pub async fn view(
+    keel: &keel_host::Keel,
+    record: &ScheduleRecord,
+) -> keel_host::Result<ScheduleView> {
+    let mut view = ScheduleView::of(record);
+    for fire in &mut view.recent {
+        if let Some(run_id) = &fire.run_id {
+            fire.run_status = match keel.get_run(run_id).await {
+                Ok(run) => Some(run.status),
+                Err(keel_host::Error::RunNotFound { .. }) => None,
+                Err(e) => return Err(e),
+            };
+        }
+    }
+    Ok(view)
+}
 
 /// `POST /v1/schedules`.
 pub async fn create(
@@ -33,7 +52,7 @@ pub async fn list(State(s): State<AppState>) -> ApiResult<Json<ScheduleList>> {
 
 /// `GET /v1/schedules/{name}`.
 pub async fn get(State(s): State<AppState>, Param(name): Param) -> ApiResult<Json<ScheduleView>> {
-    Ok(Json(ScheduleView::of(&s.keel.schedule(&name).await?)))
+    Ok(Json(view(&s.keel, &s.keel.schedule(&name).await?).await?))
 }
 
 /// `DELETE /v1/schedules/{name}`: answers with the schedule as it was.

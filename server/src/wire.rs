@@ -424,6 +424,10 @@ pub struct FireView {
     pub run_id: Option<String>,
     /// Why its start was refused.
     pub error: Option<String>,
+    /// Its run's status when the view was made (absent without a run, or
+    /// if the run is gone).
+    #[serde(default)]
+    pub run_status: Option<RunStatus>,
 }
 
 impl From<&Fire> for FireView {
@@ -434,6 +438,7 @@ impl From<&Fire> for FireView {
             outcome: f.outcome,
             run_id: f.run_id.as_ref().map(|r| r.to_string()),
             error: f.error.clone(),
+            run_status: None,
         }
     }
 }
