@@ -356,6 +356,8 @@ pub enum DeploymentsCommand {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process: the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum SchedulesCommand {
     /// Create a schedule: WORKFLOW started on a cron spec (read in --tz) or
     /// every DURATION; each fire is a run `NAME:YYYYMMDDTHHMMSSZ`,
