@@ -378,3 +378,81 @@ fn connections_that_never_finish_their_headers_cannot_starve_the_server() {
         );
     }
 }
+
+#[test]
+fn a_schedule_fires_on_a_server_each_second_once_and_is_managed_from_the_cli() {
+    let server = serve(&[], &[]);
+    let (out, _) = client(&server.url, &["deploy", keel_tests::TESTBED]);
+    assert!(out.status.success());
+    let (out, created) = client(
+        &server.url,
+        &[
+            "schedules",
+            "create",
+            "tick",
+            "ten_steps",
+            "--every",
+            "1s",
+            "--input",
+            "1",
+            "--overlap",
+            "allow-all",
+        ],
+    );
+    assert!(out.status.success(), "{created}");
+    assert_eq!(created["description"], "every 1s");
+    // The server's worker fires it: wait (up to 30 s) for three fires.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let shown = loop {
+        let (_, shown) = client(&server.url, &["schedules", "show", "tick"]);
+        let completed = shown["recent"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["outcome"] == "started" && f["run_status"] == "completed")
+            .count();
+        if completed >= 3 {
+            break shown;
+        }
+        assert!(std::time::Instant::now() < deadline, "{shown}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let fires = shown["recent"].as_array().unwrap();
+    let nominal: Vec<u64> = fires
+        .iter()
+        .map(|f| f["nominal_ms"].as_u64().unwrap())
+        .collect();
+    assert!(
+        nominal.windows(2).all(|w| w[1] == w[0] + 1000),
+        "one fire per second, none twice, none skipped: {nominal:?}"
+    );
+    for f in fires {
+        let lag = f["at_ms"].as_u64().unwrap() - f["nominal_ms"].as_u64().unwrap();
+        assert!(lag < 1000, "decided {lag} ms late: {f}");
+    }
+
+    let (out, paused) = client(
+        &server.url,
+        &["schedules", "pause", "tick", "--note", "enough"],
+    );
+    assert!(out.status.success(), "{paused}");
+    assert_eq!(paused["paused"], true);
+    let (_, listed) = client(&server.url, &["schedules", "list"]);
+    assert_eq!(listed[0]["name"], "tick");
+    assert_eq!(listed[0]["paused"], true);
+    let (out, fires) = client(&server.url, &["schedules", "trigger", "tick"]);
+    assert!(out.status.success(), "{fires}");
+    assert_eq!(fires[0]["outcome"], "started");
+    let (out, _) = client(&server.url, &["schedules", "delete", "tick"]);
+    assert!(out.status.success());
+    let (out, gone) = client(&server.url, &["schedules", "show", "tick"]);
+    assert!(!out.status.success());
+    assert_eq!(gone["error"]["kind"], "schedule_not_found", "{gone}");
+    assert!(
+        gone["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("schedules list"),
+        "{gone}"
+    );
+}

@@ -519,3 +519,92 @@ async fn a_cancel_from_one_process_stops_a_run_another_drives() {
         .unwrap();
     assert_eq!(json_of(&out)["error"]["kind"], "hook_not_found");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_workers_fire_each_second_once_and_a_worker_killed_loses_no_fire() {
+    use keel_host::core::schedule::{FireOutcome, Overlap, ScheduleSpec, Spec, parse_fire_run_id};
+    let schema = schema("schedule");
+    let keel = engine(&schema).await;
+    keel.deploy_file(Path::new(keel_tests::TESTBED), None)
+        .await
+        .unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let mut a = worker(&schema, &logs.path().join("a.log"));
+    let _b = worker(&schema, &logs.path().join("b.log"));
+    keel.create_schedule(ScheduleSpec {
+        name: "tick".into(),
+        workflow: "ten_steps".into(),
+        deployment: None,
+        input: "2".into(),
+        additional_metadata: None,
+        spec: Spec::every(1000, 0).unwrap(),
+        overlap: Overlap::AllowAll,
+        catchup_window_ms: 60_000,
+        paused: false,
+        note: None,
+        start_at_ms: None,
+        end_at_ms: None,
+    })
+    .await
+    .unwrap();
+    let started = |s: &keel_host::core::schedule::ScheduleRecord| {
+        s.recent
+            .iter()
+            .filter(|f| f.outcome == FireOutcome::Started)
+            .count()
+    };
+    let until = |n: usize| {
+        let keel = keel.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let s = keel.schedule("tick").await.unwrap();
+                if started(&s) >= n {
+                    return s;
+                }
+                assert!(Instant::now() < deadline, "{} fires: {s:?}", started(&s));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    until(4).await;
+    // kill -9 one worker mid-way; the other fires on.
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
+    until(12).await;
+    let s = keel.pause_schedule("tick", None).await.unwrap();
+
+    let mut nominal: Vec<u64> = Vec::new();
+    for f in &s.recent {
+        assert!(
+            matches!(f.outcome, FireOutcome::Started),
+            "every fire started, none missed, skipped or already fired: {f:?}"
+        );
+        let run_id = f.run_id.as_ref().unwrap();
+        assert_eq!(parse_fire_run_id(run_id.as_str()).unwrap().1, f.nominal_ms);
+        nominal.push(f.nominal_ms);
+    }
+    assert!(
+        nominal.windows(2).all(|w| w[1] == w[0] + 1000),
+        "each second fired once, no gap: {nominal:?}"
+    );
+    // The runs: one per nominal time, each ending once.
+    let runs: Vec<_> = keel
+        .list_runs()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.run_id.as_str().starts_with("tick:"))
+        .collect();
+    assert_eq!(
+        runs.len(),
+        nominal.len(),
+        "no run the schedule does not know"
+    );
+    for run in &runs {
+        let run = ended(&keel, run.run_id.as_str()).await;
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+        let journal = keel.journal(run.run_id.as_str()).await.unwrap();
+        assert_eq!(journal.iter().filter(|e| e.fact.is_end()).count(), 1);
+    }
+}
