@@ -33,13 +33,14 @@ pub trait Observer: Send + Sync {
     /// A run of `workflow` was admitted.
     fn run_started(&self, _workflow: &str) {}
 
-    /// A fire of schedule `schedule` was decided `lag_ms` after its
-    /// nominal time, with `outcome`.
+    /// A fire of schedule `schedule` was decided with `outcome`, `lag_ms`
+    /// after its nominal time (`None` for a backfill, whose times are past
+    /// by design).
     fn schedule_fired(
         &self,
         _schedule: &str,
         _outcome: keel_core::schedule::FireOutcome,
-        _lag_ms: u64,
+        _lag_ms: Option<u64>,
     ) {
     }
 

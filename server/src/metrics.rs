@@ -32,6 +32,12 @@ struct AttemptLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FireLabels {
+    schedule: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabel {
     status: String,
 }
@@ -46,6 +52,8 @@ pub struct Metrics {
     run_seconds: Histogram,
     active: Gauge,
     live: Family<StatusLabel, Gauge>,
+    fires: Family<FireLabels, Counter>,
+    fire_lag: Histogram,
 }
 
 impl Default for Metrics {
@@ -73,6 +81,18 @@ impl Default for Metrics {
             "Time from a run's admission to its end",
             run_seconds.clone(),
         );
+        let fires = Family::<FireLabels, Counter>::default();
+        registry.register(
+            "schedule_fires",
+            "Schedule fires, by outcome (started, skipped, buffered, missed, already_fired, failed)",
+            fires.clone(),
+        );
+        let fire_lag = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "schedule_fire_lag_seconds",
+            "Time from a fire's nominal time to its decision",
+            fire_lag.clone(),
+        );
         let active = Gauge::default();
         registry.register(
             "runs_active",
@@ -93,6 +113,8 @@ impl Default for Metrics {
             flush,
             run_seconds,
             active,
+            fires,
+            fire_lag,
             live,
         }
     }
@@ -145,6 +167,26 @@ impl Observer for Metrics {
                 outcome: outcome.as_str().into(),
             })
             .inc();
+    }
+
+    fn schedule_fired(
+        &self,
+        schedule: &str,
+        outcome: keel_core::schedule::FireOutcome,
+        lag_ms: Option<u64>,
+    ) {
+        self.fires
+            .get_or_create(&FireLabels {
+                schedule: schedule.into(),
+                outcome: outcome.as_str().into(),
+            })
+            .inc();
+        // The lag of fires decided on time: a missed fire's is the outage.
+        if let Some(lag_ms) = lag_ms
+            && outcome != keel_core::schedule::FireOutcome::Missed
+        {
+            self.fire_lag.observe(lag_ms as f64 / 1000.0);
+        }
     }
 
     fn journal_flush(&self, _entries: usize, elapsed: Duration) {

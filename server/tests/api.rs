@@ -1274,6 +1274,29 @@ async fn schedules_are_created_fired_paused_and_deleted_over_http() {
         "{again}"
     );
 
+    // Fires are counted by outcome: the trigger and three backfilled
+    // started, three found.
+    let metrics = server
+        .http
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"keel_schedule_fires_total{schedule="nightly",outcome="started"} 4"#,
+        r#"keel_schedule_fires_total{schedule="nightly",outcome="already_fired"} 3"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    // Only the trigger was decided on time: backfilled times are past.
+    assert!(
+        metrics.contains("keel_schedule_fire_lag_seconds_count 1"),
+        "{metrics}"
+    );
+
     let (status, paused) = server
         .post("/v1/schedules/nightly/pause", json!({"note": "holiday"}))
         .await;

@@ -163,7 +163,7 @@ impl Keel {
         let mut claimed = self.claim_schedule(self.schedule(name).await?, now).await?;
         let live = self.last_run_live(&claimed).await?;
         let decision = claimed.decide_one(now, live);
-        let fires = self.carry_out(&mut claimed, decision, now).await?;
+        let fires = self.carry_out(&mut claimed, decision, now, true).await?;
         self.release_schedule(claimed).await?;
         Ok(fires.into_iter().next().expect("one decision, one fire"))
     }
@@ -194,7 +194,7 @@ impl Keel {
             starts: times,
             recorded: Vec::new(),
         };
-        let fires = self.carry_out(&mut claimed, decision, now).await;
+        let fires = self.carry_out(&mut claimed, decision, now, false).await;
         let released = self.release_schedule(claimed).await;
         let fires = fires?;
         released?;
@@ -238,7 +238,7 @@ impl Keel {
         let mut claimed = self.claim_schedule(record, now).await?;
         let live = self.last_run_live(&claimed).await?;
         let decision = claimed.decide(now, live);
-        let fired = self.carry_out(&mut claimed, decision, now).await;
+        let fired = self.carry_out(&mut claimed, decision, now, true).await;
         // What was decided and started is recorded even if a later start
         // failed; that failure leaves the claim to expire and be retried.
         match fired {
@@ -285,7 +285,7 @@ impl Keel {
     }
 
     /// Starts the decided fires in order and records every outcome in
-    /// `record`; returns the fires. A start whose outcome is unknown stops
+    /// `record` (their lag reported if `on_time`); returns the fires. A start whose outcome is unknown stops
     /// here with its error: the claim expires and the fire is decided again,
     /// finding its run if it was admitted.
     async fn carry_out(
@@ -293,7 +293,9 @@ impl Keel {
         record: &mut ScheduleRecord,
         decision: keel_core::schedule::Decision,
         now: u64,
+        on_time: bool,
     ) -> Result<Vec<Fire>> {
+        let lag = |nominal: u64| on_time.then(|| now.saturating_sub(nominal));
         let mut fires = Vec::with_capacity(decision.starts.len() + decision.recorded.len());
         for nominal in decision.starts {
             let fire = self.start_fire(record, nominal, now).await?;
@@ -303,19 +305,17 @@ impl Keel {
             ) {
                 record.last_run_id = fire.run_id.clone();
             }
-            self.inner.config.observer.schedule_fired(
-                &record.name,
-                fire.outcome,
-                now.saturating_sub(nominal),
-            );
+            self.inner
+                .config
+                .observer
+                .schedule_fired(&record.name, fire.outcome, lag(nominal));
             fires.push(fire);
         }
         for (nominal, outcome) in decision.recorded {
-            self.inner.config.observer.schedule_fired(
-                &record.name,
-                outcome,
-                now.saturating_sub(nominal),
-            );
+            self.inner
+                .config
+                .observer
+                .schedule_fired(&record.name, outcome, lag(nominal));
             fires.push(Fire {
                 nominal_ms: nominal,
                 at_ms: now,
