@@ -43,6 +43,10 @@ pub struct Args {
     /// instance slots, for the figure beyond the slots; 0 skips it.
     #[arg(long, default_value_t = 1000)]
     queued_runs: usize,
+    /// Fires of a schedule every second, for the fire-lag figures (in
+    /// process, and by a `keel serve` with the HTTP figures); 0 skips them.
+    #[arg(long, default_value_t = 10)]
+    fires: usize,
     /// W10 runs through the HTTP API for its throughput figure (16 in
     /// flight); 0 skips the HTTP figures.
     #[arg(long, default_value_t = 200)]
@@ -62,6 +66,9 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let in_process = result?;
     if args.queued_runs > 0 {
         beyond_the_slots(args).await?;
+    }
+    if args.fires > 0 {
+        fire_lag(args).await?;
     }
     if args.http_runs > 0 {
         http::figures(args, in_process).await?;
@@ -286,6 +293,99 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
     Ok(())
 }
 
+/// Each fire's lag, as the engine reports it.
+#[derive(Default)]
+struct Lags(std::sync::Mutex<Vec<Duration>>);
+
+impl keel_host::Observer for Lags {
+    fn schedule_fired(
+        &self,
+        _schedule: &str,
+        _outcome: keel_host::core::schedule::FireOutcome,
+        lag_ms: Option<u64>,
+    ) {
+        if let Some(ms) = lag_ms {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Duration::from_millis(ms));
+        }
+    }
+}
+
+/// A schedule firing `ten_steps` every second, for the fire-lag figures.
+fn every_second(name: &str) -> keel_host::core::schedule::ScheduleSpec {
+    use keel_host::core::schedule::{DEFAULT_CATCHUP_WINDOW_MS, Overlap, ScheduleSpec, Spec};
+    ScheduleSpec {
+        name: name.into(),
+        workflow: "ten_steps".into(),
+        deployment: None,
+        input: "10".into(),
+        additional_metadata: None,
+        spec: Spec::every(1000, 0).expect("a valid interval"),
+        overlap: Overlap::AllowAll,
+        catchup_window_ms: DEFAULT_CATCHUP_WINDOW_MS,
+        paused: false,
+        note: None,
+        start_at_ms: None,
+        end_at_ms: None,
+    }
+}
+
+/// The lag from a fire's nominal time to its decision and to its run's
+/// admission, on an idle worker in this process firing a schedule every
+/// second.
+async fn fire_lag(args: &Args) -> anyhow::Result<()> {
+    use keel_host::store::sled::SledOptions;
+    let dir = std::env::temp_dir().join(format!("keel-bench-fires-{}", std::process::id()));
+    let lags = Arc::new(Lags::default());
+    let mut config = Config::caching_in(dir.join("compiled"));
+    config.observer = lags.clone();
+    let keel = Keel::open_sled(config, &SledOptions::new(&dir))?;
+    let result = async {
+        keel.deploy_file(&args.component, None).await?;
+        keel.create_schedule(every_second("bench")).await?;
+        let worker = tokio::spawn({
+            let keel = keel.clone();
+            async move { keel.work(false).await }
+        });
+        let deadline = Instant::now() + Duration::from_secs(args.fires as u64 * 2 + 10);
+        while lags.0.lock().unwrap_or_else(|e| e.into_inner()).len() < args.fires {
+            anyhow::ensure!(Instant::now() < deadline, "the schedule did not fire");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        keel.shutdown();
+        worker.await??;
+        let decided = lags.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let admitted = admission_lags(&keel.list_runs().await?);
+        print_latencies(
+            "Schedule fire lag on an idle worker, in process: nominal time to decision",
+            decided,
+        );
+        print_latencies(
+            "Schedule fire lag on an idle worker, in process: nominal time to the run's admission",
+            admitted,
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    drop(keel);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// From each fire's nominal time (in its run ID) to the run's admission.
+fn admission_lags(runs: &[keel_host::core::RunRecord]) -> Vec<Duration> {
+    runs.iter()
+        .filter_map(|r| {
+            let (_, nominal) = keel_host::core::schedule::parse_fire_run_id(r.run_id.as_str())?;
+            Some(Duration::from_millis(
+                r.created_at_ms.saturating_sub(nominal),
+            ))
+        })
+        .collect()
+}
+
 /// Instance slots of the engine for the figure beyond the slots.
 const FEW_SLOTS: u32 = 64;
 
@@ -445,6 +545,57 @@ mod http {
         Ok(())
     }
 
+    /// A schedule every second created through the API of a `keel serve`
+    /// and fired by its worker: the lag from each nominal time to the
+    /// fire's decision, as the API reports the fires.
+    async fn fire_lag(client: &reqwest::Client, url: &str, fires: usize) -> anyhow::Result<()> {
+        client
+            .post(format!("{url}/v1/schedules"))
+            .json(
+                &json!({"name": "bench-http", "workflow": "ten_steps", "input": 10,
+                          "every_ms": 1000, "overlap": "allow-all"}),
+            )
+            .send()
+            .await?
+            .error_for_status()?;
+        let deadline = Instant::now() + std::time::Duration::from_secs(fires as u64 * 2 + 10);
+        let schedule = loop {
+            let schedule: Value = client
+                .get(format!("{url}/v1/schedules/bench-http"))
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            if schedule["recent"].as_array().map_or(0, Vec::len) >= fires {
+                break schedule;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the schedule did not fire: {schedule}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        let lags = schedule["recent"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| {
+                Some(
+                    f["at_ms"]
+                        .as_u64()?
+                        .saturating_sub(f["nominal_ms"].as_u64()?),
+                )
+            })
+            .map(std::time::Duration::from_millis)
+            .collect();
+        print_latencies(
+            "Schedule fire lag on an idle `keel serve`, created over HTTP: nominal time to decision",
+            lags,
+        );
+        Ok(())
+    }
+
     pub(super) async fn figures(args: &Args, in_process: InProcess) -> anyhow::Result<()> {
         let server = start()?;
         let client = reqwest::Client::new();
@@ -487,6 +638,9 @@ mod http {
         }
         let rate = total as f64 / t.elapsed().as_secs_f64();
         println!("HTTP API: W10 throughput, 16 in flight ({total} runs): {rate:.0} runs/s");
+        if args.fires > 0 {
+            fire_lag(&client, &server.url, args.fires).await?;
+        }
         println!(
             "HTTP API against in process, same run: throughput {:.0}% ({rate:.0} vs {:.0} runs/s), p50 {:.2} vs {:.2} ms",
             rate / in_process.rate16 * 100.0,
