@@ -188,6 +188,13 @@ pub enum Command {
         /// Admit the run and return at once; a worker drives it.
         #[arg(long)]
         detach: bool,
+        /// A delayed start: admitted now (its token and key decided now),
+        /// listed `scheduled`, first run this long from now (30s, 2h).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "start_at")]
+        delay: Option<std::time::Duration>,
+        /// A delayed start at this time (RFC 3339, or ms since the epoch).
+        #[arg(long, value_parser = parse_time, value_name = "TIME")]
+        start_at: Option<u64>,
     },
     /// Resume and look up hooks.
     Hooks {

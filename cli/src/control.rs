@@ -55,6 +55,9 @@ pub struct StartSpec {
     /// the worker dies before answering.
     #[serde(default)]
     pub run_id: Option<String>,
+    /// A delayed start's time (ms since the epoch).
+    #[serde(default)]
+    pub start_at_ms: Option<u64>,
 }
 
 impl StartSpec {
@@ -62,6 +65,7 @@ impl StartSpec {
     pub fn options(&self) -> StartOptions {
         StartOptions {
             run_id: self.run_id.clone().map(Into::into),
+            start_at_ms: self.start_at_ms,
             additional_metadata: self.additional_metadata.clone(),
             hook: self.token.clone().map(|token| StartHook {
                 token,

@@ -143,6 +143,7 @@ impl Client {
                 detach,
                 grants,
                 run_id,
+                start_at_ms,
             }) => {
                 let deployment = match component {
                     Some(path) => Some(
@@ -167,6 +168,8 @@ impl Client {
                         metadata,
                     }),
                     additional_metadata,
+                    delay_ms: None,
+                    start_at_ms,
                     wait_ms: (!detach).then_some(WAIT_MS),
                     return_on_wait: true,
                 };

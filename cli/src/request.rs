@@ -46,6 +46,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             metadata: None,
             additional_metadata: None,
             detach: false,
+            start_at_ms: None,
         })
     };
     Ok(match &cli.command {
@@ -70,9 +71,19 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             metadata,
             additional_metadata,
             detach,
+            delay,
+            start_at,
         } => {
             let base = start(component, workflow, input)?;
+            let start_at_ms = delay
+                .map(|d| {
+                    keel_host::SystemClock
+                        .now_ms()
+                        .saturating_add(d.as_millis() as u64)
+                })
+                .or(*start_at);
             Request::Start(StartSpec {
+                start_at_ms,
                 token: token.clone(),
                 retention_ms: retention.map(|r| r.as_millis() as u64),
                 metadata: json_arg("--metadata", metadata)?,

@@ -23,6 +23,9 @@ pub enum RunStatus {
     Failed,
     /// Ended by a cancel.
     Cancelled,
+    /// Admitted to start later (a delayed start): its first activation is
+    /// at `wake_at_ms`. Last, so that stored statuses keep their codes.
+    Scheduled,
 }
 
 impl RunStatus {
@@ -35,6 +38,7 @@ impl RunStatus {
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::Scheduled => "scheduled",
         }
     }
 
@@ -47,6 +51,7 @@ impl RunStatus {
             RunStatus::Completed,
             RunStatus::Failed,
             RunStatus::Cancelled,
+            RunStatus::Scheduled,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)

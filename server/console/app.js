@@ -78,7 +78,7 @@ function runsPage(params) {
     <h1>Runs</h1>
     <div class="toolbar">
       <select id="status" data-testid="status-filter">
-        ${["", "pending", "running", "waiting", "completed", "failed", "cancelled"]
+        ${["", "pending", "scheduled", "running", "waiting", "completed", "failed", "cancelled"]
           .map((s) => `<option value="${s}" ${s === status ? "selected" : ""}>${s || "any status"}</option>`).join("")}
       </select>
       <input id="search" type="search" placeholder="Run ID or workflow" value="${esc(search)}" data-testid="search">

@@ -102,7 +102,7 @@ impl Default for Metrics {
         let live = Family::<StatusLabel, Gauge>::default();
         registry.register(
             "runs_live",
-            "Runs that have not ended, by status (pending, running, waiting)",
+            "Runs that have not ended, by status (pending, scheduled, running, waiting)",
             live.clone(),
         );
         Metrics {
@@ -125,7 +125,12 @@ impl Metrics {
     pub async fn render(&self, keel: &Keel) -> keel_host::Result<String> {
         self.active.set(keel.active_runs() as i64);
         let live = keel.live_runs().await?;
-        for status in [RunStatus::Pending, RunStatus::Running, RunStatus::Waiting] {
+        for status in [
+            RunStatus::Pending,
+            RunStatus::Scheduled,
+            RunStatus::Running,
+            RunStatus::Waiting,
+        ] {
             let count = live.iter().filter(|r| r.status == status).count();
             self.live
                 .get_or_create(&StatusLabel {

@@ -434,8 +434,18 @@ pub async fn start(
         .map(RunId::parse)
         .transpose()
         .map_err(|e| ApiError::invalid(format!("`run_id`: {e}")))?;
+    let start_at_ms = match (request.delay_ms, request.start_at_ms) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "give `delay_ms` or `start_at_ms`, not both",
+            ));
+        }
+        (Some(delay), None) => Some(s.keel.clock_ms().saturating_add(delay)),
+        (None, at) => at,
+    };
     let options = StartOptions {
         run_id,
+        start_at_ms,
         additional_metadata: request.additional_metadata,
         hook: request.hook.map(|hook| StartHook {
             token: hook.token,
@@ -505,7 +515,9 @@ async fn wait_on(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord
         }
         Err(_) => keel.get_run(&run_id).await?,
     };
-    if driven.status.is_final() || (wait.return_on_wait && driven.status == RunStatus::Waiting) {
+    // A run that waits (or waits to start) answers at once when asked to.
+    let waits = matches!(driven.status, RunStatus::Waiting | RunStatus::Scheduled);
+    if driven.status.is_final() || (wait.return_on_wait && waits) {
         return Ok(driven);
     }
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -527,7 +539,7 @@ pub async fn list_runs(
         }
         statuses.push(RunStatus::parse(status).ok_or_else(|| {
             ApiError::invalid(format!(
-                "`{status}` is not a run status; use pending, running, waiting, completed, failed or cancelled"
+                "`{status}` is not a run status; use pending, scheduled, running, waiting, completed, failed or cancelled"
             ))
         })?);
     }

@@ -223,6 +223,12 @@ pub struct StartRequest {
     pub run_id: Option<String>,
     /// `additional_metadata` for key expressions (a JSON object).
     pub additional_metadata: Option<Value>,
+    /// A delayed start: admitted now (its token and key decided now),
+    /// listed `scheduled`, first activated this many milliseconds later.
+    pub delay_ms: Option<u64>,
+    /// A delayed start at this time (ms since the epoch); not with
+    /// `delay_ms`.
+    pub start_at_ms: Option<u64>,
     /// Wait up to this many milliseconds for the run to end before
     /// answering; 0 or absent answers once admitted.
     #[schemars(range(max = 60000))]

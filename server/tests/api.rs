@@ -1350,6 +1350,25 @@ async fn schedules_are_created_fired_paused_and_deleted_over_http() {
         assert_eq!(status.as_u16(), code, "{body} -> {e}");
         assert_eq!(error_kind(&e), kind, "{body} -> {e}");
     }
+    // A delayed start is admitted now and listed scheduled.
+    let (status, run) = server
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 1, "delay_ms": 3_600_000, "wait_ms": 60000, "return_on_wait": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_eq!(run["status"], "scheduled");
+    let (_, listed) = server.get("/v1/runs?status=scheduled").await;
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 1, "{listed}");
+    let (status, e) = server
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 1, "delay_ms": 1, "start_at_ms": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+
     let body = json!({"name": "dup", "workflow": "ten_steps", "every_ms": 60000});
     assert_eq!(
         server.post("/v1/schedules", body.clone()).await.0,

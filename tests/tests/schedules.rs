@@ -316,3 +316,65 @@ async fn bad_schedules_are_refused_naming_the_problem() {
     assert_eq!(e.kind().as_str(), "schedule_not_found", "{e}");
     assert!(keel.schedules().await.unwrap().len() == 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delayed_start_waits_for_its_time_holds_its_token_and_can_be_cancelled() {
+    use keel_host::{StartHook, StartOptions};
+    const HOUR: u64 = 60 * MINUTE;
+    let store = TestStore::new();
+    let (keel, clock) = engine(&store).await;
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let options = StartOptions {
+        start_at_ms: Some(T0 + HOUR),
+        ..StartOptions::from(StartHook::new("report:1"))
+    };
+    let run = keel
+        .start_with(&testbed, "ten_steps", "3", &options)
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Scheduled);
+    assert_eq!(run.wake_at_ms, Some(T0 + HOUR));
+    // Not activated before its time, whoever drives it.
+    let driven = keel.drive(run.run_id.as_str()).await.unwrap();
+    assert_eq!(driven.status, RunStatus::Scheduled);
+    assert_eq!(keel.work_once().await.unwrap(), 0);
+    assert_eq!(keel.journal(run.run_id.as_str()).await.unwrap().len(), 1);
+    assert_eq!(keel.next_wake().await.unwrap(), Some(T0 + HOUR));
+    // Its token is held from admission.
+    let e = keel
+        .start_with(
+            &testbed,
+            "ten_steps",
+            "3",
+            &StartOptions::from(StartHook::new("report:1")),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind().as_str(), "hook_conflict", "{e}");
+    // At its time, a worker runs it.
+    clock.advance(HOUR);
+    assert_eq!(keel.work_once().await.unwrap(), 1);
+    let ended = keel.get_run(run.run_id.as_str()).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:?}");
+
+    // Cancelled before its time, it never runs.
+    let options = StartOptions {
+        start_at_ms: Some(T0 + 3 * HOUR),
+        ..StartOptions::default()
+    };
+    let later = keel
+        .start_with(&testbed, "ten_steps", "3", &options)
+        .await
+        .unwrap();
+    let cancelled = keel.cancel(later.run_id.as_str()).await.unwrap();
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    clock.advance(3 * HOUR);
+    assert_eq!(keel.work_once().await.unwrap(), 0);
+    let journal = keel.journal(later.run_id.as_str()).await.unwrap();
+    assert!(
+        !journal
+            .iter()
+            .any(|e| matches!(e.fact, keel_host::core::journal::Fact::StepScheduled { .. })),
+        "no step of a cancelled delayed start ran: {journal:?}"
+    );
+}

@@ -27,6 +27,11 @@ pub struct StartOptions {
     /// run to look for; a new one if `None`. An ID the store holds already
     /// is refused with `RunExists`.
     pub run_id: Option<RunId>,
+    /// A delayed start: the run is admitted now (its token and key are
+    /// decided now) and listed `scheduled`; its first activation is at
+    /// this time (ms since the epoch, on the engine's clock). A time past
+    /// starts it at once.
+    pub start_at_ms: Option<u64>,
 }
 
 /// The start hook of a run (`start(..., { hook: { token, ... } })`).
@@ -150,17 +155,22 @@ impl Keel {
             .map(|k| Ok::<_, Error>((k.evaluate(&value, &metadata)?, k.ttl_ms)))
             .transpose()?;
         let now = self.now_ms();
+        let delayed = options.start_at_ms.filter(|at| *at > now);
         let run = RunRecord {
             run_id: run_id.clone(),
             workflow: workflow.into(),
             component_hash: component.hash.clone(),
             input: input.clone(),
-            status: RunStatus::Pending,
+            status: if delayed.is_some() {
+                RunStatus::Scheduled
+            } else {
+                RunStatus::Pending
+            },
             output: None,
             error: None,
             created_at_ms: now,
             updated_at_ms: now,
-            wake_at_ms: None,
+            wake_at_ms: delayed,
         };
         let start_hook = options.hook.as_ref().map(|h| HookRecord {
             token: h.token.as_str().into(),
@@ -383,6 +393,7 @@ impl Keel {
         let start = StartOptions {
             additional_metadata: None,
             run_id: None,
+            start_at_ms: None,
             hook: options.token.as_ref().map(|token| StartHook {
                 token: token.clone(),
                 min_retention: options.min_retention_ms.map(Duration::from_millis),

@@ -257,6 +257,7 @@ impl Keel {
     pub(super) async fn is_due(&self, run: &RunRecord) -> Result<bool> {
         Ok(match run.status {
             RunStatus::Pending | RunStatus::Running => true,
+            RunStatus::Scheduled => run.wake_at_ms.is_none_or(|at| at <= self.now_ms()),
             RunStatus::Waiting => {
                 run.wake_at_ms.is_some_and(|at| at <= self.now_ms())
                     || self.store().is_woken(&run.run_id).await?
@@ -293,10 +294,11 @@ impl Keel {
             return self.get_run(run_id).await;
         };
         let run = self.get_run(run_id).await?;
-        if run.status.is_final() {
+        if run.status.is_final() || self.is_stopping() {
             return Ok(run);
         }
-        if self.is_stopping() {
+        // A delayed start is not activated before its time.
+        if run.status == RunStatus::Scheduled && !self.is_due(&run).await? {
             return Ok(run);
         }
         let Some(lease) = self.lease(run_id).await? else {

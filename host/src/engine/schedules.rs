@@ -342,6 +342,7 @@ impl Keel {
                 .and_then(|m| serde_json::from_str(m).ok()),
             hook: None,
             run_id: Some(run_id.clone()),
+            start_at_ms: None,
         };
         let started = self
             .start_workflow(

@@ -128,6 +128,10 @@ impl Keel {
             }
             match (run.status, run.wake_at_ms) {
                 (RunStatus::Pending | RunStatus::Running, _) => due.push(run.run_id),
+                (RunStatus::Scheduled, Some(at)) if at > now => {
+                    next_wake = Some(next_wake.map_or(at, |n| n.min(at)));
+                }
+                (RunStatus::Scheduled, _) => due.push(run.run_id),
                 (RunStatus::Waiting, _) if woken.contains(&run.run_id) => due.push(run.run_id),
                 (RunStatus::Waiting, Some(at)) if at > now => {
                     next_wake = Some(next_wake.map_or(at, |n| n.min(at)));
@@ -331,7 +335,7 @@ impl Keel {
             .live_runs()
             .await?
             .iter()
-            .filter(|r| r.status == RunStatus::Waiting)
+            .filter(|r| matches!(r.status, RunStatus::Waiting | RunStatus::Scheduled))
             .filter_map(|r| r.wake_at_ms)
             .min())
     }
