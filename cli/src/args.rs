@@ -416,9 +416,13 @@ pub enum SchedulesCommand {
     List,
     /// A schedule: its spec, next five fire times, latest fires with their
     /// runs, skipped and missed fires.
-    Show { name: String },
+    Show {
+        /// The schedule's name.
+        name: String,
+    },
     /// Pause a schedule: no fire until it is resumed.
     Pause {
+        /// The schedule's name.
         name: String,
         /// Why, shown with the schedule.
         #[arg(long)]
@@ -426,14 +430,20 @@ pub enum SchedulesCommand {
     },
     /// Resume a schedule; it fires next at its first time after now.
     Resume {
+        /// The schedule's name.
         name: String,
+        /// Why, shown with the schedule.
         #[arg(long)]
         note: Option<String>,
     },
     /// Fire a schedule once now, under its overlap policy.
-    Trigger { name: String },
+    Trigger {
+        /// The schedule's name.
+        name: String,
+    },
     /// Start a run for every nominal time in a range, each once.
     Backfill {
+        /// The schedule's name.
         name: String,
         /// The range's start (RFC 3339, or ms since the epoch).
         #[arg(long, value_parser = parse_time, value_name = "TIME")]
@@ -443,7 +453,10 @@ pub enum SchedulesCommand {
         to: u64,
     },
     /// Delete a schedule (its fires' runs stay).
-    Delete { name: String },
+    Delete {
+        /// The schedule's name.
+        name: String,
+    },
 }
 
 /// A time given as RFC 3339 (`2026-12-01T09:00:00Z`) or milliseconds since

@@ -329,6 +329,7 @@ fn every_second(name: &str) -> keel_host::core::schedule::ScheduleSpec {
         note: None,
         start_at_ms: None,
         end_at_ms: None,
+        declared_by: None,
     }
 }
 

@@ -56,6 +56,28 @@ pub struct WorkflowInfo {
     /// The JSON Schema of its output, likewise.
     #[serde(default)]
     pub output_schema: Option<serde_json::Value>,
+    /// The schedule it declares (`#[workflow(schedule(...))]`), created
+    /// when its component is deployed.
+    #[serde(default)]
+    pub schedule: Option<DeclaredSchedule>,
+}
+
+/// A schedule a workflow declares: deploying its component creates it as
+/// `DEPLOYMENT.WORKFLOW` (firing on that deployment), a redeploy under the
+/// same name updates it, and a redeploy whose component no longer declares
+/// it deletes it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeclaredSchedule {
+    /// A cron expression; or `every_ms`.
+    pub cron: Option<String>,
+    /// The cron expression's IANA time zone (default UTC).
+    pub tz: Option<String>,
+    pub every_ms: Option<u64>,
+    /// `skip` (default), `buffer-one` or `allow-all`.
+    pub overlap: Option<String>,
+    pub catchup_window_ms: Option<u64>,
+    /// Every fire's input, as JSON (default `null`).
+    pub input: Option<String>,
 }
 
 /// What a component exports.

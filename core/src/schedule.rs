@@ -370,6 +370,9 @@ pub struct ScheduleRecord {
     /// The worker deciding its fires, and until when (a claim another
     /// worker may take once it has expired).
     pub claim: Option<Claim>,
+    /// The deployment that declares it (in code), if any: its redeploys
+    /// update or delete it.
+    pub declared_by: Option<String>,
     /// Bumped by every write: an update names the revision it read, and
     /// is refused if another write came first.
     pub revision: u64,
@@ -382,6 +385,48 @@ pub struct ScheduleRecord {
 pub struct Claim {
     pub owner: String,
     pub until_ms: u64,
+}
+
+impl crate::manifest::DeclaredSchedule {
+    /// The settings of the schedule `name` this declaration makes for
+    /// `workflow` on `deployment`.
+    pub fn settings(
+        &self,
+        name: &str,
+        workflow: &str,
+        deployment: &str,
+    ) -> Result<ScheduleSpec, SpecError> {
+        let spec = match (&self.cron, self.every_ms) {
+            (Some(expr), None) => Spec::cron(expr, self.tz.as_deref())?,
+            (None, Some(every)) => Spec::every(every, 0)?,
+            _ => {
+                return Err(SpecError::Never {
+                    spec: "a declared schedule needs `cron` or `every`, not both".into(),
+                });
+            }
+        };
+        let overlap = match self.overlap.as_deref() {
+            None => Overlap::default(),
+            Some(s) => s
+                .parse()
+                .map_err(|reason| SpecError::Never { spec: reason })?,
+        };
+        Ok(ScheduleSpec {
+            name: name.into(),
+            workflow: workflow.into(),
+            deployment: Some(deployment.into()),
+            input: self.input.clone().unwrap_or_else(|| "null".into()),
+            additional_metadata: None,
+            spec,
+            overlap,
+            catchup_window_ms: self.catchup_window_ms.unwrap_or(DEFAULT_CATCHUP_WINDOW_MS),
+            paused: false,
+            note: None,
+            start_at_ms: None,
+            end_at_ms: None,
+            declared_by: Some(deployment.into()),
+        })
+    }
 }
 
 /// What a schedule is told to be, by a caller: the record's settings.
@@ -399,6 +444,8 @@ pub struct ScheduleSpec {
     pub note: Option<String>,
     pub start_at_ms: Option<u64>,
     pub end_at_ms: Option<u64>,
+    /// The deployment that declares it, for a schedule declared in code.
+    pub declared_by: Option<String>,
 }
 
 impl ScheduleRecord {
@@ -418,6 +465,7 @@ impl ScheduleRecord {
             note: spec.note,
             start_at_ms: spec.start_at_ms,
             end_at_ms: spec.end_at_ms,
+            declared_by: spec.declared_by,
             next_fire_ms: None,
             buffered_ms: None,
             last_run_id: None,
@@ -447,7 +495,37 @@ impl ScheduleRecord {
             note: self.note.clone(),
             start_at_ms: self.start_at_ms,
             end_at_ms: self.end_at_ms,
+            declared_by: self.declared_by.clone(),
         }
+    }
+
+    /// Takes `settings` (a redeploy's declaration), keeping what the
+    /// schedule has done and whether it is paused; a changed spec or bound
+    /// fires next at its first time after `now_ms`. Whether anything changed.
+    pub fn redeclare(&mut self, settings: ScheduleSpec, now_ms: u64) -> bool {
+        let mut next = settings;
+        next.paused = self.paused;
+        next.note = self.note.clone();
+        if next == self.settings() {
+            return false;
+        }
+        let respec = next.spec != self.spec
+            || next.start_at_ms != self.start_at_ms
+            || next.end_at_ms != self.end_at_ms;
+        self.workflow = next.workflow;
+        self.deployment = next.deployment;
+        self.input = next.input;
+        self.additional_metadata = next.additional_metadata;
+        self.spec = next.spec;
+        self.overlap = next.overlap;
+        self.catchup_window_ms = next.catchup_window_ms;
+        self.start_at_ms = next.start_at_ms;
+        self.end_at_ms = next.end_at_ms;
+        self.declared_by = next.declared_by;
+        if respec {
+            self.next_fire_ms = self.first_fire_after(now_ms);
+        }
+        true
     }
 
     /// The first nominal time after `after_ms` within the bounds.
@@ -776,6 +854,7 @@ mod tests {
                 note: None,
                 start_at_ms: None,
                 end_at_ms: None,
+                declared_by: None,
             },
             now,
         )

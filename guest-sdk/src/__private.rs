@@ -26,10 +26,23 @@ pub struct WorkflowDef {
     /// `(key expression, TTL in ms)`.
     pub idempotency: Option<(&'static str, u64)>,
     pub on_events: &'static [&'static str],
+    /// The schedule it declares, if any.
+    pub schedule: Option<ScheduleDef>,
     pub run: fn(&str) -> Result<String, String>,
     /// The JSON Schemas of its input and output, for types that derive
     /// `schemars::JsonSchema`.
     pub schemas: fn() -> (Option<String>, Option<String>),
+}
+
+/// A schedule as `#[workflow(schedule(...))]` declares it.
+pub struct ScheduleDef {
+    pub cron: Option<&'static str>,
+    pub tz: Option<&'static str>,
+    pub every_ms: Option<u64>,
+    pub overlap: Option<&'static str>,
+    pub catchup_window_ms: Option<u64>,
+    /// Every fire's input, as JSON.
+    pub input: Option<&'static str>,
 }
 
 /// The workflow name under which the host reads the workflows' JSON
@@ -94,9 +107,15 @@ fn schemas(workflows: &[WorkflowDef]) -> String {
                 s.and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
                     .unwrap_or(serde_json::Value::Null)
             };
+            let schedule = w.schedule.as_ref().map(|s| {
+                serde_json::json!({
+                    "cron": s.cron, "tz": s.tz, "every_ms": s.every_ms, "overlap": s.overlap,
+                    "catchup_window_ms": s.catchup_window_ms, "input": s.input,
+                })
+            });
             (
                 w.name.to_string(),
-                serde_json::json!({"input": parse(input), "output": parse(output)}),
+                serde_json::json!({"input": parse(input), "output": parse(output), "schedule": schedule}),
             )
         })
         .collect();

@@ -432,6 +432,7 @@ async fn read_manifest(
             .map(|w| WorkflowInfo {
                 input_schema: schema(&w.name, "input"),
                 output_schema: schema(&w.name, "output"),
+                schedule: schema(&w.name, "schedule").and_then(|s| serde_json::from_value(s).ok()),
                 name: w.name,
                 idempotency: w.idempotency.map(|i| Idempotency {
                     key: i.key,

@@ -1,5 +1,6 @@
-// keel console: a page per hash route (#/runs, #/runs/ID, #/hooks,
-// #/events, #/deployments, #/workers), each rendered from the HTTP API.
+// keel console: a page per hash route (#/runs, #/runs/ID, #/schedules,
+// #/schedules/NAME, #/hooks, #/events, #/deployments, #/workers), each
+// rendered from the HTTP API.
 // No build step and no dependencies: the server serves this file as is.
 "use strict";
 
@@ -265,6 +266,70 @@ const pages = {
     "No worker announced itself."),
 };
 
+// ---- schedules -----------------------------------------------------------
+
+const scheduleLink = (name) => `<a href="#/schedules/${encodeURIComponent(name)}">${esc(name)}</a>`;
+
+function scheduleState(s) {
+  if (!s.paused) return '<span class="badge running" data-testid="schedule-state">active</span>';
+  return `<span class="badge waiting" data-testid="schedule-state">paused</span>${s.note ? ` <span class="muted">${esc(s.note)}</span>` : ""}`;
+}
+
+function pauseButton(s) {
+  return s.paused
+    ? `<button data-action="resume" data-schedule="${esc(s.name)}">Resume</button>`
+    : `<button data-action="pause" data-schedule="${esc(s.name)}">Pause</button>`;
+}
+
+// Pause, resume and trigger buttons, wherever a schedule is drawn.
+async function scheduleAction(event) {
+  const button = event.target.closest("button[data-action][data-schedule]");
+  if (!button) return;
+  const { action, schedule } = button.dataset;
+  try {
+    const path = `/v1/schedules/${encodeURIComponent(schedule)}/${action}`;
+    const body = await api(path, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    toast(action === "trigger" ? `Fired: ${body.outcome}${body.run_id ? ` (${body.run_id})` : ""}` : `Schedule ${action}d`);
+    route();
+  } catch (e) { toast(e.message, true); }
+}
+
+function schedulesPage() {
+  return tablePage("Schedules", "/v1/schedules", (b) => b.schedules,
+    ["Name", "Workflow", "Spec", "Next fire", "Overlap", "State", "Missed", "Last run", ""],
+    (s) => `<tr data-testid="schedule-row" data-schedule="${esc(s.name)}"><td><strong>${scheduleLink(s.name)}</strong></td><td>${esc(s.workflow)}</td>
+      <td data-testid="schedule-spec">${esc(s.description)}</td><td title="${time(s.next_fire_ms)}">${s.paused || !s.next_fire_ms ? "" : ago(s.next_fire_ms)}</td>
+      <td>${esc(s.overlap)}</td><td>${scheduleState(s)}</td><td>${s.missed}</td><td>${runLink(s.last_run_id)}</td><td>${pauseButton(s)}</td></tr>`,
+    "No schedule. Create one with <code>keel schedules create NAME WORKFLOW --cron EXPR</code>.");
+}
+
+function schedulePage(name) {
+  main.innerHTML = `<h1>Schedule ${esc(name)}</h1><div id="schedule"><p class="muted">Loading…</p></div>`;
+  return every(3000, async () => {
+    try {
+      const s = await api(`/v1/schedules/${encodeURIComponent(name)}`);
+      const fires = s.recent.slice().reverse();
+      document.getElementById("schedule").innerHTML = `
+        <div class="card"><dl>
+          <dt>Spec</dt><dd data-testid="schedule-spec">${esc(s.description)}</dd>
+          <dt>Workflow</dt><dd>${esc(s.workflow)}${s.deployment ? ` on ${esc(s.deployment)}` : ""}</dd>
+          <dt>Input</dt><dd class="mono">${esc(JSON.stringify(s.input))}</dd>
+          <dt>Overlap</dt><dd>${esc(s.overlap)}, catch-up window ${duration(s.catchup_window_ms)}</dd>
+          <dt>State</dt><dd>${scheduleState(s)} ${pauseButton(s)} <button data-action="trigger" data-schedule="${esc(s.name)}" data-testid="trigger">Trigger now</button></dd>
+          <dt>Missed</dt><dd>${s.missed}</dd>
+        </dl></div>
+        <h2>Next fire times</h2>
+        <ul data-testid="upcoming">${s.upcoming_ms.map((t) => `<li>${time(t)} <span class="muted">(${ago(t)})</span></li>`).join("") || '<li class="muted">none while paused or past its end</li>'}</ul>
+        <h2>Latest fires</h2>
+        ${fires.length === 0 ? '<div class="card empty">No fire yet.</div>' : `<table data-testid="fires-table"><thead><tr><th>Nominal time</th><th>Decided</th><th>Outcome</th><th>Run</th><th>Status</th></tr></thead><tbody>
+        ${fires.map((f) => `<tr data-testid="fire-row"><td>${time(f.nominal_ms)}</td><td>${duration(f.at_ms - f.nominal_ms)} late</td><td>${esc(f.outcome)}${f.error ? ` <span class="error">${esc(f.error)}</span>` : ""}</td>
+          <td>${runLink(f.run_id)}</td><td>${f.run_status ? badge(f.run_status) : ""}</td></tr>`).join("")}</tbody></table>`}`;
+    } catch (e) { toast(e.message, true); }
+  });
+}
+
+main.addEventListener("click", scheduleAction);
+
 function route() {
   stop();
   const [path, query] = (location.hash.slice(1) || "/runs").split("?");
@@ -272,6 +337,8 @@ function route() {
   const params = new URLSearchParams(query || "");
   document.querySelectorAll("[data-nav]").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]));
   if (parts[0] === "runs" && parts[1]) stop = runPage(decodeURIComponent(parts.slice(1).join("/")));
+  else if (parts[0] === "schedules" && parts[1]) stop = schedulePage(decodeURIComponent(parts.slice(1).join("/")));
+  else if (parts[0] === "schedules") stop = schedulesPage();
   else if (pages[parts[0]]) stop = pages[parts[0]]();
   else stop = runsPage(params);
 }

@@ -414,6 +414,7 @@ impl ScheduleRequest {
             note: self.note,
             start_at_ms: self.start_at_ms,
             end_at_ms: self.end_at_ms,
+            declared_by: None,
         })
     }
 }
@@ -478,6 +479,9 @@ pub struct ScheduleView {
     pub recent: Vec<FireView>,
     /// Fires missed in all.
     pub missed: u64,
+    /// The deployment that declares it in code (`#[workflow(schedule(...))]`);
+    /// its redeploys update or delete it.
+    pub declared_by: Option<String>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
 }
@@ -518,6 +522,7 @@ impl ScheduleView {
             last_run_id: s.last_run_id.as_ref().map(|r| r.to_string()),
             recent: s.recent.iter().map(FireView::from).collect(),
             missed: s.missed,
+            declared_by: s.declared_by.clone(),
             created_at_ms: s.created_at_ms,
             updated_at_ms: s.updated_at_ms,
         }

@@ -1305,7 +1305,14 @@ async fn schedules_are_created_fired_paused_and_deleted_over_http() {
     assert_eq!(paused["note"], "holiday");
     assert!(paused["upcoming_ms"].as_array().unwrap().is_empty());
     let (_, listed) = server.get("/v1/schedules").await;
-    assert_eq!(listed["schedules"].as_array().unwrap().len(), 1);
+    let names: Vec<&str> = listed["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    // The testbed declares `hourly`: deploying it made its schedule.
+    assert_eq!(names, ["nightly", "testbed.hourly"]);
 
     let (status, deleted) = server.call("DELETE", "/v1/schedules/nightly", None).await;
     assert_eq!(status, StatusCode::OK, "{deleted}");

@@ -1044,6 +1044,7 @@ fn schedule(name: &str, next_fire_ms: Option<u64>) -> ScheduleRecord {
             note: None,
             start_at_ms: None,
             end_at_ms: None,
+            declared_by: None,
         },
         0,
     );

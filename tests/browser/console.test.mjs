@@ -95,6 +95,31 @@ try {
   await held.waitFor();
   assert.ok((await held.innerText()).includes(holder.run_id), "the hook's row names its run");
   assert.equal(await page.getByText("order:browser-1", { exact: true }).count(), 0, "a cancelled run's token is not held");
+  // The schedules page: a schedule with its spec in words, paused and
+  // resumed from the page; its own page lists the next fire times, and a
+  // trigger adds a fire whose run it links.
+  await api("/v1/schedules", { name: "browser-hourly", workflow: "ten_steps", input: 3, every_ms: 3600000 });
+  await page.goto(base + "/#/schedules");
+  const scheduleRow = page.locator('[data-testid=schedule-row][data-schedule="browser-hourly"]');
+  await scheduleRow.waitFor();
+  assert.equal(await scheduleRow.locator("[data-testid=schedule-spec]").innerText(), "every 1h");
+  await scheduleRow.getByRole("button", { name: "Pause" }).click();
+  await scheduleRow.locator("[data-testid=schedule-state]", { hasText: "paused" }).waitFor();
+  assert.equal((await api("/v1/schedules/browser-hourly")).paused, true);
+  await scheduleRow.getByRole("button", { name: "Resume" }).click();
+  await scheduleRow.locator("[data-testid=schedule-state]", { hasText: "active" }).waitFor();
+  await scheduleRow.getByRole("link", { name: "browser-hourly" }).click();
+  await page.locator("[data-testid=upcoming] li").nth(4).waitFor();
+  assert.equal(await page.locator("[data-testid=upcoming] li").count(), 5);
+  await page.locator("[data-testid=trigger]").click();
+  const fireRow = page.locator("[data-testid=fire-row]", { hasText: "browser-hourly:" });
+  await fireRow.waitFor();
+  assert.match(await fireRow.innerText(), /started/);
+  const fired = (await api("/v1/schedules/browser-hourly")).recent[0];
+  assert.equal(fired.outcome, "started");
+  await fireRow.getByRole("link").click();
+  await page.locator("[data-testid=run-id]", { hasText: fired.run_id }).waitFor();
+
   assert.deepEqual(errors, [], "the console threw");
   console.log(`console test passed; screenshot in ${screenshot}`);
 } finally {

@@ -31,6 +31,7 @@ fn every_minute(name: &str, workflow: &str, input: &str, overlap: Overlap) -> Sc
         note: None,
         start_at_ms: None,
         end_at_ms: None,
+        declared_by: None,
     }
 }
 
@@ -314,7 +315,12 @@ async fn bad_schedules_are_refused_naming_the_problem() {
     assert_eq!(e.kind().as_str(), "schedule_exists", "{e}");
     let e = keel.schedule("nope").await.unwrap_err();
     assert_eq!(e.kind().as_str(), "schedule_not_found", "{e}");
-    assert!(keel.schedules().await.unwrap().len() == 1);
+    let runtime = keel.schedules().await.unwrap();
+    assert!(
+        runtime
+            .iter()
+            .all(|s| s.name != "y" && s.name != "bad name!")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -377,4 +383,69 @@ async fn a_delayed_start_waits_for_its_time_holds_its_token_and_can_be_cancelled
             .any(|e| matches!(e.fact, keel_host::core::journal::Fact::StepScheduled { .. })),
         "no step of a cancelled delayed start ran: {journal:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declared_schedule_is_created_on_deploy_kept_on_redeploy_and_dropped_with_its_code() {
+    use keel_host::DeploySpec;
+    let store = TestStore::new();
+    let (keel, clock) = engine(&store).await;
+    let runtime = keel
+        .create_schedule(every_minute("runtime", "ten_steps", "1", Overlap::Skip))
+        .await
+        .unwrap();
+    assert_eq!(runtime.declared_by, None);
+    // Deploying the testbed created the schedule its `hourly` declares.
+    let declared = keel.schedule("testbed.hourly").await.unwrap();
+    assert_eq!(declared.declared_by.as_deref(), Some("testbed"));
+    assert_eq!(declared.deployment.as_deref(), Some("testbed"));
+    assert_eq!(declared.spec, Spec::every(3_600_000, 0).unwrap());
+    assert_eq!(declared.overlap, Overlap::AllowAll);
+    assert_eq!(declared.input, "4");
+    clock.advance(60 * MINUTE);
+    keel.fire_schedules().await.unwrap();
+    let run_id = fire_run_id("testbed.hourly", T0 + 60 * MINUTE);
+    let run = keel.drive(run_id.as_str()).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    assert_eq!(run.workflow, "hourly");
+
+    // Redeployed: kept, fires and pause included.
+    keel.pause_schedule("testbed.hourly", Some("quiet".into()))
+        .await
+        .unwrap();
+    let testbed = std::path::Path::new(keel_tests::TESTBED);
+    let named = |name: &str| DeploySpec {
+        name: Some(name.into()),
+        ..DeploySpec::default()
+    };
+    keel.deploy_file(testbed, Some(named("testbed")))
+        .await
+        .unwrap();
+    let kept = keel.schedule("testbed.hourly").await.unwrap();
+    assert!(kept.paused, "a redeploy keeps a pause");
+    assert_eq!(kept.recent.len(), 1, "and the fires");
+
+    // Deployed under another name too: a schedule of its own.
+    keel.deploy_file(testbed, Some(named("staging")))
+        .await
+        .unwrap();
+    assert!(keel.schedule("staging.hourly").await.is_ok());
+
+    // A component that no longer declares it, under the same name: gone.
+    keel.deploy_file(
+        std::path::Path::new(keel_tests::ORDER_HOOKS),
+        Some(named("testbed")),
+    )
+    .await
+    .unwrap();
+    let e = keel.schedule("testbed.hourly").await.unwrap_err();
+    assert_eq!(e.kind().as_str(), "schedule_not_found");
+    let names: Vec<String> = keel
+        .schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["runtime", "staging.hourly"], "the others stay");
 }

@@ -21,7 +21,11 @@ use syn::{
 /// `serde::Serialize` and `E` is `Display`. Settings:
 /// `idempotency(key = "input.id", ttl = "1m")` admits one run per key (a CEL
 /// expression over `input` and `additional_metadata`) within the TTL;
-/// `on_events = ["orders:created"]` starts a run for each such event.
+/// `on_events = ["orders:created"]` starts a run for each such event;
+/// `schedule(cron = "0 9 * * 1-5", tz = "Europe/Paris", overlap = "skip")`
+/// (or `schedule(every = "5m")`, with optional `catchup = "10m"` and
+/// `input = r#"{...}"#`) declares a schedule, created as
+/// `DEPLOYMENT.WORKFLOW` when the component is deployed.
 #[proc_macro_attribute]
 pub fn workflow(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
@@ -34,6 +38,93 @@ pub fn workflow(attr: TokenStream, item: TokenStream) -> TokenStream {
 struct WorkflowSettings {
     idempotency: Option<(String, u64)>,
     on_events: Vec<String>,
+    schedule: Option<ScheduleSettings>,
+}
+
+/// `schedule(...)` of a workflow.
+#[derive(Default)]
+struct ScheduleSettings {
+    cron: Option<String>,
+    tz: Option<String>,
+    every_ms: Option<u64>,
+    overlap: Option<String>,
+    catchup_ms: Option<u64>,
+    input: Option<String>,
+}
+
+impl ScheduleSettings {
+    fn parse(list: &syn::MetaList) -> syn::Result<Self> {
+        let inner =
+            list.parse_args_with(Punctuated::<MetaNameValue, Token![,]>::parse_terminated)?;
+        let mut out = ScheduleSettings::default();
+        for kv in &inner {
+            let Expr::Lit(ExprLit { lit, .. }) = &kv.value else {
+                return Err(syn::Error::new_spanned(&kv.value, "expected a literal"));
+            };
+            let text = || match lit {
+                Lit::Str(s) => Ok(s.value()),
+                _ => Err(syn::Error::new_spanned(lit, "expected a string")),
+            };
+            match kv.path.get_ident().map(Ident::to_string).as_deref() {
+                Some("cron") => out.cron = Some(text()?),
+                Some("tz") => out.tz = Some(text()?),
+                Some("every") => out.every_ms = Some(duration_lit(lit)?),
+                Some("catchup") => out.catchup_ms = Some(duration_lit(lit)?),
+                Some("input") => out.input = Some(text()?),
+                Some("overlap") => {
+                    let overlap = text()?;
+                    if !["skip", "buffer-one", "allow-all"].contains(&overlap.as_str()) {
+                        return Err(syn::Error::new_spanned(
+                            lit,
+                            "overlap is \"skip\", \"buffer-one\" or \"allow-all\"",
+                        ));
+                    }
+                    out.overlap = Some(overlap);
+                }
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &kv.path,
+                        "expected `cron`, `tz`, `every`, `overlap`, `catchup` or `input`",
+                    ));
+                }
+            }
+        }
+        if out.cron.is_some() == out.every_ms.is_some() {
+            return Err(syn::Error::new_spanned(
+                list,
+                "a schedule needs `cron = \"...\"` or `every = \"...\"`, not both",
+            ));
+        }
+        if out.tz.is_some() && out.cron.is_none() {
+            return Err(syn::Error::new_spanned(list, "`tz` goes with `cron`"));
+        }
+        Ok(out)
+    }
+
+    fn tokens(&self) -> TokenStream2 {
+        let opt_str = |v: &Option<String>| match v {
+            Some(s) => quote! { Some(#s) },
+            None => quote! { None },
+        };
+        let opt_u64 = |v: &Option<u64>| match v {
+            Some(n) => quote! { Some(#n) },
+            None => quote! { None },
+        };
+        let (cron, tz, every, overlap, catchup, input) = (
+            opt_str(&self.cron),
+            opt_str(&self.tz),
+            opt_u64(&self.every_ms),
+            opt_str(&self.overlap),
+            opt_u64(&self.catchup_ms),
+            opt_str(&self.input),
+        );
+        quote! {
+            Some(::keel_sdk::__private::ScheduleDef {
+                cron: #cron, tz: #tz, every_ms: #every, overlap: #overlap,
+                catchup_window_ms: #catchup, input: #input,
+            })
+        }
+    }
 }
 
 impl WorkflowSettings {
@@ -79,6 +170,9 @@ impl WorkflowSettings {
                         }
                     }
                 }
+                Meta::List(list) if list.path.is_ident("schedule") => {
+                    out.schedule = Some(ScheduleSettings::parse(list)?);
+                }
                 Meta::NameValue(kv) if kv.path.is_ident("on_events") => {
                     let Expr::Array(array) = &kv.value else {
                         return Err(syn::Error::new_spanned(
@@ -100,7 +194,7 @@ impl WorkflowSettings {
                 other => {
                     return Err(syn::Error::new_spanned(
                         other,
-                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...) or on_events = [...]",
+                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...] or schedule(...)",
                     ));
                 }
             }
@@ -192,6 +286,10 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
         None => quote! { None },
     };
     let on_events = &settings.on_events;
+    let schedule = match &settings.schedule {
+        Some(s) => s.tokens(),
+        None => quote! { None },
+    };
     let input_ty = match args.first() {
         Some((_, ty)) => quote! { #ty },
         None => quote! { () },
@@ -211,6 +309,7 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
             name: #name_str,
             idempotency: #idempotency,
             on_events: &[#(#on_events),*],
+            schedule: #schedule,
             run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
             schemas: || {
                 #[allow(unused_imports)]

@@ -465,8 +465,15 @@ async fn broken_key(input: Value) -> Result<Value, Error> {
     Ok(input)
 }
 
+/// Declares a schedule: deploying the testbed creates `testbed.hourly`.
+#[workflow(schedule(every = "1h", overlap = "allow-all", input = "4"))]
+async fn hourly(n: u32) -> Result<u32, Error> {
+    ten_steps(n).await
+}
+
 keel_sdk::component!(
     workflows = [
+        hourly,
         ten_steps,
         two_steps,
         clock_random,

@@ -73,6 +73,8 @@ impl Keel {
         self.store().put_deployment(&deployment).await?;
         self.forget_deployments();
         tracing::info!(name = %deployment.name, hash = %deployment.hash, "component deployed");
+        self.declare_schedules(&deployment.name, &loaded.manifest)
+            .await?;
         Ok((deployment, loaded))
     }
 

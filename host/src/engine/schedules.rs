@@ -201,6 +201,55 @@ impl Keel {
         Ok(fires)
     }
 
+    /// Makes the schedules the deployment `name` holds what `manifest`
+    /// declares: each declared schedule `NAME.WORKFLOW` is created, or
+    /// updated (keeping its fires and whether it is paused), and one the
+    /// deployment declared before that `manifest` no longer does is
+    /// deleted. Runtime schedules are never touched.
+    pub(super) async fn declare_schedules(
+        &self,
+        name: &str,
+        manifest: &keel_core::manifest::Manifest,
+    ) -> Result<()> {
+        let mut declared = Vec::new();
+        for w in &manifest.workflows {
+            let Some(declaration) = &w.schedule else {
+                continue;
+            };
+            let schedule = format!("{name}.{}", w.name);
+            let settings = declaration
+                .settings(&schedule, &w.name, name)
+                .map_err(|e| Error::InvalidSchedule {
+                    name: schedule.clone(),
+                    reason: e.to_string(),
+                })?;
+            declared.push(schedule.clone());
+            match self.store().schedule(&schedule).await? {
+                None => {
+                    self.create_schedule(settings).await?;
+                }
+                Some(_) => {
+                    let now = self.now_ms();
+                    let mut changed = false;
+                    self.change_schedule(&schedule, |s| {
+                        changed = s.redeclare(settings.clone(), now);
+                        Ok(())
+                    })
+                    .await?;
+                    if changed {
+                        tracing::info!(schedule, "declared schedule updated");
+                    }
+                }
+            }
+        }
+        for s in self.store().list_schedules().await? {
+            if s.declared_by.as_deref() == Some(name) && !declared.contains(&s.name) {
+                self.delete_schedule(&s.name).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The worker's pass over the schedules: fires every one that is due
     /// (claimed, decided, started, recorded). Returns the earliest next
     /// fire time among all schedules, for the worker to wake then.
