@@ -556,13 +556,16 @@ pub enum HooksCommand {
 pub enum RunsCommand {
     /// Runs, newest first, with their times and durations.
     List {
-        /// Only runs with this status (repeatable): pending, running,
-        /// waiting, completed, failed, cancelled.
+        /// Only runs with this status (repeatable): pending, scheduled,
+        /// running, waiting, completed, failed, cancelled.
         #[arg(long, value_parser = parse_status)]
         status: Vec<keel_host::core::RunStatus>,
         /// Only runs of this workflow.
         #[arg(long)]
         workflow: Option<String>,
+        /// Only runs this schedule fired.
+        #[arg(long, value_name = "NAME")]
+        schedule: Option<String>,
         /// Only runs started within this long: `1h`, `2 days`.
         #[arg(long, value_parser = parse_duration)]
         since: Option<std::time::Duration>,

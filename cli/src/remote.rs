@@ -262,6 +262,9 @@ impl Client {
                 if let Some(since) = filter.since_ms {
                     query.push(("since_ms", since.to_string()));
                 }
+                if let Some(schedule) = filter.schedule {
+                    query.push(("schedule", schedule));
+                }
                 let page: RunList = self.get(&["v1", "runs"], &query).await?;
                 Reply::Runs(page.runs.into_iter().map(RunRecord::from).collect())
             }

@@ -132,6 +132,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                 RunsCommand::List {
                     status,
                     workflow,
+                    schedule,
                     since,
                     limit,
                 },
@@ -139,6 +140,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             filter: RunFilter {
                 statuses: status.clone(),
                 workflow: workflow.clone(),
+                schedule: schedule.clone(),
                 since_ms: since.map(|d| {
                     keel_host::SystemClock
                         .now_ms()

@@ -19,6 +19,8 @@ pub struct RunFilter {
     pub until_ms: Option<u64>,
     /// The run ID, or the workflow, contains this text.
     pub search: Option<String>,
+    /// Fired by this schedule (its run ID names the schedule).
+    pub schedule: Option<String>,
 }
 
 impl RunFilter {
@@ -30,6 +32,9 @@ impl RunFilter {
             && self.until_ms.is_none_or(|t| run.created_at_ms < t)
             && self.search.as_ref().is_none_or(|s| {
                 run.run_id.contains(s.as_str()) || run.workflow.contains(s.as_str())
+            })
+            && self.schedule.as_ref().is_none_or(|s| {
+                crate::schedule::parse_fire_run_id(&run.run_id).is_some_and(|(name, _)| name == s)
             })
     }
 

@@ -171,6 +171,21 @@ pub fn sleep(duration: Duration) -> Timer {
     }
 }
 
+/// Sleeps durably until `at`, a time on the workflow's clock (journal
+/// time, so a replay waits for the same timer); a time already past
+/// completes at once.
+///
+/// ```ignore
+/// let reminder = signed_up_at + Duration::from_secs(2 * 24 * 3600);
+/// keel_sdk::sleep_until(reminder).await;
+/// ```
+pub fn sleep_until(at: std::time::SystemTime) -> Timer {
+    sleep(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
 impl Future for Timer {
     type Output = ();
 

@@ -48,7 +48,7 @@ mod metadata;
 pub mod __private;
 
 pub use error::{Error, StepError, StepFailure};
-pub use executor::{StepFuture, Timer, sleep};
+pub use executor::{StepFuture, Timer, sleep, sleep_until};
 pub use futures::{self, future, join, select_biased, try_join};
 pub use hooks::{
     Hook, HookOptions, ReturnValue, RunHandle, RunStatus, StartOptions, create_hook, resume_hook,

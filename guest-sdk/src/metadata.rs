@@ -10,6 +10,10 @@ pub struct WorkflowMetadata {
     pub run_id: String,
     pub workflow_name: String,
     pub started_at: SystemTime,
+    /// The schedule that fired this run, if a schedule did.
+    pub schedule: Option<String>,
+    /// The nominal time of that fire (not when it was decided).
+    pub scheduled_at: Option<SystemTime>,
 }
 
 /// Describes the running step attempt; see [`step_metadata`].
@@ -31,11 +35,29 @@ fn from_ms(ms: u64) -> SystemTime {
 /// The running workflow's metadata. Only callable inside a workflow.
 pub fn workflow_metadata() -> WorkflowMetadata {
     let m = workflow_context::metadata();
+    let fire = fire_of(&m.run_id);
     WorkflowMetadata {
+        schedule: fire.as_ref().map(|(name, _)| name.clone()),
+        scheduled_at: fire.map(|(_, at)| at),
         run_id: m.run_id,
         workflow_name: m.workflow_name,
         started_at: from_ms(m.started_at_ms),
     }
+}
+
+/// The schedule and nominal time a fire's run ID names
+/// (`NAME:20261201T090000Z`, milliseconds after a dot when not zero; the
+/// host's `keel_core::schedule::fire_run_id` writes it).
+fn fire_of(run_id: &str) -> Option<(String, SystemTime)> {
+    let (name, stamp) = run_id.rsplit_once(':')?;
+    let format = if stamp.contains('.') {
+        "%Y%m%dT%H%M%S%.3fZ"
+    } else {
+        "%Y%m%dT%H%M%SZ"
+    };
+    let at = chrono::NaiveDateTime::parse_from_str(stamp, format).ok()?;
+    let ms = u64::try_from(at.and_utc().timestamp_millis()).ok()?;
+    Some((name.to_string(), from_ms(ms)))
 }
 
 /// The running step attempt's metadata. Only callable inside a step.

@@ -128,6 +128,7 @@ pub fn document() -> Value {
                 query("since_ms", "Only runs created at or after this time (ms since the epoch)", u64.clone()),
                 query("until_ms", "Only runs created before this time", u64.clone()),
                 query("search", "Only runs whose ID or workflow contains this text", json!({"type": "string"})),
+                query("schedule", "Only runs this schedule fired", json!({"type": "string"})),
                 query("limit", "Runs per page (default 50; at most 1000 are returned)", u64.clone()),
                 query("cursor", "The next_cursor of the previous page", json!({"type": "string", "pattern": "^$|^[0-9]{1,19}-"})),
             ], None, &[("200", "A page of runs", Some(&runs))], &["400", "503"])},

@@ -549,6 +549,7 @@ pub async fn list_runs(
         since_ms: q.number("since_ms")?,
         until_ms: q.number("until_ms")?,
         search: q.one("search").filter(|w| !w.is_empty()),
+        schedule: q.one("schedule").filter(|s| !s.is_empty()),
     };
     let limit = q.number("limit")?.unwrap_or(50).clamp(1, 1000) as usize;
     let cursor = match q.one("cursor").filter(|c| !c.is_empty()) {

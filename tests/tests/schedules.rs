@@ -408,6 +408,21 @@ async fn a_declared_schedule_is_created_on_deploy_kept_on_redeploy_and_dropped_w
     let run = keel.drive(run_id.as_str()).await.unwrap();
     assert_eq!(run.status, RunStatus::Completed, "{run:?}");
     assert_eq!(run.workflow, "hourly");
+    // The workflow learns which schedule fired it, and the nominal time.
+    let output: serde_json::Value = serde_json::from_str(run.output.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        output,
+        serde_json::json!([6, "testbed.hourly", T0 + 60 * MINUTE]),
+        "sum of 0..4, the schedule, the nominal time"
+    );
+    // Listed by its schedule.
+    let filter = keel_host::core::RunFilter {
+        schedule: Some("testbed.hourly".into()),
+        ..Default::default()
+    };
+    let listed = keel.runs_page(&filter, None, 10).await.unwrap().runs;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].run_id, run_id);
 
     // Redeployed: kept, fires and pause included.
     keel.pause_schedule("testbed.hourly", Some("quiet".into()))
@@ -448,4 +463,29 @@ async fn a_declared_schedule_is_created_on_deploy_kept_on_redeploy_and_dropped_w
         .map(|s| s.name)
         .collect();
     assert_eq!(names, ["runtime", "staging.hourly"], "the others stay");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sleep_until_waits_for_an_absolute_time_on_the_workflow_clock() {
+    let store = TestStore::new();
+    let (keel, clock) = engine(&store).await;
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let at = T0 + 2 * 60 * MINUTE;
+    let run = keel
+        .start(&testbed, "sleep_until_ms", &at.to_string())
+        .await
+        .unwrap();
+    let waiting = keel.drive(run.run_id.as_str()).await.unwrap();
+    assert_eq!(waiting.status, RunStatus::Waiting);
+    assert_eq!(waiting.wake_at_ms, Some(at), "a durable timer to that time");
+    clock.advance(2 * 60 * MINUTE);
+    let done = keel.drive(run.run_id.as_str()).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    assert_eq!(done.output.as_deref(), Some(at.to_string().as_str()));
+    // A time already past completes at once.
+    let past = keel
+        .run(&testbed, "sleep_until_ms", &T0.to_string())
+        .await
+        .unwrap();
+    assert_eq!(past.status, RunStatus::Completed, "{past:?}");
 }

@@ -466,14 +466,35 @@ async fn broken_key(input: Value) -> Result<Value, Error> {
 }
 
 /// Declares a schedule: deploying the testbed creates `testbed.hourly`.
+/// Returns `[sum, schedule, scheduled_at_ms]`.
 #[workflow(schedule(every = "1h", overlap = "allow-all", input = "4"))]
-async fn hourly(n: u32) -> Result<u32, Error> {
-    ten_steps(n).await
+async fn hourly(n: u32) -> Result<(u32, Option<String>, Option<u64>), Error> {
+    let sum = ten_steps(n).await?;
+    let meta = keel_sdk::workflow_metadata();
+    let at = meta.scheduled_at.map(|t| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64
+    });
+    Ok((sum, meta.schedule, at))
+}
+
+/// Sleeps until `at_ms` (ms since the epoch) on the workflow's clock;
+/// returns the clock's time then.
+#[workflow]
+async fn sleep_until_ms(at_ms: u64) -> Result<u64, Error> {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at_ms);
+    keel_sdk::sleep_until(at).await;
+    Ok(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64)
 }
 
 keel_sdk::component!(
     workflows = [
         hourly,
+        sleep_until_ms,
         ten_steps,
         two_steps,
         clock_random,
