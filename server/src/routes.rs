@@ -303,7 +303,7 @@ pub(crate) fn json_object<T: DeserializeOwned + Default>(body: Body<MAX_BODY>) -
     match json_body(body)? {
         None => Ok(T::default()),
         Some(mut value @ serde_json::Value::Object(_)) => {
-            integral(&mut value, &["wait_ms"]);
+            integral(&mut value, INTEGRAL_FIELDS);
             if let Some(hook) = value.get_mut("hook") {
                 integral(hook, &["retention_ms"]);
             }
@@ -316,6 +316,20 @@ pub(crate) fn json_object<T: DeserializeOwned + Default>(body: Body<MAX_BODY>) -
         )),
     }
 }
+
+/// The whole-number fields of the request bodies (times and durations in
+/// milliseconds).
+const INTEGRAL_FIELDS: &[&str] = &[
+    "wait_ms",
+    "delay_ms",
+    "start_at_ms",
+    "end_at_ms",
+    "every_ms",
+    "offset_ms",
+    "catchup_window_ms",
+    "from_ms",
+    "to_ms",
+];
 
 /// Turns `fields` of `object` holding whole numbers written as floats
 /// into integers.
