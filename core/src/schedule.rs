@@ -336,26 +336,8 @@ pub struct Fire {
 /// A schedule as the store keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleRecord {
-    pub name: String,
-    pub workflow: String,
-    /// The deployment the fires start on; the latest exporting the
-    /// workflow when `None`.
-    pub deployment: Option<String>,
-    /// The input of every fire, as JSON.
-    pub input: String,
-    /// A JSON object given to key expressions, as JSON.
-    pub additional_metadata: Option<String>,
-    pub spec: Spec,
-    pub overlap: Overlap,
-    /// A fire due longer ago than this is missed, not started.
-    pub catchup_window_ms: u64,
-    pub paused: bool,
-    /// Why it was paused (or resumed).
-    pub note: Option<String>,
-    /// No fire before this.
-    pub start_at_ms: Option<u64>,
-    /// No fire after this.
-    pub end_at_ms: Option<u64>,
+    /// What the schedule was told to be: name, target, spec, policies.
+    pub settings: ScheduleSpec,
     /// The nominal time of the next fire not yet decided; `None` once the
     /// schedule is past its end.
     pub next_fire_ms: Option<u64>,
@@ -370,9 +352,6 @@ pub struct ScheduleRecord {
     /// The worker deciding its fires, and until when (a claim another
     /// worker may take once it has expired).
     pub claim: Option<Claim>,
-    /// The deployment that declares it (in code), if any: its redeploys
-    /// update or delete it.
-    pub declared_by: Option<String>,
     /// Bumped by every write: an update names the revision it read, and
     /// is refused if another write came first.
     pub revision: u64,
@@ -430,7 +409,7 @@ impl crate::manifest::DeclaredSchedule {
 }
 
 /// What a schedule is told to be, by a caller: the record's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleSpec {
     pub name: String,
     pub workflow: String,
@@ -451,21 +430,9 @@ pub struct ScheduleSpec {
 impl ScheduleRecord {
     /// A new schedule from `spec`, first firing after `now_ms` (or at its
     /// start bound).
-    pub fn new(spec: ScheduleSpec, now_ms: u64) -> ScheduleRecord {
+    pub fn new(settings: ScheduleSpec, now_ms: u64) -> ScheduleRecord {
         let mut record = ScheduleRecord {
-            name: spec.name,
-            workflow: spec.workflow,
-            deployment: spec.deployment,
-            input: spec.input,
-            additional_metadata: spec.additional_metadata,
-            spec: spec.spec,
-            overlap: spec.overlap,
-            catchup_window_ms: spec.catchup_window_ms,
-            paused: spec.paused,
-            note: spec.note,
-            start_at_ms: spec.start_at_ms,
-            end_at_ms: spec.end_at_ms,
-            declared_by: spec.declared_by,
+            settings,
             next_fire_ms: None,
             buffered_ms: None,
             last_run_id: None,
@@ -480,48 +447,22 @@ impl ScheduleRecord {
         record
     }
 
-    /// The record's settings, as a caller gives them.
-    pub fn settings(&self) -> ScheduleSpec {
-        ScheduleSpec {
-            name: self.name.clone(),
-            workflow: self.workflow.clone(),
-            deployment: self.deployment.clone(),
-            input: self.input.clone(),
-            additional_metadata: self.additional_metadata.clone(),
-            spec: self.spec.clone(),
-            overlap: self.overlap,
-            catchup_window_ms: self.catchup_window_ms,
-            paused: self.paused,
-            note: self.note.clone(),
-            start_at_ms: self.start_at_ms,
-            end_at_ms: self.end_at_ms,
-            declared_by: self.declared_by.clone(),
-        }
-    }
-
     /// Takes `settings` (a redeploy's declaration), keeping what the
     /// schedule has done and whether it is paused; a changed spec or bound
     /// fires next at its first time after `now_ms`. Whether anything changed.
     pub fn redeclare(&mut self, settings: ScheduleSpec, now_ms: u64) -> bool {
-        let mut next = settings;
-        next.paused = self.paused;
-        next.note = self.note.clone();
-        if next == self.settings() {
+        let next = ScheduleSpec {
+            paused: self.settings.paused,
+            note: self.settings.note.clone(),
+            ..settings
+        };
+        if next == self.settings {
             return false;
         }
-        let respec = next.spec != self.spec
-            || next.start_at_ms != self.start_at_ms
-            || next.end_at_ms != self.end_at_ms;
-        self.workflow = next.workflow;
-        self.deployment = next.deployment;
-        self.input = next.input;
-        self.additional_metadata = next.additional_metadata;
-        self.spec = next.spec;
-        self.overlap = next.overlap;
-        self.catchup_window_ms = next.catchup_window_ms;
-        self.start_at_ms = next.start_at_ms;
-        self.end_at_ms = next.end_at_ms;
-        self.declared_by = next.declared_by;
+        let respec = next.spec != self.settings.spec
+            || next.start_at_ms != self.settings.start_at_ms
+            || next.end_at_ms != self.settings.end_at_ms;
+        self.settings = next;
         if respec {
             self.next_fire_ms = self.first_fire_after(now_ms);
         }
@@ -530,21 +471,21 @@ impl ScheduleRecord {
 
     /// The first nominal time after `after_ms` within the bounds.
     pub fn first_fire_after(&self, after_ms: u64) -> Option<u64> {
-        let from = match self.start_at_ms {
+        let from = match self.settings.start_at_ms {
             Some(start) if start > after_ms => start - 1,
             _ => after_ms,
         };
-        self.within_end(self.spec.next_after(from))
+        self.within_end(self.settings.spec.next_after(from))
     }
 
     fn within_end(&self, at: Option<u64>) -> Option<u64> {
-        at.filter(|at| self.end_at_ms.is_none_or(|end| *at <= end))
+        at.filter(|at| self.settings.end_at_ms.is_none_or(|end| *at <= end))
     }
 
     /// Whether a worker should look at it at `now_ms`: a fire is due or
     /// buffered, and no other worker's claim holds.
     pub fn is_due(&self, now_ms: u64) -> bool {
-        !self.paused
+        !self.settings.paused
             && (self.next_fire_ms.is_some_and(|at| at <= now_ms) || self.buffered_ms.is_some())
             && self.claim.as_ref().is_none_or(|c| c.until_ms < now_ms)
     }
@@ -552,7 +493,7 @@ impl ScheduleRecord {
     /// The run ID of the fire at `nominal_ms`: the schedule's name and the
     /// nominal time in UTC, so any worker derives the same one.
     pub fn run_id_of(&self, nominal_ms: u64) -> RunId {
-        fire_run_id(&self.name, nominal_ms)
+        fire_run_id(&self.settings.name, nominal_ms)
     }
 
     /// Records `fire`, keeping the newest [`RECENT_FIRES`].
@@ -570,11 +511,11 @@ impl ScheduleRecord {
     /// Pauses or resumes it. A resumed schedule fires next after `now_ms`:
     /// the time it was paused is not caught up.
     pub fn set_paused(&mut self, paused: bool, note: Option<String>, now_ms: u64) {
-        if self.paused && !paused {
+        if self.settings.paused && !paused {
             self.next_fire_ms = self.first_fire_after(now_ms);
         }
-        self.paused = paused;
-        self.note = note;
+        self.settings.paused = paused;
+        self.settings.note = note;
     }
 
     /// Decides every fire due at `now_ms`, given whether the run of the
@@ -583,7 +524,7 @@ impl ScheduleRecord {
     /// the outcomes.
     pub fn decide(&mut self, now_ms: u64, last_live: bool) -> Decision {
         let mut decision = Decision::default();
-        if self.paused {
+        if self.settings.paused {
             return decision;
         }
         let mut live = last_live;
@@ -600,8 +541,8 @@ impl ScheduleRecord {
             && let Some(nominal) = self.next_fire_ms.filter(|at| *at <= now_ms)
         {
             decided += 1;
-            self.next_fire_ms = self.within_end(self.spec.next_after(nominal));
-            let outcome = match (self.overlap, live) {
+            self.next_fire_ms = self.within_end(self.settings.spec.next_after(nominal));
+            let outcome = match (self.settings.overlap, live) {
                 (Overlap::AllowAll, _) | (_, false) => {
                     decision.starts.push(nominal);
                     live = true;
@@ -623,18 +564,18 @@ impl ScheduleRecord {
     /// window, recording them missed (beyond [`MAX_FIRES_PER_DECISION`] of
     /// them, only counting them).
     fn skip_missed(&mut self, now_ms: u64, decision: &mut Decision) {
-        let window_start = now_ms.saturating_sub(self.catchup_window_ms);
+        let window_start = now_ms.saturating_sub(self.settings.catchup_window_ms);
         let mut listed = 0;
         while let Some(nominal) = self.next_fire_ms.filter(|at| *at < window_start) {
             if listed == MAX_FIRES_PER_DECISION {
-                let resume = self.within_end(self.spec.next_after(window_start - 1));
-                self.missed += count_between(&self.spec, nominal, resume, now_ms);
+                let resume = self.within_end(self.settings.spec.next_after(window_start - 1));
+                self.missed += count_between(&self.settings.spec, nominal, resume, now_ms);
                 self.next_fire_ms = resume;
                 return;
             }
             decision.recorded.push((nominal, FireOutcome::Missed));
             listed += 1;
-            self.next_fire_ms = self.within_end(self.spec.next_after(nominal));
+            self.next_fire_ms = self.within_end(self.settings.spec.next_after(nominal));
         }
     }
 
@@ -643,7 +584,7 @@ impl ScheduleRecord {
     /// schedule's own next fire.
     pub fn decide_one(&mut self, nominal_ms: u64, last_live: bool) -> Decision {
         let mut decision = Decision::default();
-        match (self.overlap, last_live) {
+        match (self.settings.overlap, last_live) {
             (Overlap::AllowAll, _) | (_, false) => decision.starts.push(nominal_ms),
             (Overlap::Skip, true) => decision.recorded.push((nominal_ms, FireOutcome::Skipped)),
             (Overlap::BufferOne, true) if self.buffered_ms.is_none() => {
@@ -906,7 +847,7 @@ mod tests {
         let mut s = ScheduleRecord::new(
             ScheduleSpec {
                 spec: Spec::every(1000, 0).unwrap(),
-                ..schedule(Overlap::AllowAll, 0, t0).settings()
+                ..schedule(Overlap::AllowAll, 0, t0).settings
             },
             t0,
         );
@@ -937,7 +878,7 @@ mod tests {
     #[test]
     fn bounds_limit_the_fires() {
         let t0 = utc("2026-01-01T00:00:00Z");
-        let mut settings = schedule(Overlap::AllowAll, 600_000, t0).settings();
+        let mut settings = schedule(Overlap::AllowAll, 600_000, t0).settings;
         settings.start_at_ms = Some(t0 + 300_000);
         settings.end_at_ms = Some(t0 + 420_000);
         let mut s = ScheduleRecord::new(settings, t0);

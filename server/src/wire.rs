@@ -489,40 +489,41 @@ pub struct ScheduleView {
 impl ScheduleView {
     /// The view of `s`, with its next fire times counted from its next fire.
     pub fn of(s: &ScheduleRecord) -> Self {
-        let upcoming_ms = match (s.paused, s.next_fire_ms) {
+        let upcoming_ms = match (s.settings.paused, s.next_fire_ms) {
             (false, Some(next)) => {
                 let mut times = vec![next];
                 times.extend(
-                    s.spec
+                    s.settings
+                        .spec
                         .upcoming(next, 4)
                         .into_iter()
-                        .filter(|t| s.end_at_ms.is_none_or(|end| *t <= end)),
+                        .filter(|t| s.settings.end_at_ms.is_none_or(|end| *t <= end)),
                 );
                 times
             }
             _ => Vec::new(),
         };
         ScheduleView {
-            name: s.name.clone(),
-            workflow: s.workflow.clone(),
-            deployment: s.deployment.clone(),
-            input: value_of(&s.input),
-            additional_metadata: s.additional_metadata.as_deref().map(value_of),
-            spec: s.spec.clone(),
-            description: s.spec.describe(),
-            overlap: s.overlap,
-            catchup_window_ms: s.catchup_window_ms,
-            paused: s.paused,
-            note: s.note.clone(),
-            start_at_ms: s.start_at_ms,
-            end_at_ms: s.end_at_ms,
+            name: s.settings.name.clone(),
+            workflow: s.settings.workflow.clone(),
+            deployment: s.settings.deployment.clone(),
+            input: value_of(&s.settings.input),
+            additional_metadata: s.settings.additional_metadata.as_deref().map(value_of),
+            spec: s.settings.spec.clone(),
+            description: s.settings.spec.describe(),
+            overlap: s.settings.overlap,
+            catchup_window_ms: s.settings.catchup_window_ms,
+            paused: s.settings.paused,
+            note: s.settings.note.clone(),
+            start_at_ms: s.settings.start_at_ms,
+            end_at_ms: s.settings.end_at_ms,
             next_fire_ms: s.next_fire_ms,
             upcoming_ms,
             buffered_ms: s.buffered_ms,
             last_run_id: s.last_run_id.as_ref().map(|r| r.to_string()),
             recent: s.recent.iter().map(FireView::from).collect(),
             missed: s.missed,
-            declared_by: s.declared_by.clone(),
+            declared_by: s.settings.declared_by.clone(),
             created_at_ms: s.created_at_ms,
             updated_at_ms: s.updated_at_ms,
         }

@@ -1116,7 +1116,7 @@ async fn a_schedule_update_is_refused_after_another_writer(h: &dyn Harness) -> O
 async fn due_schedules_are_those_with_work_and_no_live_claim(h: &dyn Harness) -> Outcome {
     let store = h.fresh().await;
     let mut paused = schedule("paused", Some(1_000));
-    paused.paused = true;
+    paused.settings.paused = true;
     let mut buffered = schedule("buffered", Some(900_000));
     buffered.buffered_ms = Some(500);
     let mut claimed = schedule("claimed", Some(1_000));
@@ -1135,7 +1135,8 @@ async fn due_schedules_are_those_with_work_and_no_live_claim(h: &dyn Harness) ->
     ] {
         store.create_schedule(&s).await.map_err(fail("create"))?;
     }
-    let names = |due: Vec<ScheduleRecord>| due.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    let names =
+        |due: Vec<ScheduleRecord>| due.into_iter().map(|s| s.settings.name).collect::<Vec<_>>();
     let due = names(store.due_schedules(10_000, 10).await.map_err(fail("due"))?);
     check(due == ["due-first", "due-second", "buffered"], || {
         format!("due at 10 s, earliest first: {due:?}")

@@ -190,8 +190,8 @@ async fn a_paused_schedule_fires_nothing_and_resumes_from_now() {
         .pause_schedule("p", Some("maintenance".into()))
         .await
         .unwrap();
-    assert!(paused.paused);
-    assert_eq!(paused.note.as_deref(), Some("maintenance"));
+    assert!(paused.settings.paused);
+    assert_eq!(paused.settings.note.as_deref(), Some("maintenance"));
     clock.advance(5 * MINUTE);
     keel.fire_schedules().await.unwrap();
     assert!(keel.list_runs().await.unwrap().is_empty());
@@ -319,7 +319,7 @@ async fn bad_schedules_are_refused_naming_the_problem() {
     assert!(
         runtime
             .iter()
-            .all(|s| s.name != "y" && s.name != "bad name!")
+            .all(|s| s.settings.name != "y" && s.settings.name != "bad name!")
     );
 }
 
@@ -394,14 +394,14 @@ async fn a_declared_schedule_is_created_on_deploy_kept_on_redeploy_and_dropped_w
         .create_schedule(every_minute("runtime", "ten_steps", "1", Overlap::Skip))
         .await
         .unwrap();
-    assert_eq!(runtime.declared_by, None);
+    assert_eq!(runtime.settings.declared_by, None);
     // Deploying the testbed created the schedule its `hourly` declares.
     let declared = keel.schedule("testbed.hourly").await.unwrap();
-    assert_eq!(declared.declared_by.as_deref(), Some("testbed"));
-    assert_eq!(declared.deployment.as_deref(), Some("testbed"));
-    assert_eq!(declared.spec, Spec::every(3_600_000, 0).unwrap());
-    assert_eq!(declared.overlap, Overlap::AllowAll);
-    assert_eq!(declared.input, "4");
+    assert_eq!(declared.settings.declared_by.as_deref(), Some("testbed"));
+    assert_eq!(declared.settings.deployment.as_deref(), Some("testbed"));
+    assert_eq!(declared.settings.spec, Spec::every(3_600_000, 0).unwrap());
+    assert_eq!(declared.settings.overlap, Overlap::AllowAll);
+    assert_eq!(declared.settings.input, "4");
     clock.advance(60 * MINUTE);
     keel.fire_schedules().await.unwrap();
     let run_id = fire_run_id("testbed.hourly", T0 + 60 * MINUTE);
@@ -437,7 +437,7 @@ async fn a_declared_schedule_is_created_on_deploy_kept_on_redeploy_and_dropped_w
         .await
         .unwrap();
     let kept = keel.schedule("testbed.hourly").await.unwrap();
-    assert!(kept.paused, "a redeploy keeps a pause");
+    assert!(kept.settings.paused, "a redeploy keeps a pause");
     assert_eq!(kept.recent.len(), 1, "and the fires");
 
     // Deployed under another name too: a schedule of its own.
@@ -460,7 +460,7 @@ async fn a_declared_schedule_is_created_on_deploy_kept_on_redeploy_and_dropped_w
         .await
         .unwrap()
         .into_iter()
-        .map(|s| s.name)
+        .map(|s| s.settings.name)
         .collect();
     assert_eq!(names, ["runtime", "staging.hourly"], "the others stay");
 }

@@ -38,7 +38,7 @@ impl Keel {
         self.check_schedule(&spec).await?;
         let record = ScheduleRecord::new(spec, self.now_ms());
         self.store().create_schedule(&record).await?;
-        tracing::info!(schedule = %record.name, spec = %record.spec.describe(), "schedule created");
+        tracing::info!(schedule = %record.settings.name, spec = %record.settings.spec.describe(), "schedule created");
         Ok(record)
     }
 
@@ -179,7 +179,10 @@ impl Keel {
         to_ms: u64,
     ) -> Result<Vec<Fire>> {
         let record = self.schedule(name).await?;
-        let times = record.spec.times_between(from_ms, to_ms, MAX_BACKFILL + 1);
+        let times = record
+            .settings
+            .spec
+            .times_between(from_ms, to_ms, MAX_BACKFILL + 1);
         if times.len() > MAX_BACKFILL {
             return Err(Error::InvalidSchedule {
                 name: name.into(),
@@ -243,8 +246,10 @@ impl Keel {
             }
         }
         for s in self.store().list_schedules().await? {
-            if s.declared_by.as_deref() == Some(name) && !declared.contains(&s.name) {
-                self.delete_schedule(&s.name).await?;
+            if s.settings.declared_by.as_deref() == Some(name)
+                && !declared.contains(&s.settings.name)
+            {
+                self.delete_schedule(&s.settings.name).await?;
             }
         }
         Ok(())
@@ -256,7 +261,7 @@ impl Keel {
     pub async fn fire_schedules(&self) -> Result<Option<u64>> {
         let now = self.now_ms();
         for record in self.store().due_schedules(now, DUE_BATCH).await? {
-            let name = record.name.clone();
+            let name = record.settings.name.clone();
             match self.fire_due(record, now).await {
                 Ok(()) => {}
                 // Another worker took it first: it fires it.
@@ -269,7 +274,7 @@ impl Keel {
             .list_schedules()
             .await?
             .iter()
-            .filter(|s| !s.paused)
+            .filter(|s| !s.settings.paused)
             .filter_map(|s| {
                 let next = s.next_fire_ms;
                 // A fire a claim holds back is looked at once the claim ends.
@@ -303,7 +308,9 @@ impl Keel {
             && claim.until_ms >= now
             && claim.owner != self.inner.config.worker_id
         {
-            return Err(Error::ScheduleConflict { name: record.name });
+            return Err(Error::ScheduleConflict {
+                name: record.settings.name,
+            });
         }
         record.claim = Some(Claim {
             owner: self.inner.config.worker_id.clone(),
@@ -354,17 +361,18 @@ impl Keel {
             ) {
                 record.last_run_id = fire.run_id.clone();
             }
-            self.inner
-                .config
-                .observer
-                .schedule_fired(&record.name, fire.outcome, lag(nominal));
+            self.inner.config.observer.schedule_fired(
+                &record.settings.name,
+                fire.outcome,
+                lag(nominal),
+            );
             fires.push(fire);
         }
         for (nominal, outcome) in decision.recorded {
             self.inner
                 .config
                 .observer
-                .schedule_fired(&record.name, outcome, lag(nominal));
+                .schedule_fired(&record.settings.name, outcome, lag(nominal));
             fires.push(Fire {
                 nominal_ms: nominal,
                 at_ms: now,
@@ -386,6 +394,7 @@ impl Keel {
         let run_id = record.run_id_of(nominal_ms);
         let options = StartOptions {
             additional_metadata: record
+                .settings
                 .additional_metadata
                 .as_deref()
                 .and_then(|m| serde_json::from_str(m).ok()),
@@ -395,9 +404,9 @@ impl Keel {
         };
         let started = self
             .start_workflow(
-                &record.workflow,
-                target(&record.deployment),
-                &record.input,
+                &record.settings.workflow,
+                target(&record.settings.deployment),
+                &record.settings.input,
                 &options,
             )
             .await;
@@ -410,7 +419,7 @@ impl Keel {
         };
         Ok(match started {
             Ok(run) => {
-                tracing::info!(schedule = %record.name, run_id = %run.run_id, nominal_ms, "schedule fired");
+                tracing::info!(schedule = %record.settings.name, run_id = %run.run_id, nominal_ms, "schedule fired");
                 fire(FireOutcome::Started, Some(run.run_id), None)
             }
             Err(Error::RunExists { run_id }) => fire(FireOutcome::AlreadyFired, Some(run_id), None),
@@ -418,7 +427,7 @@ impl Keel {
                 return Err(e);
             }
             Err(e) => {
-                tracing::warn!(schedule = %record.name, nominal_ms, "the fire's start was refused: {e}");
+                tracing::warn!(schedule = %record.settings.name, nominal_ms, "the fire's start was refused: {e}");
                 fire(FireOutcome::Failed, None, Some(e.to_string()))
             }
         })

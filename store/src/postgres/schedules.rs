@@ -27,9 +27,9 @@ impl ScheduleStore for PgStore {
                 "INSERT INTO schedules (name, record, revision, paused, next_fire_ms, buffered, claim_until_ms)
                  VALUES ($1, $2, 0, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING",
                 &[
-                    &record.name,
+                    &record.settings.name,
                     &codec::encode(&record),
-                    &record.paused,
+                    &record.settings.paused,
                     &next,
                     &buffered,
                     &claim,
@@ -37,7 +37,9 @@ impl ScheduleStore for PgStore {
             )
             .await?;
         if created == 0 {
-            return Err(StoreError::ScheduleExists { name: record.name });
+            return Err(StoreError::ScheduleExists {
+                name: record.settings.name,
+            });
         }
         Ok(())
     }
@@ -52,10 +54,10 @@ impl ScheduleStore for PgStore {
                      buffered = $6, claim_until_ms = $7
                  WHERE name = $1 AND revision = $8",
                 &[
-                    &next.name,
+                    &next.settings.name,
                     &codec::encode(&next),
                     &i(next.revision),
-                    &next.paused,
+                    &next.settings.paused,
                     &next_fire,
                     &buffered,
                     &claim,
@@ -66,7 +68,7 @@ impl ScheduleStore for PgStore {
         if updated == 1 {
             return Ok(next.revision);
         }
-        let name = next.name;
+        let name = next.settings.name;
         Err(match self.schedule(&name).await? {
             Some(_) => StoreError::ScheduleConflict { name },
             None => StoreError::ScheduleNotFound { name },

@@ -19,14 +19,14 @@ impl ScheduleStore for SledStore {
             .inner
             .schedules
             .compare_and_swap(
-                record.name.as_bytes(),
+                record.settings.name.as_bytes(),
                 None::<&[u8]>,
                 Some(codec::encode(&record)),
             )
             .map_err(backend)?;
         if created.is_err() {
             return Err(StoreError::ScheduleExists {
-                name: record.name.clone(),
+                name: record.settings.name.clone(),
             });
         }
         self.sync().await
@@ -34,7 +34,7 @@ impl ScheduleStore for SledStore {
 
     async fn update_schedule(&self, schedule: &ScheduleRecord) -> Result<u64> {
         self.room()?;
-        let name = schedule.name.as_str();
+        let name = schedule.settings.name.as_str();
         let Some(current) = self.inner.schedules.get(name).map_err(backend)? else {
             return Err(StoreError::ScheduleNotFound { name: name.into() });
         };
