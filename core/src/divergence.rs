@@ -218,26 +218,14 @@ impl Divergence {
 mod tests {
     use super::*;
 
+    use crate::testing::{self, JournalBuilder};
+
     fn entries(facts: Vec<Fact>) -> Vec<Entry> {
-        facts
-            .into_iter()
-            .enumerate()
-            .map(|(seq, fact)| Entry {
-                seq: seq as u64,
-                at_ms: 0,
-                fact,
-            })
-            .collect()
+        JournalBuilder::at(0).facts(facts).entries()
     }
 
     fn step(command: u32, name: &str) -> Fact {
-        Fact::StepScheduled {
-            command,
-            name: name.into(),
-            input: "1".into(),
-            step_id: String::new(),
-            digest: String::new(),
-        }
+        testing::step(command, name, "1")
     }
 
     fn trace(issued: u32, recorded: u32) -> Trace {

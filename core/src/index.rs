@@ -267,30 +267,18 @@ pub fn effective_entries(journal: &[Entry]) -> Vec<Entry> {
 mod tests {
     use super::*;
 
+    use crate::testing::{self, JournalBuilder};
+
     fn journal(facts: Vec<Fact>) -> JournalIndex {
-        let mut index = JournalIndex::default();
-        for fact in facts {
-            let entry = index.next_entry(fact, 10);
-            index.push(entry).unwrap();
-        }
-        index
+        JournalBuilder::at(10).facts(facts).index()
     }
 
     fn step(command: u32) -> Fact {
-        Fact::StepScheduled {
-            command,
-            name: "s".into(),
-            input: "null".into(),
-            step_id: format!("r-{command}"),
-            digest: String::new(),
-        }
+        testing::step(command, "s", "null")
     }
 
     fn done(command: u32) -> Fact {
-        Fact::StepCompleted {
-            command,
-            output: command.to_string(),
-        }
+        testing::completed(command, &command.to_string())
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod patch;
 pub mod query;
 pub mod records;
 pub mod schedule;
+pub mod testing;
 pub mod timeline;
 
 pub use clock::Clock;

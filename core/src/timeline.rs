@@ -267,9 +267,16 @@ fn end(rows: &mut [Row], command: u32, at: u64, output: Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::JournalBuilder;
 
-    fn e(seq: u64, at_ms: u64, fact: Fact) -> Entry {
-        Entry { seq, at_ms, fact }
+    /// A journal of `(time, fact)` pairs, in order.
+    fn journal(timed: Vec<(u64, Fact)>) -> Vec<Entry> {
+        timed
+            .into_iter()
+            .fold(JournalBuilder::at(0), |b, (at_ms, fact)| {
+                b.then_at(at_ms, fact)
+            })
+            .entries()
     }
 
     /// Step `charge` scheduled as command 0.
@@ -285,26 +292,23 @@ mod tests {
 
     #[test]
     fn a_retried_step_is_one_row_with_its_attempts_error_and_duration() {
-        let journal = vec![
-            e(
-                0,
+        let journal = journal(vec![
+            (
                 100,
                 Fact::RunStarted {
                     workflow: "w".into(),
                     input: "1".into(),
                 },
             ),
-            e(1, 101, charge()),
-            e(
-                2,
+            (101, charge()),
+            (
                 102,
                 Fact::StepAttemptStarted {
                     command: 0,
                     attempt: 1,
                 },
             ),
-            e(
-                3,
+            (
                 110,
                 Fact::StepAttemptFailed {
                     command: 0,
@@ -313,31 +317,28 @@ mod tests {
                     retry_at_ms: 1110,
                 },
             ),
-            e(
-                4,
+            (
                 1110,
                 Fact::StepAttemptStarted {
                     command: 0,
                     attempt: 2,
                 },
             ),
-            e(
-                5,
+            (
                 1120,
                 Fact::StepCompleted {
                     command: 0,
                     output: "\"ok\"".into(),
                 },
             ),
-            e(
-                6,
+            (
                 1121,
                 Fact::TimerScheduled {
                     command: 1,
                     fire_at_ms: 2000,
                 },
             ),
-        ];
+        ]);
         let rows = timeline(&journal);
         assert_eq!(rows.len(), 2);
         let step = &rows[0];
@@ -363,18 +364,16 @@ mod tests {
 
     #[test]
     fn a_waiting_retry_shows_when_it_is_due() {
-        let journal = vec![
-            e(0, 1, charge()),
-            e(
-                1,
+        let journal = journal(vec![
+            (1, charge()),
+            (
                 2,
                 Fact::StepAttemptStarted {
                     command: 0,
                     attempt: 1,
                 },
             ),
-            e(
-                2,
+            (
                 3,
                 Fact::StepAttemptFailed {
                     command: 0,
@@ -383,7 +382,7 @@ mod tests {
                     retry_at_ms: 500,
                 },
             ),
-        ];
+        ]);
         let rows = timeline(&journal);
         assert_eq!(rows[0].status, RowStatus::Retrying);
         assert_eq!(rows[0].due_at_ms, Some(500));
@@ -391,9 +390,8 @@ mod tests {
 
     #[test]
     fn hooks_collect_their_payloads_and_children_their_run_ids() {
-        let journal = vec![
-            e(
-                0,
+        let journal = journal(vec![
+            (
                 1,
                 Fact::HookCreated {
                     command: 0,
@@ -402,8 +400,7 @@ mod tests {
                     registration: crate::journal::HookRegistration::Registered,
                 },
             ),
-            e(
-                1,
+            (
                 2,
                 Fact::HookNext {
                     command: 1,
@@ -412,24 +409,21 @@ mod tests {
                     index: 0,
                 },
             ),
-            e(
-                2,
+            (
                 9,
                 Fact::HookReceived {
                     command: 1,
                     payload: "true".into(),
                 },
             ),
-            e(
-                3,
+            (
                 10,
                 Fact::HookDisposed {
                     command: 2,
                     hook: 0,
                 },
             ),
-            e(
-                4,
+            (
                 11,
                 Fact::WorkflowStarted {
                     command: 3,
@@ -441,7 +435,7 @@ mod tests {
                     },
                 },
             ),
-        ];
+        ]);
         let rows = timeline(&journal);
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].output.as_deref(), Some("true"));

@@ -18,6 +18,7 @@ use keel_core::journal::Fact;
 use keel_core::{Entry, HookRecord, HookRegistration, RunId, RunRecord, RunStatus};
 
 use keel_core::schedule::{Claim, Overlap, ScheduleRecord, ScheduleSpec, Spec};
+use keel_core::testing::{JournalBuilder, run_record, timer_entry};
 
 use crate::{Admission, HookPayload, KeyClaim, Store, StoreError};
 
@@ -132,37 +133,11 @@ fn fail<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
 }
 
 fn run(id: &str, status: RunStatus) -> RunRecord {
-    RunRecord {
-        run_id: id.into(),
-        workflow: "w".into(),
-        component_hash: "h".into(),
-        input: "null".into(),
-        status,
-        output: None,
-        error: None,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        wake_at_ms: None,
-    }
+    run_record(id, status, 0)
 }
 
 fn started(workflow: &str) -> Vec<Entry> {
-    vec![Entry {
-        seq: 0,
-        at_ms: 0,
-        fact: Fact::RunStarted {
-            workflow: workflow.into(),
-            input: "null".into(),
-        },
-    }]
-}
-
-fn entry(seq: u64, command: u32) -> Entry {
-    Entry {
-        seq,
-        at_ms: seq,
-        fact: Fact::TimerFired { command },
-    }
+    JournalBuilder::started(workflow, "null").entries()
 }
 
 fn hook(
@@ -209,11 +184,9 @@ async fn end(store: &dyn Store, run_id: &str, now_ms: u64) -> Result<Vec<RunId>,
     let mut record = run(run_id, RunStatus::Completed);
     record.output = Some("1".into());
     let seq = store.journal(run_id).await?.len() as u64;
-    let tail = [Entry {
-        seq,
-        at_ms: now_ms,
-        fact: Fact::RunCompleted { output: "1".into() },
-    }];
+    let tail = JournalBuilder::continuing(seq, now_ms)
+        .then(Fact::RunCompleted { output: "1".into() })
+        .entries();
     store.end_run(&record, &tail, now_ms, None).await
 }
 
@@ -526,7 +499,7 @@ async fn disposing_releases_a_token_at_once(h: &dyn Harness) -> Outcome {
 
 async fn journals_read_back_in_order_and_children_stay_apart(h: &dyn Harness) -> Outcome {
     let store = h.fresh().await;
-    let parent: Vec<Entry> = (0..300).map(|s| entry(s, s as u32)).collect();
+    let parent: Vec<Entry> = (0..300).map(|s| timer_entry(s, s as u32)).collect();
     store
         .append("p", &parent[..200], None, None)
         .await
@@ -536,7 +509,7 @@ async fn journals_read_back_in_order_and_children_stay_apart(h: &dyn Harness) ->
         .await
         .map_err(fail("append"))?;
     store
-        .append("p.1", &[entry(0, 9)], None, None)
+        .append("p.1", &[timer_entry(0, 9)], None, None)
         .await
         .map_err(fail("append child"))?;
     let read = store.journal("p").await.map_err(fail("journal"))?;
@@ -544,7 +517,7 @@ async fn journals_read_back_in_order_and_children_stay_apart(h: &dyn Harness) ->
         format!("read {} entries, wrote {}", read.len(), parent.len())
     })?;
     let child = store.journal("p.1").await.map_err(fail("journal"))?;
-    check(child == [entry(0, 9)], || {
+    check(child == [timer_entry(0, 9)], || {
         format!("child journal: {child:?}")
     })
 }
@@ -557,7 +530,7 @@ async fn a_status_change_is_stored_with_its_entries(h: &dyn Harness) -> Outcome 
     let mut waiting = run("a", RunStatus::Waiting);
     waiting.wake_at_ms = Some(99);
     store
-        .append("a", &[entry(1, 0)], Some(&waiting), None)
+        .append("a", &[timer_entry(1, 0)], Some(&waiting), None)
         .await
         .map_err(fail("append"))?;
     let record = store.get_run("a").await.map_err(fail("get_run"))?;
@@ -610,7 +583,7 @@ async fn acknowledged_writes_survive_a_reopen(h: &dyn Harness) -> Outcome {
         .await
         .map_err(fail("admit"))?;
     store
-        .append("a", &[entry(1, 0)], None, None)
+        .append("a", &[timer_entry(1, 0)], None, None)
         .await
         .map_err(fail("append"))?;
     store
@@ -764,7 +737,7 @@ async fn a_write_fenced_by_a_lost_lease_is_refused(h: &dyn Harness) -> Outcome {
         .map_err(fail("acquire"))?;
     let old = old.ok_or("lease not taken")?;
     store
-        .append("a", &[entry(1, 0)], None, Some(&old))
+        .append("a", &[timer_entry(1, 0)], None, Some(&old))
         .await
         .map_err(fail("a write under a held lease"))?;
     let new = store
@@ -772,13 +745,15 @@ async fn a_write_fenced_by_a_lost_lease_is_refused(h: &dyn Harness) -> Outcome {
         .await
         .map_err(fail("acquire"))?;
     let new = new.ok_or("an expired lease was not taken")?;
-    let zombie = store.append("a", &[entry(2, 1)], None, Some(&old)).await;
+    let zombie = store
+        .append("a", &[timer_entry(2, 1)], None, Some(&old))
+        .await;
     check(matches!(zombie, Err(StoreError::LeaseLost { .. })), || {
         format!("a zombie's append: {zombie:?}")
     })?;
     let mut record = run("a", RunStatus::Completed);
     record.output = Some("1".into());
-    let tail = [entry(2, 1)];
+    let tail = [timer_entry(2, 1)];
     let ended = store.end_run(&record, &tail, 11, Some(&old)).await;
     check(matches!(ended, Err(StoreError::LeaseLost { .. })), || {
         format!("a zombie's end: {ended:?}")
@@ -810,16 +785,16 @@ async fn a_journal_position_is_written_once(h: &dyn Harness) -> Outcome {
         .await
         .map_err(fail("admit"))?;
     store
-        .append("a", &[entry(1, 0)], None, None)
+        .append("a", &[timer_entry(1, 0)], None, None)
         .await
         .map_err(fail("append"))?;
-    let twice = store.append("a", &[entry(1, 5)], None, None).await;
+    let twice = store.append("a", &[timer_entry(1, 5)], None, None).await;
     check(
         matches!(twice, Err(StoreError::JournalConflict { seq: 1, .. })),
         || format!("a second entry 1: {twice:?}"),
     )?;
     let journal = store.journal("a").await.map_err(fail("journal"))?;
-    check(journal[1] == entry(1, 0), || {
+    check(journal[1] == timer_entry(1, 0), || {
         format!("entry 1 is now {:?}", journal[1])
     })
 }
@@ -986,11 +961,9 @@ async fn an_ended_run_is_live_again_after_a_retry_is_appended(h: &dyn Harness) -
         format!("an ended run is live: {live:?}")
     })?;
     let seq = store.journal("a").await.map_err(fail("journal"))?.len() as u64;
-    let retried = [Entry {
-        seq,
-        at_ms: 2,
-        fact: Fact::RunRetried { from_seq: seq - 1 },
-    }];
+    let retried = JournalBuilder::continuing(seq, 2)
+        .then(Fact::RunRetried { from_seq: seq - 1 })
+        .entries();
     store
         .append("a", &retried, Some(&run("a", RunStatus::Pending)), None)
         .await

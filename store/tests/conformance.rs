@@ -234,18 +234,7 @@ mod postgres {
         let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
         // Runs whose IDs sort against their admission times.
         for (id, at) in [("zz-older", 5), ("aa-newer", 9)] {
-            let run = keel_core::RunRecord {
-                run_id: id.into(),
-                workflow: "w".into(),
-                component_hash: "h".into(),
-                input: "null".into(),
-                status: keel_core::RunStatus::Completed,
-                output: None,
-                error: None,
-                created_at_ms: at,
-                updated_at_ms: at,
-                wake_at_ms: None,
-            };
+            let run = keel_core::testing::run_record(id, keel_core::RunStatus::Completed, at);
             store.import(&run, &[]).await.unwrap();
         }
         drop(store);
@@ -289,18 +278,7 @@ mod postgres {
         let b = PgStore::open(PgHarness::options(&schema)).await.unwrap();
         let mut wakes = b.wake_stream().expect("PostgreSQL announces wakes");
         // The listener may still be connecting: announce until one arrives.
-        let record = keel_core::RunRecord {
-            run_id: "w".into(),
-            workflow: "w".into(),
-            component_hash: "h".into(),
-            input: "null".into(),
-            status: keel_core::RunStatus::Pending,
-            output: None,
-            error: None,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            wake_at_ms: None,
-        };
+        let record = keel_core::testing::run_record("w", keel_core::RunStatus::Pending, 0);
         let hook = keel_core::HookRecord {
             token: "t".into(),
             run_id: "w".into(),

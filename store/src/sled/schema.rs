@@ -163,18 +163,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         for (id, at) in [("zz-older", 5), ("aa-newer", 9)] {
-            let run = keel_core::RunRecord {
-                run_id: id.into(),
-                workflow: "w".into(),
-                component_hash: "h".into(),
-                input: "null".into(),
-                status: keel_core::RunStatus::Completed,
-                output: None,
-                error: None,
-                created_at_ms: at,
-                updated_at_ms: at,
-                wake_at_ms: None,
-            };
+            let run = keel_core::testing::run_record(id, keel_core::RunStatus::Completed, at);
             store.import(&run, &[]).await.unwrap();
         }
         drop(store);
