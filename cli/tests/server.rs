@@ -426,10 +426,14 @@ fn a_schedule_fires_on_a_server_each_second_once_and_is_managed_from_the_cli() {
         nominal.windows(2).all(|w| w[1] == w[0] + 1000),
         "one fire per second, none twice, none skipped: {nominal:?}"
     );
-    for f in fires {
-        let lag = f["at_ms"].as_u64().unwrap() - f["nominal_ms"].as_u64().unwrap();
-        assert!(lag < 1000, "decided {lag} ms late: {f}");
-    }
+    // (How late each fire is decided is a benchmark figure, `keel bench`,
+    // not something a test on a loaded machine can promise.)
+    assert!(
+        fires
+            .iter()
+            .all(|f| f["at_ms"].as_u64() >= f["nominal_ms"].as_u64()),
+        "no fire is decided before its time: {shown}"
+    );
 
     let (out, paused) = client(
         &server.url,
