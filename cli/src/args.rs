@@ -369,49 +369,11 @@ pub enum SchedulesCommand {
     /// Create a schedule: WORKFLOW started on a cron spec (read in --tz) or
     /// every DURATION; each fire is a run `NAME:YYYYMMDDTHHMMSSZ`,
     /// admitted once whichever worker fires it.
-    #[command(group(clap::ArgGroup::new("spec").required(true).args(["cron", "every"])))]
-    Create {
-        /// The schedule's name.
-        name: String,
-        /// The workflow each fire starts.
-        workflow: String,
-        /// A cron expression: 5 fields (minute hour day-of-month month
-        /// day-of-week), or 6 with seconds first; quote it.
-        #[arg(long, value_name = "EXPR")]
-        cron: Option<String>,
-        /// The IANA time zone the cron expression is read in [default: UTC].
-        #[arg(long, value_name = "ZONE", requires = "cron")]
-        tz: Option<String>,
-        /// An interval (30s, 5m, 1h), on a grid from the Unix epoch.
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        every: Option<std::time::Duration>,
-        /// Shifts the interval's grid (every 1h with 15m fires at :15).
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION", requires = "every")]
-        offset: Option<std::time::Duration>,
-        /// Every fire's input: JSON, @FILE or - for stdin.
-        #[arg(long, default_value = "null")]
-        input: String,
-        /// The deployment the fires start on [default: the latest
-        /// exporting the workflow].
-        #[arg(long, value_name = "NAME")]
-        deployment: Option<String>,
-        /// What a fire does while the previous fire's run is live.
-        #[arg(long, value_name = "POLICY", default_value = "skip", value_parser = ["skip", "buffer-one", "allow-all"])]
-        overlap: String,
-        /// After an outage, fires due within this long ago still run; older
-        /// ones are recorded missed.
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "1m")]
-        catchup_window: std::time::Duration,
-        /// Create it paused.
-        #[arg(long)]
-        paused: bool,
-        /// No fire before this time (RFC 3339, or ms since the epoch).
-        #[arg(long, value_parser = parse_time, value_name = "TIME")]
-        start_at: Option<u64>,
-        /// No fire after this time.
-        #[arg(long, value_parser = parse_time, value_name = "TIME")]
-        end_at: Option<u64>,
-    },
+    Create(ScheduleArgs),
+    /// Change a schedule's workflow, spec, input or policies; its fires are
+    /// kept, and a changed spec fires next at its first time after now.
+    /// Whether it is paused does not change (pause/resume do that).
+    Update(ScheduleArgs),
     /// Every schedule: spec, next fire, overlap, state.
     List,
     /// A schedule: its spec, next five fire times, latest fires with their
@@ -457,6 +419,52 @@ pub enum SchedulesCommand {
         /// The schedule's name.
         name: String,
     },
+}
+
+/// A schedule's settings, for `create` and `update`.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("spec").required(true).args(["cron", "every"])))]
+pub struct ScheduleArgs {
+    /// The schedule's name.
+    pub name: String,
+    /// The workflow each fire starts.
+    pub workflow: String,
+    /// A cron expression: 5 fields (minute hour day-of-month month
+    /// day-of-week), or 6 with seconds first; quote it.
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// The IANA time zone the cron expression is read in [default: UTC].
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    pub tz: Option<String>,
+    /// An interval (30s, 5m, 1h), on a grid from the Unix epoch.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub every: Option<std::time::Duration>,
+    /// Shifts the interval's grid (every 1h with 15m fires at :15).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", requires = "every")]
+    pub offset: Option<std::time::Duration>,
+    /// Every fire's input: JSON, @FILE or - for stdin.
+    #[arg(long, default_value = "null")]
+    pub input: String,
+    /// The deployment the fires start on [default: the latest
+    /// exporting the workflow].
+    #[arg(long, value_name = "NAME")]
+    pub deployment: Option<String>,
+    /// What a fire does while the previous fire's run is live.
+    #[arg(long, value_name = "POLICY", default_value = "skip", value_parser = ["skip", "buffer-one", "allow-all"])]
+    pub overlap: String,
+    /// After an outage, fires due within this long ago still run; older
+    /// ones are recorded missed.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "1m")]
+    pub catchup_window: std::time::Duration,
+    /// Create it paused (ignored by `update`).
+    #[arg(long)]
+    pub paused: bool,
+    /// No fire before this time (RFC 3339, or ms since the epoch).
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub start_at: Option<u64>,
+    /// No fire after this time.
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub end_at: Option<u64>,
 }
 
 /// A time given as RFC 3339 (`2026-12-01T09:00:00Z`) or milliseconds since

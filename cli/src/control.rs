@@ -135,6 +135,7 @@ pub enum Request {
     },
     ListEvents,
     CreateSchedule(ScheduleRequest),
+    UpdateSchedule(ScheduleRequest),
     ListSchedules,
     ShowSchedule {
         name: String,
@@ -318,6 +319,9 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         Request::ShowDeployment { name } => Reply::Deployment(keel.deployment(&name).await?),
         Request::CreateSchedule(request) => Reply::Schedule(ScheduleView::of(
             &keel.create_schedule(request.spec()?).await?,
+        )),
+        Request::UpdateSchedule(request) => Reply::Schedule(ScheduleView::of(
+            &keel.update_schedule(request.spec()?).await?,
         )),
         Request::ListSchedules => Reply::Schedules(
             keel.schedules()

@@ -168,11 +168,14 @@ fn print_schedule(s: &ScheduleView, command: &Command, json: bool) {
     use crate::args::SchedulesCommand as S;
     let verb = match command {
         Command::Schedules {
-            command: S::Create { .. },
+            command: S::Create(_),
         } => "created ",
         Command::Schedules {
             command: S::Delete { .. },
         } => "deleted ",
+        Command::Schedules {
+            command: S::Update(_),
+        } => "updated ",
         Command::Schedules {
             command: S::Pause { .. },
         } => "paused ",

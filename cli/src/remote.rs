@@ -344,6 +344,11 @@ impl Client {
             Request::CreateSchedule(request) => {
                 Reply::Schedule(self.post(&["v1", "schedules"], &[], &request).await?)
             }
+            Request::UpdateSchedule(request) => {
+                let url = self.url(&["v1", "schedules", &request.name], &[]);
+                let body = ("application/json", serde_json::to_vec(&request)?);
+                Reply::Schedule(self.call(Method::PUT, url, Some(body)).await?.1)
+            }
             Request::ListSchedules => Reply::Schedules(
                 self.get::<ScheduleList>(&["v1", "schedules"], &[])
                     .await?

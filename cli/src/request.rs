@@ -9,7 +9,8 @@ use serde_json::Value;
 use keel_host::core::{Clock, GrantSpec, RunFilter, StepLimits};
 
 use crate::args::{
-    Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand, SchedulesCommand,
+    Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand, ScheduleArgs,
+    SchedulesCommand,
 };
 use crate::control::{Request, StartSpec};
 use keel_server::wire::ScheduleRequest;
@@ -214,44 +215,8 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
 fn schedule_request(command: &SchedulesCommand) -> anyhow::Result<Request> {
     let name = |n: &String| n.clone();
     Ok(match command {
-        SchedulesCommand::Create {
-            name,
-            workflow,
-            cron,
-            tz,
-            every,
-            offset,
-            input,
-            deployment,
-            overlap,
-            catchup_window,
-            paused,
-            start_at,
-            end_at,
-        } => {
-            let input = text_arg("--input", input)?;
-            let input =
-                serde_json::from_str(&input).map_err(|e| keel_host::Error::InvalidInput {
-                    reason: format!("--input: {e}"),
-                })?;
-            Request::CreateSchedule(ScheduleRequest {
-                name: name.clone(),
-                workflow: workflow.clone(),
-                deployment: deployment.clone(),
-                input,
-                additional_metadata: None,
-                cron: cron.clone(),
-                tz: tz.clone(),
-                every_ms: every.map(|d| d.as_millis() as u64),
-                offset_ms: offset.map(|d| d.as_millis() as u64),
-                overlap: Some(overlap.parse().map_err(|e: String| anyhow::anyhow!(e))?),
-                catchup_window_ms: Some(catchup_window.as_millis() as u64),
-                paused: *paused,
-                note: None,
-                start_at_ms: *start_at,
-                end_at_ms: *end_at,
-            })
-        }
+        SchedulesCommand::Create(args) => Request::CreateSchedule(schedule_body(args)?),
+        SchedulesCommand::Update(args) => Request::UpdateSchedule(schedule_body(args)?),
         SchedulesCommand::List => Request::ListSchedules,
         SchedulesCommand::Show { name: n } => Request::ShowSchedule { name: name(n) },
         SchedulesCommand::Pause { name: n, note } => Request::PauseSchedule {
@@ -269,6 +234,35 @@ fn schedule_request(command: &SchedulesCommand) -> anyhow::Result<Request> {
             to_ms: *to,
         },
         SchedulesCommand::Delete { name: n } => Request::DeleteSchedule { name: name(n) },
+    })
+}
+
+/// The body of `schedules create` and `update`.
+fn schedule_body(args: &ScheduleArgs) -> anyhow::Result<ScheduleRequest> {
+    let input = text_arg("--input", &args.input)?;
+    let input = serde_json::from_str(&input).map_err(|e| keel_host::Error::InvalidInput {
+        reason: format!("--input: {e}"),
+    })?;
+    Ok(ScheduleRequest {
+        name: args.name.clone(),
+        workflow: args.workflow.clone(),
+        deployment: args.deployment.clone(),
+        input,
+        additional_metadata: None,
+        cron: args.cron.clone(),
+        tz: args.tz.clone(),
+        every_ms: args.every.map(|d| d.as_millis() as u64),
+        offset_ms: args.offset.map(|d| d.as_millis() as u64),
+        overlap: Some(
+            args.overlap
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
+        ),
+        catchup_window_ms: Some(args.catchup_window.as_millis() as u64),
+        paused: args.paused,
+        note: None,
+        start_at_ms: args.start_at,
+        end_at_ms: args.end_at,
     })
 }
 

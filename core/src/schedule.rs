@@ -120,6 +120,9 @@ impl Spec {
             Spec::Cron { expr, tz } => {
                 let cron = parse_cron(expr).ok()?;
                 let tz = zone(tz).ok()?;
+                // Cron times are whole seconds: search from the second
+                // `after_ms` falls in (croner keeps a fraction it is given).
+                let after_ms = after_ms / 1000 * 1000;
                 let after = Utc
                     .timestamp_millis_opt(i64::try_from(after_ms).ok()?)
                     .single()?
@@ -722,6 +725,16 @@ mod tests {
                 "2026-11-03 01:30 EST"
             ]
         );
+    }
+
+    #[test]
+    fn cron_times_are_whole_seconds_whatever_the_time_searched_from() {
+        let spec = Spec::cron("0 9 * * *", None).unwrap();
+        let nine = utc("2026-12-01T09:00:00Z");
+        assert_eq!(spec.next_after(nine - 1), Some(nine));
+        assert_eq!(spec.next_after(nine - 1000 + 575), Some(nine));
+        assert_eq!(spec.next_after(nine + 999), Some(nine + 86_400_000));
+        assert_eq!(spec.times_between(nine - 86_400_000 + 1, nine, 10), [nine]);
     }
 
     #[test]

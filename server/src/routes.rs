@@ -46,7 +46,7 @@ pub struct Route {
 pub fn table() -> Vec<Route> {
     use crate::schedules;
     use axum::http::Method;
-    use axum::routing::{delete, get, post};
+    use axum::routing::{delete, get, post, put};
     let route = |path, method: Method, operation, handler| Route {
         path,
         method,
@@ -152,6 +152,12 @@ pub fn table() -> Vec<Route> {
             Method::GET,
             "getSchedule",
             get(schedules::get),
+        ),
+        route(
+            "/v1/schedules/{name}",
+            Method::PUT,
+            "updateSchedule",
+            put(schedules::update),
         ),
         route(
             "/v1/schedules/{name}",

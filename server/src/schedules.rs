@@ -42,6 +42,27 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(ScheduleView::of(&record))))
 }
 
+/// `PUT /v1/schedules/{name}`: new settings for a schedule (its fires and
+/// pause are kept).
+pub async fn update(
+    State(s): State<AppState>,
+    Param(name): Param,
+    body: Body<MAX_BODY>,
+) -> ApiResult<Json<ScheduleView>> {
+    let mut request: ScheduleRequest = json_object(body)?;
+    if request.name.is_empty() {
+        request.name = name.clone();
+    }
+    if request.name != name {
+        return Err(crate::error::ApiError::invalid(format!(
+            "the body names schedule `{}`, the path `{name}`; a schedule is not renamed",
+            request.name
+        )));
+    }
+    let record = s.keel.update_schedule(request.spec()?).await?;
+    Ok(Json(ScheduleView::of(&record)))
+}
+
 /// `GET /v1/schedules`.
 pub async fn list(State(s): State<AppState>) -> ApiResult<Json<ScheduleList>> {
     let schedules = s.keel.schedules().await?;

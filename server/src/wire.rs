@@ -337,7 +337,9 @@ pub struct WorkerList {
 #[serde(deny_unknown_fields)]
 pub struct ScheduleRequest {
     /// The schedule's name (letters, digits, `-`, `_`, `.`, `:`; at most
-    /// 100): its fires' run IDs are `NAME:YYYYMMDDTHHMMSSZ`.
+    /// 100): its fires' run IDs are `NAME:YYYYMMDDTHHMMSSZ`. Required to
+    /// create; an update takes it from the path.
+    #[serde(default)]
     #[schemars(regex(pattern = keel_core::ids::NAME_PATTERN), length(max = 100))]
     pub name: String,
     /// The workflow each fire starts.

@@ -1236,6 +1236,7 @@ async fn schedules_are_created_fired_paused_and_deleted_over_http() {
     let upcoming = created["upcoming_ms"].as_array().unwrap();
     assert_eq!(upcoming.len(), 5, "{created}");
     assert_eq!(created["next_fire_ms"], upcoming[0]);
+    assert_eq!(upcoming[0].as_u64().unwrap() % 60_000, 0, "{created}");
 
     // A trigger is one fire now: a run with the derived ID.
     let (status, fire) = server
@@ -1296,6 +1297,31 @@ async fn schedules_are_created_fired_paused_and_deleted_over_http() {
         metrics.contains("keel_schedule_fire_lag_seconds_count 1"),
         "{metrics}"
     );
+
+    // An update changes the spec and keeps the fires.
+    let (status, updated) = server
+        .call(
+            "PUT",
+            "/v1/schedules/nightly",
+            Some(json!({"workflow": "ten_steps", "input": 3, "cron": "30 7 * * *", "tz": "UTC"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert_eq!(updated["description"], "cron `30 7 * * *` in UTC");
+    assert_eq!(updated["recent"].as_array().unwrap().len(), 7, "{updated}");
+    assert_eq!(
+        updated["upcoming_ms"][0].as_u64().unwrap() % 60_000,
+        0,
+        "cron times are whole minutes here: {updated}"
+    );
+    let (status, e) = server
+        .call(
+            "PUT",
+            "/v1/schedules/nightly",
+            Some(json!({"name": "other", "workflow": "ten_steps", "every_ms": 60000})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
 
     let (status, paused) = server
         .post("/v1/schedules/nightly/pause", json!({"note": "holiday"}))

@@ -489,3 +489,42 @@ async fn sleep_until_waits_for_an_absolute_time_on_the_workflow_clock() {
         .unwrap();
     assert_eq!(past.status, RunStatus::Completed, "{past:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_keeps_the_fires_and_the_pause_and_refuses_a_declared_schedule() {
+    let store = TestStore::new();
+    let (keel, clock) = engine(&store).await;
+    keel.create_schedule(every_minute("u", "ten_steps", "1", Overlap::AllowAll))
+        .await
+        .unwrap();
+    clock.advance(MINUTE);
+    keel.fire_schedules().await.unwrap();
+    keel.pause_schedule("u", Some("tuning".into()))
+        .await
+        .unwrap();
+    let mut settings = every_minute("u", "ten_steps", "7", Overlap::Skip);
+    settings.spec = Spec::every(10 * MINUTE, 0).unwrap();
+    let updated = keel.update_schedule(settings).await.unwrap();
+    assert_eq!(updated.settings.input, "7");
+    assert_eq!(updated.settings.overlap, Overlap::Skip);
+    assert!(updated.settings.paused, "an update does not resume");
+    assert_eq!(updated.settings.note.as_deref(), Some("tuning"));
+    assert_eq!(updated.recent.len(), 1, "its fires are kept");
+    assert_eq!(
+        updated.next_fire_ms,
+        Some(T0 + 10 * MINUTE),
+        "the new spec fires next at its first time after now"
+    );
+    let e = keel
+        .update_schedule(every_minute("nope", "ten_steps", "1", Overlap::Skip))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind().as_str(), "schedule_not_found");
+    let declared = keel.schedule("testbed.hourly").await.unwrap();
+    let e = keel
+        .update_schedule(declared.settings.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind().as_str(), "invalid_schedule");
+    assert!(e.to_string().contains("redeploy"), "{e}");
+}

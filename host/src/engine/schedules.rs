@@ -84,6 +84,33 @@ impl Keel {
         Ok(())
     }
 
+    /// Changes a schedule's settings to `settings` (the same name),
+    /// checked as a creation is. Its fires and whether it is paused are
+    /// kept; a changed spec or bound fires next at its first time after
+    /// now. A schedule declared in code is changed by redeploying it, and
+    /// refused here.
+    pub async fn update_schedule(&self, settings: ScheduleSpec) -> Result<ScheduleRecord> {
+        self.check_schedule(&settings).await?;
+        let name = settings.name.clone();
+        let now = self.now_ms();
+        let updated = self
+            .change_schedule(&name, |s| {
+                if let Some(deployment) = &s.settings.declared_by {
+                    return Err(Error::InvalidSchedule {
+                        name: name.clone(),
+                        reason: format!(
+                            "it is declared in the code of deployment `{deployment}`; change the `schedule(...)` there and redeploy"
+                        ),
+                    });
+                }
+                s.redeclare(settings.clone(), now);
+                Ok(())
+            })
+            .await?;
+        tracing::info!(schedule = %name, spec = %updated.settings.spec.describe(), "schedule updated");
+        Ok(updated)
+    }
+
     /// The schedule named `name`.
     pub async fn schedule(&self, name: &str) -> Result<ScheduleRecord> {
         self.store()
