@@ -345,7 +345,8 @@ impl Client {
                 Reply::Schedule(self.post(&["v1", "schedules"], &[], &request).await?)
             }
             Request::UpdateSchedule(request) => {
-                let url = self.url(&["v1", "schedules", &request.name], &[]);
+                let name = request.name.clone().unwrap_or_default();
+                let url = self.url(&["v1", "schedules", &name], &[]);
                 let body = ("application/json", serde_json::to_vec(&request)?);
                 Reply::Schedule(self.call(Method::PUT, url, Some(body)).await?.1)
             }

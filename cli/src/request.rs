@@ -244,7 +244,7 @@ fn schedule_body(args: &ScheduleArgs) -> anyhow::Result<ScheduleRequest> {
         reason: format!("--input: {e}"),
     })?;
     Ok(ScheduleRequest {
-        name: args.name.clone(),
+        name: Some(args.name.clone()),
         workflow: args.workflow.clone(),
         deployment: args.deployment.clone(),
         input,

@@ -50,14 +50,14 @@ pub async fn update(
     body: Body<MAX_BODY>,
 ) -> ApiResult<Json<ScheduleView>> {
     let mut request: ScheduleRequest = json_object(body)?;
-    if request.name.is_empty() {
-        request.name = name.clone();
-    }
-    if request.name != name {
-        return Err(crate::error::ApiError::invalid(format!(
-            "the body names schedule `{}`, the path `{name}`; a schedule is not renamed",
-            request.name
-        )));
+    match &request.name {
+        None => request.name = Some(name),
+        Some(named) if *named == name => {}
+        Some(named) => {
+            return Err(crate::error::ApiError::invalid(format!(
+                "the body names schedule `{named}`, the path `{name}`; a schedule is not renamed"
+            )));
+        }
     }
     let record = s.keel.update_schedule(request.spec()?).await?;
     Ok(Json(ScheduleView::of(&record)))

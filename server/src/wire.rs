@@ -339,9 +339,8 @@ pub struct ScheduleRequest {
     /// The schedule's name (letters, digits, `-`, `_`, `.`, `:`; at most
     /// 100): its fires' run IDs are `NAME:YYYYMMDDTHHMMSSZ`. Required to
     /// create; an update takes it from the path.
-    #[serde(default)]
     #[schemars(regex(pattern = keel_core::ids::NAME_PATTERN), length(max = 100))]
-    pub name: String,
+    pub name: Option<String>,
     /// The workflow each fire starts.
     pub workflow: String,
     /// A deployment name (its latest) or component hash; default: the
@@ -383,8 +382,9 @@ pub struct ScheduleRequest {
 impl ScheduleRequest {
     /// The schedule's settings, checked for a spec that can fire.
     pub fn spec(self) -> Result<ScheduleSpec, keel_host::Error> {
+        let name = self.name.clone().unwrap_or_default();
         let invalid = |reason: String| keel_host::Error::InvalidSchedule {
-            name: self.name.clone(),
+            name: name.clone(),
             reason,
         };
         let spec = match (&self.cron, self.every_ms) {
@@ -409,7 +409,7 @@ impl ScheduleRequest {
             catchup_window_ms: self
                 .catchup_window_ms
                 .unwrap_or(keel_core::schedule::DEFAULT_CATCHUP_WINDOW_MS),
-            name: self.name,
+            name,
             workflow: self.workflow,
             deployment: self.deployment,
             paused: self.paused,

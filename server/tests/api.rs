@@ -1322,6 +1322,18 @@ async fn schedules_are_created_fired_paused_and_deleted_over_http() {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+    let (status, e) = server
+        .call(
+            "PUT",
+            "/v1/schedules/nightly",
+            Some(json!({"name": "", "workflow": "ten_steps", "every_ms": 60000})),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "an empty name is no name: {e}"
+    );
 
     let (status, paused) = server
         .post("/v1/schedules/nightly/pause", json!({"note": "holiday"}))
