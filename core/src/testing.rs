@@ -1,8 +1,7 @@
 //! Journals for tests, written one way: the unit tests of core (the index,
-//! divergence and the timeline), the store's conformance suite and the
-//! engine's tests build journals with [`JournalBuilder`] and the fact
-//! helpers here (and run records with [`run_record`]) instead of spelling
-//! them out.
+//! divergence and the timeline) and the store's conformance suite and
+//! tests build journals with [`JournalBuilder`] and the fact helpers here
+//! (and run records with [`run_record`]) instead of spelling them out.
 
 use crate::index::JournalIndex;
 use crate::journal::{Entry, Fact};

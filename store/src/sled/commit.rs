@@ -130,24 +130,48 @@ mod tests {
         (dir, Arc::new(GroupCommit::new(db)))
     }
 
-    /// On one thread the order is fixed, so the count is too: the first
-    /// caller leads a flush (on the blocking pool) and the other 63 arrive
-    /// while it runs; they wait, and one more flush answers all of them.
-    /// (On a loaded multi-thread runtime the count depends on timing.)
+    /// Callers that arrive while a flush runs share the next one: with a
+    /// flush in progress, 64 callers ask; once all of them wait, the flush
+    /// ends, and a single further flush answers every one (a flush per
+    /// caller would make 64). Nothing here depends on timing: the test
+    /// waits until each caller's first step has run, on one thread.
     #[tokio::test(flavor = "current_thread")]
-    async fn concurrent_callers_share_flushes_and_all_are_answered() {
+    async fn callers_that_arrive_during_a_flush_share_the_next_one() {
         let (_dir, commit) = commit();
+        {
+            let mut state = commit.lock();
+            state.leading = true;
+            state.started = 1;
+        }
         let callers = 64;
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..callers {
-            let commit = commit.clone();
-            tasks.spawn(async move { commit.sync().await });
+            let (commit, asked) = (commit.clone(), asked.clone());
+            tasks.spawn(async move {
+                asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                commit.sync().await
+            });
         }
+        // A caller's first step (counting itself, then asking) runs to its
+        // wait in one poll; on this one thread, the count is then complete.
+        while asked.load(std::sync::atomic::Ordering::SeqCst) < callers {
+            tokio::task::yield_now().await;
+        }
+        {
+            let mut state = commit.lock();
+            state.leading = false;
+            state.completed = 1;
+        }
+        commit.flushed.notify_waiters();
         while let Some(result) = tasks.join_next().await {
             result.unwrap().unwrap();
         }
         let flushes = commit.lock().completed;
-        assert_eq!(flushes, 2, "{flushes} flushes for {callers} callers");
+        assert_eq!(
+            flushes, 2,
+            "the one in progress and one more, for {callers} callers"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
