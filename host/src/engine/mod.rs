@@ -56,6 +56,10 @@ pub(crate) struct Inner {
     journaled: tokio::sync::broadcast::Sender<RunId>,
     /// When expired keys and tokens were last deleted.
     last_purge_ms: Mutex<u64>,
+    /// When the worker looks at the schedules next (the earliest fire it
+    /// knows of, or a second on, for schedules other processes create; 0
+    /// once a schedule changed in this process), and that earliest fire.
+    next_schedule_look_ms: Mutex<(u64, Option<u64>)>,
     /// The engine is shutting down: it starts no drive.
     stopping: std::sync::atomic::AtomicBool,
     /// The store's deployments, newest first, until one is deployed.
@@ -122,6 +126,7 @@ impl Keel {
                 progress: Notify::new(),
                 journaled: tokio::sync::broadcast::channel(1024).0,
                 last_purge_ms: Mutex::default(),
+                next_schedule_look_ms: Mutex::default(),
                 stopping: Default::default(),
                 deployments: Mutex::default(),
                 step_settings: Mutex::default(),

@@ -16,7 +16,7 @@ use keel_core::schedule::{
 };
 use keel_store::StoreError;
 
-use super::{Keel, StartOptions};
+use super::{Keel, StartOptions, lock};
 use crate::{Error, Result};
 
 /// Schedules one worker pass looks at.
@@ -38,6 +38,7 @@ impl Keel {
         self.check_schedule(&spec).await?;
         let record = ScheduleRecord::new(spec, self.now_ms());
         self.store().create_schedule(&record).await?;
+        self.schedules_changed();
         tracing::info!(schedule = %record.settings.name, spec = %record.settings.spec.describe(), "schedule created");
         Ok(record)
     }
@@ -174,6 +175,7 @@ impl Keel {
             match self.store().update_schedule(&record).await {
                 Ok(revision) => {
                     record.revision = revision;
+                    self.schedules_changed();
                     return Ok(record);
                 }
                 Err(StoreError::ScheduleConflict { .. }) => continue,
@@ -280,6 +282,29 @@ impl Keel {
             }
         }
         Ok(())
+    }
+
+    /// The worker's pass over the schedules, made only once one may be due
+    /// (the earliest fire it knows of, a schedule changed here, or a second
+    /// since the last look), so that a busy worker's loop does not read
+    /// them at every drive that ends. Returns the earliest next fire, as
+    /// [`Keel::fire_schedules`] does.
+    pub(super) async fn fire_schedules_when_due(&self) -> Result<Option<u64>> {
+        let now = self.now_ms();
+        let (look_at, next) = *lock(&self.inner.next_schedule_look_ms);
+        if now < look_at {
+            return Ok(next);
+        }
+        let next = self.fire_schedules().await?;
+        let look_at = next.map_or(now + 1000, |at| at.min(now + 1000));
+        *lock(&self.inner.next_schedule_look_ms) = (look_at, next);
+        Ok(next)
+    }
+
+    /// Makes the worker look at the schedules at its next pass.
+    fn schedules_changed(&self) {
+        lock(&self.inner.next_schedule_look_ms).0 = 0;
+        self.inner.progress.notify_waiters();
     }
 
     /// The worker's pass over the schedules: fires every one that is due

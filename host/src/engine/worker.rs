@@ -234,7 +234,7 @@ impl Keel {
             }
             self.heartbeat(started_at_ms, &mut last_heartbeat).await;
             // Fires admitted here are driven in this same pass.
-            let next_fire = match self.fire_schedules().await {
+            let next_fire = match self.fire_schedules_when_due().await {
                 Ok(next) => next,
                 Err(e) => {
                     tracing::warn!("the worker cannot fire schedules: {e}");
