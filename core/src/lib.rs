@@ -13,6 +13,7 @@ pub mod deployment;
 pub mod divergence;
 pub mod error_kind;
 pub mod file;
+pub mod flow;
 pub mod ids;
 pub mod index;
 pub mod journal;

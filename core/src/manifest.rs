@@ -60,6 +60,9 @@ pub struct WorkflowInfo {
     /// when its component is deployed.
     #[serde(default)]
     pub schedule: Option<DeclaredSchedule>,
+    /// Its concurrency limit per key (`#[workflow(concurrency(...))]`).
+    #[serde(default)]
+    pub concurrency: Option<crate::flow::Concurrency>,
 }
 
 /// A schedule a workflow declares: deploying its component creates it as

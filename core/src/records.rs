@@ -26,6 +26,9 @@ pub enum RunStatus {
     /// Admitted to start later (a delayed start): its first activation is
     /// at `wake_at_ms`. Last, so that stored statuses keep their codes.
     Scheduled,
+    /// Admitted over its workflow's concurrency limit: it starts when its
+    /// key has a free slot (`core::flow`).
+    Queued,
 }
 
 impl RunStatus {
@@ -39,6 +42,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::Scheduled => "scheduled",
+            RunStatus::Queued => "queued",
         }
     }
 
@@ -52,6 +56,7 @@ impl RunStatus {
             RunStatus::Failed,
             RunStatus::Cancelled,
             RunStatus::Scheduled,
+            RunStatus::Queued,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)

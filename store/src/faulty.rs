@@ -7,13 +7,14 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use keel_core::flow::{LimitRow, RunSlot, SlotState};
 use keel_core::schedule::ScheduleRecord;
 use keel_core::{
     Capabilities, Deployment, Entry, EventRecord, HookRecord, KeyHold, RunId, RunRecord,
 };
 
 use crate::{
-    Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
+    Admission, Admitted, ComponentStore, FlowStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
     KeyStore, Lease, LeaseStore, Registered, Result, RunStore, ScheduleStore, Store, StoreError,
     Wake, WakeStore, WorkerRecord, WorkerStore,
 };
@@ -227,7 +228,7 @@ impl<S: Store + ?Sized> FaultyStore<S> {
 
 #[async_trait]
 impl<S: Store + ?Sized> RunStore for FaultyStore<S> {
-    async fn admit(&self, mut admission: Admission<'_>) -> Result<()> {
+    async fn admit(&self, mut admission: Admission<'_>) -> Result<Admitted> {
         if self.lose_start_hooks.load(Ordering::SeqCst) {
             admission.start_hook = None;
         }
@@ -446,6 +447,28 @@ impl<S: Store + ?Sized> ScheduleStore for FaultyStore<S> {
     }
     async fn due_schedules(&self, now_ms: u64, limit: usize) -> Result<Vec<ScheduleRecord>> {
         self.inner.due_schedules(now_ms, limit).await
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> FlowStore for FaultyStore<S> {
+    async fn take_slot(&self, run_id: &str, now_ms: u64) -> Result<Option<SlotState>> {
+        self.confirm(self.inner.take_slot(run_id, now_ms).await)
+    }
+    async fn run_slot(&self, run_id: &str) -> Result<Option<RunSlot>> {
+        self.inner.run_slot(run_id).await
+    }
+    async fn set_limit(
+        &self,
+        workflow: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+        now_ms: u64,
+    ) -> Result<Vec<RunId>> {
+        self.confirm(self.inner.set_limit(workflow, key, limit, now_ms).await)
+    }
+    async fn limit_rows(&self) -> Result<Vec<LimitRow>> {
+        self.inner.limit_rows().await
     }
 }
 

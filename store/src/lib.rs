@@ -2,8 +2,8 @@
 //!
 //! The engine talks to storage through one async trait, [`Store`], made of
 //! one part per concern: [`RunStore`], [`JournalStore`], [`LeaseStore`], [`HookStore`],
-//! [`KeyStore`], [`EventStore`], [`ComponentStore`], [`WakeStore`] and
-//! [`ScheduleStore`]. Their
+//! [`KeyStore`], [`EventStore`], [`ComponentStore`], [`WakeStore`],
+//! [`ScheduleStore`] and [`FlowStore`]. Their
 //! methods are domain-level operations (admit a run with its key, start
 //! hook and first journal entries; end a run with its hooks), each written
 //! with its atomicity and durability. Every store passes the
@@ -19,12 +19,14 @@
 //! [`StoreError::Unconfirmed`]: it may or may not have happened.
 
 use async_trait::async_trait;
+use keel_core::flow::{LimitRow, OnLimit, RunSlot, SlotState};
 use keel_core::schedule::ScheduleRecord;
 use keel_core::{
     Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunCursor,
     RunId, RunRecord,
 };
 
+mod admission;
 pub mod conformance;
 mod error;
 pub mod faulty;
@@ -44,8 +46,40 @@ pub struct Admission<'a> {
     pub start_hook: Option<&'a HookRecord>,
     /// The journal's first entries (the run's start).
     pub journal: &'a [Entry],
+    /// The concurrency group the run enters, if its workflow declares a
+    /// limit.
+    pub flow: Option<FlowClaim<'a>>,
     /// The time admission decides windows and retention by.
     pub now_ms: u64,
+}
+
+/// A run's entry into its workflow's concurrency group
+/// (`keel_core::flow`).
+#[derive(Clone, Copy, Debug)]
+pub struct FlowClaim<'a> {
+    /// The key the workflow's expression evaluated to.
+    pub key: &'a str,
+    /// The limit the workflow declares (an operator's override wins).
+    pub limit: u32,
+    pub on_limit: OnLimit,
+    /// 1 (highest) to 5.
+    pub priority: u8,
+}
+
+/// What admission did with a run that entered a concurrency group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// Stored as given: it holds a slot, has no group, or (a delayed
+    /// start) asks for its slot when it comes due.
+    AsGiven,
+    /// Stored `queued`: its group is at the limit.
+    Queued,
+    /// `cancel_newest`: stored `cancelled` (`keel_core::flow::rejected`);
+    /// `holder` holds the slot.
+    Rejected { holder: RunId },
+    /// `cancel_in_progress`: stored `queued` at the head of the queue;
+    /// `victim` was chosen to be cancelled for it (the caller cancels it).
+    Evicting { victim: Option<RunId> },
 }
 
 /// A claim of a workflow's idempotency key.
@@ -124,8 +158,10 @@ pub trait RunStore: Send + Sync {
     /// the run with [`StoreError::IdempotencyCollision`]; a token held by
     /// another run (active, or retained after its end) refuses it with
     /// [`StoreError::HookConflict`]; a run ID the store holds already, with
-    /// [`StoreError::RunExists`]. A refused run writes nothing.
-    async fn admit(&self, admission: Admission<'_>) -> Result<()>;
+    /// [`StoreError::RunExists`]. A refused run writes nothing. A run with
+    /// a [`FlowClaim`] enters its group in the same transaction
+    /// (`keel_core::flow::decide`), which the answer reports.
+    async fn admit(&self, admission: Admission<'_>) -> Result<Admitted>;
 
     /// Stores a run and its whole journal, as exported elsewhere; atomic
     /// and durable. [`StoreError::RunExists`] if the store holds the run.
@@ -150,8 +186,11 @@ pub trait RunStore: Send + Sync {
     /// Ends a run: stores its final record, ends its hooks (a hook with
     /// retention left keeps its token, inactive; the others release it),
     /// appends the journal's last entries and wakes the runs awaiting it,
-    /// atomically and durably. Returns the woken runs.
-    /// With `fence`, refused with [`StoreError::LeaseLost`] (nothing
+    /// atomically and durably. Returns the woken runs. A run that held a
+    /// concurrency slot frees it, and the queued runs that take the free
+    /// slots (`keel_core::flow::promotions`) become `pending` in the same
+    /// transaction and are returned with the woken ones; a queued or
+    /// deferred run leaves its queue. With `fence`, refused with [`StoreError::LeaseLost`] (nothing
     /// written) unless the run's lease is still at that owner and epoch.
     /// The run's lease is released.
     async fn end_run(
@@ -294,6 +333,38 @@ pub trait ScheduleStore: Send + Sync {
     async fn due_schedules(&self, now_ms: u64, limit: usize) -> Result<Vec<ScheduleRecord>>;
 }
 
+/// Flow control: the concurrency groups, their queues and the operators'
+/// limits. Every write is atomic and durable, and happens in one
+/// transaction with the admissions and ends it decides against, so a
+/// limit holds across every process sharing the store.
+#[async_trait]
+pub trait FlowStore: Send + Sync {
+    /// A delayed start that came due asks for its slot: it holds one
+    /// (status `pending`) or is queued (status `queued`). `None` if the run
+    /// has no deferred slot (it has no group, or asked already).
+    async fn take_slot(&self, run_id: &str, now_ms: u64) -> Result<Option<SlotState>>;
+
+    /// A run's place in its group, if it has one.
+    async fn run_slot(&self, run_id: &str) -> Result<Option<RunSlot>>;
+
+    /// Sets (`Some`) or removes (`None`) the operator's limit for a
+    /// workflow's every key (`key` `None`) or one key value; the queued
+    /// runs that take the slots a higher limit frees become `pending` in
+    /// the same transaction and are returned. A lower limit cancels
+    /// nothing: runs in progress finish, and no queued run starts until
+    /// the group is under its new limit.
+    async fn set_limit(
+        &self,
+        workflow: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+        now_ms: u64,
+    ) -> Result<Vec<RunId>>;
+
+    /// Every group and every override (`keel_core::flow::limit_rows`).
+    async fn limit_rows(&self) -> Result<Vec<LimitRow>>;
+}
+
 /// TTL idempotency keys.
 #[async_trait]
 pub trait KeyStore: Send + Sync {
@@ -387,6 +458,7 @@ pub trait Store:
     + DeploymentStore
     + WakeStore
     + ScheduleStore
+    + FlowStore
 {
     /// What this store supports; a start needing more is refused before
     /// anything is written.

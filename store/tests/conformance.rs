@@ -229,7 +229,7 @@ mod postgres {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn an_older_schema_is_migrated_at_open() {
-        use keel_store::{DeploymentStore, RunStore, ScheduleStore, WorkerStore};
+        use keel_store::{DeploymentStore, FlowStore, RunStore, ScheduleStore, WorkerStore};
         let schema = format!("keel_test_{}", uuid_like());
         let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
         // Runs whose IDs sort against their admission times.
@@ -242,12 +242,14 @@ mod postgres {
             .await
             .unwrap();
         tokio::spawn(connection);
-        // As version 1 left it: no workers, deployments or schedules
-        // tables, runs without their admission time.
+        // As version 1 left it: no workers, deployments, schedules or
+        // flow-control tables, runs without their admission time.
         client
             .batch_execute(&format!(
                 "DROP TABLE {schema}.workers; DROP TABLE {schema}.deployments;
-                 DROP TABLE {schema}.schedules;
+                 DROP TABLE {schema}.schedules; DROP TABLE {schema}.flow_groups;
+                 DROP TABLE {schema}.flow_slots; DROP TABLE {schema}.flow_limits;
+                 DROP SEQUENCE {schema}.flow_seq;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))
@@ -261,6 +263,7 @@ mod postgres {
         assert!(store.list_workers(0).await.unwrap().is_empty());
         assert!(store.deployments().await.unwrap().is_empty());
         assert!(store.list_schedules().await.unwrap().is_empty());
+        assert!(store.limit_rows().await.unwrap().is_empty());
         let listed: Vec<String> = store
             .runs_before(None, 10)
             .await
@@ -294,6 +297,7 @@ mod postgres {
             key: None,
             start_hook: Some(&hook),
             journal: &[],
+            flow: None,
             now_ms: 0,
         })
         .await

@@ -31,7 +31,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
-    Admission, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
+    Admission, Admitted, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
     KeyStore, Lease, LeaseStore, Registered, Result, RunStore, ScheduleStore, Store, StoreError,
     Wake, WakeStore, WorkerRecord, WorkerStore,
 };
@@ -39,6 +39,7 @@ use crate::{
 #[macro_use]
 mod tx;
 mod catalog;
+mod flow;
 mod hooks;
 mod runs;
 mod schedules;

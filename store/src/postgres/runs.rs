@@ -62,10 +62,11 @@ pub(super) async fn check_fence(
 
 #[async_trait]
 impl RunStore for PgStore {
-    async fn admit(&self, a: Admission<'_>) -> Result<()> {
-        let run = a.run;
-        let record = codec::encode(run);
+    async fn admit(&self, a: Admission<'_>) -> Result<Admitted> {
         transact!(self, |tx| {
+            let plan = flow::admission_plan(tx, &a).await?;
+            let run = &plan.run;
+            let record = codec::encode(run);
             let mut hook_row = false;
             if let Some(hook) = a.start_hook
                 && let Some(held) = lock_hook(tx, &hook.token).await?
@@ -117,9 +118,14 @@ impl RunStore for PgStore {
             }
             match tx
                 .run(
-                    "INSERT INTO runs (run_id, live, record, created_at_ms) VALUES ($1, true, $2, $3)
+                    "INSERT INTO runs (run_id, live, record, created_at_ms) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (run_id) DO NOTHING",
-                    &[&run.run_id.as_str(), &record, &i(run.created_at_ms)],
+                    &[
+                        &run.run_id.as_str(),
+                        &!run.status.is_final(),
+                        &record,
+                        &i(run.created_at_ms),
+                    ],
                 )
                 .await
             {
@@ -131,14 +137,17 @@ impl RunStore for PgStore {
                 Ok(_) => {}
                 Err(e) => return race(e),
             }
-            if let Some(hook) = a.start_hook
+            if let Some(hook) = &plan.start_hook
                 && let Attempt::Retry = write_hook(tx, hook, hook_row).await?
             {
                 return Ok(Attempt::Retry);
             }
-            insert_entries(tx, &run.run_id, a.journal).await?;
+            insert_entries(tx, &run.run_id, &plan.journal).await?;
+            for slot in &plan.slots {
+                flow::put_slot(tx, slot).await?;
+            }
             self.notify(tx, &Wake::Admitted).await?;
-            Ok(Attempt::Done(()))
+            Ok(Attempt::Done(plan.admitted))
         })
     }
 
@@ -272,7 +281,13 @@ impl RunStore for PgStore {
             tx.run("DELETE FROM claims WHERE run_id = $1", &[&run_id])
                 .await
                 .map_err(pg)?;
-            Ok(Attempt::Done(watchers))
+            let promoted = flow::flow_end(tx, run_id, now_ms).await?;
+            if !promoted.is_empty() {
+                self.notify(tx, &Wake::Admitted).await?;
+            }
+            let mut woken = watchers;
+            woken.extend(promoted);
+            Ok(Attempt::Done(woken))
         })
     }
 }

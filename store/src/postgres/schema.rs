@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -105,6 +105,29 @@ CREATE TABLE schedules (
     claim_until_ms bigint
 );
 CREATE INDEX schedules_due ON schedules (next_fire_ms) WHERE NOT paused;
+"#,
+    // Flow control (`flow.rs`).
+    r#"
+CREATE TABLE flow_groups (
+    workflow text NOT NULL,
+    key text NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (workflow, key)
+);
+CREATE TABLE flow_slots (
+    run_id text PRIMARY KEY,
+    workflow text NOT NULL,
+    key text NOT NULL,
+    record bytea NOT NULL
+);
+CREATE INDEX flow_slots_group ON flow_slots (workflow, key);
+CREATE TABLE flow_limits (
+    workflow text NOT NULL,
+    scope text NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (workflow, scope)
+);
+CREATE SEQUENCE flow_seq;
 "#,
 ];
 

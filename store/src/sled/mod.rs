@@ -4,7 +4,9 @@
 //! `live` (IDs of runs that have not ended), `created` (`admission time ++
 //! run ID`, the order of listings), `keys`, `hooks`, `run_hooks`,
 //! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
-//! `components`, `schedules` (name to record) and `meta` (the schema version). Writes are made at once
+//! `components`, `schedules` (name to record), the flow-control trees
+//! (`slots`, `group_slots`, `groups`, `limits`: see [`flow`]) and `meta`
+//! (the schema version). Writes are made at once
 //! and made durable by a group commit ([`commit`]) before a method returns.
 //! Multi-tree operations (admission, hook registration, ends) are sled
 //! transactions, so concurrent callers in this process agree on who holds
@@ -25,6 +27,7 @@ use crate::{
 
 mod catalog;
 mod commit;
+mod flow;
 mod hooks;
 mod runs;
 mod schedules;
@@ -124,6 +127,17 @@ struct Inner {
     workers: sled::Tree,
     /// Schedule name to its record.
     schedules: sled::Tree,
+    /// Run ID to its concurrency slot (`flow`).
+    slots: sled::Tree,
+    /// Group key ++ run ID: the slots of each concurrency group.
+    group_slots: sled::Tree,
+    /// Group key to what its latest admission declared.
+    groups: sled::Tree,
+    /// The operators' concurrency limits.
+    limits: sled::Tree,
+    /// Serializes decisions against concurrency groups (`flow`).
+    flow_lock: std::sync::Mutex<()>,
+    db: sled::Db,
     committer: GroupCommit,
     /// Growing writes are refused with less free space than this.
     min_free_bytes: u64,
@@ -191,6 +205,12 @@ impl SledStore {
             leases: open("leases")?,
             workers: open("workers")?,
             schedules: open("schedules")?,
+            slots: open("slots")?,
+            group_slots: open("group_slots")?,
+            groups: open("groups")?,
+            limits: open("limits")?,
+            flow_lock: std::sync::Mutex::new(()),
+            db: db.clone(),
             committer: GroupCommit::new(db.clone()),
             path,
             min_free_bytes,

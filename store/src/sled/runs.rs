@@ -11,7 +11,7 @@ use sled::transaction::{
     ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
 };
 
-use crate::{Admission, Lease, LeaseStore, Result, RunStore, StoreError};
+use crate::{Admission, Admitted, Lease, LeaseStore, Result, RunStore, StoreError};
 
 use super::*;
 
@@ -84,10 +84,12 @@ impl SledStore {
 
 #[async_trait]
 impl RunStore for SledStore {
-    async fn admit(&self, a: Admission<'_>) -> Result<()> {
+    async fn admit(&self, a: Admission<'_>) -> Result<Admitted> {
         self.room()?;
         let i = &self.inner;
-        let run = a.run;
+        let flow_guard = a.flow.is_some().then(|| self.flow_lock());
+        let plan = self.admission_plan(&a)?;
+        let run = &plan.run;
         let key_bytes = a.key.map(|k| key_of(&run.workflow, k.key));
         let record = codec::encode(run);
         let created_key = created_key(&RunCursor::of(run));
@@ -99,8 +101,13 @@ impl RunStore for SledStore {
             &i.live,
             &i.journal,
             &i.created,
+            &i.slots,
+            &i.group_slots,
+            &i.groups,
         );
-        trees.transaction(|(runs, keys, hooks, run_hooks, live, journal, created)| {
+        trees.transaction(|trees| {
+            let (runs, keys, hooks, run_hooks, live, journal, created, slots, index, groups) =
+                trees;
             if runs.get(run.run_id.as_bytes())?.is_some() {
                 return abort(StoreError::RunExists {
                     run_id: run.run_id.clone(),
@@ -133,16 +140,21 @@ impl RunStore for SledStore {
                 };
                 keys.insert(key_bytes.as_slice(), codec::encode(&hold))?;
             }
-            if let Some(hook) = a.start_hook {
+            if let Some(hook) = &plan.start_hook {
                 write_hook(hooks, run_hooks, hook)?;
             }
-            live.insert(run.run_id.as_bytes(), &[])?;
+            if !run.status.is_final() {
+                live.insert(run.run_id.as_bytes(), &[])?;
+            }
             runs.insert(run.run_id.as_bytes(), record.as_slice())?;
             created.insert(created_key.as_slice(), &[])?;
-            write_entries(journal, &run.run_id, a.journal)?;
+            write_entries(journal, &run.run_id, &plan.journal)?;
+            plan.flow.apply(slots, index, groups)?;
             Ok(())
         })?;
-        self.sync().await
+        drop(flow_guard);
+        self.sync().await?;
+        Ok(plan.admitted)
     }
 
     async fn import(&self, run: &RunRecord, entries: &[Entry]) -> Result<()> {
@@ -217,7 +229,18 @@ impl RunStore for SledStore {
         let prefix = key_of(&run.run_id, "");
         let tokens = self.suffixes(&i.run_hooks, &prefix)?;
         let record = codec::encode(run);
-        (&i.runs, &i.hooks, &i.live, &i.journal).transaction(|(runs, hooks, live, journal)| {
+        let flow_guard = self.flow_lock();
+        let flow = self.flow_end(&run.run_id)?;
+        let trees = (
+            &i.runs,
+            &i.hooks,
+            &i.live,
+            &i.journal,
+            &i.slots,
+            &i.group_slots,
+            &i.groups,
+        );
+        trees.transaction(|(runs, hooks, live, journal, slots, index, groups)| {
             for token in &tokens {
                 let Some(mut hook) = read_hook(hooks, token)? else {
                     continue;
@@ -235,8 +258,11 @@ impl RunStore for SledStore {
             live.remove(run.run_id.as_bytes())?;
             runs.insert(run.run_id.as_bytes(), record.as_slice())?;
             write_entries(journal, &run.run_id, entries)?;
+            flow.apply(slots, index, groups)?;
+            flow.promote(runs, now_ms)?;
             Ok(())
         })?;
+        drop(flow_guard);
         // Read after the record is final, so a run that starts watching
         // meanwhile either is woken here or sees the end itself.
         let watchers = self.suffixes(&i.watchers, &prefix)?;
@@ -250,7 +276,9 @@ impl RunStore for SledStore {
             self.release_lease(fence).await?;
         }
         self.sync().await?;
-        Ok(watchers.into_iter().map(RunId::from).collect())
+        let mut woken: Vec<RunId> = watchers.into_iter().map(RunId::from).collect();
+        woken.extend(flow.promoted);
+        Ok(woken)
     }
 }
 

@@ -22,6 +22,9 @@ use keel_core::testing::{JournalBuilder, run_record, timer_entry};
 
 use crate::{Admission, HookPayload, KeyClaim, Store, StoreError};
 
+mod flow;
+use flow::*;
+
 /// Makes the stores the suite runs against.
 #[async_trait]
 pub trait Harness: Send + Sync {
@@ -113,6 +116,12 @@ cases!(
     a_schedule_update_is_refused_after_another_writer,
     due_schedules_are_those_with_work_and_no_live_claim,
     a_deleted_schedule_is_gone,
+    a_group_holds_its_limit_and_queues_the_rest,
+    queued_runs_start_by_priority_then_arrival,
+    a_full_group_cancels_by_its_strategy,
+    an_override_pauses_and_resumes_a_group,
+    a_delayed_start_asks_for_its_slot_when_due,
+    racing_admissions_never_exceed_the_limit,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -175,9 +184,11 @@ async fn admit(
             key,
             start_hook,
             journal: &journal,
+            flow: None,
             now_ms,
         })
         .await
+        .map(|_| ())
 }
 
 async fn end(store: &dyn Store, run_id: &str, now_ms: u64) -> Result<Vec<RunId>, StoreError> {

@@ -1,0 +1,520 @@
+//! Flow control: concurrency limits per key, the queue of runs over a
+//! limit, and the decisions a store makes when a run is admitted, ends, or
+//! an operator changes a limit.
+//!
+//! A workflow declares `concurrency(key = CEL, limit = N, on_limit = ...)`.
+//! Runs whose key evaluates to the same string form a **group**
+//! (workflow, key). At most `limit` runs of a group **hold a slot** at once:
+//! a run takes one when it is admitted (a delayed start when it comes due)
+//! and keeps it until it ends, parked on a timer or a hook included. A run
+//! that finds no free slot is **queued** (or cancelled, by the strategy)
+//! and takes the next slot that frees, in priority order (1 first, 5 last),
+//! first come first served within a priority. Keys are independent, so a
+//! key with many queued runs never delays another key's runs. An
+//! operator's override replaces the declared limit for a workflow or one
+//! key value; a limit of 0 pauses the group (new runs queue, none start).
+//!
+//! Everything here is pure; stores apply these decisions inside the same
+//! transaction that admits or ends the run.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::RunId;
+use crate::journal::Fact;
+use crate::{Entry, RunError, RunRecord, RunStatus};
+
+/// What happens to a run that finds its group at the limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OnLimit {
+    /// It waits in the group's queue (the default).
+    #[default]
+    Queue,
+    /// It starts in place of the oldest run in progress, which is
+    /// cancelled; it takes that run's slot when the cancel ends it.
+    CancelInProgress,
+    /// It ends `cancelled` at once, naming the run that holds the slot.
+    CancelNewest,
+}
+
+impl OnLimit {
+    /// The strategy in snake case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnLimit::Queue => "queue",
+            OnLimit::CancelInProgress => "cancel_in_progress",
+            OnLimit::CancelNewest => "cancel_newest",
+        }
+    }
+
+    /// The strategy named by [`OnLimit::as_str`].
+    pub fn parse(s: &str) -> Option<OnLimit> {
+        [
+            OnLimit::Queue,
+            OnLimit::CancelInProgress,
+            OnLimit::CancelNewest,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+}
+
+/// A workflow's concurrency limit, as its manifest declares it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Concurrency {
+    /// A CEL expression over `input` and `additional_metadata` giving the
+    /// group's key (a constant string makes one limit for every run).
+    pub key: String,
+    /// Runs of one key in progress at once.
+    pub limit: u32,
+    #[serde(default)]
+    pub on_limit: OnLimit,
+}
+
+/// The highest priority (starts first).
+pub const HIGHEST_PRIORITY: u8 = 1;
+/// The lowest priority.
+pub const LOWEST_PRIORITY: u8 = 5;
+/// The priority of a start that names none.
+pub const DEFAULT_PRIORITY: u8 = 3;
+/// Where a run waiting for a `cancel_in_progress` eviction stands: ahead of
+/// every priority, so that it takes the slot its eviction frees.
+pub const PREEMPTING: u8 = 0;
+
+/// `priority` if it is one a start may give, or why not.
+pub fn check_priority(priority: u8) -> Result<u8, String> {
+    if (HIGHEST_PRIORITY..=LOWEST_PRIORITY).contains(&priority) {
+        Ok(priority)
+    } else {
+        Err(format!(
+            "priority {priority} is out of range: {HIGHEST_PRIORITY} (highest) to {LOWEST_PRIORITY} (lowest), {DEFAULT_PRIORITY} by default"
+        ))
+    }
+}
+
+/// Where a run stands in its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SlotState {
+    /// It holds a slot (in progress, or parked).
+    Holding,
+    /// It holds a slot and is being cancelled to make room for a
+    /// `cancel_in_progress` start; it is not chosen again.
+    Evicting,
+    /// It waits for a slot.
+    Queued,
+    /// A delayed start not yet due: it asks for a slot when it is.
+    Deferred,
+}
+
+impl SlotState {
+    /// Whether the run counts against the group's limit.
+    pub fn holds(self) -> bool {
+        matches!(self, SlotState::Holding | SlotState::Evicting)
+    }
+}
+
+/// A run's place in its group, as a store keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    pub run_id: RunId,
+    pub workflow: String,
+    pub key: String,
+    pub priority: u8,
+    /// The store's admission order within the group (first come first
+    /// served within a priority).
+    pub seq: u64,
+    pub state: SlotState,
+}
+
+impl Slot {
+    /// The group this slot belongs to.
+    pub fn group(&self) -> Group {
+        Group {
+            workflow: self.workflow.clone(),
+            key: self.key.clone(),
+        }
+    }
+
+    /// The order in which queued runs take slots: priority, then arrival.
+    pub fn queue_order(&self) -> (u8, u64) {
+        (self.priority, self.seq)
+    }
+}
+
+/// A workflow's runs of one key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Group {
+    pub workflow: String,
+    pub key: String,
+}
+
+/// What a group's latest admission declared, kept so that the group's
+/// limit is known when a run ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    pub group: Group,
+    pub declared_limit: u32,
+    pub on_limit: OnLimit,
+}
+
+/// An operator's limit for a workflow (every key) or one key value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct LimitOverride {
+    pub workflow: String,
+    /// One key value; `None` for every key of the workflow.
+    pub key: Option<String>,
+    pub limit: u32,
+}
+
+/// The limit that holds for a group: a key's override, else the
+/// workflow's, else the declared one.
+pub fn effective_limit(declared: u32, overrides: &[LimitOverride], group: &Group) -> u32 {
+    let of = |key: Option<&str>| {
+        overrides
+            .iter()
+            .find(|o| o.workflow == group.workflow && o.key.as_deref() == key)
+            .map(|o| o.limit)
+    };
+    of(Some(&group.key)).or(of(None)).unwrap_or(declared)
+}
+
+/// What admission does with a run of a group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// A slot is free: the run holds it and starts.
+    Take,
+    /// The run waits in the queue at this priority.
+    Queue { priority: u8 },
+    /// `cancel_newest`: the run ends cancelled; `holder` holds the slot.
+    Reject { holder: RunId },
+    /// `cancel_in_progress`: the run waits at the head of the queue and
+    /// `victim` (if any is left to choose) is cancelled to free its slot.
+    Evict { victim: Option<RunId> },
+}
+
+/// Decides a run's admission into a group at `limit`, given the group's
+/// slots (any order) and the run's strategy and priority. A limit of 0
+/// (paused) queues whatever the strategy.
+pub fn decide(limit: u32, slots: &[Slot], on_limit: OnLimit, priority: u8) -> Decision {
+    let holding = slots.iter().filter(|s| s.state.holds()).count();
+    if holding < limit as usize {
+        return Decision::Take;
+    }
+    let oldest = |pred: fn(SlotState) -> bool| {
+        slots
+            .iter()
+            .filter(|s| pred(s.state))
+            .min_by_key(|s| s.seq)
+            .map(|s| s.run_id.clone())
+    };
+    match (on_limit, limit) {
+        (_, 0) | (OnLimit::Queue, _) => Decision::Queue { priority },
+        (OnLimit::CancelNewest, _) => match oldest(SlotState::holds) {
+            Some(holder) => Decision::Reject { holder },
+            None => Decision::Queue { priority },
+        },
+        (OnLimit::CancelInProgress, _) => Decision::Evict {
+            victim: oldest(|s| s == SlotState::Holding),
+        },
+    }
+}
+
+/// The queued runs that take the slots free at `limit`, in order.
+pub fn promotions(limit: u32, slots: &[Slot]) -> Vec<RunId> {
+    let holding = slots.iter().filter(|s| s.state.holds()).count();
+    let mut queued: Vec<&Slot> = slots
+        .iter()
+        .filter(|s| s.state == SlotState::Queued)
+        .collect();
+    queued.sort_by_key(|s| s.queue_order());
+    queued
+        .into_iter()
+        .take((limit as usize).saturating_sub(holding))
+        .map(|s| s.run_id.clone())
+        .collect()
+}
+
+/// A queued run's place in its group's queue (1 is next), given the
+/// group's slots.
+pub fn position(slot: &Slot, slots: &[Slot]) -> Option<u64> {
+    (slot.state == SlotState::Queued).then(|| {
+        1 + slots
+            .iter()
+            .filter(|s| s.state == SlotState::Queued && s.queue_order() < slot.queue_order())
+            .count() as u64
+    })
+}
+
+/// A run's place in flow control, as shown beside the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct RunSlot {
+    /// The group's key.
+    pub key: String,
+    pub state: SlotState,
+    pub priority: u8,
+    /// Its place in the queue (1 is next), while queued.
+    pub position: Option<u64>,
+    /// The group's limit now.
+    pub limit: u32,
+}
+
+/// A group or an override, as `limits list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct LimitRow {
+    pub workflow: String,
+    /// The key value; `None` for a workflow-wide override.
+    pub key: Option<String>,
+    /// What the workflow declares (`None` for an override with no group).
+    pub declared: Option<u32>,
+    /// The operator's override that applies, if any.
+    pub overridden: Option<u32>,
+    /// The limit that holds.
+    pub limit: u32,
+    pub in_progress: u64,
+    pub queued: u64,
+}
+
+/// The rows of `limits list`: one per group, and one per workflow-wide
+/// override, by workflow then key.
+pub fn limit_rows(
+    groups: &[GroupRecord],
+    slots: &[Slot],
+    overrides: &[LimitOverride],
+) -> Vec<LimitRow> {
+    let mut rows: Vec<LimitRow> = groups
+        .iter()
+        .map(|g| {
+            let of = |pred: fn(SlotState) -> bool| {
+                slots
+                    .iter()
+                    .filter(|s| s.workflow == g.group.workflow && s.key == g.group.key)
+                    .filter(|s| pred(s.state))
+                    .count() as u64
+            };
+            let limit = effective_limit(g.declared_limit, overrides, &g.group);
+            let overridden = overrides
+                .iter()
+                .any(|o| {
+                    o.workflow == g.group.workflow
+                        && o.key.as_ref().is_none_or(|k| *k == g.group.key)
+                })
+                .then_some(limit);
+            LimitRow {
+                workflow: g.group.workflow.clone(),
+                key: Some(g.group.key.clone()),
+                declared: Some(g.declared_limit),
+                overridden,
+                limit,
+                in_progress: of(SlotState::holds),
+                queued: of(|s| s == SlotState::Queued),
+            }
+        })
+        .collect();
+    for o in overrides {
+        let listed = rows
+            .iter()
+            .any(|r| r.workflow == o.workflow && r.key == o.key);
+        if !listed {
+            rows.push(LimitRow {
+                workflow: o.workflow.clone(),
+                key: o.key.clone(),
+                declared: None,
+                overridden: Some(o.limit),
+                limit: o.limit,
+                in_progress: 0,
+                queued: 0,
+            });
+        }
+    }
+    rows.sort_by(|a, b| (&a.workflow, &a.key).cmp(&(&b.workflow, &b.key)));
+    rows
+}
+
+/// A `cancel_newest` run as admission stores it: ended `cancelled` at
+/// once, naming the run that holds the slot, with its journal's end.
+pub fn rejected(
+    run: &RunRecord,
+    journal: &[Entry],
+    key: &str,
+    holder: &RunId,
+    now_ms: u64,
+) -> (RunRecord, Entry) {
+    let mut run = run.clone();
+    run.status = RunStatus::Cancelled;
+    run.wake_at_ms = None;
+    run.updated_at_ms = now_ms;
+    run.error = Some(RunError {
+        kind: "cancelled".into(),
+        message: format!(
+            "cancelled at admission (cancel_newest): the concurrency key `{key}` of workflow `{}` is at its limit, held by run {holder}",
+            run.workflow
+        ),
+    });
+    let end = Entry {
+        seq: journal.last().map_or(0, |e| e.seq + 1),
+        at_ms: now_ms,
+        fact: Fact::RunCancelled,
+    };
+    (run, end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(run: &str, seq: u64, priority: u8, state: SlotState) -> Slot {
+        Slot {
+            run_id: run.into(),
+            workflow: "w".into(),
+            key: "k".into(),
+            priority,
+            seq,
+            state,
+        }
+    }
+
+    #[test]
+    fn a_free_slot_is_taken_and_a_full_group_applies_its_strategy() {
+        let slots = [
+            slot("a", 1, 3, SlotState::Holding),
+            slot("b", 2, 3, SlotState::Holding),
+        ];
+        assert_eq!(decide(3, &slots, OnLimit::Queue, 3), Decision::Take);
+        assert_eq!(
+            decide(2, &slots, OnLimit::Queue, 2),
+            Decision::Queue { priority: 2 }
+        );
+        assert_eq!(
+            decide(2, &slots, OnLimit::CancelNewest, 3),
+            Decision::Reject { holder: "a".into() }
+        );
+        assert_eq!(
+            decide(2, &slots, OnLimit::CancelInProgress, 3),
+            Decision::Evict {
+                victim: Some("a".into())
+            }
+        );
+    }
+
+    #[test]
+    fn an_evicting_run_is_not_chosen_twice_and_a_paused_group_queues() {
+        let slots = [
+            slot("a", 1, 3, SlotState::Evicting),
+            slot("b", 2, 3, SlotState::Holding),
+        ];
+        assert_eq!(
+            decide(2, &slots, OnLimit::CancelInProgress, 3),
+            Decision::Evict {
+                victim: Some("b".into())
+            }
+        );
+        let all = [slot("a", 1, 3, SlotState::Evicting)];
+        assert_eq!(
+            decide(1, &all, OnLimit::CancelInProgress, 3),
+            Decision::Evict { victim: None }
+        );
+        for on_limit in [OnLimit::CancelNewest, OnLimit::CancelInProgress] {
+            assert_eq!(
+                decide(0, &[], on_limit, 4),
+                Decision::Queue { priority: 4 }
+            );
+        }
+    }
+
+    #[test]
+    fn queued_runs_take_free_slots_by_priority_then_arrival() {
+        let slots = [
+            slot("holder", 1, 3, SlotState::Holding),
+            slot("late-urgent", 5, 1, SlotState::Queued),
+            slot("early", 2, 3, SlotState::Queued),
+            slot("later", 3, 3, SlotState::Queued),
+            slot("preempting", 9, PREEMPTING, SlotState::Queued),
+            slot("deferred", 0, 1, SlotState::Deferred),
+        ];
+        assert_eq!(
+            promotions(4, &slots),
+            ["preempting", "late-urgent", "early"].map(RunId::from)
+        );
+        assert!(promotions(1, &slots).is_empty());
+        assert_eq!(position(&slots[3], &slots), Some(4));
+        assert_eq!(position(&slots[0], &slots), None);
+    }
+
+    #[test]
+    fn a_key_override_beats_the_workflow_s_which_beats_the_declared_limit() {
+        let group = Group {
+            workflow: "w".into(),
+            key: "t1".into(),
+        };
+        let mut overrides = vec![];
+        assert_eq!(effective_limit(2, &overrides, &group), 2);
+        overrides.push(LimitOverride {
+            workflow: "w".into(),
+            key: None,
+            limit: 5,
+        });
+        assert_eq!(effective_limit(2, &overrides, &group), 5);
+        overrides.push(LimitOverride {
+            workflow: "w".into(),
+            key: Some("t1".into()),
+            limit: 0,
+        });
+        assert_eq!(effective_limit(2, &overrides, &group), 0);
+        let other = Group {
+            workflow: "w".into(),
+            key: "t2".into(),
+        };
+        assert_eq!(effective_limit(2, &overrides, &other), 5);
+    }
+
+    #[test]
+    fn limit_rows_count_each_group_and_list_overrides_without_groups() {
+        let groups = [GroupRecord {
+            group: Group {
+                workflow: "w".into(),
+                key: "k".into(),
+            },
+            declared_limit: 2,
+            on_limit: OnLimit::Queue,
+        }];
+        let slots = [
+            slot("a", 1, 3, SlotState::Holding),
+            slot("b", 2, 3, SlotState::Queued),
+            slot("c", 3, 3, SlotState::Deferred),
+        ];
+        let overrides = [LimitOverride {
+            workflow: "v".into(),
+            key: None,
+            limit: 1,
+        }];
+        let rows = limit_rows(&groups, &slots, &overrides);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].workflow.as_str(), rows[0].limit), ("v", 1));
+        let w = &rows[1];
+        assert_eq!((w.limit, w.in_progress, w.queued), (2, 1, 1));
+        assert_eq!(w.overridden, None);
+    }
+
+    #[test]
+    fn priorities_outside_one_to_five_are_refused() {
+        assert!(check_priority(0).is_err());
+        assert!(check_priority(6).is_err());
+        assert_eq!(check_priority(1), Ok(1));
+    }
+
+    #[test]
+    fn a_rejected_run_ends_cancelled_naming_the_holder() {
+        let run = crate::testing::run_record("r", RunStatus::Pending, 5);
+        let journal = crate::testing::JournalBuilder::started("w", "{}").entries();
+        let (ended, end) = rejected(&run, &journal, "t1", &"holder".into(), 9);
+        assert_eq!(ended.status, RunStatus::Cancelled);
+        assert!(ended.error.unwrap().message.contains("holder"));
+        assert_eq!((end.seq, end.fact), (1, Fact::RunCancelled));
+    }
+}

@@ -1,0 +1,408 @@
+//! Flow control on sled: `slots` (run ID to its [`Slot`]), `group_slots`
+//! (group key ++ run ID, the index of a group's slots), `groups` (group key
+//! to the latest [`GroupRecord`]) and `limits` (the operators'
+//! overrides). One process opens a sled store, so a mutex serializes the
+//! operations that decide against a group (admissions with a claim, ends
+//! of runs with a slot, limit changes): each reads the group under it and
+//! writes its decision in one transaction with the run it concerns.
+
+use keel_core::flow::{
+    self, Group, GroupRecord, LimitOverride, LimitRow, RunSlot, Slot, SlotState,
+};
+use keel_core::{RunId, RunRecord, RunStatus};
+use sled::Transactional;
+use sled::transaction::{TransactionalTree, UnabortableTransactionError};
+
+use super::*;
+use crate::admission::AdmissionPlan;
+use crate::{Admission, FlowStore};
+
+/// A group's key: `workflow \0` then the key's length and bytes, so that
+/// no key (which may hold any character) falls under another's prefix.
+fn group_key(group: &Group) -> Vec<u8> {
+    let mut key = key_of(&group.workflow, "");
+    key.extend_from_slice(&(group.key.len() as u32).to_be_bytes());
+    key.extend_from_slice(group.key.as_bytes());
+    key
+}
+
+fn slot_index_key(slot: &Slot) -> Vec<u8> {
+    let mut key = group_key(&slot.group());
+    key.extend_from_slice(slot.run_id.as_bytes());
+    key
+}
+
+/// An override's key: `workflow \0 \0` for every key, `workflow \0 \1 key`
+/// for one.
+fn override_key(workflow: &str, key: Option<&str>) -> Vec<u8> {
+    let mut out = key_of(workflow, "");
+    match key {
+        None => out.push(0),
+        Some(k) => {
+            out.push(1);
+            out.extend_from_slice(k.as_bytes());
+        }
+    }
+    out
+}
+
+/// What one flow decision writes, applied inside the transaction of the
+/// operation it belongs to.
+#[derive(Default)]
+pub(super) struct FlowWrites {
+    /// Slots to store (new, or in a new state).
+    pub(super) put: Vec<Slot>,
+    /// Slots to delete.
+    pub(super) remove: Vec<Slot>,
+    /// Queued runs that now hold a slot: their records become `pending`.
+    pub(super) promoted: Vec<RunId>,
+    pub(super) group: Option<GroupRecord>,
+}
+
+impl FlowWrites {
+    /// Writes the slots and the group record.
+    pub(super) fn apply(
+        &self,
+        slots: &TransactionalTree,
+        index: &TransactionalTree,
+        groups: &TransactionalTree,
+    ) -> std::result::Result<(), UnabortableTransactionError> {
+        for slot in &self.remove {
+            slots.remove(slot.run_id.as_bytes())?;
+            index.remove(slot_index_key(slot))?;
+        }
+        for slot in &self.put {
+            slots.insert(slot.run_id.as_bytes(), codec::encode(slot))?;
+            index.insert(slot_index_key(slot), &[])?;
+        }
+        if let Some(group) = &self.group {
+            groups.insert(group_key(&group.group), codec::encode(group))?;
+        }
+        Ok(())
+    }
+
+    /// Marks the promoted runs `pending` in `runs`.
+    pub(super) fn promote(&self, runs: &TransactionalTree, now_ms: u64) -> TxResult<()> {
+        for run_id in &self.promoted {
+            set_status(runs, run_id, RunStatus::Pending, now_ms)?;
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites a run's status inside a transaction (a run that is gone or
+/// ended is left alone).
+pub(super) fn set_status(
+    runs: &TransactionalTree,
+    run_id: &str,
+    status: RunStatus,
+    now_ms: u64,
+) -> TxResult<()> {
+    let Some(bytes) = runs.get(run_id.as_bytes())? else {
+        return Ok(());
+    };
+    let mut run: RunRecord = codec::decode(&bytes, "run record")
+        .map_err(|e| sled::transaction::ConflictableTransactionError::Abort(e.into()))?;
+    if run.status.is_final() {
+        return Ok(());
+    }
+    run.status = status;
+    run.updated_at_ms = now_ms;
+    runs.insert(run_id.as_bytes(), codec::encode(&run))?;
+    Ok(())
+}
+
+impl SledStore {
+    /// Serializes the decisions against groups (see the module's doc).
+    pub(super) fn flow_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner
+            .flow_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A new slot's arrival order.
+    pub(super) fn next_slot_seq(&self) -> Result<u64> {
+        self.inner.db.generate_id().map_err(backend)
+    }
+
+    pub(super) fn slot_of(&self, run_id: &str) -> Result<Option<Slot>> {
+        match self.inner.slots.get(run_id.as_bytes()).map_err(backend)? {
+            Some(bytes) => Ok(Some(codec::decode(&bytes, "slot")?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every slot of `group`.
+    pub(super) fn group_slots(&self, group: &Group) -> Result<Vec<Slot>> {
+        let prefix = group_key(group);
+        let mut slots = Vec::new();
+        for key in self.inner.group_slots.scan_prefix(&prefix).keys() {
+            let key = key.map_err(backend)?;
+            let run_id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            if let Some(slot) = self.slot_of(&run_id)? {
+                slots.push(slot);
+            }
+        }
+        Ok(slots)
+    }
+
+    fn overrides(&self) -> Result<Vec<LimitOverride>> {
+        self.inner
+            .limits
+            .iter()
+            .values()
+            .map(|v| Ok(codec::decode(&v.map_err(backend)?, "limit")?))
+            .collect()
+    }
+
+    fn group_record(&self, group: &Group) -> Result<Option<GroupRecord>> {
+        match self.inner.groups.get(group_key(group)).map_err(backend)? {
+            Some(bytes) => Ok(Some(codec::decode(&bytes, "concurrency group")?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The limit that holds for `group` (its declared limit `declared` if
+    /// given, else the one its latest admission declared).
+    pub(super) fn limit_of(&self, group: &Group, declared: Option<u32>) -> Result<u32> {
+        let declared = match declared {
+            Some(d) => d,
+            None => self.group_record(group)?.map_or(0, |g| g.declared_limit),
+        };
+        Ok(flow::effective_limit(declared, &self.overrides()?, group))
+    }
+
+    /// The queued runs of `group` that take its free slots, `leaving`
+    /// (if given) gone from it.
+    fn promote_in(&self, group: &Group, leaving: Option<&Slot>) -> Result<FlowWrites> {
+        let slots: Vec<Slot> = self
+            .group_slots(group)?
+            .into_iter()
+            .filter(|s| leaving.is_none_or(|l| l.run_id != s.run_id))
+            .collect();
+        let limit = self.limit_of(group, None)?;
+        let promoted = flow::promotions(limit, &slots);
+        let put = slots
+            .iter()
+            .filter(|s| promoted.contains(&s.run_id))
+            .map(|s| Slot {
+                state: SlotState::Holding,
+                ..s.clone()
+            })
+            .collect();
+        Ok(FlowWrites {
+            put,
+            remove: leaving.into_iter().cloned().collect(),
+            promoted,
+            group: None,
+        })
+    }
+
+    /// What ending `run_id` does to its group: its slot goes, and the
+    /// queued runs that take a slot it frees are promoted. Call under
+    /// [`SledStore::flow_lock`].
+    pub(super) fn flow_end(&self, run_id: &str) -> Result<FlowWrites> {
+        let Some(slot) = self.slot_of(run_id)? else {
+            return Ok(FlowWrites::default());
+        };
+        if slot.state.holds() {
+            return self.promote_in(&slot.group(), Some(&slot));
+        }
+        Ok(FlowWrites {
+            remove: vec![slot],
+            ..FlowWrites::default()
+        })
+    }
+
+    /// Applies `writes` and the promotions' records in one transaction
+    /// (made durable by the caller's sync).
+    fn write_flow(&self, writes: &FlowWrites, now_ms: u64) -> Result<()> {
+        let i = &self.inner;
+        (&i.runs, &i.slots, &i.group_slots, &i.groups).transaction(
+            |(runs, slots, index, groups)| {
+                writes.apply(slots, index, groups)?;
+                writes.promote(runs, now_ms)?;
+                Ok(())
+            },
+        )?;
+        Ok(())
+    }
+}
+
+impl SledStore {
+    /// What admitting `a` writes; with a flow claim, call under
+    /// [`SledStore::flow_lock`].
+    pub(super) fn admission_plan(&self, a: &Admission<'_>) -> Result<AdmissionWrites> {
+        let Some(claim) = a.flow else {
+            return Ok(AdmissionWrites::from(AdmissionPlan::as_given(a)));
+        };
+        let group = Group {
+            workflow: a.run.workflow.clone(),
+            key: claim.key.into(),
+        };
+        let slots = self.group_slots(&group)?;
+        let limit = self.limit_of(&group, Some(claim.limit))?;
+        let plan = AdmissionPlan::decide(a, limit, &slots, self.next_slot_seq()?);
+        Ok(AdmissionWrites::from(plan))
+    }
+}
+
+/// An admission's plan with its flow writes in sled's form.
+pub(super) struct AdmissionWrites {
+    pub(super) run: RunRecord,
+    pub(super) journal: Vec<keel_core::Entry>,
+    pub(super) start_hook: Option<keel_core::HookRecord>,
+    pub(super) flow: FlowWrites,
+    pub(super) admitted: crate::Admitted,
+}
+
+impl From<AdmissionPlan> for AdmissionWrites {
+    fn from(plan: AdmissionPlan) -> Self {
+        AdmissionWrites {
+            run: plan.run,
+            journal: plan.journal,
+            start_hook: plan.start_hook,
+            flow: FlowWrites {
+                put: plan.slots,
+                group: plan.group,
+                ..FlowWrites::default()
+            },
+            admitted: plan.admitted,
+        }
+    }
+}
+
+#[async_trait]
+impl FlowStore for SledStore {
+    async fn take_slot(&self, run_id: &str, now_ms: u64) -> Result<Option<SlotState>> {
+        let state = {
+            let _flow = self.flow_lock();
+            let Some(slot) = self.slot_of(run_id)? else {
+                return Ok(None);
+            };
+            if slot.state != SlotState::Deferred {
+                return Ok(None);
+            }
+            let group = slot.group();
+            let others: Vec<Slot> = self
+                .group_slots(&group)?
+                .into_iter()
+                .filter(|s| s.run_id != slot.run_id)
+                .collect();
+            let limit = self.limit_of(&group, None)?;
+            let state = match flow::decide(limit, &others, flow::OnLimit::Queue, slot.priority) {
+                flow::Decision::Take => SlotState::Holding,
+                _ => SlotState::Queued,
+            };
+            let status = match state {
+                SlotState::Holding => RunStatus::Pending,
+                _ => RunStatus::Queued,
+            };
+            let writes = FlowWrites {
+                put: vec![Slot {
+                    state,
+                    seq: self.next_slot_seq()?,
+                    ..slot
+                }],
+                ..FlowWrites::default()
+            };
+            let i = &self.inner;
+            (&i.runs, &i.slots, &i.group_slots, &i.groups).transaction(
+                |(runs, slots, index, groups)| {
+                    writes.apply(slots, index, groups)?;
+                    set_status(runs, run_id, status, now_ms)?;
+                    Ok(())
+                },
+            )?;
+            state
+        };
+        self.sync().await?;
+        Ok(Some(state))
+    }
+
+    async fn run_slot(&self, run_id: &str) -> Result<Option<RunSlot>> {
+        let Some(slot) = self.slot_of(run_id)? else {
+            return Ok(None);
+        };
+        let group = slot.group();
+        let slots = self.group_slots(&group)?;
+        Ok(Some(RunSlot {
+            position: flow::position(&slot, &slots),
+            limit: self.limit_of(&group, None)?,
+            key: slot.key,
+            state: slot.state,
+            priority: slot.priority,
+        }))
+    }
+
+    async fn set_limit(
+        &self,
+        workflow: &str,
+        key: Option<&str>,
+        limit: Option<u32>,
+        now_ms: u64,
+    ) -> Result<Vec<RunId>> {
+        self.room()?;
+        let mut promoted = Vec::new();
+        {
+            let _flow = self.flow_lock();
+            let okey = override_key(workflow, key);
+            match limit {
+                Some(limit) => {
+                    let o = LimitOverride {
+                        workflow: workflow.into(),
+                        key: key.map(str::to_string),
+                        limit,
+                    };
+                    self.inner
+                        .limits
+                        .insert(okey, codec::encode(&o))
+                        .map_err(backend)?
+                }
+                None => self.inner.limits.remove(okey).map_err(backend)?,
+            };
+            let groups: Vec<Group> = match key {
+                Some(k) => vec![Group {
+                    workflow: workflow.into(),
+                    key: k.into(),
+                }],
+                None => self
+                    .inner
+                    .groups
+                    .scan_prefix(key_of(workflow, ""))
+                    .values()
+                    .map(|v| {
+                        let g: GroupRecord = codec::decode(&v.map_err(backend)?, "group")?;
+                        Ok(g.group)
+                    })
+                    .collect::<Result<_>>()?,
+            };
+            for group in groups {
+                let writes = self.promote_in(&group, None)?;
+                self.write_flow(&writes, now_ms)?;
+                promoted.extend(writes.promoted);
+            }
+        }
+        self.sync().await?;
+        Ok(promoted)
+    }
+
+    async fn limit_rows(&self) -> Result<Vec<LimitRow>> {
+        let groups: Vec<GroupRecord> = self
+            .inner
+            .groups
+            .iter()
+            .values()
+            .map(|v| Ok(codec::decode(&v.map_err(backend)?, "group")?))
+            .collect::<Result<_>>()?;
+        let slots: Vec<Slot> = self
+            .inner
+            .slots
+            .iter()
+            .values()
+            .map(|v| Ok(codec::decode(&v.map_err(backend)?, "slot")?))
+            .collect::<Result<_>>()?;
+        Ok(flow::limit_rows(&groups, &slots, &self.overrides()?))
+    }
+}
