@@ -72,6 +72,20 @@ pub struct Concurrency {
     pub on_limit: OnLimit,
 }
 
+/// The longest concurrency key, in bytes.
+pub const MAX_KEY_LEN: usize = 256;
+
+/// `key` if it can name a group, or why not.
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(format!(
+            "a concurrency key of {} bytes is too long; keys are at most {MAX_KEY_LEN} bytes",
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
 /// The highest priority (starts first).
 pub const HIGHEST_PRIORITY: u8 = 1;
 /// The lowest priority.
@@ -420,10 +434,7 @@ mod tests {
             Decision::Evict { victim: None }
         );
         for on_limit in [OnLimit::CancelNewest, OnLimit::CancelInProgress] {
-            assert_eq!(
-                decide(0, &[], on_limit, 4),
-                Decision::Queue { priority: 4 }
-            );
+            assert_eq!(decide(0, &[], on_limit, 4), Decision::Queue { priority: 4 });
         }
     }
 

@@ -28,10 +28,21 @@ pub struct WorkflowDef {
     pub on_events: &'static [&'static str],
     /// The schedule it declares, if any.
     pub schedule: Option<ScheduleDef>,
+    /// Its concurrency limit per key, if any.
+    pub concurrency: Option<ConcurrencyDef>,
     pub run: fn(&str) -> Result<String, String>,
     /// The JSON Schemas of its input and output, for types that derive
     /// `schemars::JsonSchema`.
     pub schemas: fn() -> (Option<String>, Option<String>),
+}
+
+/// A concurrency limit as `#[workflow(concurrency(...))]` declares it.
+pub struct ConcurrencyDef {
+    /// A CEL expression over `input` and `additional_metadata`.
+    pub key: &'static str,
+    pub limit: u32,
+    /// `queue`, `cancel_in_progress` or `cancel_newest`.
+    pub on_limit: &'static str,
 }
 
 /// A schedule as `#[workflow(schedule(...))]` declares it.
@@ -113,9 +124,15 @@ fn schemas(workflows: &[WorkflowDef]) -> String {
                     "catchup_window_ms": s.catchup_window_ms, "input": s.input,
                 })
             });
+            let concurrency = w.concurrency.as_ref().map(
+                |c| serde_json::json!({"key": c.key, "limit": c.limit, "on_limit": c.on_limit}),
+            );
             (
                 w.name.to_string(),
-                serde_json::json!({"input": parse(input), "output": parse(output), "schedule": schedule}),
+                serde_json::json!({
+                    "input": parse(input), "output": parse(output),
+                    "schedule": schedule, "concurrency": concurrency,
+                }),
             )
         })
         .collect();

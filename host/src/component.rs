@@ -15,6 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use keel_core::ComponentHash;
+use keel_core::flow::Concurrency;
 use keel_core::manifest::{Idempotency, Manifest, RetryPolicy, StepInfo, WorkflowInfo};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -36,6 +37,8 @@ pub struct Loaded {
     pub stubbed_imports: Vec<String>,
     /// Compiled idempotency key expressions, by workflow.
     pub(crate) keys: HashMap<String, KeyExpr>,
+    /// Compiled concurrency key expressions and their limits, by workflow.
+    pub(crate) concurrency: HashMap<String, (KeyExpr, Concurrency)>,
     /// Validators of the workflows' inputs, for those with a schema.
     inputs: HashMap<String, jsonschema::Validator>,
     pub(crate) workflow_pre: WorkflowComponentPre<HostState>,
@@ -61,6 +64,12 @@ impl Loaded {
                 name: name.to_string(),
                 available: self.manifest.workflow_names(),
             })
+    }
+
+    /// The concurrency key expression and limit of `workflow`, if it
+    /// declares one.
+    pub fn concurrency(&self, workflow: &str) -> Option<&(KeyExpr, Concurrency)> {
+        self.concurrency.get(workflow)
     }
 
     /// The idempotency key expression of `workflow`, if it declares one.
@@ -155,11 +164,21 @@ pub async fn load(
         .filter_map(|w| w.idempotency.as_ref().map(|i| (w, i)))
         .map(|(w, i)| Ok((w.name.clone(), KeyExpr::compile(&w.name, &i.key, i.ttl_ms)?)))
         .collect::<Result<_>>()?;
+    let concurrency = manifest
+        .workflows
+        .iter()
+        .filter_map(|w| w.concurrency.as_ref().map(|c| (w, c)))
+        .map(|(w, c)| {
+            let key = KeyExpr::compile(&w.name, &c.key, 0)?;
+            Ok((w.name.clone(), (key, c.clone())))
+        })
+        .collect::<Result<_>>()?;
     Ok(Loaded {
         hash,
         inputs: input_validators(&manifest),
         manifest,
         keys,
+        concurrency,
         stubbed_imports,
         workflow_pre,
         step_pre,
@@ -433,6 +452,8 @@ async fn read_manifest(
                 input_schema: schema(&w.name, "input"),
                 output_schema: schema(&w.name, "output"),
                 schedule: schema(&w.name, "schedule").and_then(|s| serde_json::from_value(s).ok()),
+                concurrency: schema(&w.name, "concurrency")
+                    .and_then(|c| serde_json::from_value(c).ok()),
                 name: w.name,
                 idempotency: w.idempotency.map(|i| Idempotency {
                     key: i.key,

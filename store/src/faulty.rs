@@ -14,9 +14,9 @@ use keel_core::{
 };
 
 use crate::{
-    Admission, Admitted, ComponentStore, FlowStore, DeploymentStore, EventStore, HookPayload, HookStore, JournalStore,
-    KeyStore, Lease, LeaseStore, Registered, Result, RunStore, ScheduleStore, Store, StoreError,
-    Wake, WakeStore, WorkerRecord, WorkerStore,
+    Admission, Admitted, ComponentStore, DeploymentStore, EventStore, FlowStore, HookPayload,
+    HookStore, JournalStore, KeyStore, Lease, LeaseStore, Registered, Result, RunStore,
+    ScheduleStore, Store, StoreError, Wake, WakeStore, WorkerRecord, WorkerStore,
 };
 
 /// Wraps a store and injects faults. `FaultyStore<dyn Store>` (through an

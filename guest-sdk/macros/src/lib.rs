@@ -25,7 +25,12 @@ use syn::{
 /// `schedule(cron = "0 9 * * 1-5", tz = "Europe/Paris", overlap = "skip")`
 /// (or `schedule(every = "5m")`, with optional `catchup = "10m"` and
 /// `input = r#"{...}"#`) declares a schedule, created as
-/// `DEPLOYMENT.WORKFLOW` when the component is deployed.
+/// `DEPLOYMENT.WORKFLOW` when the component is deployed;
+/// `concurrency(key = "input.tenant_id", limit = 2)` lets at most `limit`
+/// runs of one key (a CEL expression like an idempotency key's; a constant
+/// such as `"'all'"` makes one limit) be in progress at once, queueing the
+/// rest, with `on_limit = "cancel_in_progress"` or `"cancel_newest"` to
+/// cancel instead.
 #[proc_macro_attribute]
 pub fn workflow(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
@@ -39,6 +44,46 @@ struct WorkflowSettings {
     idempotency: Option<(String, u64)>,
     on_events: Vec<String>,
     schedule: Option<ScheduleSettings>,
+    /// `(key, limit, on_limit)`.
+    concurrency: Option<(String, u32, String)>,
+}
+
+/// `concurrency(key = "...", limit = N, on_limit = "...")` of a workflow.
+fn parse_concurrency(list: &syn::MetaList) -> syn::Result<(String, u32, String)> {
+    let inner = list.parse_args_with(Punctuated::<MetaNameValue, Token![,]>::parse_terminated)?;
+    let (mut key, mut limit, mut on_limit) = (None, None, "queue".to_string());
+    for kv in &inner {
+        let Expr::Lit(ExprLit { lit, .. }) = &kv.value else {
+            return Err(syn::Error::new_spanned(&kv.value, "expected a literal"));
+        };
+        match (kv.path.get_ident().map(Ident::to_string).as_deref(), lit) {
+            (Some("key"), Lit::Str(s)) => key = Some(s.value()),
+            (Some("limit"), Lit::Int(n)) => limit = Some(n.base10_parse::<u32>()?),
+            (Some("on_limit"), Lit::Str(s)) => {
+                let value = s.value();
+                if !["queue", "cancel_in_progress", "cancel_newest"].contains(&value.as_str()) {
+                    return Err(syn::Error::new_spanned(
+                        lit,
+                        "on_limit is \"queue\", \"cancel_in_progress\" or \"cancel_newest\"",
+                    ));
+                }
+                on_limit = value;
+            }
+            _ => {
+                return Err(syn::Error::new_spanned(
+                    kv,
+                    "expected `key = \"CEL\"`, `limit = N` or `on_limit = \"...\"`",
+                ));
+            }
+        }
+    }
+    match (key, limit) {
+        (Some(key), Some(limit)) => Ok((key, limit, on_limit)),
+        _ => Err(syn::Error::new_spanned(
+            list,
+            "concurrency needs both `key` and `limit`",
+        )),
+    }
 }
 
 /// `schedule(...)` of a workflow.
@@ -173,6 +218,9 @@ impl WorkflowSettings {
                 Meta::List(list) if list.path.is_ident("schedule") => {
                     out.schedule = Some(ScheduleSettings::parse(list)?);
                 }
+                Meta::List(list) if list.path.is_ident("concurrency") => {
+                    out.concurrency = Some(parse_concurrency(list)?);
+                }
                 Meta::NameValue(kv) if kv.path.is_ident("on_events") => {
                     let Expr::Array(array) = &kv.value else {
                         return Err(syn::Error::new_spanned(
@@ -194,7 +242,7 @@ impl WorkflowSettings {
                 other => {
                     return Err(syn::Error::new_spanned(
                         other,
-                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...] or schedule(...)",
+                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...], schedule(...) or concurrency(key = ..., limit = ...)",
                     ));
                 }
             }
@@ -290,6 +338,12 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
         Some(s) => s.tokens(),
         None => quote! { None },
     };
+    let concurrency = match &settings.concurrency {
+        Some((key, limit, on_limit)) => quote! {
+            Some(::keel_sdk::__private::ConcurrencyDef { key: #key, limit: #limit, on_limit: #on_limit })
+        },
+        None => quote! { None },
+    };
     let input_ty = match args.first() {
         Some((_, ty)) => quote! { #ty },
         None => quote! { () },
@@ -310,6 +364,7 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
             idempotency: #idempotency,
             on_events: &[#(#on_events),*],
             schedule: #schedule,
+            concurrency: #concurrency,
             run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
             schemas: || {
                 #[allow(unused_imports)]

@@ -491,8 +491,62 @@ async fn sleep_until_ms(at_ms: u64) -> Result<u64, Error> {
         .as_millis() as u64)
 }
 
+/// A call of a tenant to a downstream service that takes `hold_ms`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+struct Call {
+    url: String,
+    tenant: String,
+    hold_ms: u64,
+}
+
+/// Calls `URL/TENANT?hold_ms=N`; answers the status.
+#[step(max_retries = 3, initial_backoff = "10ms")]
+async fn call_downstream(call: Call) -> Result<u16, StepError> {
+    let url = format!("{}/{}?hold_ms={}", call.url, call.tenant, call.hold_ms);
+    let request = Request::post(&url)
+        .body(Body::empty())
+        .map_err(StepError::fatal)?;
+    let response = Client::new()
+        .send(request)
+        .await
+        .map_err(StepError::retryable)?;
+    Ok(response.status().as_u16())
+}
+
+/// At most two runs of one tenant call the downstream at once.
+#[workflow(concurrency(key = "input.tenant", limit = 2))]
+async fn per_tenant(call: Call) -> Result<u16, Error> {
+    Ok(call_downstream(call).await?)
+}
+
+/// One run of the whole workflow at a time, the others queued by
+/// priority: sleeps `ms` durably, then returns its label.
+#[workflow(concurrency(key = "'all'", limit = 1))]
+async fn one_at_a_time((label, ms): (String, u64)) -> Result<String, Error> {
+    keel_sdk::sleep(Duration::from_millis(ms)).await;
+    Ok(label)
+}
+
+/// One run at a time; a start while one runs is cancelled at once.
+#[workflow(concurrency(key = "'solo'", limit = 1, on_limit = "cancel_newest"))]
+async fn solo(ms: u64) -> Result<u64, Error> {
+    keel_sdk::sleep(Duration::from_millis(ms)).await;
+    Ok(ms)
+}
+
+/// One run at a time; a start cancels the run in progress and takes over.
+#[workflow(concurrency(key = "'latest'", limit = 1, on_limit = "cancel_in_progress"))]
+async fn latest(ms: u64) -> Result<u64, Error> {
+    keel_sdk::sleep(Duration::from_millis(ms)).await;
+    Ok(ms)
+}
+
 keel_sdk::component!(
     workflows = [
+        per_tenant,
+        one_at_a_time,
+        solo,
+        latest,
         hourly,
         sleep_until_ms,
         ten_steps,
@@ -525,6 +579,7 @@ keel_sdk::component!(
         wait_twice,
     ],
     steps = [
+        call_downstream,
         noop,
         add,
         mul,

@@ -368,8 +368,11 @@ impl Activation {
 /// A status as the journal records it, for the guest.
 pub(super) fn wit_status(status: &str) -> wit::RunStatus {
     match RunStatus::parse(status) {
-        // A run that starts later has not started: pending, to the guest.
-        Some(RunStatus::Pending | RunStatus::Scheduled) => wit::RunStatus::Pending,
+        // A run that starts later, or waits for a concurrency slot, has not
+        // started: pending, to the guest.
+        Some(RunStatus::Pending | RunStatus::Scheduled | RunStatus::Queued) => {
+            wit::RunStatus::Pending
+        }
         Some(RunStatus::Running) | None => wit::RunStatus::Running,
         Some(RunStatus::Waiting) => wit::RunStatus::Waiting,
         Some(RunStatus::Completed) => wit::RunStatus::Completed,

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use keel_core::file::JournalFile;
+use keel_core::flow;
 use keel_core::journal::{Fact, StartOutcome};
 use keel_core::{Entry, EventOutcome, EventRecord, HookRecord, RunId, RunRecord, RunStatus};
-use keel_store::{Admission, KeyClaim, StoreError};
+use keel_store::{Admission, Admitted, FlowClaim, KeyClaim, StoreError};
 
 use super::Keel;
 use crate::activation::ChildStart;
@@ -32,6 +33,10 @@ pub struct StartOptions {
     /// this time (ms since the epoch, on the engine's clock). A time past
     /// starts it at once.
     pub start_at_ms: Option<u64>,
+    /// Where the run stands in its concurrency group's queue, if its
+    /// workflow declares a limit and the limit is reached: 1 (highest) to
+    /// 5; 3 if `None`.
+    pub priority: Option<u8>,
 }
 
 /// The start hook of a run (`start(..., { hook: { token, ... } })`).
@@ -154,6 +159,22 @@ impl Keel {
             .key(workflow)
             .map(|k| Ok::<_, Error>((k.evaluate(&value, &metadata)?, k.ttl_ms)))
             .transpose()?;
+        let priority = match options.priority {
+            Some(p) => flow::check_priority(p).map_err(|reason| Error::InvalidInput { reason })?,
+            None => flow::DEFAULT_PRIORITY,
+        };
+        let group = component
+            .concurrency(workflow)
+            .map(|(k, c)| {
+                let key = k.evaluate(&value, &metadata)?;
+                flow::check_key(&key).map_err(|reason| Error::KeyExpression {
+                    workflow: workflow.into(),
+                    expression: c.key.clone(),
+                    reason,
+                })?;
+                Ok::<_, Error>((key, c))
+            })
+            .transpose()?;
         let now = self.now_ms();
         let delayed = options.start_at_ms.filter(|at| *at > now);
         let run = RunRecord {
@@ -200,10 +221,16 @@ impl Keel {
             }),
             start_hook: start_hook.as_ref(),
             journal: &journal,
+            flow: group.as_ref().map(|(key, c)| FlowClaim {
+                key,
+                limit: c.limit,
+                on_limit: c.on_limit,
+                priority,
+            }),
             now_ms: now,
         };
-        match self.store().admit(admission).await {
-            Ok(()) => {}
+        let admitted = match self.store().admit(admission).await {
+            Ok(admitted) => admitted,
             Err(
                 e @ (StoreError::HookConflict { .. }
                 | StoreError::IdempotencyCollision { .. }
@@ -220,11 +247,56 @@ impl Keel {
                     reason: e.to_string(),
                 });
             }
-        }
-        tracing::info!(run_id = %run.run_id, workflow, "run admitted");
+        };
+        let run = self.admitted(
+            run,
+            &journal,
+            group.as_ref().map(|g| g.0.as_str()),
+            admitted,
+        );
+        tracing::info!(run_id = %run.run_id, workflow, status = run.status.as_str(), "run admitted");
         self.inner.config.observer.run_started(workflow);
         self.inner.progress.notify_waiters();
         Ok(run)
+    }
+
+    /// The run as admission stored it (queued, or cancelled by
+    /// `cancel_newest`); a `cancel_in_progress` victim is cancelled in the
+    /// background, and its end hands its slot to this run.
+    fn admitted(
+        &self,
+        mut run: RunRecord,
+        journal: &[Entry],
+        key: Option<&str>,
+        admitted: Admitted,
+    ) -> RunRecord {
+        match admitted {
+            Admitted::AsGiven => {}
+            Admitted::Queued => run.status = RunStatus::Queued,
+            Admitted::Rejected { holder } => {
+                run = flow::rejected(
+                    &run,
+                    journal,
+                    key.unwrap_or_default(),
+                    &holder,
+                    run.created_at_ms,
+                )
+                .0;
+            }
+            Admitted::Evicting { victim } => {
+                run.status = RunStatus::Queued;
+                if let Some(victim) = victim {
+                    tracing::info!(run_id = %run.run_id, %victim, "cancelling the oldest run of the key (cancel_in_progress)");
+                    let keel = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = keel.cancel(&victim).await {
+                            tracing::warn!(%victim, "cancelling the run in progress failed: {e}");
+                        }
+                    });
+                }
+            }
+        }
+        run
     }
 
     /// Refuses, before anything is written, a start that needs what the
@@ -394,6 +466,7 @@ impl Keel {
             additional_metadata: None,
             run_id: None,
             start_at_ms: None,
+            priority: None,
             hook: options.token.as_ref().map(|token| StartHook {
                 token: token.clone(),
                 min_retention: options.min_retention_ms.map(Duration::from_millis),

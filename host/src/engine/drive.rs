@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_core::divergence::Verdict;
+use keel_core::flow::SlotState;
 use keel_core::journal::Fact;
 use keel_core::{Entry, ErrorKind, RunError, RunId, RunRecord, RunStatus};
 use keel_store::{Lease, StoreError, Wake};
@@ -320,8 +321,16 @@ impl Keel {
         let run_id = lease.run_id.as_str();
         // Read under the lease: another worker may have moved it on.
         let mut run = self.get_run(run_id).await?;
-        if run.status.is_final() {
+        if run.status.is_final() || run.status == RunStatus::Queued {
             return Ok(run);
+        }
+        // A delayed start of a workflow with a concurrency limit asks for
+        // its slot now; without one it waits in its group's queue.
+        if run.status == RunStatus::Scheduled
+            && self.store().take_slot(run_id, self.now_ms()).await? == Some(SlotState::Queued)
+        {
+            tracing::info!("the run's concurrency key is at its limit: queued");
+            return self.get_run(run_id).await;
         }
         // Cleared before the activation reads the store, so that a payload
         // resumed from now on wakes the run again.

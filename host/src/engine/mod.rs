@@ -27,6 +27,7 @@ use crate::{Error, Result};
 mod admission;
 mod deployments;
 mod drive;
+mod limits;
 mod schedules;
 mod watch;
 mod worker;

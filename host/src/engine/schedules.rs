@@ -453,6 +453,7 @@ impl Keel {
             hook: None,
             run_id: Some(run_id.clone()),
             start_at_ms: None,
+            priority: None,
         };
         let started = self
             .start_workflow(

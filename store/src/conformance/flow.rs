@@ -65,7 +65,9 @@ pub(super) async fn a_group_holds_its_limit_and_queues_the_rest(h: &dyn Harness)
         let got = enter(store, id, "t1", 2, OnLimit::Queue, 3)
             .await
             .map_err(fail("admit"))?;
-        check(got == expected, || format!("{id}: {got:?}, not {expected:?}"))?;
+        check(got == expected, || {
+            format!("{id}: {got:?}, not {expected:?}")
+        })?;
     }
     // Another key has slots of its own.
     let other = enter(store, "d", "t2", 2, OnLimit::Queue, 3)
@@ -124,7 +126,9 @@ pub(super) async fn queued_runs_start_by_priority_then_arrival(h: &dyn Harness) 
     let mut ending = "holder".to_string();
     for _ in 0..4 {
         let woken = end(store, &ending, 5).await.map_err(fail("end"))?;
-        check(woken.len() == 1, || format!("one slot, one promotion: {woken:?}"))?;
+        check(woken.len() == 1, || {
+            format!("one slot, one promotion: {woken:?}")
+        })?;
         ending = woken[0].to_string();
         order.push(ending.clone());
     }
@@ -151,7 +155,9 @@ pub(super) async fn a_full_group_cancels_by_its_strategy(h: &dyn Harness) -> Out
     let new = store.get_run("new").await.map_err(fail("get"))?;
     check(new.status == RunStatus::Cancelled, || format!("{new:?}"))?;
     check(
-        new.error.as_ref().is_some_and(|e| e.message.contains("old")),
+        new.error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("old")),
         || format!("the cancel names the holder: {:?}", new.error),
     )?;
     let journal = store.journal("new").await.map_err(fail("journal"))?;
@@ -208,7 +214,10 @@ pub(super) async fn an_override_pauses_and_resumes_a_group(h: &dyn Harness) -> O
     let rows = store.limit_rows().await.map_err(fail("rows"))?;
     check(
         rows.iter().any(|r| {
-            r.key.as_deref() == Some("k") && r.limit == 0 && r.overridden == Some(0) && r.queued == 3
+            r.key.as_deref() == Some("k")
+                && r.limit == 0
+                && r.overridden == Some(0)
+                && r.queued == 3
         }),
         || format!("{rows:?}"),
     )?;
@@ -249,10 +258,9 @@ pub(super) async fn a_delayed_start_asks_for_its_slot_when_due(h: &dyn Harness) 
         check(got == Admitted::AsGiven, || format!("{id}: {got:?}"))?;
     }
     let slot = store.run_slot("x").await.map_err(fail("slot"))?;
-    check(
-        slot.is_some_and(|s| s.state == SlotState::Deferred),
-        || "a delayed start holds no slot until due".into(),
-    )?;
+    check(slot.is_some_and(|s| s.state == SlotState::Deferred), || {
+        "a delayed start holds no slot until due".into()
+    })?;
     let x = store.take_slot("x", 100).await.map_err(fail("take"))?;
     check(x == Some(SlotState::Holding), || format!("x: {x:?}"))?;
     check(status(store, "x").await? == RunStatus::Pending, || {

@@ -97,7 +97,12 @@ pub(super) async fn put_slot(tx: &Transaction<'_>, slot: &Slot) -> Result<()> {
 }
 
 /// Rewrites a live run's status in its record.
-async fn set_status(tx: &Transaction<'_>, run_id: &str, status: RunStatus, now_ms: u64) -> Result<()> {
+async fn set_status(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    status: RunStatus,
+    now_ms: u64,
+) -> Result<()> {
     let Some(row) = tx
         .row(
             "SELECT record FROM runs WHERE run_id = $1 AND live FOR UPDATE",
@@ -146,7 +151,11 @@ async fn promote(tx: &Transaction<'_>, group: &Group, now_ms: u64) -> Result<Vec
 /// What ending `run_id` does to its group, in the end's transaction: its
 /// slot goes, and the queued runs that take a slot it frees are promoted
 /// (returned).
-pub(super) async fn flow_end(tx: &Transaction<'_>, run_id: &str, now_ms: u64) -> Result<Vec<RunId>> {
+pub(super) async fn flow_end(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    now_ms: u64,
+) -> Result<Vec<RunId>> {
     let Some(row) = tx
         .row(
             "DELETE FROM flow_slots WHERE run_id = $1 RETURNING record",
@@ -166,7 +175,10 @@ pub(super) async fn flow_end(tx: &Transaction<'_>, run_id: &str, now_ms: u64) ->
 
 /// What admitting `a` writes, decided under its group's lock, and the
 /// slots written.
-pub(super) async fn admission_plan(tx: &Transaction<'_>, a: &Admission<'_>) -> Result<AdmissionPlan> {
+pub(super) async fn admission_plan(
+    tx: &Transaction<'_>,
+    a: &Admission<'_>,
+) -> Result<AdmissionPlan> {
     let Some(claim) = a.flow else {
         return Ok(AdmissionPlan::as_given(a));
     };
@@ -196,7 +208,10 @@ impl FlowStore for PgStore {
     async fn take_slot(&self, run_id: &str, now_ms: u64) -> Result<Option<SlotState>> {
         transact!(self, |tx| {
             let Some(row) = tx
-                .row("SELECT record FROM flow_slots WHERE run_id = $1", &[&run_id])
+                .row(
+                    "SELECT record FROM flow_slots WHERE run_id = $1",
+                    &[&run_id],
+                )
                 .await
                 .map_err(pg)?
             else {
@@ -215,7 +230,10 @@ impl FlowStore for PgStore {
             if slot.state != SlotState::Deferred {
                 return Ok(Attempt::Done(None));
             }
-            let others: Vec<Slot> = slots.into_iter().filter(|s| s.run_id != slot.run_id).collect();
+            let others: Vec<Slot> = slots
+                .into_iter()
+                .filter(|s| s.run_id != slot.run_id)
+                .collect();
             let limit = limit_of(tx, &group, declared).await?;
             let (state, status) =
                 match flow::decide(limit, &others, flow::OnLimit::Queue, slot.priority) {
@@ -244,7 +262,10 @@ impl FlowStore for PgStore {
     async fn run_slot(&self, run_id: &str) -> Result<Option<RunSlot>> {
         transact!(self, |tx| {
             let Some(row) = tx
-                .row("SELECT record FROM flow_slots WHERE run_id = $1", &[&run_id])
+                .row(
+                    "SELECT record FROM flow_slots WHERE run_id = $1",
+                    &[&run_id],
+                )
                 .await
                 .map_err(pg)?
             else {

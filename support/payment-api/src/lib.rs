@@ -5,7 +5,8 @@
 //! again. With `lose_first_confirmation`, the first request of every key is
 //! charged but answered 500, as if the confirmation was lost; while set
 //! refusing, every charge is answered 503. Any other path records the
-//! request (a probe) and answers 200.
+//! request (a probe) and answers 200. [`recorder::Recorder`] is a
+//! downstream service that records how many calls reach it at once.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,6 +19,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+
+pub mod recorder;
 
 /// One request the API received.
 #[derive(Clone, Debug, PartialEq, Eq)]

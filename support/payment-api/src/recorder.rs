@@ -1,0 +1,128 @@
+//! A downstream service that records how it is called, for flow-control
+//! tests: `POST /call/TENANT?hold_ms=N` counts the calls of `TENANT` in
+//! flight (and the most it saw at once), takes `N` ms to answer, and
+//! records when each call arrived and in which order calls finished.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+#[derive(Default)]
+struct Calls {
+    in_flight: HashMap<String, usize>,
+    most_at_once: HashMap<String, usize>,
+    /// (tenant, ms since the recorder started) of each arrival.
+    arrivals: Vec<(String, u64)>,
+    /// Tenants in the order their calls finished.
+    finished: Vec<String>,
+}
+
+/// A running recorder; stops when dropped.
+pub struct Recorder {
+    pub addr: SocketAddr,
+    calls: Arc<Mutex<Calls>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Recorder {
+    /// Starts the recorder on an ephemeral port of 127.0.0.1.
+    pub async fn start() -> std::io::Result<Recorder> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let calls = Arc::new(Mutex::new(Calls::default()));
+        let started = Instant::now();
+        let c = calls.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |req| call(req, c.clone(), started));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Recorder { addr, calls, task })
+    }
+
+    /// The URL calls go to (`URL/TENANT?hold_ms=N`).
+    pub fn url(&self) -> String {
+        format!("http://{}/call", self.addr)
+    }
+
+    /// The most calls of each tenant that were in flight at once.
+    pub fn most_at_once(&self) -> HashMap<String, usize> {
+        self.lock().most_at_once.clone()
+    }
+
+    /// Each call's tenant and arrival, in ms since the recorder started.
+    pub fn arrivals(&self) -> Vec<(String, u64)> {
+        self.lock().arrivals.clone()
+    }
+
+    /// The tenants of the calls in the order they finished.
+    pub fn finished(&self) -> Vec<String> {
+        self.lock().finished.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.calls.lock().expect("calls")
+    }
+}
+
+async fn call(
+    req: Request<Incoming>,
+    calls: Arc<Mutex<Calls>>,
+    started: Instant,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let tenant = req
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let hold_ms: u64 = req
+        .uri()
+        .query()
+        .and_then(|q| q.strip_prefix("hold_ms="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    {
+        let mut c = calls.lock().expect("calls");
+        let now = started.elapsed().as_millis() as u64;
+        c.arrivals.push((tenant.clone(), now));
+        let n = c.in_flight.entry(tenant.clone()).or_default();
+        *n += 1;
+        let n = *n;
+        let most = c.most_at_once.entry(tenant.clone()).or_default();
+        *most = (*most).max(n);
+    }
+    // The service's own latency: what makes overlapping calls visible.
+    tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+    {
+        let mut c = calls.lock().expect("calls");
+        *c.in_flight.entry(tenant.clone()).or_default() -= 1;
+        c.finished.push(tenant);
+    }
+    Ok(Response::builder()
+        .status(200)
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .expect("a valid response"))
+}

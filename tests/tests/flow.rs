@@ -1,0 +1,339 @@
+//! Flow control end to end: concurrency limits per key with real guests
+//! calling a real downstream service, queues in priority order, the
+//! `cancel_newest` and `cancel_in_progress` strategies, delayed starts,
+//! and limits an operator changes at runtime (0 pauses).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{ManualClock, TestStore, open, open_backend};
+use keel_host::core::RunStatus;
+use keel_host::core::flow::SlotState;
+use keel_host::core::journal::Fact;
+use keel_host::{Error, Keel, Loaded, StartOptions};
+use keel_payment_api::recorder::Recorder;
+
+/// 2026-12-01T00:00:00Z.
+const T0: u64 = 1_796_083_200_000;
+
+/// An engine on the manual clock that suspends every timer (so a drive
+/// returns as soon as the run waits).
+async fn on_manual_clock(store: &TestStore) -> (Keel, Arc<Loaded>, Arc<ManualClock>) {
+    let clock = ManualClock::at(T0);
+    let mut config = store.config();
+    config.clock = clock.clone();
+    config.park_limit = Duration::ZERO;
+    let (keel, loaded, _) = open_backend(config, keel_tests::TESTBED).await;
+    (keel, loaded, clock)
+}
+
+fn at_priority(priority: u8) -> StartOptions {
+    StartOptions {
+        priority: Some(priority),
+        ..StartOptions::default()
+    }
+}
+
+async fn status(keel: &Keel, run_id: &str) -> RunStatus {
+    keel.get_run(run_id).await.unwrap().status
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_tenants_with_a_limit_of_two_each_never_exceed_it_and_interleave() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = keel_host::Grants {
+        http: vec![recorder.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    config.max_concurrent_runs = 16;
+    let (keel, loaded) = open(config).await;
+    // Each tenant's twenty runs are started together, one tenant after the
+    // other: a queue shared by all would finish tenant a first.
+    let mut runs = Vec::new();
+    for tenant in ["a", "b", "c"] {
+        for _ in 0..20 {
+            let input = serde_json::json!({"url": recorder.url(), "tenant": tenant, "hold_ms": 40});
+            let run = keel
+                .start(&loaded, "per_tenant", &input.to_string())
+                .await
+                .unwrap();
+            runs.push((tenant, run));
+        }
+    }
+    let statuses: HashMap<&str, Vec<RunStatus>> =
+        runs.iter().fold(HashMap::new(), |mut m, (t, r)| {
+            m.entry(*t).or_default().push(r.status);
+            m
+        });
+    for (tenant, statuses) in &statuses {
+        assert_eq!(
+            statuses[..2],
+            [RunStatus::Pending, RunStatus::Pending],
+            "{tenant}"
+        );
+        assert!(
+            statuses[2..].iter().all(|s| *s == RunStatus::Queued),
+            "{tenant}: {statuses:?}"
+        );
+    }
+    let third = keel.run_slot(&runs[2].1.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        (third.key.as_str(), third.state, third.position, third.limit),
+        ("a", SlotState::Queued, Some(1), 2)
+    );
+    let rows = keel.limits().await.unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(
+        rows.iter().all(|r| r.in_progress == 2 && r.queued == 18),
+        "{rows:?}"
+    );
+
+    let summary = keel.work(true).await.unwrap();
+    assert!(summary.undriven.is_empty(), "{summary:?}");
+    for (_, run) in &runs {
+        assert_eq!(status(&keel, &run.run_id).await, RunStatus::Completed);
+    }
+    let most = recorder.most_at_once();
+    assert_eq!(
+        most,
+        HashMap::from([("a".into(), 2), ("b".into(), 2), ("c".into(), 2)]),
+        "each tenant reached its limit and never passed it"
+    );
+    let finished = recorder.finished();
+    assert_eq!(finished.len(), 60);
+    for x in ["a", "b", "c"] {
+        let last_x = finished.iter().rposition(|t| t == x).unwrap();
+        for y in ["a", "b", "c"].into_iter().filter(|y| *y != x) {
+            let first_y = finished.iter().position(|t| t == y).unwrap();
+            assert!(
+                first_y < last_x,
+                "{x} finished all its runs before {y} finished one: {finished:?}"
+            );
+        }
+    }
+    assert!(
+        keel.limits()
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.in_progress == 0 && r.queued == 0),
+        "every slot was given back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queued_runs_start_by_priority_and_a_limit_of_zero_pauses_them() {
+    let store = TestStore::new();
+    let (keel, loaded, clock) = on_manual_clock(&store).await;
+    let holder = keel
+        .start(&loaded, "one_at_a_time", r#"["holder", 1000]"#)
+        .await
+        .unwrap();
+    assert_eq!(holder.status, RunStatus::Pending);
+    assert_eq!(
+        keel.drive(&holder.run_id).await.unwrap().status,
+        RunStatus::Waiting,
+        "a run parked on a timer keeps its slot"
+    );
+    let mut ids = HashMap::new();
+    for (label, priority) in [("a", 3), ("b", 1), ("c", 3), ("d", 5)] {
+        let input = serde_json::json!([label, 0]).to_string();
+        let run = keel
+            .start_with(&loaded, "one_at_a_time", &input, &at_priority(priority))
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Queued, "{label}");
+        ids.insert(label, run.run_id);
+    }
+    let position = |slot: Option<keel_host::core::flow::RunSlot>| slot.and_then(|s| s.position);
+    assert_eq!(position(keel.run_slot(&ids["b"]).await.unwrap()), Some(1));
+    assert_eq!(position(keel.run_slot(&ids["d"]).await.unwrap()), Some(4));
+    // A queued run is not driven, even when asked.
+    assert_eq!(
+        keel.drive(&ids["a"]).await.unwrap().status,
+        RunStatus::Queued
+    );
+    let bad = keel
+        .start_with(&loaded, "one_at_a_time", r#"["x", 0]"#, &at_priority(9))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&bad, Error::InvalidInput { reason } if reason.contains("1 (highest) to 5")),
+        "{bad}"
+    );
+
+    // Paused: the holder ends and nothing starts.
+    assert!(
+        keel.set_limit("one_at_a_time", None, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    clock.advance(1000);
+    assert_eq!(
+        keel.drive(&holder.run_id).await.unwrap().status,
+        RunStatus::Completed
+    );
+    for label in ["a", "b", "c", "d"] {
+        assert_eq!(
+            status(&keel, &ids[label]).await,
+            RunStatus::Queued,
+            "{label}"
+        );
+    }
+    let rows = keel.limits().await.unwrap();
+    let row = |key: Option<&str>| {
+        let r = rows.iter().find(|r| r.key.as_deref() == key).unwrap();
+        (r.limit, r.overridden, r.in_progress, r.queued)
+    };
+    assert_eq!(row(Some("all")), (0, Some(0), 0, 4), "{rows:?}");
+    assert_eq!(
+        row(None),
+        (0, Some(0), 0, 0),
+        "the workflow's override: {rows:?}"
+    );
+    // Back to the declared limit: the queue drains in priority order.
+    let started = keel.reset_limit("one_at_a_time", None).await.unwrap();
+    assert_eq!(started, [ids["b"].clone()]);
+    let mut order = Vec::new();
+    let mut next = started[0].clone();
+    loop {
+        let run = keel.drive(&next).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        order.push(serde_json::from_str::<String>(run.output.as_deref().unwrap()).unwrap());
+        let pending: Vec<_> = keel
+            .list_runs()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.status == RunStatus::Pending)
+            .collect();
+        match pending.as_slice() {
+            [] => break,
+            [one] => next = one.run_id.clone(),
+            more => panic!("one slot, but {} runs pending", more.len()),
+        }
+    }
+    assert_eq!(order, ["b", "a", "c", "d"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_newest_ends_the_new_run_at_once_naming_the_holder() {
+    let store = TestStore::new();
+    let (keel, loaded, clock) = on_manual_clock(&store).await;
+    let first = keel.start(&loaded, "solo", "1000").await.unwrap();
+    keel.drive(&first.run_id).await.unwrap();
+    let second = keel.start(&loaded, "solo", "0").await.unwrap();
+    assert_eq!(second.status, RunStatus::Cancelled);
+    let stored = keel.get_run(&second.run_id).await.unwrap();
+    assert_eq!(stored.status, RunStatus::Cancelled);
+    let error = stored.error.unwrap();
+    assert_eq!(error.kind, "cancelled");
+    assert!(
+        error.message.contains(first.run_id.as_str()),
+        "{}",
+        error.message
+    );
+    let journal = keel.journal(&second.run_id).await.unwrap();
+    assert_eq!(journal.last().unwrap().fact, Fact::RunCancelled);
+    // Once the holder ends, a new start runs.
+    clock.advance(1000);
+    keel.drive(&first.run_id).await.unwrap();
+    let third = keel.start(&loaded, "solo", "0").await.unwrap();
+    assert_eq!(third.status, RunStatus::Pending);
+    assert_eq!(
+        keel.drive(&third.run_id).await.unwrap().status,
+        RunStatus::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_in_progress_cancels_the_oldest_and_the_newest_takes_its_slot() {
+    let store = TestStore::new();
+    let (keel, loaded, _clock) = on_manual_clock(&store).await;
+    let old = keel.start(&loaded, "latest", "60000").await.unwrap();
+    assert_eq!(
+        keel.drive(&old.run_id).await.unwrap().status,
+        RunStatus::Waiting
+    );
+    let new = keel.start(&loaded, "latest", "0").await.unwrap();
+    assert_eq!(new.status, RunStatus::Queued, "it waits for the cancel");
+    let old = keel
+        .wait_for_end(&old.run_id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(old.status, RunStatus::Cancelled);
+    assert_eq!(status(&keel, &new.run_id).await, RunStatus::Pending);
+    assert_eq!(
+        keel.drive(&new.run_id).await.unwrap().status,
+        RunStatus::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delayed_start_asks_for_its_slot_when_it_comes_due() {
+    let store = TestStore::new();
+    let (keel, loaded, clock) = on_manual_clock(&store).await;
+    let holder = keel
+        .start(&loaded, "one_at_a_time", r#"["holder", 5000]"#)
+        .await
+        .unwrap();
+    keel.drive(&holder.run_id).await.unwrap();
+    let options = StartOptions {
+        start_at_ms: Some(T0 + 1000),
+        ..StartOptions::default()
+    };
+    let later = keel
+        .start_with(&loaded, "one_at_a_time", r#"["later", 0]"#, &options)
+        .await
+        .unwrap();
+    assert_eq!(later.status, RunStatus::Scheduled);
+    let slot = keel.run_slot(&later.run_id).await.unwrap().unwrap();
+    assert_eq!(slot.state, SlotState::Deferred, "no slot before its time");
+    clock.advance(1000);
+    assert_eq!(
+        keel.drive(&later.run_id).await.unwrap().status,
+        RunStatus::Queued,
+        "due, but the holder has the slot"
+    );
+    clock.advance(4000);
+    keel.drive(&holder.run_id).await.unwrap();
+    assert_eq!(status(&keel, &later.run_id).await, RunStatus::Pending);
+    assert_eq!(
+        keel.drive(&later.run_id).await.unwrap().status,
+        RunStatus::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_queued_run_frees_its_place() {
+    let store = TestStore::new();
+    let (keel, loaded, clock) = on_manual_clock(&store).await;
+    let holder = keel
+        .start(&loaded, "one_at_a_time", r#"["holder", 1000]"#)
+        .await
+        .unwrap();
+    keel.drive(&holder.run_id).await.unwrap();
+    let doomed = keel
+        .start(&loaded, "one_at_a_time", r#"["doomed", 0]"#)
+        .await
+        .unwrap();
+    let next = keel
+        .start(&loaded, "one_at_a_time", r#"["next", 0]"#)
+        .await
+        .unwrap();
+    assert_eq!(
+        keel.cancel(&doomed.run_id).await.unwrap().status,
+        RunStatus::Cancelled
+    );
+    let slot = keel.run_slot(&next.run_id).await.unwrap().unwrap();
+    assert_eq!(slot.position, Some(1), "the cancelled run left the queue");
+    clock.advance(1000);
+    keel.drive(&holder.run_id).await.unwrap();
+    assert_eq!(status(&keel, &next.run_id).await, RunStatus::Pending);
+}
