@@ -159,6 +159,10 @@ pub enum Command {
         /// A JSON object, `additional_metadata` of key expressions.
         #[arg(long)]
         metadata: Option<String>,
+        /// Where the run stands in its concurrency queue if the workflow's
+        /// limit is reached: 1 (highest) to 5 [default: 3].
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+        priority: Option<u8>,
     },
     /// Start a run (with a start token, admitted at most once while the
     /// token is held) and drive it until it completes, fails or waits.
@@ -195,6 +199,10 @@ pub enum Command {
         /// A delayed start at this time (RFC 3339, or ms since the epoch).
         #[arg(long, value_parser = parse_time, value_name = "TIME")]
         start_at: Option<u64>,
+        /// Where the run stands in its concurrency queue if the workflow's
+        /// limit is reached: 1 (highest) to 5 [default: 3].
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+        priority: Option<u8>,
     },
     /// Resume and look up hooks.
     Hooks {
@@ -254,6 +262,12 @@ pub enum Command {
     Schedules {
         #[command(subcommand)]
         command: SchedulesCommand,
+    },
+    /// Concurrency limits: each group's limit, runs in progress and
+    /// queued; an operator's override of a workflow's declared limit.
+    Limits {
+        #[command(subcommand)]
+        command: LimitsCommand,
     },
     /// List or show runs.
     Runs {
@@ -348,6 +362,32 @@ pub enum Command {
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum LimitsCommand {
+    /// Every concurrency group (workflow and key) and override.
+    List,
+    /// Override WORKFLOW's declared limit, for every key or one (--key);
+    /// 0 pauses it (new runs queue, none starts). A higher limit starts
+    /// queued runs at once; a lower one cancels nothing.
+    Set {
+        workflow: String,
+        /// One key value [default: every key of the workflow].
+        #[arg(long)]
+        key: Option<String>,
+        /// Runs of one key in progress at once.
+        #[arg(long)]
+        limit: u32,
+    },
+    /// Remove an override: the workflow's override or its declared limit
+    /// holds again.
+    Reset {
+        workflow: String,
+        /// The key value whose override goes [default: the workflow's].
+        #[arg(long)]
+        key: Option<String>,
     },
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use keel_host::core::deployment::Target;
+use keel_host::core::flow::{LimitRow, RunSlot};
 use keel_host::core::journal::Entry;
 use keel_host::core::{
     Deployment, ErrorKind, ErrorReport, EventRecord, GrantSpec, HookRecord, RunFilter, RunRecord,
@@ -58,6 +59,9 @@ pub struct StartSpec {
     /// A delayed start's time (ms since the epoch).
     #[serde(default)]
     pub start_at_ms: Option<u64>,
+    /// 1 (highest) to 5, for the workflow's concurrency queue.
+    #[serde(default)]
+    pub priority: Option<u8>,
 }
 
 impl StartSpec {
@@ -66,6 +70,7 @@ impl StartSpec {
         StartOptions {
             run_id: self.run_id.clone().map(Into::into),
             start_at_ms: self.start_at_ms,
+            priority: self.priority,
             additional_metadata: self.additional_metadata.clone(),
             hook: self.token.clone().map(|token| StartHook {
                 token,
@@ -159,6 +164,16 @@ pub enum Request {
     DeleteSchedule {
         name: String,
     },
+    ListLimits,
+    SetLimit {
+        workflow: String,
+        key: Option<String>,
+        limit: u32,
+    },
+    ResetLimit {
+        workflow: String,
+        key: Option<String>,
+    },
 }
 
 fn default_limit() -> usize {
@@ -173,7 +188,13 @@ pub enum Reply {
     Hook(HookRecord),
     Hooks(Vec<HookRecord>),
     Runs(Vec<RunRecord>),
-    Journal { run: RunRecord, journal: Vec<Entry> },
+    Journal {
+        run: RunRecord,
+        journal: Vec<Entry>,
+        /// Its place in its concurrency group, if it has one.
+        #[serde(default)]
+        slot: Option<RunSlot>,
+    },
     Event(EventRecord),
     Events(Vec<EventRecord>),
     Deployment(Deployment),
@@ -181,6 +202,11 @@ pub enum Reply {
     Schedule(ScheduleView),
     Schedules(Vec<ScheduleView>),
     Fires(Vec<FireView>),
+    /// The concurrency groups and overrides, and the runs a change started.
+    Limits {
+        limits: Vec<LimitRow>,
+        started: Vec<String>,
+    },
     Error(RemoteError),
 }
 
@@ -359,7 +385,30 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         Request::ShowRun { run_id } => Reply::Journal {
             run: keel.get_run(&run_id).await?,
             journal: keel.journal(&run_id).await?,
+            slot: keel.run_slot(&run_id).await?,
         },
+        Request::ListLimits => Reply::Limits {
+            limits: keel.limits().await?,
+            started: Vec::new(),
+        },
+        Request::SetLimit {
+            workflow,
+            key,
+            limit,
+        } => {
+            let started = keel.set_limit(&workflow, key.as_deref(), limit).await?;
+            Reply::Limits {
+                limits: keel.limits().await?,
+                started: started.into_iter().map(|r| r.into_string()).collect(),
+            }
+        }
+        Request::ResetLimit { workflow, key } => {
+            let started = keel.reset_limit(&workflow, key.as_deref()).await?;
+            Reply::Limits {
+                limits: keel.limits().await?,
+                started: started.into_iter().map(|r| r.into_string()).collect(),
+            }
+        }
         Request::PushEvent {
             key,
             payload,

@@ -295,6 +295,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Hooks { .. }
         | Command::Events { .. }
         | Command::Schedules { .. }
+        | Command::Limits { .. }
         | Command::Runs { .. } => {
             refuse_missing_store(&cli)?;
             let request = request::request_of(&cli)?;

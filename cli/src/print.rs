@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use keel_host::SystemClock;
 use keel_host::core::Clock;
+use keel_host::core::flow::{LimitRow, RunSlot, SlotState};
 use keel_host::core::journal::{Entry, entry_to_json, excerpt};
 use keel_host::core::schedule::FireOutcome;
 use keel_host::core::timeline::{RowKind, RowStatus, timeline};
@@ -83,8 +84,12 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_runs(&runs, json);
             ExitCode::SUCCESS
         }
-        Reply::Journal { run, journal } => {
-            show_run(&run, &journal, json);
+        Reply::Journal { run, journal, slot } => {
+            show_run(&run, &journal, slot.as_ref(), json);
+            ExitCode::SUCCESS
+        }
+        Reply::Limits { limits, started } => {
+            print_limits(&limits, &started, json);
             ExitCode::SUCCESS
         }
         Reply::Event(event) => {
@@ -127,6 +132,46 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             report_error(&e.into(), json);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The concurrency groups and overrides, a line each, and the runs a
+/// change started.
+fn print_limits(limits: &[LimitRow], started: &[String], json: bool) {
+    if json {
+        println!("{}", json!({"limits": limits, "started": started}));
+        return;
+    }
+    for run_id in started {
+        println!("started {run_id}");
+    }
+    if limits.is_empty() {
+        println!(
+            "no concurrency groups; a workflow declares one with #[workflow(concurrency(key = ..., limit = N))]"
+        );
+        return;
+    }
+    println!(
+        "{:<24} {:<24} {:>6} {:>9} {:>12} {:>7}",
+        "workflow", "key", "limit", "declared", "in progress", "queued"
+    );
+    for row in limits {
+        let limit = match row.overridden {
+            Some(_) => format!("{}*", row.limit),
+            None => row.limit.to_string(),
+        };
+        println!(
+            "{:<24} {:<24} {:>6} {:>9} {:>12} {:>7}",
+            row.workflow,
+            row.key.as_deref().unwrap_or("(every key)"),
+            limit,
+            row.declared.map_or("-".into(), |d| d.to_string()),
+            row.in_progress,
+            row.queued
+        );
+    }
+    if limits.iter().any(|r| r.overridden.is_some()) {
+        println!("* set by an operator; `keel limits reset WORKFLOW [--key KEY]` removes it");
     }
 }
 
@@ -379,14 +424,21 @@ fn print_run(run: &RunRecord, json: bool) {
     }
 }
 
-fn show_run(run: &RunRecord, journal: &[Entry], json: bool) {
+fn show_run(run: &RunRecord, journal: &[Entry], slot: Option<&RunSlot>, json: bool) {
     if json {
         let entries: Vec<Value> = journal.iter().map(entry_to_json).collect();
-        println!("{}", json!({"run": run_json(run), "journal": entries}));
+        let mut run = run_json(run);
+        if let (Some(slot), Some(object)) = (slot, run.as_object_mut()) {
+            object.insert("concurrency".into(), json!(slot));
+        }
+        println!("{}", json!({"run": run, "journal": entries}));
         return;
     }
     print_run(run, false);
     println!("input: {}", excerpt(&run.input, 200));
+    if let Some(slot) = slot {
+        println!("concurrency: {}", slot_line(slot));
+    }
     let now = now_ms();
     let end = if run.status.is_final() {
         run.updated_at_ms
@@ -620,4 +672,19 @@ pub fn workers(workers: &[(keel_host::store::WorkerRecord, usize)], json: bool) 
             now.saturating_sub(w.heartbeat_at_ms) as f64 / 1000.0
         );
     }
+}
+
+/// A run's place in its concurrency group, in words.
+fn slot_line(slot: &RunSlot) -> String {
+    let state = match (slot.state, slot.position) {
+        (SlotState::Queued, Some(p)) => format!("queued, {p} in line"),
+        (SlotState::Queued, None) => "queued".into(),
+        (SlotState::Holding, _) => "holds a slot".into(),
+        (SlotState::Evicting, _) => "holds a slot, being cancelled for a newer run".into(),
+        (SlotState::Deferred, _) => "asks for a slot when its start time comes".into(),
+    };
+    format!(
+        "key `{}` (limit {}, priority {}): {state}",
+        slot.key, slot.limit, slot.priority
+    )
 }

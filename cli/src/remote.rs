@@ -10,7 +10,8 @@ use keel_host::core::journal::Entry;
 use keel_host::core::{Deployment, RunRecord, RunStatus};
 use keel_server::wire::{
     BackfillRequest, DeploymentList, ErrorBody, EventList, EventView, FireList, HookList, HookView,
-    PauseRequest, RunDetail, RunList, RunView, ScheduleList, StartHookRequest, StartRequest,
+    LimitChange, LimitList, LimitRequest, PauseRequest, RunDetail, RunList, RunView, ScheduleList,
+    StartHookRequest, StartRequest,
 };
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
@@ -144,6 +145,7 @@ impl Client {
                 grants,
                 run_id,
                 start_at_ms,
+                priority,
             }) => {
                 let deployment = match component {
                     Some(path) => Some(
@@ -170,6 +172,7 @@ impl Client {
                     additional_metadata,
                     delay_ms: None,
                     start_at_ms,
+                    priority,
                     wait_ms: (!detach).then_some(WAIT_MS),
                     return_on_wait: true,
                 };
@@ -281,6 +284,7 @@ impl Client {
                         )
                     })?;
                 Reply::Journal {
+                    slot: detail.run.concurrency.clone(),
                     run: detail.run.into(),
                     journal,
                 }
@@ -395,6 +399,36 @@ impl Client {
                 .await?
                 .fires,
             ),
+            Request::ListLimits => Reply::Limits {
+                limits: self.get::<LimitList>(&["v1", "limits"], &[]).await?.limits,
+                started: Vec::new(),
+            },
+            Request::SetLimit {
+                workflow,
+                key,
+                limit,
+            } => {
+                let body = LimitRequest {
+                    key,
+                    limit: Some(limit),
+                };
+                let change: LimitChange =
+                    self.post(&["v1", "limits", &workflow], &[], &body).await?;
+                Reply::Limits {
+                    limits: change.limits,
+                    started: change.started,
+                }
+            }
+            Request::ResetLimit { workflow, key } => {
+                let body = LimitRequest { key, limit: None };
+                let change: LimitChange = self
+                    .post(&["v1", "limits", &workflow, "reset"], &[], &body)
+                    .await?;
+                Reply::Limits {
+                    limits: change.limits,
+                    started: change.started,
+                }
+            }
             Request::DeleteSchedule { name } => Reply::Schedule(
                 self.call(
                     Method::DELETE,

@@ -9,8 +9,8 @@ use serde_json::Value;
 use keel_host::core::{Clock, GrantSpec, RunFilter, StepLimits};
 
 use crate::args::{
-    Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand, ScheduleArgs,
-    SchedulesCommand,
+    Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, LimitsCommand, RunsCommand,
+    ScheduleArgs, SchedulesCommand,
 };
 use crate::control::{Request, StartSpec};
 use keel_server::wire::ScheduleRequest;
@@ -48,6 +48,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             additional_metadata: None,
             detach: false,
             start_at_ms: None,
+            priority: None,
         })
     };
     Ok(match &cli.command {
@@ -56,10 +57,12 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             workflow,
             input,
             metadata,
+            priority,
         } => {
             let base = start(component, workflow, input)?;
             Request::Start(StartSpec {
                 additional_metadata: json_arg("--metadata", metadata)?,
+                priority: *priority,
                 ..base
             })
         }
@@ -74,6 +77,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             detach,
             delay,
             start_at,
+            priority,
         } => {
             let base = start(component, workflow, input)?;
             let start_at_ms = delay
@@ -90,6 +94,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                 metadata: json_arg("--metadata", metadata)?,
                 additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
                 detach: *detach,
+                priority: *priority,
                 ..base
             })
         }
@@ -193,6 +198,22 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             command: EventsCommand::List,
         } => Request::ListEvents,
         Command::Schedules { command } => schedule_request(command)?,
+        Command::Limits { command } => match command {
+            LimitsCommand::List => Request::ListLimits,
+            LimitsCommand::Set {
+                workflow,
+                key,
+                limit,
+            } => Request::SetLimit {
+                workflow: workflow.clone(),
+                key: key.clone(),
+                limit: *limit,
+            },
+            LimitsCommand::Reset { workflow, key } => Request::ResetLimit {
+                workflow: workflow.clone(),
+                key: key.clone(),
+            },
+        },
         Command::Completions { .. }
         | Command::New { .. }
         | Command::Test { .. }

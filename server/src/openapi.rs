@@ -37,6 +37,9 @@ pub fn document() -> Value {
     let backfill = of::<BackfillRequest>(&mut g);
     let fire = of::<FireView>(&mut g);
     let fires = of::<FireList>(&mut g);
+    let limits = of::<LimitList>(&mut g);
+    let limit_request = of::<LimitRequest>(&mut g);
+    let limit_change = of::<LimitChange>(&mut g);
     let error = of::<ErrorBody>(&mut g);
     let any = json!({});
     let u64 = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
@@ -175,6 +178,14 @@ pub fn document() -> Value {
             &[("201", "The event and the runs it started", Some(&event))], &["400", "413", "503", "507"])},
         "/v1/workers": {"get": op("listWorkers", "The workers sharing the store", vec![], None,
             &[("200", "The workers", Some(&workers))], &["503"])},
+        "/v1/limits": {"get": op("listLimits", "Every concurrency group (workflow and key: its limit, runs in progress and queued) and every operator's override", vec![], None,
+            &[("200", "The groups and overrides", Some(&limits))], &["503"])},
+        "/v1/limits/{workflow}": {"post": op("setLimit", "Override a workflow's declared concurrency limit, for every key or one (`key`); 0 pauses it. A higher limit starts queued runs at once",
+            vec![path_param("workflow", "The workflow's name")], Some(("application/json", &limit_request)),
+            &[("200", "The runs it started and the limits now", Some(&limit_change))], &["400", "413", "503"])},
+        "/v1/limits/{workflow}/reset": {"post": op("resetLimit", "Remove an override: the workflow's override or its declared limit holds again",
+            vec![path_param("workflow", "The workflow's name")], Some(("application/json", &limit_request)),
+            &[("200", "The runs it started and the limits now", Some(&limit_change))], &["400", "413", "503"])},
         "/v1/schedules": {
             "get": op("listSchedules", "Every schedule, by name", vec![], None,
                 &[("200", "The schedules", Some(&schedules))], &["503"]),

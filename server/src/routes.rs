@@ -44,7 +44,7 @@ pub struct Route {
 
 /// Every endpoint of the API (the console's pages are the console's).
 pub fn table() -> Vec<Route> {
-    use crate::schedules;
+    use crate::{limits, schedules};
     use axum::http::Method;
     use axum::routing::{delete, get, post, put};
     let route = |path, method: Method, operation, handler| Route {
@@ -82,6 +82,19 @@ pub fn table() -> Vec<Route> {
             post(start),
         ),
         route("/v1/runs", Method::GET, "listRuns", get(list_runs)),
+        route("/v1/limits", Method::GET, "listLimits", get(limits::list)),
+        route(
+            "/v1/limits/{workflow}",
+            Method::POST,
+            "setLimit",
+            post(limits::set),
+        ),
+        route(
+            "/v1/limits/{workflow}/reset",
+            Method::POST,
+            "resetLimit",
+            post(limits::reset),
+        ),
         route("/v1/runs/{run_id}", Method::GET, "getRun", get(get_run)),
         route(
             "/v1/runs/{run_id}/detail",
@@ -335,6 +348,8 @@ const INTEGRAL_FIELDS: &[&str] = &[
     "catchup_window_ms",
     "from_ms",
     "to_ms",
+    "priority",
+    "limit",
 ];
 
 /// Turns `fields` of `object` holding whole numbers written as floats
@@ -466,6 +481,7 @@ pub async fn start(
     let options = StartOptions {
         run_id,
         start_at_ms,
+        priority: request.priority,
         additional_metadata: request.additional_metadata,
         hook: request.hook.map(|hook| StartHook {
             token: hook.token,
@@ -483,7 +499,10 @@ pub async fn start(
         .start_workflow(&workflow, target, &input, &options)
         .await?;
     let run = drive_and_wait(&s.keel, run, wait).await?;
-    Ok((StatusCode::CREATED, Json(RunView::from(&run))))
+    Ok((
+        StatusCode::CREATED,
+        Json(RunView::with_slot(&s.keel, &run).await?),
+    ))
 }
 
 /// How long a request waits for a run it moved on.
@@ -592,7 +611,8 @@ pub async fn get_run(
     State(s): State<AppState>,
     RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Json<RunView>> {
-    Ok(Json(RunView::from(&s.keel.get_run(&run_id).await?)))
+    let run = s.keel.get_run(&run_id).await?;
+    Ok(Json(RunView::with_slot(&s.keel, &run).await?))
 }
 
 /// `GET /v1/runs/{run_id}/detail`: the run, its timeline and journal.
@@ -603,7 +623,7 @@ pub async fn run_detail(
     let run = s.keel.get_run(&run_id).await?;
     let journal = s.keel.journal(&run_id).await?;
     Ok(Json(RunDetail {
-        run: RunView::from(&run),
+        run: RunView::with_slot(&s.keel, &run).await?,
         timeline: timeline(&journal),
         journal: journal.iter().map(JournalEntry::of).collect(),
         now_ms: s.keel.clock_ms(),

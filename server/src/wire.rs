@@ -35,6 +35,21 @@ pub struct RunView {
     pub updated_at_ms: u64,
     /// When a waiting run's next timer is due.
     pub wake_at_ms: Option<u64>,
+    /// Its place in its concurrency group (key, slot or queue position),
+    /// when its workflow declares a limit; given by single-run reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<keel_core::flow::RunSlot>,
+}
+
+impl RunView {
+    /// The view of `run` with its place in its concurrency group.
+    pub async fn with_slot(keel: &keel_host::Keel, run: &RunRecord) -> keel_host::Result<Self> {
+        let mut view = RunView::from(run);
+        if !run.status.is_final() {
+            view.concurrency = keel.run_slot(&run.run_id).await?;
+        }
+        Ok(view)
+    }
 }
 
 impl From<&RunRecord> for RunView {
@@ -50,6 +65,7 @@ impl From<&RunRecord> for RunView {
             created_at_ms: r.created_at_ms,
             updated_at_ms: r.updated_at_ms,
             wake_at_ms: r.wake_at_ms,
+            concurrency: None,
         }
     }
 }
@@ -237,6 +253,10 @@ pub struct StartRequest {
     /// long timer or another run) instead of waiting for its end.
     #[serde(default)]
     pub return_on_wait: bool,
+    /// Where the run stands in its concurrency group's queue when its
+    /// workflow's limit is reached: 1 (highest) to 5; default 3.
+    #[schemars(range(min = 1, max = 5))]
+    pub priority: Option<u8>,
 }
 
 /// A run's start token.
@@ -560,4 +580,32 @@ pub struct BackfillRequest {
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct FireList {
     pub fires: Vec<FireView>,
+}
+
+/// `GET /v1/limits`: every concurrency group and operator's override.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct LimitList {
+    pub limits: Vec<keel_core::flow::LimitRow>,
+}
+
+/// `POST /v1/limits/{workflow}`: an operator's concurrency limit.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitRequest {
+    /// One key value; absent for every key of the workflow.
+    #[schemars(length(max = 256))]
+    pub key: Option<String>,
+    /// Runs of one key in progress at once; 0 pauses (new runs queue).
+    /// Absent with `/reset`.
+    #[schemars(range(max = 1000000))]
+    pub limit: Option<u32>,
+}
+
+/// What a limit change did.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct LimitChange {
+    /// Queued runs that the change started.
+    pub started: Vec<String>,
+    /// The groups and overrides now.
+    pub limits: Vec<keel_core::flow::LimitRow>,
 }
