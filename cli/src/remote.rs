@@ -490,7 +490,13 @@ impl Client {
     /// Follows a run the server drives until it ends or waits (the server
     /// answers each call within its longest wait).
     async fn until_it_waits(&self, mut run: RunView) -> anyhow::Result<RunRecord> {
-        while !run.status.is_final() && run.status != RunStatus::Waiting {
+        let waits = |s: RunStatus| {
+            matches!(
+                s,
+                RunStatus::Waiting | RunStatus::Scheduled | RunStatus::Queued
+            )
+        };
+        while !run.status.is_final() && !waits(run.status) {
             let (_, next) = self
                 .call::<RunView>(
                     Method::GET,

@@ -33,6 +33,11 @@ pub trait Observer: Send + Sync {
     /// A run of `workflow` was admitted.
     fn run_started(&self, _workflow: &str) {}
 
+    /// A run of `workflow` is activated for the first time, `waited` after
+    /// its admission (or its delayed start's time): the wait for a worker
+    /// and for a concurrency slot.
+    fn run_first_activated(&self, _workflow: &str, _waited: Duration) {}
+
     /// A fire of schedule `schedule` was decided with `outcome`, `lag_ms`
     /// after its nominal time (`None` for a backfill, whose times are past
     /// by design).

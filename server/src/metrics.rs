@@ -54,6 +54,13 @@ pub struct Metrics {
     live: Family<StatusLabel, Gauge>,
     fires: Family<FireLabels, Counter>,
     fire_lag: Histogram,
+    start_wait: Family<WorkflowLabel, Histogram, fn() -> Histogram>,
+    queued: Family<WorkflowLabel, Gauge>,
+    in_progress: Family<WorkflowLabel, Gauge>,
+}
+
+fn wait_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 4.0, 12))
 }
 
 impl Default for Metrics {
@@ -93,6 +100,25 @@ impl Default for Metrics {
             "Time from a fire's nominal time to its decision",
             fire_lag.clone(),
         );
+        let start_wait: Family<WorkflowLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(wait_buckets);
+        registry.register(
+            "run_start_wait_seconds",
+            "Time from a run's admission (or delayed start time) to its first activation: the wait for a worker and for a concurrency slot",
+            start_wait.clone(),
+        );
+        let queued = Family::<WorkflowLabel, Gauge>::default();
+        registry.register(
+            "concurrency_queued",
+            "Runs waiting for a concurrency slot, by workflow",
+            queued.clone(),
+        );
+        let in_progress = Family::<WorkflowLabel, Gauge>::default();
+        registry.register(
+            "concurrency_in_progress",
+            "Runs holding a concurrency slot, by workflow",
+            in_progress.clone(),
+        );
         let active = Gauge::default();
         registry.register(
             "runs_active",
@@ -102,7 +128,7 @@ impl Default for Metrics {
         let live = Family::<StatusLabel, Gauge>::default();
         registry.register(
             "runs_live",
-            "Runs that have not ended, by status (pending, scheduled, running, waiting)",
+            "Runs that have not ended, by status (pending, scheduled, queued, running, waiting)",
             live.clone(),
         );
         Metrics {
@@ -116,6 +142,9 @@ impl Default for Metrics {
             fires,
             fire_lag,
             live,
+            start_wait,
+            queued,
+            in_progress,
         }
     }
 }
@@ -130,6 +159,7 @@ impl Metrics {
             RunStatus::Scheduled,
             RunStatus::Running,
             RunStatus::Waiting,
+            RunStatus::Queued,
         ] {
             let count = live.iter().filter(|r| r.status == status).count();
             self.live
@@ -137,6 +167,19 @@ impl Metrics {
                     status: status.as_str().into(),
                 })
                 .set(count as i64);
+        }
+        let mut by_workflow: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        for row in keel.limits().await? {
+            let counts = by_workflow.entry(row.workflow).or_default();
+            counts.0 += row.queued;
+            counts.1 += row.in_progress;
+        }
+        for (workflow, (queued, in_progress)) in by_workflow {
+            let label = WorkflowLabel { workflow };
+            self.queued.get_or_create(&label).set(queued as i64);
+            self.in_progress
+                .get_or_create(&label)
+                .set(in_progress as i64);
         }
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -153,6 +196,14 @@ impl Observer for Metrics {
                 workflow: workflow.into(),
             })
             .inc();
+    }
+
+    fn run_first_activated(&self, workflow: &str, waited: Duration) {
+        self.start_wait
+            .get_or_create(&WorkflowLabel {
+                workflow: workflow.into(),
+            })
+            .observe(waited.as_secs_f64());
     }
 
     fn run_ended(&self, workflow: &str, status: RunStatus, lifetime: Duration) {

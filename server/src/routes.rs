@@ -554,8 +554,12 @@ async fn wait_on(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord
         }
         Err(_) => keel.get_run(&run_id).await?,
     };
-    // A run that waits (or waits to start) answers at once when asked to.
-    let waits = matches!(driven.status, RunStatus::Waiting | RunStatus::Scheduled);
+    // A run that waits (to start, or for a concurrency slot) answers at
+    // once when asked to.
+    let waits = matches!(
+        driven.status,
+        RunStatus::Waiting | RunStatus::Scheduled | RunStatus::Queued
+    );
     if driven.status.is_final() || (wait.return_on_wait && waits) {
         return Ok(driven);
     }

@@ -1423,3 +1423,114 @@ async fn schedules_are_created_fired_paused_and_deleted_over_http() {
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(error_kind(&e), "schedule_exists");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queued_runs_show_their_key_and_place_and_limits_change_over_http() {
+    let s = server(None).await;
+    let start = |input: Value, priority: Option<u8>| {
+        let mut body = json!({"input": input, "wait_ms": 10000, "return_on_wait": true});
+        if let Some(p) = priority {
+            body["priority"] = json!(p);
+        }
+        body
+    };
+    // The holder waits on a ten-minute timer (suspended) and keeps the slot.
+    let (status, holder) = s
+        .call(
+            "POST",
+            "/v1/workflows/one_at_a_time/runs",
+            Some(start(json!(["holder", 600000]), None)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{holder}");
+    assert_eq!(holder["status"], "waiting");
+    assert_eq!(holder["concurrency"]["state"], "holding");
+    let mut queued = Vec::new();
+    for (label, priority) in [("low", 5), ("high", 1)] {
+        let (status, run) = s
+            .call(
+                "POST",
+                "/v1/workflows/one_at_a_time/runs",
+                Some(start(json!([label, 0]), Some(priority))),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{run}");
+        assert_eq!(run["status"], "queued", "{run}");
+        queued.push(run["run_id"].as_str().unwrap().to_string());
+    }
+    let (_, low) = s.get(&format!("/v1/runs/{}", queued[0])).await;
+    assert_eq!(low["concurrency"]["key"], "all");
+    assert_eq!(low["concurrency"]["position"], 2, "{low}");
+    let (_, detail) = s.get(&format!("/v1/runs/{}/detail", queued[1])).await;
+    assert_eq!(detail["run"]["concurrency"]["position"], 1, "{detail}");
+    let (_, listed) = s.get("/v1/runs?status=queued").await;
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 2, "{listed}");
+    let (status, bad) = s
+        .call(
+            "POST",
+            "/v1/workflows/one_at_a_time/runs",
+            Some(start(json!(["x", 0]), Some(7))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+
+    let (_, limits) = s.get("/v1/limits").await;
+    let row = &limits["limits"][0];
+    assert_eq!(
+        (
+            &row["workflow"],
+            &row["key"],
+            &row["limit"],
+            &row["in_progress"],
+            &row["queued"]
+        ),
+        (
+            &json!("one_at_a_time"),
+            &json!("all"),
+            &json!(1),
+            &json!(1),
+            &json!(2)
+        ),
+        "{limits}"
+    );
+    // A second slot starts the highest priority at once.
+    let (status, change) = s
+        .call(
+            "POST",
+            "/v1/limits/one_at_a_time",
+            Some(json!({"limit": 2})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{change}");
+    assert_eq!(change["started"], json!([queued[1]]));
+    let (status, change) = s
+        .call("POST", "/v1/limits/one_at_a_time/reset", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{change}");
+    assert_eq!(change["started"], json!([]));
+    let (status, refused) = s
+        .call("POST", "/v1/limits/one_at_a_time", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"keel_concurrency_queued{workflow="one_at_a_time"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"keel_runs_live{status="queued"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"keel_run_start_wait_seconds_count{workflow="one_at_a_time"}"#),
+        "{metrics}"
+    );
+}

@@ -338,6 +338,17 @@ impl Keel {
         let loaded = self.component_by_hash(&run.component_hash).await?;
         self.refresh_step_settings(&run.component_hash).await?;
         let entries = self.store().journal(run_id).await?;
+        if entries.len() == 1 {
+            let since = match run.status {
+                RunStatus::Scheduled => run.wake_at_ms.unwrap_or(run.created_at_ms),
+                _ => run.created_at_ms,
+            };
+            let waited = Duration::from_millis(self.now_ms().saturating_sub(since));
+            self.inner
+                .config
+                .observer
+                .run_first_activated(&run.workflow, waited);
+        }
         let journal = Arc::new(self.journal_of(lease, entries)?);
         let renewal = self.keep_lease(lease.clone(), journal.clone());
         active.publish(&journal);
