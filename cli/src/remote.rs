@@ -10,8 +10,8 @@ use keel_host::core::journal::Entry;
 use keel_host::core::{Deployment, RunRecord, RunStatus};
 use keel_server::wire::{
     BackfillRequest, DeploymentList, ErrorBody, EventList, EventView, FireList, HookList, HookView,
-    LimitChange, LimitList, LimitRequest, PauseRequest, RunDetail, RunList, RunView, ScheduleList,
-    StartHookRequest, StartRequest,
+    LimitChange, LimitList, LimitRequest, LimitResetRequest, PauseRequest, RunDetail, RunList,
+    RunView, ScheduleList, StartHookRequest, StartRequest,
 };
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
@@ -408,10 +408,7 @@ impl Client {
                 key,
                 limit,
             } => {
-                let body = LimitRequest {
-                    key,
-                    limit: Some(limit),
-                };
+                let body = LimitRequest { key, limit };
                 let change: LimitChange =
                     self.post(&["v1", "limits", &workflow], &[], &body).await?;
                 Reply::Limits {
@@ -420,7 +417,7 @@ impl Client {
                 }
             }
             Request::ResetLimit { workflow, key } => {
-                let body = LimitRequest { key, limit: None };
+                let body = LimitResetRequest { key };
                 let change: LimitChange = self
                     .post(&["v1", "limits", &workflow, "reset"], &[], &body)
                     .await?;

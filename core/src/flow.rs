@@ -86,6 +86,19 @@ pub fn check_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The highest limit an operator may set.
+pub const MAX_LIMIT: u32 = 1_000_000;
+
+/// `limit` if an operator may set it, or why not.
+pub fn check_limit(limit: u32) -> Result<u32, String> {
+    if limit > MAX_LIMIT {
+        return Err(format!(
+            "a concurrency limit of {limit} is too high; limits are 0 (paused) to {MAX_LIMIT}"
+        ));
+    }
+    Ok(limit)
+}
+
 /// The highest priority (starts first).
 pub const HIGHEST_PRIORITY: u8 = 1;
 /// The lowest priority.

@@ -1,5 +1,5 @@
 // keel console: a page per hash route (#/runs, #/runs/ID, #/schedules,
-// #/schedules/NAME, #/hooks, #/events, #/deployments, #/workers), each
+// #/schedules/NAME, #/limits, #/hooks, #/events, #/deployments, #/workers), each
 // rendered from the HTTP API.
 // No build step and no dependencies: the server serves this file as is.
 "use strict";
@@ -79,7 +79,7 @@ function runsPage(params) {
     <h1>Runs</h1>
     <div class="toolbar">
       <select id="status" data-testid="status-filter">
-        ${["", "pending", "scheduled", "running", "waiting", "completed", "failed", "cancelled"]
+        ${["", "pending", "scheduled", "queued", "running", "waiting", "completed", "failed", "cancelled"]
           .map((s) => `<option value="${s}" ${s === status ? "selected" : ""}>${s || "any status"}</option>`).join("")}
       </select>
       <input id="search" type="search" placeholder="Run ID or workflow" value="${esc(search)}" data-testid="search">
@@ -120,6 +120,14 @@ function runsPage(params) {
     } catch (e) { toast(e.message, true); }
   };
   return every(2000, refresh);
+}
+
+// A run's place in its concurrency group, in words.
+function slotText(c) {
+  const state = c.state === "queued" ? `queued, ${c.position} in line`
+    : c.state === "deferred" ? "asks for a slot at its start time"
+    : c.state === "evicting" ? "holds a slot, being cancelled for a newer run" : "holds a slot";
+  return `key <code>${esc(c.key)}</code> (limit ${c.limit}, priority ${c.priority}): ${esc(state)}`;
 }
 
 function rowStatus(row) {
@@ -169,6 +177,7 @@ function runPage(runId) {
           <dt>${ended(r.status) ? "Ended" : "Updated"}</dt><dd>${time(r.updated_at_ms)}</dd>
           <dt>Duration</dt><dd>${duration(end - r.created_at_ms)}</dd>
           ${r.wake_at_ms ? `<dt>Wakes</dt><dd>${time(r.wake_at_ms)} (${ago(r.wake_at_ms)})</dd>` : ""}
+          ${r.concurrency ? `<dt>Concurrency</dt><dd data-testid="concurrency">${slotText(r.concurrency)}</dd>` : ""}
         </dl>
         ${ended(r.status) ? "" : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}
         ${r.status === "failed" ? `<p><button id="retry" data-testid="retry">Retry from the failed step</button></p>` : ""}
@@ -260,6 +269,16 @@ const pages = {
       <td>${d.limits.max_memory_mib ? `${d.limits.max_memory_mib} MiB` : ""} ${d.limits.step_timeout_ms ? `${duration(d.limits.step_timeout_ms)} / attempt` : ""}</td>
       <td>${(d.size_bytes / 1024).toFixed(0)} KiB</td><td title="${time(d.deployed_at_ms)}">${ago(d.deployed_at_ms)}</td></tr>`,
     "Nothing is deployed. Deploy with <code>keel deploy COMPONENT.wasm</code>."),
+  limits: () => tablePage("Limits", "/v1/limits", (b) => b.limits,
+    ["Workflow", "Key", "Limit", "Declared", "In progress", "Queued", ""],
+    (l) => `<tr data-testid="limit-row" data-workflow="${esc(l.workflow)}" data-key="${esc(l.key ?? "")}"><td>${esc(l.workflow)}</td>
+      <td class="mono">${l.key === null || l.key === undefined ? '<span class="muted">every key</span>' : esc(l.key)}</td>
+      <td data-testid="limit">${l.limit}${l.overridden === null || l.overridden === undefined ? "" : ' <span class="muted">(set by an operator)</span>'}</td>
+      <td>${l.declared ?? ""}</td><td data-testid="in-progress">${l.in_progress}</td>
+      <td><a href="#/runs?status=queued" data-testid="queued">${l.queued}</a></td>
+      <td>${l.limit === 0 ? `<button data-limit="resume" data-workflow="${esc(l.workflow)}" data-key="${esc(l.key ?? "")}">Resume</button>`
+        : `<button data-limit="pause" data-workflow="${esc(l.workflow)}" data-key="${esc(l.key ?? "")}">Pause</button>`}</td></tr>`,
+    "No concurrency group yet. A workflow declares one with <code>#[workflow(concurrency(key = ..., limit = N))]</code>."),
   workers: () => tablePage("Workers", "/v1/workers", (b) => b.workers,
     ["Worker", "Host", "PID", "Started", "Last heartbeat", "Runs held"],
     (w) => `<tr><td class="mono">${esc(w.worker_id)}</td><td>${esc(w.host)}</td><td>${w.pid}</td><td>${ago(w.started_at_ms)}</td><td>${ago(w.heartbeat_at_ms)}</td><td>${w.runs}</td></tr>`,
@@ -329,6 +348,21 @@ function schedulePage(name) {
 }
 
 main.addEventListener("click", scheduleAction);
+
+// Pause (limit 0) and resume (remove the override) buttons of the limits page.
+main.addEventListener("click", async (event) => {
+  const button = event.target.closest("button[data-limit]");
+  if (!button) return;
+  const { limit, workflow, key } = button.dataset;
+  const body = key ? { key } : {};
+  if (limit === "pause") body.limit = 0;
+  const path = `/v1/limits/${encodeURIComponent(workflow)}${limit === "pause" ? "" : "/reset"}`;
+  try {
+    const change = await api(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    toast(limit === "pause" ? "Paused: new runs queue" : `Resumed: ${change.started.length} run(s) started`);
+    route();
+  } catch (e) { toast(e.message, true); }
+});
 
 function route() {
   stop();

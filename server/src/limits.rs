@@ -7,9 +7,9 @@ use axum::extract::State;
 
 use crate::MAX_BODY;
 use crate::body::Body;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::routes::{AppState, Param, json_object};
-use crate::wire::{LimitChange, LimitList, LimitRequest};
+use crate::wire::{LimitChange, LimitList, LimitRequest, LimitResetRequest};
 
 /// `GET /v1/limits`.
 pub async fn list(State(s): State<AppState>) -> ApiResult<Json<LimitList>> {
@@ -25,14 +25,9 @@ pub async fn set(
     body: Body<MAX_BODY>,
 ) -> ApiResult<Json<LimitChange>> {
     let request: LimitRequest = json_object(body)?;
-    let limit = request.limit.ok_or_else(|| {
-        ApiError::invalid(
-            "give `limit` (0 pauses); to remove an override, POST to /v1/limits/{workflow}/reset",
-        )
-    })?;
     let started = s
         .keel
-        .set_limit(&workflow, request.key.as_deref(), limit)
+        .set_limit(&workflow, request.key.as_deref(), request.limit)
         .await?;
     changed(&s, started).await
 }
@@ -43,12 +38,7 @@ pub async fn reset(
     Param(workflow): Param,
     body: Body<MAX_BODY>,
 ) -> ApiResult<Json<LimitChange>> {
-    let request: LimitRequest = json_object(body)?;
-    if request.limit.is_some() {
-        return Err(ApiError::invalid(
-            "a reset takes no `limit`; to set one, POST to /v1/limits/{workflow}",
-        ));
-    }
+    let request: LimitResetRequest = json_object(body)?;
     let started = s
         .keel
         .reset_limit(&workflow, request.key.as_deref())

@@ -39,6 +39,7 @@ pub fn document() -> Value {
     let fires = of::<FireList>(&mut g);
     let limits = of::<LimitList>(&mut g);
     let limit_request = of::<LimitRequest>(&mut g);
+    let limit_reset = of::<LimitResetRequest>(&mut g);
     let limit_change = of::<LimitChange>(&mut g);
     let error = of::<ErrorBody>(&mut g);
     let any = json!({});
@@ -46,6 +47,7 @@ pub fn document() -> Value {
     let schemas = Value::Object(g.take_definitions(true));
 
     let path_param = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "description": what, "schema": {"type": "string", "minLength": 1}});
+    let name_param = |name: &str, what: &str| json!({"name": name, "in": "path", "required": true, "description": what, "schema": {"type": "string", "pattern": keel_core::ids::NAME_PATTERN}});
     let query = |name: &str, what: &str, schema: Value| json!({"name": name, "in": "query", "required": false, "description": what, "schema": schema});
     let wait = query(
         "wait_ms",
@@ -181,10 +183,10 @@ pub fn document() -> Value {
         "/v1/limits": {"get": op("listLimits", "Every concurrency group (workflow and key: its limit, runs in progress and queued) and every operator's override", vec![], None,
             &[("200", "The groups and overrides", Some(&limits))], &["503"])},
         "/v1/limits/{workflow}": {"post": op("setLimit", "Override a workflow's declared concurrency limit, for every key or one (`key`); 0 pauses it. A higher limit starts queued runs at once",
-            vec![path_param("workflow", "The workflow's name")], Some(("application/json", &limit_request)),
+            vec![name_param("workflow", "The workflow's name")], Some(("application/json", &limit_request)),
             &[("200", "The runs it started and the limits now", Some(&limit_change))], &["400", "413", "503"])},
         "/v1/limits/{workflow}/reset": {"post": op("resetLimit", "Remove an override: the workflow's override or its declared limit holds again",
-            vec![path_param("workflow", "The workflow's name")], Some(("application/json", &limit_request)),
+            vec![name_param("workflow", "The workflow's name")], Some(("application/json", &limit_reset)),
             &[("200", "The runs it started and the limits now", Some(&limit_change))], &["400", "413", "503"])},
         "/v1/schedules": {
             "get": op("listSchedules", "Every schedule, by name", vec![], None,

@@ -596,9 +596,17 @@ pub struct LimitRequest {
     #[schemars(length(max = 256))]
     pub key: Option<String>,
     /// Runs of one key in progress at once; 0 pauses (new runs queue).
-    /// Absent with `/reset`.
     #[schemars(range(max = 1000000))]
-    pub limit: Option<u32>,
+    pub limit: u32,
+}
+
+/// `POST /v1/limits/{workflow}/reset`: which override to remove.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitResetRequest {
+    /// One key value's override; absent for the workflow's.
+    #[schemars(length(max = 256))]
+    pub key: Option<String>,
 }
 
 /// What a limit change did.

@@ -120,6 +120,38 @@ try {
   await fireRow.getByRole("link").click();
   await page.locator("[data-testid=run-id]", { hasText: fired.run_id }).waitFor();
 
+  // Flow control: a run holding the one slot of `one_at_a_time`, another
+  // queued behind it, shown with its key and place; the limits page pauses
+  // the workflow (limit 0) and resumes it, which starts nothing while the
+  // holder runs.
+  const slotHolder = await api("/v1/workflows/one_at_a_time/runs", {
+    input: ["holder", 600000], wait_ms: 10000, return_on_wait: true,
+  });
+  assert.equal(slotHolder.status, "waiting");
+  const queued = await api("/v1/workflows/one_at_a_time/runs", {
+    input: ["next", 0], priority: 2, wait_ms: 10000, return_on_wait: true,
+  });
+  assert.equal(queued.status, "queued");
+  await page.goto(base + "/#/runs?status=queued");
+  const queuedRow = page.locator(`[data-testid=run-row][data-run-id="${queued.run_id}"]`);
+  await queuedRow.waitFor();
+  assert.match(await queuedRow.innerText(), /queued/);
+  await queuedRow.getByRole("link").click();
+  const slot = page.locator("[data-testid=concurrency]");
+  await slot.waitFor();
+  assert.match(await slot.innerText(), /key all \(limit 1, priority 2\): queued, 1 in line/);
+  await page.goto(base + "/#/limits");
+  const limitRow = page.locator('[data-testid=limit-row][data-workflow="one_at_a_time"][data-key="all"]');
+  await limitRow.waitFor();
+  assert.equal(await limitRow.locator("[data-testid=in-progress]").innerText(), "1");
+  assert.equal(await limitRow.locator("[data-testid=queued]").innerText(), "1");
+  await limitRow.getByRole("button", { name: "Pause" }).click();
+  await limitRow.locator("[data-testid=limit]", { hasText: "0" }).waitFor();
+  assert.ok((await api("/v1/limits")).limits.some((l) => l.key === "all" && l.limit === 0));
+  await limitRow.getByRole("button", { name: "Resume" }).click();
+  await limitRow.locator("[data-testid=limit]", { hasText: "1" }).waitFor();
+  assert.equal((await api(`/v1/runs/${queued.run_id}`)).status, "queued", "the holder still has the slot");
+
   assert.deepEqual(errors, [], "the console threw");
   console.log(`console test passed; screenshot in ${screenshot}`);
 } finally {

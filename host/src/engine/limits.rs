@@ -47,6 +47,9 @@ impl Keel {
         if let Some(key) = key {
             flow::check_key(key).map_err(|reason| Error::InvalidInput { reason })?;
         }
+        if let Some(limit) = limit {
+            flow::check_limit(limit).map_err(|reason| Error::InvalidInput { reason })?;
+        }
         let promoted = self
             .store()
             .set_limit(workflow, key, limit, self.now_ms())
