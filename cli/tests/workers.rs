@@ -1,7 +1,8 @@
 //! Many `keel` processes on one PostgreSQL database: workers sharing runs,
 //! a worker killed mid-step, a paused worker whose lease was taken over,
-//! start tokens and keys raced from many processes, and a payload resumed
-//! in one process waking a run another drives.
+//! start tokens and keys raced from many processes, a payload resumed
+//! in one process waking a run another drives, and concurrency limits
+//! that hold across workers, even one killed while it holds the slots.
 //!
 //! The database is `KEEL_TEST_POSTGRES` (`scripts/test.sh` starts one and
 //! sets it); without it these tests fail, never skip. Each test works in a
@@ -18,6 +19,7 @@ use keel_host::core::journal::Fact;
 use keel_host::store::postgres::{PgOptions, PgStore};
 use keel_host::{Config, Keel, Replayer};
 use keel_payment_api::PaymentApi;
+use keel_payment_api::recorder::Recorder;
 use serde_json::{Value, json};
 
 mod common;
@@ -350,17 +352,16 @@ fn probes(api: &PaymentApi) -> Vec<(String, String, u64)> {
 }
 
 fn worker_with_grants(schema: &str, api: &PaymentApi, log: &Path) -> Running {
+    worker_allowed(schema, &api.addr.to_string(), log)
+}
+
+/// A worker whose steps may reach `addr`, with a two-second lease.
+fn worker_allowed(schema: &str, addr: &str, log: &Path) -> Running {
     let log = std::fs::File::create(log).unwrap();
     Running(
         cli(
             schema,
-            &[
-                "--allow-http",
-                &api.addr.to_string(),
-                "--lease-ttl",
-                "2",
-                "worker",
-            ],
+            &["--allow-http", addr, "--lease-ttl", "2", "worker"],
         )
         .stdout(Stdio::null())
         .stderr(log)
@@ -611,4 +612,115 @@ async fn two_workers_fire_each_second_once_and_a_worker_killed_loses_no_fire() {
         let journal = keel.journal(run.run_id.as_str()).await.unwrap();
         assert_eq!(journal.iter().filter(|e| e.fact.is_end()).count(), 1);
     }
+}
+
+/// A `per_tenant` run's input.
+fn call(recorder: &Recorder, tenant: &str, hold_ms: u64, hang: bool) -> String {
+    json!({"url": recorder.url(), "tenant": tenant, "hold_ms": hold_ms, "hang_first_attempt": hang})
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_workers_hold_each_tenant_to_its_limit_of_two() {
+    let schema = schema("flow");
+    let recorder = Recorder::start().await.unwrap();
+    let keel = engine(&schema).await;
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let addr = recorder.addr.to_string();
+    let logs = tempfile::tempdir().unwrap();
+    // Leases long enough that a worker slowed by a loaded machine keeps
+    // its runs: a lease taken over lets a step run twice at once, which
+    // is the lease's business (tested above), not the limit's.
+    let workers = [
+        worker_allowed(&schema, &addr, "30", &logs.path().join("a.log")),
+        worker_allowed(&schema, &addr, "30", &logs.path().join("b.log")),
+    ];
+    let mut runs = Vec::new();
+    for tenant in ["a", "b", "c"] {
+        for _ in 0..20 {
+            let input = call(&recorder, tenant, 150, false);
+            runs.push(keel.start(&testbed, "per_tenant", &input).await.unwrap());
+        }
+    }
+    for run in &runs {
+        assert_eq!(ended(&keel, &run.run_id).await.status, RunStatus::Completed);
+    }
+    drop(workers);
+    assert_eq!(
+        recorder.most_at_once(),
+        HashMap::from([("a".into(), 2), ("b".into(), 2), ("c".into(), 2)]),
+        "two workers together held each tenant to two calls at once, and reached it"
+    );
+    let finished = recorder.finished();
+    for x in ["a", "b", "c"] {
+        let last_x = finished.iter().rposition(|t| t == x).unwrap();
+        for y in ["a", "b", "c"].into_iter().filter(|y| *y != x) {
+            let first_y = finished.iter().position(|t| t == y).unwrap();
+            assert!(
+                first_y < last_x,
+                "{x} finished before {y} began: {finished:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_holding_both_slots_gives_them_up_when_its_lease_expires() {
+    let schema = schema("flowkill");
+    let recorder = Recorder::start().await.unwrap();
+    let keel = engine(&schema).await;
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let addr = recorder.addr.to_string();
+    let logs = tempfile::tempdir().unwrap();
+    let mut first = worker_allowed(&schema, &addr, "2", &logs.path().join("first.log"));
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let input = call(&recorder, "k", 10, true);
+        holders.push(keel.start(&testbed, "per_tenant", &input).await.unwrap());
+    }
+    let mut queued = Vec::new();
+    for _ in 0..2 {
+        let input = call(&recorder, "k", 10, false);
+        let run = keel.start(&testbed, "per_tenant", &input).await.unwrap();
+        assert_eq!(run.status, RunStatus::Queued);
+        queued.push(run);
+    }
+    // Both holders are in their hanging first attempt.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while recorder.arrivals().len() < 2 {
+        assert!(Instant::now() < deadline, "the holders never called");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let killed_at = recorder.elapsed_ms();
+    for run in &queued {
+        assert_eq!(
+            keel.get_run(&run.run_id).await.unwrap().status,
+            RunStatus::Queued,
+            "the dead worker's runs still hold the slots"
+        );
+    }
+    let second = worker_allowed(&schema, &addr, "2", &logs.path().join("second.log"));
+    for run in holders.iter().chain(&queued) {
+        assert_eq!(ended(&keel, &run.run_id).await.status, RunStatus::Completed);
+    }
+    drop(second);
+    let arrivals = recorder.arrivals();
+    assert_eq!(
+        arrivals.len(),
+        6,
+        "2 hung, 2 retried, 2 queued: {arrivals:?}"
+    );
+    // The holders' leases (2 s, renewed every third) expired before anyone
+    // else called for the key; the queued runs called last.
+    assert!(
+        arrivals[2..].iter().all(|(_, at)| *at >= killed_at + 1000),
+        "killed at {killed_at} ms: {arrivals:?}"
+    );
+    let rows = keel.limits().await.unwrap();
+    assert!(
+        rows.iter().all(|r| r.in_progress == 0 && r.queued == 0),
+        "{rows:?}"
+    );
 }

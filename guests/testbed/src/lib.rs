@@ -497,12 +497,21 @@ struct Call {
     url: String,
     tenant: String,
     hold_ms: u64,
+    /// The first attempt hangs (ten minutes), so that a test can kill the
+    /// worker in the middle of it.
+    #[serde(default)]
+    hang_first_attempt: bool,
 }
 
 /// Calls `URL/TENANT?hold_ms=N`; answers the status.
 #[step(max_retries = 3, initial_backoff = "10ms")]
 async fn call_downstream(call: Call) -> Result<u16, StepError> {
-    let url = format!("{}/{}?hold_ms={}", call.url, call.tenant, call.hold_ms);
+    let hold_ms = if call.hang_first_attempt && attempt().attempt == 1 {
+        600_000
+    } else {
+        call.hold_ms
+    };
+    let url = format!("{}/{}?hold_ms={hold_ms}", call.url, call.tenant);
     let request = Request::post(&url)
         .body(Body::empty())
         .map_err(StepError::fatal)?;

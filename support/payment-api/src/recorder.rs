@@ -28,6 +28,7 @@ struct Calls {
 /// A running recorder; stops when dropped.
 pub struct Recorder {
     pub addr: SocketAddr,
+    started: Instant,
     calls: Arc<Mutex<Calls>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -58,7 +59,18 @@ impl Recorder {
                 });
             }
         });
-        Ok(Recorder { addr, calls, task })
+        Ok(Recorder {
+            addr,
+            started,
+            calls,
+            task,
+        })
+    }
+
+    /// Milliseconds since the recorder started, the clock of
+    /// [`Recorder::arrivals`].
+    pub fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 
     /// The URL calls go to (`URL/TENANT?hold_ms=N`).
