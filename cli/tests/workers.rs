@@ -352,16 +352,17 @@ fn probes(api: &PaymentApi) -> Vec<(String, String, u64)> {
 }
 
 fn worker_with_grants(schema: &str, api: &PaymentApi, log: &Path) -> Running {
-    worker_allowed(schema, &api.addr.to_string(), log)
+    worker_allowed(schema, &api.addr.to_string(), "2", log)
 }
 
-/// A worker whose steps may reach `addr`, with a two-second lease.
-fn worker_allowed(schema: &str, addr: &str, log: &Path) -> Running {
+/// A worker whose steps may reach `addr`, with a lease of `lease_ttl`
+/// seconds.
+fn worker_allowed(schema: &str, addr: &str, lease_ttl: &str, log: &Path) -> Running {
     let log = std::fs::File::create(log).unwrap();
     Running(
         cli(
             schema,
-            &["--allow-http", addr, "--lease-ttl", "2", "worker"],
+            &["--allow-http", addr, "--lease-ttl", lease_ttl, "worker"],
         )
         .stdout(Stdio::null())
         .stderr(log)
