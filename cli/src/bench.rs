@@ -115,6 +115,7 @@ async fn postgres(url: &str, engines: usize, args: &Args) -> anyhow::Result<()> 
         let rate = throughput_across(&keels, in_flight, args.throughput_runs).await?;
         println!("{what}: W10 throughput, {in_flight} in flight: {rate:.0} runs/s");
     }
+    limited_beside_unlimited(&what, &keels, args.throughput_runs).await?;
     stores[0].drop_schema().await?;
     Ok(())
 }
@@ -122,6 +123,17 @@ async fn postgres(url: &str, engines: usize, args: &Args) -> anyhow::Result<()> 
 /// Runs `total` W10 runs with `in_flight` at a time, spread over engines.
 async fn throughput_across(
     keels: &[(Keel, Arc<Loaded>)],
+    in_flight: usize,
+    total: usize,
+) -> anyhow::Result<f64> {
+    throughput_of(keels, W10, in_flight, total).await
+}
+
+/// Runs `total` runs of `workflow` (W10's shape) with `in_flight` at a
+/// time, spread over engines; runs per second.
+async fn throughput_of(
+    keels: &[(Keel, Arc<Loaded>)],
+    workflow: &'static str,
     in_flight: usize,
     total: usize,
 ) -> anyhow::Result<f64> {
@@ -133,7 +145,7 @@ async fn throughput_across(
         let next = next.clone();
         workers.spawn(async move {
             while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
-                w10(&keel, &loaded, "10").await?;
+                w10_of(&keel, &loaded, workflow, "10").await?;
             }
             anyhow::Ok(())
         });
@@ -168,6 +180,8 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
             rate16 = rate;
         }
     }
+    let keels = [(keel.clone(), loaded.clone())];
+    limited_beside_unlimited("in process", &keels, args.throughput_runs).await?;
     replay(keel, loaded, args.replay_entries).await?;
     parked(keel, loaded, args.parked_runs).await?;
     if args.hooks_component.exists() {
@@ -250,7 +264,21 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn w10(keel: &Keel, loaded: &Loaded, n: &str) -> anyhow::Result<keel_host::core::RunId> {
-    let run = keel.run(loaded, "ten_steps", n).await?;
+    w10_of(keel, loaded, W10, n).await
+}
+
+/// The W10 workflow, and the same with a concurrency limit it never
+/// reaches.
+const W10: &str = "ten_steps";
+const W10_LIMITED: &str = "ten_steps_limited";
+
+async fn w10_of(
+    keel: &Keel,
+    loaded: &Loaded,
+    workflow: &str,
+    n: &str,
+) -> anyhow::Result<keel_host::core::RunId> {
+    let run = keel.run(loaded, workflow, n).await?;
     anyhow::ensure!(
         run.status == RunStatus::Completed,
         "W10 run did not complete: {:?}",
@@ -266,6 +294,37 @@ async fn throughput(
     total: usize,
 ) -> anyhow::Result<f64> {
     throughput_across(&[(keel.clone(), loaded.clone())], in_flight, total).await
+}
+
+/// W10 throughput at 16 in flight without and with a concurrency limit
+/// that is not reached, measured alternately (three rounds each) so that
+/// both see the same machine; prints both and the difference.
+async fn limited_beside_unlimited(
+    what: &str,
+    keels: &[(Keel, Arc<Loaded>)],
+    total: usize,
+) -> anyhow::Result<()> {
+    if keels[0].1.manifest.workflow(W10_LIMITED).is_none() {
+        println!(
+            "{what}: W10 with a concurrency limit: skipped, the component has no `{W10_LIMITED}`"
+        );
+        return Ok(());
+    }
+    let (mut plain, mut limited) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        plain.push(throughput_of(keels, W10, 16, total).await?);
+        limited.push(throughput_of(keels, W10_LIMITED, 16, total).await?);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (plain, limited) = (median(&mut plain), median(&mut limited));
+    println!(
+        "{what}: W10 throughput, 16 in flight, median of 3: {plain:.0} runs/s without a limit, {limited:.0} runs/s with one declared and not reached ({:+.1} %)",
+        (limited / plain - 1.0) * 100.0
+    );
+    Ok(())
 }
 
 async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Result<()> {

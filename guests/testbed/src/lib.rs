@@ -24,6 +24,13 @@ async fn ten_steps(n: u32) -> Result<u32, Error> {
     Ok(sum)
 }
 
+/// W10 with a concurrency limit declared (one key for every run) that
+/// the benchmark never reaches: what holding and freeing slots costs.
+#[workflow(concurrency(key = "'bench'", limit = 100000))]
+async fn ten_steps_limited(n: u32) -> Result<u32, Error> {
+    ten_steps(n).await
+}
+
 #[step]
 async fn add(x: i64, y: i64) -> Result<i64, StepError> {
     Ok(x + y)
@@ -552,6 +559,7 @@ async fn latest(ms: u64) -> Result<u64, Error> {
 
 keel_sdk::component!(
     workflows = [
+        ten_steps_limited,
         per_tenant,
         one_at_a_time,
         solo,
