@@ -373,6 +373,7 @@ pub enum LimitsCommand {
     /// 0 pauses it (new runs queue, none starts). A higher limit starts
     /// queued runs at once; a lower one cancels nothing.
     Set {
+        /// The workflow whose limit it overrides.
         workflow: String,
         /// One key value [default: every key of the workflow].
         #[arg(long)]
@@ -384,6 +385,7 @@ pub enum LimitsCommand {
     /// Remove an override: the workflow's override or its declared limit
     /// holds again.
     Reset {
+        /// The workflow whose override goes.
         workflow: String,
         /// The key value whose override goes [default: the workflow's].
         #[arg(long)]
