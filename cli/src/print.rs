@@ -503,6 +503,13 @@ fn show_run(run: &RunRecord, journal: &[Entry], slot: Option<&RunSlot>, json: bo
             took(row.duration_ms(end)),
             detail
         );
+        if row.throttled_ms > 0 {
+            println!(
+                "{:>5}waited {} for its rate limit",
+                "",
+                took(row.throttled_ms)
+            );
+        }
         if let Some(error) = &row.error {
             println!("{:>5}error: {}", "", excerpt(error, 160));
         }

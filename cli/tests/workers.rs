@@ -725,3 +725,43 @@ async fn a_worker_killed_holding_both_slots_gives_them_up_when_its_lease_expires
         "{rows:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_rate_limit_holds_across_two_workers() {
+    let schema = schema("rate");
+    let recorder = Recorder::start().await.unwrap();
+    let keel = engine(&schema).await;
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let addr = recorder.addr.to_string();
+    let logs = tempfile::tempdir().unwrap();
+    let workers = [
+        worker_allowed(&schema, &addr, "30", &logs.path().join("a.log")),
+        worker_allowed(&schema, &addr, "30", &logs.path().join("b.log")),
+    ];
+    let call = json!({"url": recorder.url(), "tenant": "t", "hold_ms": 0});
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let input = json!([call, 10]).to_string();
+        runs.push(keel.start(&testbed, "burst", &input).await.unwrap());
+    }
+    for run in &runs {
+        let run = ended(&keel, &run.run_id).await;
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    }
+    drop(workers);
+    let mut arrivals: Vec<u64> = recorder.arrivals().into_iter().map(|(_, at)| at).collect();
+    arrivals.sort();
+    assert_eq!(arrivals.len(), 50);
+    for (i, start) in arrivals.iter().enumerate() {
+        let within = arrivals[i..]
+            .iter()
+            .take_while(|at| **at < start + 1000)
+            .count();
+        assert!(
+            within <= 10,
+            "{within} calls in the second from {start} ms: {arrivals:?}"
+        );
+    }
+    let took = arrivals[49] - arrivals[0];
+    assert!(took >= 4000, "fifty calls at ten a second took {took} ms");
+}

@@ -391,6 +391,49 @@ pub fn rejected(
     (run, end)
 }
 
+/// A step's rate limit, as its manifest declares it: at most `limit`
+/// attempts of the steps sharing a key start in any window of `per_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    /// A CEL expression over the step's `input` (a constant shares one
+    /// limit between steps).
+    pub key: String,
+    pub limit: u32,
+    pub per_ms: u64,
+}
+
+/// The grants of a rate-limited key in its latest window, oldest first:
+/// a sliding log, so that no window of the limit's length holds more than
+/// its limit, however the grants fall.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateWindow {
+    pub grants: Vec<u64>,
+}
+
+impl RateWindow {
+    /// The guard kept beyond a window of `per_ms`: a twentieth of it, at
+    /// most 100 ms, so that calls still fit their window at the service
+    /// when they reach it a little after their grant.
+    pub fn guard_ms(per_ms: u64) -> u64 {
+        (per_ms / 20).min(100)
+    }
+
+    /// Takes a grant at `now_ms` (`Ok`), or says when the next one may be
+    /// taken (`Err`). At most `limit` grants fall in any span of `per_ms`
+    /// plus [`RateWindow::guard_ms`].
+    pub fn take(&mut self, limit: u32, per_ms: u64, now_ms: u64) -> Result<(), u64> {
+        let span = per_ms.saturating_add(Self::guard_ms(per_ms));
+        self.grants.retain(|&at| at.saturating_add(span) > now_ms);
+        if self.grants.len() < limit as usize {
+            self.grants.push(now_ms);
+            return Ok(());
+        }
+        // The grant that must leave the span before another may enter.
+        let leaving = self.grants[self.grants.len() - limit as usize];
+        Err(leaving.saturating_add(span))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,6 +566,36 @@ mod tests {
         let w = &rows[1];
         assert_eq!((w.limit, w.in_progress, w.queued), (2, 1, 1));
         assert_eq!(w.overridden, None);
+    }
+
+    #[test]
+    fn no_span_of_a_rate_window_holds_more_than_its_limit() {
+        let mut window = RateWindow::default();
+        let (limit, per) = (10, 1000);
+        let span = per + RateWindow::guard_ms(per);
+        let mut now = 0;
+        let mut granted = Vec::new();
+        while granted.len() < 50 {
+            match window.take(limit, per, now) {
+                Ok(()) => granted.push(now),
+                Err(at) => {
+                    assert!(at > now, "a retry time in the future");
+                    now = at;
+                }
+            }
+        }
+        for (i, at) in granted.iter().enumerate() {
+            let within = granted[i..].iter().filter(|g| **g < at + span).count();
+            assert!(
+                within <= limit as usize,
+                "{within} grants from {at}: {granted:?}"
+            );
+        }
+        assert_eq!(
+            granted[10], span,
+            "the eleventh waits for the first to leave"
+        );
+        assert!(*granted.last().unwrap() >= 4 * per);
     }
 
     #[test]

@@ -150,6 +150,15 @@ pub enum Fact {
     RunRetried {
         from_seq: u64,
     },
+    /// Attempt `attempt` of the step of `command` waited `waited_ms` for
+    /// its rate limit's key `key` before it started (recorded with the
+    /// attempt's start; the workflow never sees it).
+    StepThrottled {
+        command: u32,
+        attempt: u32,
+        key: String,
+        waited_ms: u64,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -231,6 +240,7 @@ impl Fact {
             Fact::WorkflowStarted { .. } => "workflow_started",
             Fact::RunCancelled => "run_cancelled",
             Fact::RunRetried { .. } => "run_retried",
+            Fact::StepThrottled { .. } => "step_throttled",
         }
     }
 

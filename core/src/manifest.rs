@@ -32,6 +32,9 @@ impl RetryPolicy {
 pub struct StepInfo {
     pub name: String,
     pub retry: RetryPolicy,
+    /// Its rate limit (`#[step(rate_limit(...))]`).
+    #[serde(default)]
+    pub rate_limit: Option<crate::flow::RateLimit>,
 }
 
 /// A workflow's TTL idempotency key, as declared.

@@ -58,6 +58,9 @@ pub struct Row {
     pub input: Option<String>,
     /// The step's output, the last hook payload, the awaited run's status.
     pub output: Option<String>,
+    /// How long the step's attempts waited for its rate limit, in all.
+    #[serde(default)]
+    pub throttled_ms: u64,
 }
 
 impl Row {
@@ -94,6 +97,7 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             due_at_ms: None,
             input: None,
             output: None,
+            throttled_ms: 0,
         };
         // Rows are made in command order, which is journal order.
         let row = |rows: &mut Vec<Row>, command: u32| -> Option<usize> {
@@ -116,6 +120,13 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                     rows[i].attempts = rows[i].attempts.max(*attempt);
                     rows[i].status = RowStatus::Open;
                     rows[i].due_at_ms = None;
+                }
+            }
+            Fact::StepThrottled {
+                command, waited_ms, ..
+            } => {
+                if let Some(i) = row(&mut rows, *command) {
+                    rows[i].throttled_ms += waited_ms;
                 }
             }
             Fact::StepAttemptFailed {

@@ -108,9 +108,10 @@ impl<T, E> WorkflowOutput for Result<T, E> {
     type Ok = T;
 }
 
-/// `{workflow: {"input": schema, "output": schema}}` for the host.
-fn schemas(workflows: &[WorkflowDef]) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = workflows
+/// `{workflow: {"input": schema, "output": schema, ...}}` for the host, and
+/// under `keel:steps` what steps declare beyond their retry policy.
+fn schemas(workflows: &[WorkflowDef], steps: &[StepDef]) -> String {
+    let mut map: serde_json::Map<String, serde_json::Value> = workflows
         .iter()
         .map(|w| {
             let (input, output) = (w.schemas)();
@@ -136,13 +137,31 @@ fn schemas(workflows: &[WorkflowDef]) -> String {
             )
         })
         .collect();
+    let steps: serde_json::Map<String, serde_json::Value> = steps
+        .iter()
+        .filter_map(|s| {
+            let (key, limit, per_ms) = s.rate_limit?;
+            let rate = serde_json::json!({"key": key, "limit": limit, "per_ms": per_ms});
+            Some((
+                s.name.to_string(),
+                serde_json::json!({ "rate_limit": rate }),
+            ))
+        })
+        .collect();
+    map.insert(STEPS.into(), serde_json::Value::Object(steps));
     serde_json::Value::Object(map).to_string()
 }
+
+/// The entry of [`SCHEMAS`]' answer holding the steps' settings (no
+/// workflow can have the name).
+pub const STEPS: &str = "keel:steps";
 
 /// A step as `component!` collects it.
 pub struct StepDef {
     pub name: &'static str,
     pub retry: RetryPolicy,
+    /// `(key expression, limit, per in ms)`.
+    pub rate_limit: Option<(&'static str, u32, u64)>,
     pub run: fn(&str) -> Result<String, types::StepError>,
 }
 
@@ -193,7 +212,7 @@ impl<R: Registry> Guest for R {
 
     fn run_workflow(name: String, input: String) -> Result<String, String> {
         if name == SCHEMAS {
-            return Ok(schemas(R::WORKFLOWS));
+            return Ok(schemas(R::WORKFLOWS, R::STEPS));
         }
         match R::WORKFLOWS.iter().find(|w| w.name == name) {
             Some(w) => (w.run)(&input),

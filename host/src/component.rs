@@ -15,7 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use keel_core::ComponentHash;
-use keel_core::flow::Concurrency;
+use keel_core::flow::{Concurrency, RateLimit};
 use keel_core::manifest::{Idempotency, Manifest, RetryPolicy, StepInfo, WorkflowInfo};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -39,6 +39,8 @@ pub struct Loaded {
     pub(crate) keys: HashMap<String, KeyExpr>,
     /// Compiled concurrency key expressions and their limits, by workflow.
     pub(crate) concurrency: HashMap<String, (KeyExpr, Concurrency)>,
+    /// Compiled rate-limit key expressions and their limits, by step.
+    pub(crate) rates: HashMap<String, (KeyExpr, RateLimit)>,
     /// Validators of the workflows' inputs, for those with a schema.
     inputs: HashMap<String, jsonschema::Validator>,
     pub(crate) workflow_pre: WorkflowComponentPre<HostState>,
@@ -70,6 +72,12 @@ impl Loaded {
     /// declares one.
     pub fn concurrency(&self, workflow: &str) -> Option<&(KeyExpr, Concurrency)> {
         self.concurrency.get(workflow)
+    }
+
+    /// The rate-limit key expression and limit of step `step`, if it
+    /// declares one.
+    pub fn rate_limit(&self, step: &str) -> Option<&(KeyExpr, RateLimit)> {
+        self.rates.get(step)
     }
 
     /// The idempotency key expression of `workflow`, if it declares one.
@@ -173,12 +181,22 @@ pub async fn load(
             Ok((w.name.clone(), (key, c.clone())))
         })
         .collect::<Result<_>>()?;
+    let rates = manifest
+        .steps
+        .iter()
+        .filter_map(|s| s.rate_limit.as_ref().map(|r| (s, r)))
+        .map(|(s, r)| {
+            let key = KeyExpr::compile(&s.name, &r.key, 0)?;
+            Ok((s.name.clone(), (key, r.clone())))
+        })
+        .collect::<Result<_>>()?;
     Ok(Loaded {
         hash,
         inputs: input_validators(&manifest),
         manifest,
         keys,
         concurrency,
+        rates,
         stubbed_imports,
         workflow_pre,
         step_pre,
@@ -410,6 +428,8 @@ async fn read_schemas(
 
 /// The workflow name the SDK answers schemas under.
 const SCHEMAS: &str = "keel:schemas";
+/// The entry of the schemas holding the steps' settings.
+const STEPS: &str = "keel:steps";
 
 async fn read_manifest(
     engine: &Engine,
@@ -436,6 +456,13 @@ async fn read_manifest(
             reason: format!("reading its manifest failed: {e:#}"),
         })?;
     let mut schemas = read_schemas(&mut store, &instance).await;
+    let mut steps = schemas
+        .remove(STEPS)
+        .and_then(|s| match s {
+            serde_json::Value::Object(map) => Some(map),
+            _ => None,
+        })
+        .unwrap_or_default();
     let mut schema = |workflow: &str, which: &str| {
         schemas
             .get_mut(workflow)
@@ -466,6 +493,11 @@ async fn read_manifest(
             .steps
             .into_iter()
             .map(|s| StepInfo {
+                rate_limit: steps
+                    .get_mut(&s.name)
+                    .and_then(|v| v.get_mut("rate_limit"))
+                    .map(serde_json::Value::take)
+                    .and_then(|r| serde_json::from_value(r).ok()),
                 name: s.name,
                 retry: RetryPolicy {
                     max_retries: s.retry.max_retries,

@@ -20,6 +20,8 @@ pub(crate) struct StepRunner {
     pub observer: Arc<dyn crate::Observer>,
     /// The instance slots each attempt waits for before it starts.
     pub slots: Arc<crate::slots::Slots>,
+    /// Where rate limits' grants are taken (shared by every worker).
+    pub rates: Arc<dyn keel_store::RateStore>,
 }
 
 /// What the steps of one component run with: its deployment's grants and
@@ -129,8 +131,10 @@ impl StepRunner {
         }
         let mut attempt = call.next_attempt;
         loop {
-            // Queued for a slot before the attempt is recorded as started,
-            // so a wait for a slot is neither an attempt nor timed.
+            // A grant of the step's rate limit, then a slot, before the
+            // attempt is recorded as started: neither wait is an attempt,
+            // and the rate-limit wait holds no instance.
+            self.throttle(call, attempt).await?;
             let slot = self.slots.step().await;
             let started = call
                 .journal
@@ -179,6 +183,45 @@ impl StepRunner {
                 }
             }
         }
+    }
+
+    /// Waits for a grant of the step's rate limit, if it declares one
+    /// (keys are one namespace: steps of any component that name the same
+    /// key share its limit); a wait is recorded (`StepThrottled`) and made
+    /// durable with the attempt's start. A key expression that does not
+    /// evaluate on the step's input stops the activation with the error.
+    async fn throttle(&self, call: &StepCall, attempt: u32) -> crate::Result<()> {
+        let Some((expr, rate)) = call.component.rate_limit(&call.name) else {
+            return Ok(());
+        };
+        let input: serde_json::Value =
+            serde_json::from_str(&call.input).unwrap_or(serde_json::Value::Null);
+        let key = expr.evaluate(&input, &serde_json::json!({}))?;
+        let began = self.clock.now_ms();
+        loop {
+            let now = self.clock.now_ms();
+            let next = self
+                .rates
+                .take_grant(&key, rate.limit, rate.per_ms, now)
+                .await?;
+            let Some(at) = next else { break };
+            tracing::debug!(
+                key,
+                wait_ms = at.saturating_sub(now),
+                "step waits for its rate limit"
+            );
+            tokio::time::sleep(Duration::from_millis(at.saturating_sub(now).max(1))).await;
+        }
+        let waited_ms = self.clock.now_ms().saturating_sub(began);
+        if waited_ms > 0 {
+            call.journal.record(Fact::StepThrottled {
+                command: call.command,
+                attempt,
+                key,
+                waited_ms,
+            })?;
+        }
+        Ok(())
     }
 
     async fn execute(

@@ -196,7 +196,7 @@ function runPage(runId) {
         <td title="${time(row.started_at_ms)}">+${duration(row.started_at_ms - r.created_at_ms)}</td>
         <td>${duration((row.ended_at_ms ?? end) - row.started_at_ms)}</td>
         <td>${bar(row)}</td>
-        <td>${row.error ? `<span class="error">${esc(row.error)}</span>` : ""}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
+        <td>${row.throttled_ms ? `<div class="muted" data-testid="throttled">waited ${duration(row.throttled_ms)} for its rate limit</div>` : ""}${row.error ? `<span class="error">${esc(row.error)}</span>` : ""}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
       </tr>`).join("")}</tbody></table>`}
       ${hooks.length ? `<h2>Hooks</h2><table data-testid="hooks"><thead><tr><th>Token</th><th>Status</th><th>Created</th><th>Payloads, in order</th></tr></thead><tbody>
         ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>

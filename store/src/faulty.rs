@@ -472,6 +472,19 @@ impl<S: Store + ?Sized> FlowStore for FaultyStore<S> {
     }
 }
 
+#[async_trait]
+impl<S: Store + ?Sized> crate::RateStore for FaultyStore<S> {
+    async fn take_grant(
+        &self,
+        key: &str,
+        limit: u32,
+        per_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<u64>> {
+        self.inner.take_grant(key, limit, per_ms, now_ms).await
+    }
+}
+
 impl<S: Store + ?Sized> Store for FaultyStore<S> {
     fn capabilities(&self) -> Capabilities {
         self.capabilities

@@ -3,7 +3,7 @@
 //! The engine talks to storage through one async trait, [`Store`], made of
 //! one part per concern: [`RunStore`], [`JournalStore`], [`LeaseStore`], [`HookStore`],
 //! [`KeyStore`], [`EventStore`], [`ComponentStore`], [`WakeStore`],
-//! [`ScheduleStore`] and [`FlowStore`]. Their
+//! [`ScheduleStore`], [`FlowStore`] and [`RateStore`]. Their
 //! methods are domain-level operations (admit a run with its key, start
 //! hook and first journal entries; end a run with its hooks), each written
 //! with its atomicity and durability. Every store passes the
@@ -365,6 +365,25 @@ pub trait FlowStore: Send + Sync {
     async fn limit_rows(&self) -> Result<Vec<LimitRow>>;
 }
 
+/// Step rate limits: one sliding window of grants per key
+/// (`keel_core::flow::RateWindow`), shared by every process sharing the
+/// store.
+#[async_trait]
+pub trait RateStore: Send + Sync {
+    /// Takes a grant of `key` at `now_ms` under `limit` per `per_ms`
+    /// (`None`), or says when the next one may be taken (`Some`); atomic.
+    /// On PostgreSQL a grant is durable on return; sled keeps the windows
+    /// without forcing them to disk (a restart forgets the last window's
+    /// grants).
+    async fn take_grant(
+        &self,
+        key: &str,
+        limit: u32,
+        per_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<u64>>;
+}
+
 /// TTL idempotency keys.
 #[async_trait]
 pub trait KeyStore: Send + Sync {
@@ -459,6 +478,7 @@ pub trait Store:
     + WakeStore
     + ScheduleStore
     + FlowStore
+    + RateStore
 {
     /// What this store supports; a start needing more is refused before
     /// anything is written.

@@ -249,7 +249,7 @@ mod postgres {
                 "DROP TABLE {schema}.workers; DROP TABLE {schema}.deployments;
                  DROP TABLE {schema}.schedules; DROP TABLE {schema}.flow_groups;
                  DROP TABLE {schema}.flow_slots; DROP TABLE {schema}.flow_limits;
-                 DROP SEQUENCE {schema}.flow_seq;
+                 DROP SEQUENCE {schema}.flow_seq; DROP TABLE {schema}.rate_windows;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))

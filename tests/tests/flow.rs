@@ -337,3 +337,85 @@ async fn cancelling_a_queued_run_frees_its_place() {
     keel.drive(&holder.run_id).await.unwrap();
     assert_eq!(status(&keel, &next.run_id).await, RunStatus::Pending);
 }
+
+/// No window of `per_ms` starting at an arrival holds more than `limit`
+/// arrivals; returns the most any held.
+fn most_in_a_window(arrivals: &[u64], per_ms: u64) -> usize {
+    arrivals
+        .iter()
+        .map(|start| {
+            arrivals
+                .iter()
+                .filter(|at| **at >= *start && **at < start + per_ms)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_rate_limit_holds_calls_from_many_runs_to_ten_a_second() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = keel_host::Grants {
+        http: vec![recorder.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    let (keel, loaded) = open(config).await;
+    let call = serde_json::json!({"url": recorder.url(), "tenant": "t", "hold_ms": 0});
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let input = serde_json::json!([call, 10]).to_string();
+        runs.push(keel.start(&loaded, "burst", &input).await.unwrap());
+    }
+    let summary = keel.work(true).await.unwrap();
+    assert!(summary.undriven.is_empty(), "{summary:?}");
+    for run in &runs {
+        let run = keel.get_run(&run.run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+        assert_eq!(run.output.as_deref(), Some("10"));
+    }
+    let arrivals: Vec<u64> = recorder.arrivals().into_iter().map(|(_, at)| at).collect();
+    assert_eq!(arrivals.len(), 50);
+    assert_eq!(
+        most_in_a_window(&arrivals, 1000),
+        10,
+        "no second of the service's clock saw more than ten calls: {arrivals:?}"
+    );
+    let took = arrivals.iter().max().unwrap() - arrivals.iter().min().unwrap();
+    assert!(
+        took >= 4000,
+        "fifty calls at ten a second take four seconds, not {took} ms"
+    );
+
+    // The waits are in the journal and the timeline, and are not attempts;
+    // the journals replay.
+    let mut throttled = 0;
+    for run in &runs {
+        let journal = keel.journal(&run.run_id).await.unwrap();
+        throttled += journal
+            .iter()
+            .filter(|e| matches!(e.fact, Fact::StepThrottled { .. }))
+            .count();
+        let rows = keel_host::core::timeline::timeline(&journal);
+        assert!(rows.iter().all(|r| r.attempts == 1), "{rows:?}");
+        let waited: u64 = rows.iter().map(|r| r.throttled_ms).sum();
+        let recorded: u64 = journal
+            .iter()
+            .filter_map(|e| match &e.fact {
+                Fact::StepThrottled { waited_ms, key, .. } => {
+                    assert_eq!(key, "downstream");
+                    Some(*waited_ms)
+                }
+                _ => None,
+            })
+            .sum();
+        assert_eq!(waited, recorded);
+        assert!(keel.replay(&run.run_id, None).await.unwrap().is_ok());
+    }
+    assert!(
+        throttled >= 40,
+        "forty calls waited for a later second: {throttled}"
+    );
+}

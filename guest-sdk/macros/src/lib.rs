@@ -256,12 +256,15 @@ impl WorkflowSettings {
 /// Calling the function from a workflow schedules the step and returns a
 /// future of its result; the body runs in the step sandbox. Settings:
 /// `max_retries = 3`, `initial_backoff = "1s"`, `backoff_factor = 2.0`,
-/// `max_backoff = "60s"`.
+/// `max_backoff = "60s"`, and `rate_limit(key = "'openai'", limit = 60,
+/// per = "1m")`: at most `limit` attempts of the steps sharing the key (a
+/// CEL expression over the step's `input`) start in any window of `per`,
+/// across every worker; an attempt that finds none waits, without holding
+/// an instance or counting as an attempt.
 #[proc_macro_attribute]
 pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
-    let settings =
-        parse_macro_input!(attr with Punctuated::<MetaNameValue, Token![,]>::parse_terminated);
+    let settings = parse_macro_input!(attr with Punctuated::<Meta, Token![,]>::parse_terminated);
     let result = StepSettings::parse(&settings).and_then(|s| expand_step(&func, &s));
     result.unwrap_or_else(|e| e.to_compile_error()).into()
 }
@@ -383,17 +386,63 @@ struct StepSettings {
     initial_backoff_ms: u64,
     backoff_factor: f64,
     max_backoff_ms: u64,
+    /// `(key, limit, per in ms)`.
+    rate_limit: Option<(String, u32, u64)>,
+}
+
+/// `rate_limit(key = "CEL", limit = N, per = "1m")` of a step.
+fn parse_rate_limit(list: &syn::MetaList) -> syn::Result<(String, u32, u64)> {
+    let inner = list.parse_args_with(Punctuated::<MetaNameValue, Token![,]>::parse_terminated)?;
+    let (mut key, mut limit, mut per) = (None, None, None);
+    for kv in &inner {
+        let Expr::Lit(ExprLit { lit, .. }) = &kv.value else {
+            return Err(syn::Error::new_spanned(&kv.value, "expected a literal"));
+        };
+        match (kv.path.get_ident().map(Ident::to_string).as_deref(), lit) {
+            (Some("key"), Lit::Str(s)) => key = Some(s.value()),
+            (Some("limit"), Lit::Int(_)) => limit = Some(int_lit(lit)?),
+            (Some("per"), _) => per = Some(duration_lit(lit)?),
+            _ => {
+                return Err(syn::Error::new_spanned(
+                    kv,
+                    "expected `key = \"CEL\"`, `limit = N` or `per = \"1m\"`",
+                ));
+            }
+        }
+    }
+    match (key, limit, per) {
+        (Some(key), Some(limit), Some(per)) if limit > 0 && per > 0 => Ok((key, limit, per)),
+        _ => Err(syn::Error::new_spanned(
+            list,
+            "rate_limit needs `key`, `limit` (at least 1) and `per` (a duration)",
+        )),
+    }
 }
 
 impl StepSettings {
-    fn parse(settings: &Punctuated<MetaNameValue, Token![,]>) -> syn::Result<Self> {
+    fn parse(settings: &Punctuated<Meta, Token![,]>) -> syn::Result<Self> {
         let mut out = StepSettings {
             max_retries: 3,
             initial_backoff_ms: 1_000,
             backoff_factor: 2.0,
             max_backoff_ms: 60_000,
+            rate_limit: None,
         };
         for setting in settings {
+            let setting = match setting {
+                Meta::List(list) if list.path.is_ident("rate_limit") => {
+                    out.rate_limit = Some(parse_rate_limit(list)?);
+                    continue;
+                }
+                Meta::NameValue(kv) => kv,
+                other => {
+                    return Err(syn::Error::new_spanned(
+                        other,
+                        "unknown step setting; expected one of max_retries, initial_backoff, \
+                         backoff_factor, max_backoff, rate_limit(...)",
+                    ));
+                }
+            };
             let key = setting
                 .path
                 .get_ident()
@@ -412,7 +461,7 @@ impl StepSettings {
                     return Err(syn::Error::new_spanned(
                         &setting.path,
                         "unknown step setting; expected one of max_retries, \
-                         initial_backoff, backoff_factor, max_backoff",
+                         initial_backoff, backoff_factor, max_backoff, rate_limit(...)",
                     ));
                 }
             }
@@ -485,6 +534,10 @@ fn expand_step(func: &ItemFn, s: &StepSettings) -> syn::Result<TokenStream2> {
         ),
     };
     let attrs = func.attrs.iter().filter(|a| a.path().is_ident("doc"));
+    let rate_limit = match &s.rate_limit {
+        Some((key, limit, per_ms)) => quote! { Some((#key, #limit, #per_ms)) },
+        None => quote! { None },
+    };
     let (retries, initial, factor, max) = (
         s.max_retries,
         s.initial_backoff_ms,
@@ -511,6 +564,7 @@ fn expand_step(func: &ItemFn, s: &StepSettings) -> syn::Result<TokenStream2> {
                 backoff_factor: #factor,
                 max_backoff_ms: #max,
             },
+            rate_limit: #rate_limit,
             run: |input: &str| ::keel_sdk::__private::run_step::<#unpack_ty, _, _, _>(input, #unpack),
         };
     })

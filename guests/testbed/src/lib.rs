@@ -529,6 +529,39 @@ async fn call_downstream(call: Call) -> Result<u16, StepError> {
     Ok(response.status().as_u16())
 }
 
+/// Calls the downstream as `call_downstream` does; at most ten attempts a
+/// second start, across every run and worker.
+#[step(
+    max_retries = 3,
+    initial_backoff = "10ms",
+    rate_limit(key = "'downstream'", limit = 10, per = "1s")
+)]
+async fn call_limited(call: Call) -> Result<u16, StepError> {
+    let url = format!("{}/{}?hold_ms={}", call.url, call.tenant, call.hold_ms);
+    let request = Request::post(&url)
+        .body(Body::empty())
+        .map_err(StepError::fatal)?;
+    let response = Client::new()
+        .send(request)
+        .await
+        .map_err(StepError::retryable)?;
+    Ok(response.status().as_u16())
+}
+
+/// `n` rate-limited calls at once; answers how many succeeded.
+#[workflow]
+async fn burst((call, n): (Call, u32)) -> Result<u32, Error> {
+    use keel_sdk::futures::stream::{FuturesUnordered, StreamExt};
+    let mut pending: FuturesUnordered<_> = (0..n).map(|_| call_limited(call.clone())).collect();
+    let mut ok = 0;
+    while let Some(status) = pending.next().await {
+        if status? == 200 {
+            ok += 1;
+        }
+    }
+    Ok(ok)
+}
+
 /// At most two runs of one tenant call the downstream at once.
 #[workflow(concurrency(key = "input.tenant", limit = 2))]
 async fn per_tenant(call: Call) -> Result<u16, Error> {
@@ -559,6 +592,7 @@ async fn latest(ms: u64) -> Result<u64, Error> {
 
 keel_sdk::component!(
     workflows = [
+        burst,
         ten_steps_limited,
         per_tenant,
         one_at_a_time,
@@ -596,6 +630,7 @@ keel_sdk::component!(
         wait_twice,
     ],
     steps = [
+        call_limited,
         call_downstream,
         noop,
         add,

@@ -115,6 +115,7 @@ impl Keel {
             clock: config.clock.clone(),
             observer: config.observer.clone(),
             slots: runtime.slots.clone(),
+            rates: store.clone(),
         });
         let keel = Keel {
             inner: Arc::new(Inner {

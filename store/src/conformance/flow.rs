@@ -301,3 +301,41 @@ pub(super) async fn racing_admissions_never_exceed_the_limit(h: &dyn Harness) ->
         || format!("{rows:?}"),
     )
 }
+
+pub(super) async fn a_rate_window_grants_its_limit_per_window_to_racers(
+    h: &dyn Harness,
+) -> Outcome {
+    let store = h.fresh().await;
+    let mut tasks = Vec::new();
+    for _ in 0..12 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store.take_grant("api", 5, 1000, 10_000).await
+        }));
+    }
+    let mut granted = 0;
+    let mut retry_at = Vec::new();
+    for task in tasks {
+        match task.await.map_err(fail("task"))?.map_err(fail("take"))? {
+            None => granted += 1,
+            Some(at) => retry_at.push(at),
+        }
+    }
+    check(granted == 5, || {
+        format!("{granted} of 12 racers got one of 5 grants")
+    })?;
+    let span = 1000 + keel_core::flow::RateWindow::guard_ms(1000);
+    check(retry_at.iter().all(|at| *at == 10_000 + span), || {
+        format!("the refused wait for the window: {retry_at:?}")
+    })?;
+    let later = store
+        .take_grant("api", 5, 1000, 10_000 + span)
+        .await
+        .map_err(fail("take"))?;
+    check(later.is_none(), || "the next window grants again".into())?;
+    let other = store
+        .take_grant("other", 1, 1000, 10_000)
+        .await
+        .map_err(fail("take"))?;
+    check(other.is_none(), || "keys have windows of their own".into())
+}

@@ -122,6 +122,7 @@ cases!(
     an_override_pauses_and_resumes_a_group,
     a_delayed_start_asks_for_its_slot_when_due,
     racing_admissions_never_exceed_the_limit,
+    a_rate_window_grants_its_limit_per_window_to_racers,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.

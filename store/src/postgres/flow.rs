@@ -18,13 +18,8 @@ fn scope(key: Option<&str>) -> String {
     key.map_or_else(String::new, |k| format!("={k}"))
 }
 
-/// Locks `group`'s row, writing `record` (what an admission declares) or
-/// creating an empty one so that the lock exists; returns what it held.
-pub(super) async fn lock_group(
-    tx: &Transaction<'_>,
-    group: &Group,
-    record: Option<&GroupRecord>,
-) -> Result<Option<GroupRecord>> {
+/// Locks `group`'s row (if it has one); returns its record.
+pub(super) async fn lock_group(tx: &Transaction<'_>, group: &Group) -> Result<Option<GroupRecord>> {
     let held = tx
         .row(
             "SELECT record FROM flow_groups WHERE workflow = $1 AND key = $2 FOR UPDATE",
@@ -32,20 +27,10 @@ pub(super) async fn lock_group(
         )
         .await
         .map_err(pg)?;
-    let held: Option<GroupRecord> = match held {
-        Some(row) => Some(codec::decode(row.get(0), "concurrency group")?),
-        None => None,
-    };
-    if let Some(record) = record {
-        tx.run(
-            "INSERT INTO flow_groups (workflow, key, record) VALUES ($1, $2, $3)
-             ON CONFLICT (workflow, key) DO UPDATE SET record = excluded.record",
-            &[&group.workflow, &group.key, &codec::encode(record)],
-        )
-        .await
-        .map_err(pg)?;
+    match held {
+        Some(row) => Ok(Some(codec::decode(row.get(0), "concurrency group")?)),
+        None => Ok(None),
     }
-    Ok(held)
 }
 
 async fn group_slots(tx: &Transaction<'_>, group: &Group) -> Result<Vec<Slot>> {
@@ -128,9 +113,7 @@ async fn set_status(
 /// Promotes the queued runs of `group` (locked) that take its free slots;
 /// returns them.
 async fn promote(tx: &Transaction<'_>, group: &Group, now_ms: u64) -> Result<Vec<RunId>> {
-    let declared = lock_group(tx, group, None)
-        .await?
-        .map_or(0, |g| g.declared_limit);
+    let declared = lock_group(tx, group).await?.map_or(0, |g| g.declared_limit);
     let slots = group_slots(tx, group).await?;
     let limit = limit_of(tx, group, declared).await?;
     let promoted = flow::promotions(limit, &slots);
@@ -191,14 +174,34 @@ pub(super) async fn admission_plan(
         declared_limit: claim.limit,
         on_limit: claim.on_limit,
     };
-    lock_group(tx, &group, Some(&record)).await?;
+    // The upsert takes the group's row lock.
+    tx.run(
+        "INSERT INTO flow_groups (workflow, key, record) VALUES ($1, $2, $3)
+         ON CONFLICT (workflow, key) DO UPDATE SET record = excluded.record",
+        &[&group.workflow, &group.key, &codec::encode(&record)],
+    )
+    .await
+    .map_err(pg)?;
     let slots = group_slots(tx, &group).await?;
-    let limit = limit_of(tx, &group, claim.limit).await?;
-    let seq: i64 = tx
-        .row("SELECT nextval('flow_seq')", &[])
+    // The arrival order and the overrides in one round trip.
+    let row = tx
+        .row(
+            "SELECT nextval('flow_seq'),
+                    ARRAY(SELECT record FROM flow_limits WHERE workflow = $1)",
+            &[&group.workflow],
+        )
         .await
         .map_err(pg)?
-        .map_or(0, |r| r.get(0));
+        .ok_or_else(|| StoreError::Backend {
+            reason: "nextval answered no row".into(),
+        })?;
+    let seq: i64 = row.get(0);
+    let overrides = row
+        .get::<_, Vec<Vec<u8>>>(1)
+        .iter()
+        .map(|r| Ok(codec::decode(r, "limit")?))
+        .collect::<Result<Vec<LimitOverride>>>()?;
+    let limit = flow::effective_limit(claim.limit, &overrides, &group);
     let plan = AdmissionPlan::decide(a, limit, &slots, u(seq));
     Ok(plan)
 }
@@ -219,7 +222,7 @@ impl FlowStore for PgStore {
             };
             let slot: Slot = codec::decode(row.get(0), "slot")?;
             let group = slot.group();
-            let declared = lock_group(tx, &group, None)
+            let declared = lock_group(tx, &group)
                 .await?
                 .map_or(0, |g| g.declared_limit);
             // Read again under the group's lock.
@@ -366,5 +369,46 @@ impl FlowStore for PgStore {
             .records("SELECT record FROM flow_limits", &[], "limit")
             .await?;
         Ok(flow::limit_rows(&groups, &slots, &overrides))
+    }
+}
+
+#[async_trait]
+impl crate::RateStore for PgStore {
+    async fn take_grant(
+        &self,
+        key: &str,
+        limit: u32,
+        per_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<u64>> {
+        transact!(self, |tx| {
+            tx.run(
+                "INSERT INTO rate_windows (key, record) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                &[&key, &codec::encode(&flow::RateWindow::default())],
+            )
+            .await
+            .map_err(pg)?;
+            let row = tx
+                .row(
+                    "SELECT record FROM rate_windows WHERE key = $1 FOR UPDATE",
+                    &[&key],
+                )
+                .await
+                .map_err(pg)?;
+            let mut window: flow::RateWindow = match row {
+                Some(row) => codec::decode(row.get(0), "rate window")?,
+                None => flow::RateWindow::default(),
+            };
+            let answer = window.take(limit, per_ms, now_ms);
+            if answer.is_ok() {
+                tx.run(
+                    "UPDATE rate_windows SET record = $2 WHERE key = $1",
+                    &[&key, &codec::encode(&window)],
+                )
+                .await
+                .map_err(pg)?;
+            }
+            Ok(Attempt::Done(answer.err()))
+        })
     }
 }

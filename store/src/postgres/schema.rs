@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -128,6 +128,10 @@ CREATE TABLE flow_limits (
     PRIMARY KEY (workflow, scope)
 );
 CREATE SEQUENCE flow_seq;
+"#,
+    // Step rate limits (`flow.rs`).
+    r#"
+CREATE TABLE rate_windows (key text PRIMARY KEY, record bytea NOT NULL);
 "#,
 ];
 

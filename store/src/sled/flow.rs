@@ -72,8 +72,9 @@ impl FlowWrites {
             index.remove(slot_index_key(slot))?;
         }
         for slot in &self.put {
-            slots.insert(slot.run_id.as_bytes(), codec::encode(slot))?;
-            index.insert(slot_index_key(slot), &[])?;
+            let bytes = codec::encode(slot);
+            slots.insert(slot.run_id.as_bytes(), bytes.as_slice())?;
+            index.insert(slot_index_key(slot), bytes)?;
         }
         if let Some(group) = &self.group {
             groups.insert(group_key(&group.group), codec::encode(group))?;
@@ -133,18 +134,15 @@ impl SledStore {
         }
     }
 
-    /// Every slot of `group`.
+    /// Every slot of `group` (the index holds a copy of each, written in
+    /// the same transaction as the slot itself).
     pub(super) fn group_slots(&self, group: &Group) -> Result<Vec<Slot>> {
-        let prefix = group_key(group);
-        let mut slots = Vec::new();
-        for key in self.inner.group_slots.scan_prefix(&prefix).keys() {
-            let key = key.map_err(backend)?;
-            let run_id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-            if let Some(slot) = self.slot_of(&run_id)? {
-                slots.push(slot);
-            }
-        }
-        Ok(slots)
+        self.inner
+            .group_slots
+            .scan_prefix(group_key(group))
+            .values()
+            .map(|v| Ok(codec::decode(&v.map_err(backend)?, "slot")?))
+            .collect()
     }
 
     fn overrides(&self) -> Result<Vec<LimitOverride>> {
@@ -404,5 +402,28 @@ impl FlowStore for SledStore {
             .map(|v| Ok(codec::decode(&v.map_err(backend)?, "slot")?))
             .collect::<Result<_>>()?;
         Ok(flow::limit_rows(&groups, &slots, &self.overrides()?))
+    }
+}
+
+#[async_trait]
+impl crate::RateStore for SledStore {
+    async fn take_grant(
+        &self,
+        key: &str,
+        limit: u32,
+        per_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<u64>> {
+        let _flow = self.flow_lock();
+        let tree = &self.inner.rates;
+        let mut window: flow::RateWindow = match tree.get(key).map_err(backend)? {
+            Some(bytes) => codec::decode(&bytes, "rate window")?,
+            None => flow::RateWindow::default(),
+        };
+        let answer = window.take(limit, per_ms, now_ms);
+        if answer.is_ok() {
+            tree.insert(key, codec::encode(&window)).map_err(backend)?;
+        }
+        Ok(answer.err())
     }
 }

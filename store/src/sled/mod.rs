@@ -129,12 +129,14 @@ struct Inner {
     schedules: sled::Tree,
     /// Run ID to its concurrency slot (`flow`).
     slots: sled::Tree,
-    /// Group key ++ run ID: the slots of each concurrency group.
+    /// Group key ++ run ID to the slot: the slots of each concurrency group.
     group_slots: sled::Tree,
     /// Group key to what its latest admission declared.
     groups: sled::Tree,
     /// The operators' concurrency limits.
     limits: sled::Tree,
+    /// Rate-limit key to its window of grants.
+    rates: sled::Tree,
     /// Serializes decisions against concurrency groups (`flow`).
     flow_lock: std::sync::Mutex<()>,
     db: sled::Db,
@@ -209,6 +211,7 @@ impl SledStore {
             group_slots: open("group_slots")?,
             groups: open("groups")?,
             limits: open("limits")?,
+            rates: open("rates")?,
             flow_lock: std::sync::Mutex::new(()),
             db: db.clone(),
             committer: GroupCommit::new(db.clone()),
