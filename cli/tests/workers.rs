@@ -629,13 +629,6 @@ async fn two_workers_hold_each_tenant_to_its_limit_of_two() {
     let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
     let addr = recorder.addr.to_string();
     let logs = tempfile::tempdir().unwrap();
-    // Leases long enough that a worker slowed by a loaded machine keeps
-    // its runs: a lease taken over lets a step run twice at once, which
-    // is the lease's business (tested above), not the limit's.
-    let workers = [
-        worker_allowed(&schema, &addr, "30", &logs.path().join("a.log")),
-        worker_allowed(&schema, &addr, "30", &logs.path().join("b.log")),
-    ];
     let mut runs = Vec::new();
     for tenant in ["a", "b", "c"] {
         for _ in 0..20 {
@@ -643,6 +636,16 @@ async fn two_workers_hold_each_tenant_to_its_limit_of_two() {
             runs.push(keel.start(&testbed, "per_tenant", &input).await.unwrap());
         }
     }
+    // Started once the runs are admitted, so that the first worker ready
+    // finds every tenant's first slots (a worker still starting takes no
+    // run it then sits on). Leases long enough that a worker slowed by a
+    // loaded machine keeps its runs: a lease taken over lets a step run
+    // twice at once, which is the lease's business (tested above), not
+    // the limit's.
+    let workers = [
+        worker_allowed(&schema, &addr, "30", &logs.path().join("a.log")),
+        worker_allowed(&schema, &addr, "30", &logs.path().join("b.log")),
+    ];
     for run in &runs {
         assert_eq!(ended(&keel, &run.run_id).await.status, RunStatus::Completed);
     }

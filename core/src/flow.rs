@@ -411,11 +411,12 @@ pub struct RateWindow {
 }
 
 impl RateWindow {
-    /// The guard kept beyond a window of `per_ms`: a twentieth of it, at
-    /// most 100 ms, so that calls still fit their window at the service
-    /// when they reach it a little after their grant.
+    /// The guard kept beyond a window of `per_ms`: a tenth of it, at most
+    /// 250 ms, so that calls still fit their window at the service when
+    /// they reach it a little after their grant (an instance to make, a
+    /// journal write, a connection).
     pub fn guard_ms(per_ms: u64) -> u64 {
-        (per_ms / 20).min(100)
+        (per_ms / 10).min(250)
     }
 
     /// Takes a grant at `now_ms` (`Ok`), or says when the next one may be
@@ -423,6 +424,8 @@ impl RateWindow {
     /// plus [`RateWindow::guard_ms`].
     pub fn take(&mut self, limit: u32, per_ms: u64, now_ms: u64) -> Result<(), u64> {
         let span = per_ms.saturating_add(Self::guard_ms(per_ms));
+        // Grants go in time order even if a caller's clock lags another's.
+        let now_ms = now_ms.max(self.grants.last().copied().unwrap_or(0));
         self.grants.retain(|&at| at.saturating_add(span) > now_ms);
         if self.grants.len() < limit as usize {
             self.grants.push(now_ms);
@@ -431,6 +434,20 @@ impl RateWindow {
         // The grant that must leave the span before another may enter.
         let leaving = self.grants[self.grants.len() - limit as usize];
         Err(leaving.saturating_add(span))
+    }
+
+    /// Moves the grant made at `at_ms` to `now_ms` (never earlier): the
+    /// attempt it admitted is about to call out now, and the window counts
+    /// from the call, so the time an instance took to start is not lost
+    /// from it. A grant already gone from the window is left alone.
+    pub fn restamp(&mut self, at_ms: u64, now_ms: u64) {
+        let Some(i) = self.grants.iter().position(|g| *g == at_ms) else {
+            return;
+        };
+        self.grants.remove(i);
+        let at = now_ms.max(at_ms);
+        let place = self.grants.partition_point(|g| *g <= at);
+        self.grants.insert(place, at);
     }
 }
 
@@ -595,6 +612,11 @@ mod tests {
             granted[10], span,
             "the eleventh waits for the first to leave"
         );
+        // A grant moved to its call's time holds the window open longer.
+        let mut window = RateWindow::default();
+        window.take(1, per, 0).unwrap();
+        window.restamp(0, 180);
+        assert_eq!(window.take(1, per, span), Err(180 + span));
         assert!(*granted.last().unwrap() >= 4 * per);
     }
 

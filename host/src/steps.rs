@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use crate::activation::StepCall;
 use crate::sandbox::{Grants, GuestLog, HostState, ResumeHooks, StepContext, wit};
+use keel_store::Grant;
 
 /// What every step attempt of an engine runs with.
 pub(crate) struct StepRunner {
@@ -134,7 +135,7 @@ impl StepRunner {
             // A grant of the step's rate limit, then a slot, before the
             // attempt is recorded as started: neither wait is an attempt,
             // and the rate-limit wait holds no instance.
-            self.throttle(call, attempt).await?;
+            let grant = self.throttle(call, attempt).await?;
             let slot = self.slots.step().await;
             let started = call
                 .journal
@@ -146,7 +147,7 @@ impl StepRunner {
             self.observer
                 .step_started(&call.run_id, &call.name, attempt);
             let outcome = self
-                .execute(call, settings, attempt, started.at_ms, &hooks)
+                .execute(call, settings, attempt, started.at_ms, &hooks, &grant)
                 .await;
             drop(slot);
             match next(
@@ -190,38 +191,56 @@ impl StepRunner {
     /// key share its limit); a wait is recorded (`StepThrottled`) and made
     /// durable with the attempt's start. A key expression that does not
     /// evaluate on the step's input stops the activation with the error.
-    async fn throttle(&self, call: &StepCall, attempt: u32) -> crate::Result<()> {
+    /// Returns the grant taken (its key and stamp), if any.
+    async fn throttle(
+        &self,
+        call: &StepCall,
+        attempt: u32,
+    ) -> crate::Result<Option<(String, u64)>> {
         let Some((expr, rate)) = call.component.rate_limit(&call.name) else {
-            return Ok(());
+            return Ok(None);
         };
         let input: serde_json::Value =
             serde_json::from_str(&call.input).unwrap_or(serde_json::Value::Null);
         let key = expr.evaluate(&input, &serde_json::json!({}))?;
         let began = self.clock.now_ms();
-        loop {
+        let at_ms = loop {
             let now = self.clock.now_ms();
             let next = self
                 .rates
                 .take_grant(&key, rate.limit, rate.per_ms, now)
                 .await?;
-            let Some(at) = next else { break };
-            tracing::debug!(
-                key,
-                wait_ms = at.saturating_sub(now),
-                "step waits for its rate limit"
-            );
-            tokio::time::sleep(Duration::from_millis(at.saturating_sub(now).max(1))).await;
-        }
+            match next {
+                Grant::Granted { at_ms } => break at_ms,
+                Grant::Wait { ms } => {
+                    tracing::debug!(key, wait_ms = ms, "step waits for its rate limit");
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+            }
+        };
         let waited_ms = self.clock.now_ms().saturating_sub(began);
         if waited_ms > 0 {
             call.journal.record(Fact::StepThrottled {
                 command: call.command,
                 attempt,
-                key,
+                key: key.clone(),
                 waited_ms,
             })?;
         }
-        Ok(())
+        Ok(Some((key, at_ms)))
+    }
+
+    /// Moves a grant to now, as its attempt's instance is ready to call
+    /// out; a failure leaves the grant where it was (it still counts).
+    async fn restamp(&self, grant: &Option<(String, u64)>) {
+        if let Some((key, at_ms)) = grant
+            && let Err(e) = self
+                .rates
+                .restamp_grant(key, *at_ms, self.clock.now_ms())
+                .await
+        {
+            tracing::warn!(key, "moving a rate-limit grant to its call failed: {e}");
+        }
     }
 
     async fn execute(
@@ -231,6 +250,7 @@ impl StepRunner {
         attempt: u32,
         started_at_ms: u64,
         hooks: &Arc<dyn ResumeHooks>,
+        grant: &Option<(String, u64)>,
     ) -> Attempt {
         let ctx = StepContext {
             metadata: wit::StepMetadata {
@@ -263,6 +283,7 @@ impl StepRunner {
                 .step_pre
                 .instantiate_async(&mut store)
                 .await?;
+            self.restamp(grant).await;
             instance
                 .keel_workflow_guest()
                 .call_run_step(&mut store, &call.name, &call.input)

@@ -480,8 +480,11 @@ impl<S: Store + ?Sized> crate::RateStore for FaultyStore<S> {
         limit: u32,
         per_ms: u64,
         now_ms: u64,
-    ) -> Result<Option<u64>> {
+    ) -> Result<crate::Grant> {
         self.inner.take_grant(key, limit, per_ms, now_ms).await
+    }
+    async fn restamp_grant(&self, key: &str, at_ms: u64, now_ms: u64) -> Result<()> {
+        self.inner.restamp_grant(key, at_ms, now_ms).await
     }
 }
 

@@ -370,18 +370,46 @@ pub trait FlowStore: Send + Sync {
 /// store.
 #[async_trait]
 pub trait RateStore: Send + Sync {
-    /// Takes a grant of `key` at `now_ms` under `limit` per `per_ms`
-    /// (`None`), or says when the next one may be taken (`Some`); atomic.
-    /// On PostgreSQL a grant is durable on return; sled keeps the windows
-    /// without forcing them to disk (a restart forgets the last window's
-    /// grants).
-    async fn take_grant(
-        &self,
-        key: &str,
-        limit: u32,
-        per_ms: u64,
+    /// Takes a grant of `key` under `limit` per `per_ms`, or says how many
+    /// milliseconds to wait before asking again; atomic.
+    /// sled decides at `now_ms` and keeps the windows without forcing them
+    /// to disk (a restart forgets the last window's grants); PostgreSQL
+    /// decides on the database's clock, read under the window's row lock,
+    /// so workers whose clocks differ agree, and a grant is durable on
+    /// return.
+    async fn take_grant(&self, key: &str, limit: u32, per_ms: u64, now_ms: u64) -> Result<Grant>;
+
+    /// Moves the grant of `key` made at `at_ms` to now (`now_ms` on sled,
+    /// the database's clock on PostgreSQL): its attempt calls out now
+    /// (`keel_core::flow::RateWindow::restamp`).
+    async fn restamp_grant(&self, key: &str, at_ms: u64, now_ms: u64) -> Result<()>;
+}
+
+/// The answer of [`RateStore::take_grant`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// Granted, stamped at this time (to restamp it by).
+    Granted { at_ms: u64 },
+    /// Ask again after this many milliseconds.
+    Wait { ms: u64 },
+}
+
+impl Grant {
+    /// The answer for what `RateWindow::take` decided at `now_ms`.
+    pub(crate) fn of(
+        answer: std::result::Result<(), u64>,
+        window: &keel_core::flow::RateWindow,
         now_ms: u64,
-    ) -> Result<Option<u64>>;
+    ) -> Grant {
+        match answer {
+            Ok(()) => Grant::Granted {
+                at_ms: window.grants.last().copied().unwrap_or(now_ms),
+            },
+            Err(at) => Grant::Wait {
+                ms: at.saturating_sub(now_ms).max(1),
+            },
+        }
+    }
 }
 
 /// TTL idempotency keys.

@@ -317,25 +317,25 @@ pub(super) async fn a_rate_window_grants_its_limit_per_window_to_racers(
     let mut retry_at = Vec::new();
     for task in tasks {
         match task.await.map_err(fail("task"))?.map_err(fail("take"))? {
-            None => granted += 1,
-            Some(at) => retry_at.push(at),
+            crate::Grant::Granted { .. } => granted += 1,
+            crate::Grant::Wait { ms } => retry_at.push(ms),
         }
     }
     check(granted == 5, || {
         format!("{granted} of 12 racers got one of 5 grants")
     })?;
     let span = 1000 + keel_core::flow::RateWindow::guard_ms(1000);
-    check(retry_at.iter().all(|at| *at == 10_000 + span), || {
-        format!("the refused wait for the window: {retry_at:?}")
-    })?;
-    let later = store
-        .take_grant("api", 5, 1000, 10_000 + span)
-        .await
-        .map_err(fail("take"))?;
-    check(later.is_none(), || "the next window grants again".into())?;
+    // The refused wait for the window to pass (on PostgreSQL's clock,
+    // less whatever time has passed since the grants).
+    check(
+        retry_at.iter().all(|wait| *wait > 0 && *wait <= span),
+        || format!("{retry_at:?}"),
+    )?;
     let other = store
         .take_grant("other", 1, 1000, 10_000)
         .await
         .map_err(fail("take"))?;
-    check(other.is_none(), || "keys have windows of their own".into())
+    check(matches!(other, crate::Grant::Granted { .. }), || {
+        "keys have windows of their own".into()
+    })
 }

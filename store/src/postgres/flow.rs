@@ -379,8 +379,8 @@ impl crate::RateStore for PgStore {
         key: &str,
         limit: u32,
         per_ms: u64,
-        now_ms: u64,
-    ) -> Result<Option<u64>> {
+        _now_ms: u64,
+    ) -> Result<crate::Grant> {
         transact!(self, |tx| {
             tx.run(
                 "INSERT INTO rate_windows (key, record) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
@@ -399,6 +399,8 @@ impl crate::RateStore for PgStore {
                 Some(row) => codec::decode(row.get(0), "rate window")?,
                 None => flow::RateWindow::default(),
             };
+            // Read once the lock is held: a grant is stamped when it is made.
+            let now_ms = db_now(tx).await?;
             let answer = window.take(limit, per_ms, now_ms);
             if answer.is_ok() {
                 tx.run(
@@ -408,7 +410,44 @@ impl crate::RateStore for PgStore {
                 .await
                 .map_err(pg)?;
             }
-            Ok(Attempt::Done(answer.err()))
+            Ok(Attempt::Done(crate::Grant::of(answer, &window, now_ms)))
         })
     }
+
+    async fn restamp_grant(&self, key: &str, at_ms: u64, _now_ms: u64) -> Result<()> {
+        transact!(self, |tx| {
+            let Some(row) = tx
+                .row(
+                    "SELECT record FROM rate_windows WHERE key = $1 FOR UPDATE",
+                    &[&key],
+                )
+                .await
+                .map_err(pg)?
+            else {
+                return Ok(Attempt::Done(()));
+            };
+            let mut window: flow::RateWindow = codec::decode(row.get(0), "rate window")?;
+            window.restamp(at_ms, db_now(tx).await?);
+            tx.run(
+                "UPDATE rate_windows SET record = $2 WHERE key = $1",
+                &[&key, &codec::encode(&window)],
+            )
+            .await
+            .map_err(pg)?;
+            Ok(Attempt::Done(()))
+        })
+    }
+}
+
+/// The database's clock, in ms since the epoch.
+async fn db_now(tx: &Transaction<'_>) -> Result<u64> {
+    let now: i64 = tx
+        .row(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            &[],
+        )
+        .await
+        .map_err(pg)?
+        .map_or(0, |r| r.get(0));
+    Ok(u(now))
 }

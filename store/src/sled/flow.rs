@@ -413,7 +413,7 @@ impl crate::RateStore for SledStore {
         limit: u32,
         per_ms: u64,
         now_ms: u64,
-    ) -> Result<Option<u64>> {
+    ) -> Result<crate::Grant> {
         let _flow = self.flow_lock();
         let tree = &self.inner.rates;
         let mut window: flow::RateWindow = match tree.get(key).map_err(backend)? {
@@ -424,6 +424,17 @@ impl crate::RateStore for SledStore {
         if answer.is_ok() {
             tree.insert(key, codec::encode(&window)).map_err(backend)?;
         }
-        Ok(answer.err())
+        Ok(crate::Grant::of(answer, &window, now_ms))
+    }
+
+    async fn restamp_grant(&self, key: &str, at_ms: u64, now_ms: u64) -> Result<()> {
+        let _flow = self.flow_lock();
+        let tree = &self.inner.rates;
+        if let Some(bytes) = tree.get(key).map_err(backend)? {
+            let mut window: flow::RateWindow = codec::decode(&bytes, "rate window")?;
+            window.restamp(at_ms, now_ms);
+            tree.insert(key, codec::encode(&window)).map_err(backend)?;
+        }
+        Ok(())
     }
 }
