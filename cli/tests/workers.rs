@@ -698,6 +698,30 @@ async fn a_worker_killed_holding_both_slots_gives_them_up_when_its_lease_expires
     first.0.kill().unwrap();
     first.0.wait().unwrap();
     let killed_at = recorder.elapsed_ms();
+    // When the dead worker's leases on the holders expire, on the
+    // recorder's clock.
+    let expiry = {
+        use keel_host::store::LeaseStore;
+        let mut options = PgOptions::new(url());
+        options.schema = schema.clone();
+        let store = PgStore::open(options).await.unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let leases = store.leased_elsewhere("", now).await.unwrap();
+        let held: Vec<_> = leases
+            .iter()
+            .filter(|l| holders.iter().any(|h| h.run_id == l.run_id))
+            .collect();
+        assert_eq!(
+            held.len(),
+            2,
+            "the dead worker still holds both: {leases:?}"
+        );
+        let last = held.iter().map(|l| l.expires_at_ms).max().unwrap();
+        (last + recorder.elapsed_ms()).saturating_sub(now)
+    };
     for run in &queued {
         assert_eq!(
             keel.get_run(&run.run_id).await.unwrap().status,
@@ -716,11 +740,13 @@ async fn a_worker_killed_holding_both_slots_gives_them_up_when_its_lease_expires
         6,
         "2 hung, 2 retried, 2 queued: {arrivals:?}"
     );
-    // The holders' leases (2 s, renewed every third) expired before anyone
-    // else called for the key; the queued runs called last.
+    // Nothing called for the key until the dead worker's leases expired
+    // (a few ms of slack for reading two clocks).
     assert!(
-        arrivals[2..].iter().all(|(_, at)| *at >= killed_at + 1000),
-        "killed at {killed_at} ms: {arrivals:?}"
+        arrivals[2..]
+            .iter()
+            .all(|(_, at)| *at + 5 >= expiry && *at > killed_at),
+        "killed at {killed_at} ms, leases expired at {expiry} ms: {arrivals:?}"
     );
     let rows = keel.limits().await.unwrap();
     assert!(
