@@ -140,9 +140,12 @@ try {
   const slot = page.locator("[data-testid=concurrency]");
   await slot.waitFor();
   assert.match(await slot.innerText(), /key all \(limit 1, priority 2\): queued, 1 in line/);
+  // A full load of the page, not only a change of its hash.
   await page.goto(base + "/#/limits");
+  await page.reload();
+  await page.getByRole("heading", { name: "Limits" }).waitFor();
   const limitRow = page.locator('[data-testid=limit-row][data-workflow="one_at_a_time"][data-key="all"]');
-  await limitRow.waitFor();
+  await limitRow.waitFor({ timeout: 30000 });
   assert.equal(await limitRow.locator("[data-testid=in-progress]").innerText(), "1");
   assert.equal(await limitRow.locator("[data-testid=queued]").innerText(), "1");
   await limitRow.getByRole("button", { name: "Pause" }).click();
