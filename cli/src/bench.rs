@@ -126,14 +126,16 @@ async fn throughput_across(
     in_flight: usize,
     total: usize,
 ) -> anyhow::Result<f64> {
-    throughput_of(keels, W10, in_flight, total).await
+    throughput_of(keels, W10, |_| "10".into(), in_flight, total).await
 }
 
-/// Runs `total` runs of `workflow` (W10's shape) with `in_flight` at a
-/// time, spread over engines; runs per second.
+/// Runs `total` runs of `workflow` (W10's shape; the `i`th run's input is
+/// `input(i)`) with `in_flight` at a time, spread over engines; runs per
+/// second.
 async fn throughput_of(
     keels: &[(Keel, Arc<Loaded>)],
     workflow: &'static str,
+    input: fn(usize) -> String,
     in_flight: usize,
     total: usize,
 ) -> anyhow::Result<f64> {
@@ -144,8 +146,12 @@ async fn throughput_of(
         let (keel, loaded) = keels[i % keels.len()].clone();
         let next = next.clone();
         workers.spawn(async move {
-            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
-                w10_of(&keel, &loaded, workflow, "10").await?;
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= total {
+                    break;
+                }
+                w10_of(&keel, &loaded, workflow, &input(n)).await?;
             }
             anyhow::Ok(())
         });
@@ -271,6 +277,7 @@ async fn w10(keel: &Keel, loaded: &Loaded, n: &str) -> anyhow::Result<keel_host:
 /// reaches.
 const W10: &str = "ten_steps";
 const W10_LIMITED: &str = "ten_steps_limited";
+const W10_PER_TENANT: &str = "ten_steps_per_tenant";
 
 async fn w10_of(
     keel: &Keel,
@@ -296,33 +303,46 @@ async fn throughput(
     throughput_across(&[(keel.clone(), loaded.clone())], in_flight, total).await
 }
 
-/// W10 throughput at 16 in flight without and with a concurrency limit
-/// that is not reached, measured alternately (three rounds each) so that
-/// both see the same machine; prints both and the difference.
+/// W10 throughput at 16 in flight without a concurrency limit, with one
+/// key for every run, and with a key per tenant (16 tenants, runs dealt
+/// round-robin), each limit declared and not reached; measured in turn
+/// (five rounds each) so that all see the same machine. Prints the
+/// medians and the differences.
 async fn limited_beside_unlimited(
     what: &str,
     keels: &[(Keel, Arc<Loaded>)],
     total: usize,
 ) -> anyhow::Result<()> {
-    if keels[0].1.manifest.workflow(W10_LIMITED).is_none() {
+    let manifest = &keels[0].1.manifest;
+    if manifest.workflow(W10_LIMITED).is_none() || manifest.workflow(W10_PER_TENANT).is_none() {
         println!(
-            "{what}: W10 with a concurrency limit: skipped, the component has no `{W10_LIMITED}`"
+            "{what}: W10 with a concurrency limit: skipped, the component has no `{W10_LIMITED}` or `{W10_PER_TENANT}`"
         );
         return Ok(());
     }
-    let (mut plain, mut limited) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        plain.push(throughput_of(keels, W10, 16, total).await?);
-        limited.push(throughput_of(keels, W10_LIMITED, 16, total).await?);
+    let (mut plain, mut one_key, mut per_tenant) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
+        plain.push(throughput_of(keels, W10, |_| "10".into(), 16, total).await?);
+        one_key.push(throughput_of(keels, W10_LIMITED, |_| "10".into(), 16, total).await?);
+        per_tenant.push(
+            throughput_of(keels, W10_PER_TENANT, |i| format!("[10, {}]", i % 16), 16, total)
+                .await?,
+        );
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (plain, limited) = (median(&mut plain), median(&mut limited));
+    let (plain, one_key, per_tenant) = (
+        median(&mut plain),
+        median(&mut one_key),
+        median(&mut per_tenant),
+    );
+    let change = |x: f64| (x / plain - 1.0) * 100.0;
     println!(
-        "{what}: W10 throughput, 16 in flight, median of 3: {plain:.0} runs/s without a limit, {limited:.0} runs/s with one declared and not reached ({:+.1} %)",
-        (limited / plain - 1.0) * 100.0
+        "{what}: W10 throughput, 16 in flight, median of 5: {plain:.0} runs/s without a limit; with one declared and not reached: {one_key:.0} runs/s on one key ({:+.1} %), {per_tenant:.0} runs/s on a key per tenant ({:+.1} %)",
+        change(one_key),
+        change(per_tenant)
     );
     Ok(())
 }

@@ -505,7 +505,7 @@ fn show_run(run: &RunRecord, journal: &[Entry], slot: Option<&RunSlot>, json: bo
         );
         if row.throttled_ms > 0 {
             println!(
-                "{:>5}waited {} for its rate limit",
+                "{:>5}waited {} for its step limits",
                 "",
                 took(row.throttled_ms)
             );
@@ -688,7 +688,7 @@ fn slot_line(slot: &RunSlot) -> String {
         (SlotState::Queued, None) => "queued".into(),
         (SlotState::Holding, _) => "holds a slot".into(),
         (SlotState::Evicting, _) => "holds a slot, being cancelled for a newer run".into(),
-        (SlotState::Deferred, _) => "asks for a slot when its start time comes".into(),
+        (SlotState::Deferred, _) => "asks for a slot when it comes due or is retried".into(),
     };
     format!(
         "key `{}` (limit {}, priority {}): {state}",

@@ -132,7 +132,8 @@ pub enum SlotState {
     Evicting,
     /// It waits for a slot.
     Queued,
-    /// A delayed start not yet due: it asks for a slot when it is.
+    /// A delayed start not yet due, or a failed run: it asks for a slot
+    /// when it comes due or is retried.
     Deferred,
 }
 
@@ -451,6 +452,64 @@ impl RateWindow {
     }
 }
 
+/// A step's concurrency limit, as its manifest declares it: at most
+/// `limit` attempts of the steps sharing a key run at once, across every
+/// worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepConcurrency {
+    /// A CEL expression over the step's `input` (a constant shares one
+    /// limit between steps).
+    pub key: String,
+    pub limit: u32,
+}
+
+/// A permit to run one step attempt under a step concurrency key: its
+/// holder (the run and the step's command) and when it lapses unless
+/// renewed, so that a worker that dies frees its permits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Permit {
+    pub holder: String,
+    pub expires_ms: u64,
+}
+
+/// The permits held on a step concurrency key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Permits {
+    pub held: Vec<Permit>,
+}
+
+impl Permits {
+    /// Takes (or renews) `holder`'s permit until `now_ms + ttl_ms` (`Ok`),
+    /// or says in how many milliseconds the first permit held lapses
+    /// (`Err`). Lapsed permits are dropped; a holder that holds a permit
+    /// already renews it whatever the limit, since it is the same step
+    /// calling again (a retry after its worker died).
+    pub fn take(&mut self, holder: &str, limit: u32, now_ms: u64, ttl_ms: u64) -> Result<(), u64> {
+        self.held.retain(|p| p.expires_ms > now_ms);
+        let expires_ms = now_ms.saturating_add(ttl_ms);
+        if let Some(p) = self.held.iter_mut().find(|p| p.holder == holder) {
+            p.expires_ms = expires_ms;
+            return Ok(());
+        }
+        if self.held.len() < limit as usize {
+            self.held.push(Permit {
+                holder: holder.to_string(),
+                expires_ms,
+            });
+            return Ok(());
+        }
+        let first = self.held.iter().map(|p| p.expires_ms).min().unwrap_or(now_ms);
+        Err(first.saturating_sub(now_ms).max(1))
+    }
+
+    /// Gives `holder`'s permit back; whether it held one.
+    pub fn release(&mut self, holder: &str) -> bool {
+        let before = self.held.len();
+        self.held.retain(|p| p.holder != holder);
+        self.held.len() != before
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -635,5 +694,25 @@ mod tests {
         assert_eq!(ended.status, RunStatus::Cancelled);
         assert!(ended.error.unwrap().message.contains("holder"));
         assert_eq!((end.seq, end.fact), (1, Fact::RunCancelled));
+    }
+
+    #[test]
+    fn step_permits_hold_the_limit_lapse_and_renew() {
+        let mut permits = Permits::default();
+        assert_eq!(permits.take("r1/1", 2, 0, 100), Ok(()));
+        assert_eq!(permits.take("r2/1", 2, 10, 100), Ok(()));
+        // Full: the first permit lapses at 100.
+        assert_eq!(permits.take("r3/1", 2, 40, 100), Err(60));
+        // A holder renews whatever the limit.
+        assert_eq!(permits.take("r1/1", 2, 50, 100), Ok(()));
+        assert_eq!(permits.take("r3/1", 2, 60, 100), Err(50));
+        // r2's permit lapses at 110 (its worker died): r3 takes it.
+        assert_eq!(permits.take("r3/1", 2, 110, 100), Ok(()));
+        assert!(permits.release("r1/1"));
+        assert!(!permits.release("r1/1"));
+        assert_eq!(permits.take("r4/1", 2, 120, 100), Ok(()));
+        assert_eq!(permits.held.len(), 2);
+        // A limit of 0 takes nothing.
+        assert_eq!(Permits::default().take("r/1", 0, 0, 100), Err(1));
     }
 }

@@ -151,8 +151,8 @@ pub enum Fact {
         from_seq: u64,
     },
     /// Attempt `attempt` of the step of `command` waited `waited_ms` for
-    /// its rate limit's key `key` before it started (recorded with the
-    /// attempt's start; the workflow never sees it).
+    /// its rate or concurrency limit's key `key` before it started
+    /// (recorded with the attempt's start; the workflow never sees it).
     StepThrottled {
         command: u32,
         attempt: u32,

@@ -35,6 +35,9 @@ pub struct StepInfo {
     /// Its rate limit (`#[step(rate_limit(...))]`).
     #[serde(default)]
     pub rate_limit: Option<crate::flow::RateLimit>,
+    /// Its concurrency limit (`#[step(concurrency(...))]`).
+    #[serde(default)]
+    pub concurrency: Option<crate::flow::StepConcurrency>,
 }
 
 /// A workflow's TTL idempotency key, as declared.

@@ -58,7 +58,8 @@ pub struct Row {
     pub input: Option<String>,
     /// The step's output, the last hook payload, the awaited run's status.
     pub output: Option<String>,
-    /// How long the step's attempts waited for its rate limit, in all.
+    /// How long the step's attempts waited for its rate and concurrency
+    /// limits, in all.
     #[serde(default)]
     pub throttled_ms: u64,
 }

@@ -139,13 +139,18 @@ fn schemas(workflows: &[WorkflowDef], steps: &[StepDef]) -> String {
         .collect();
     let steps: serde_json::Map<String, serde_json::Value> = steps
         .iter()
-        .filter_map(|s| {
-            let (key, limit, per_ms) = s.rate_limit?;
-            let rate = serde_json::json!({"key": key, "limit": limit, "per_ms": per_ms});
-            Some((
+        .filter(|s| s.rate_limit.is_some() || s.concurrency.is_some())
+        .map(|s| {
+            let rate = s.rate_limit.map(
+                |(key, limit, per_ms)| serde_json::json!({"key": key, "limit": limit, "per_ms": per_ms}),
+            );
+            let concurrency = s
+                .concurrency
+                .map(|(key, limit)| serde_json::json!({"key": key, "limit": limit}));
+            (
                 s.name.to_string(),
-                serde_json::json!({ "rate_limit": rate }),
-            ))
+                serde_json::json!({ "rate_limit": rate, "concurrency": concurrency }),
+            )
         })
         .collect();
     map.insert(STEPS.into(), serde_json::Value::Object(steps));
@@ -162,6 +167,8 @@ pub struct StepDef {
     pub retry: RetryPolicy,
     /// `(key expression, limit, per in ms)`.
     pub rate_limit: Option<(&'static str, u32, u64)>,
+    /// `(key expression, limit)`.
+    pub concurrency: Option<(&'static str, u32)>,
     pub run: fn(&str) -> Result<String, types::StepError>,
 }
 

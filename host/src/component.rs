@@ -15,7 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use keel_core::ComponentHash;
-use keel_core::flow::{Concurrency, RateLimit};
+use keel_core::flow::{Concurrency, RateLimit, StepConcurrency};
 use keel_core::manifest::{Idempotency, Manifest, RetryPolicy, StepInfo, WorkflowInfo};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -41,6 +41,8 @@ pub struct Loaded {
     pub(crate) concurrency: HashMap<String, (KeyExpr, Concurrency)>,
     /// Compiled rate-limit key expressions and their limits, by step.
     pub(crate) rates: HashMap<String, (KeyExpr, RateLimit)>,
+    /// Compiled step concurrency key expressions and their limits, by step.
+    pub(crate) step_limits: HashMap<String, (KeyExpr, StepConcurrency)>,
     /// Validators of the workflows' inputs, for those with a schema.
     inputs: HashMap<String, jsonschema::Validator>,
     pub(crate) workflow_pre: WorkflowComponentPre<HostState>,
@@ -78,6 +80,12 @@ impl Loaded {
     /// declares one.
     pub fn rate_limit(&self, step: &str) -> Option<&(KeyExpr, RateLimit)> {
         self.rates.get(step)
+    }
+
+    /// The concurrency key expression and limit of step `step`, if it
+    /// declares one.
+    pub fn step_concurrency(&self, step: &str) -> Option<&(KeyExpr, StepConcurrency)> {
+        self.step_limits.get(step)
     }
 
     /// The idempotency key expression of `workflow`, if it declares one.
@@ -190,6 +198,15 @@ pub async fn load(
             Ok((s.name.clone(), (key, r.clone())))
         })
         .collect::<Result<_>>()?;
+    let step_limits = manifest
+        .steps
+        .iter()
+        .filter_map(|s| s.concurrency.as_ref().map(|c| (s, c)))
+        .map(|(s, c)| {
+            let key = KeyExpr::compile(&s.name, &c.key, 0)?;
+            Ok((s.name.clone(), (key, c.clone())))
+        })
+        .collect::<Result<_>>()?;
     Ok(Loaded {
         hash,
         inputs: input_validators(&manifest),
@@ -197,6 +214,7 @@ pub async fn load(
         keys,
         concurrency,
         rates,
+        step_limits,
         stubbed_imports,
         workflow_pre,
         step_pre,
@@ -498,6 +516,11 @@ async fn read_manifest(
                     .and_then(|v| v.get_mut("rate_limit"))
                     .map(serde_json::Value::take)
                     .and_then(|r| serde_json::from_value(r).ok()),
+                concurrency: steps
+                    .get_mut(&s.name)
+                    .and_then(|v| v.get_mut("concurrency"))
+                    .map(serde_json::Value::take)
+                    .and_then(|c| serde_json::from_value(c).ok()),
                 name: s.name,
                 retry: RetryPolicy {
                     max_retries: s.retry.max_retries,

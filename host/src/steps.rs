@@ -21,9 +21,75 @@ pub(crate) struct StepRunner {
     pub observer: Arc<dyn crate::Observer>,
     /// The instance slots each attempt waits for before it starts.
     pub slots: Arc<crate::slots::Slots>,
-    /// Where rate limits' grants are taken (shared by every worker).
+    /// Where rate limits' grants and step concurrency permits are taken
+    /// (shared by every worker).
     pub rates: Arc<dyn keel_store::RateStore>,
+    /// How long a step concurrency permit lasts unless renewed (the lease
+    /// TTL: a dead worker's permits lapse when its runs' leases do).
+    pub permit_ttl: Duration,
+    /// Woken when this engine gives a permit back, so that its waiters
+    /// ask again at once rather than at their next poll.
+    pub permits_freed: Arc<tokio::sync::Notify>,
 }
+
+/// A step concurrency permit held by an attempt, renewed every third of
+/// its TTL while held; dropping it (the attempt ended, or its activation
+/// was stopped) gives it back in the background and wakes this engine's
+/// waiters. A failed renewal or release is logged: the permit lapses.
+struct Held {
+    key: String,
+    holder: String,
+    rates: Arc<dyn keel_store::RateStore>,
+    freed: Arc<tokio::sync::Notify>,
+    renewal: tokio::task::JoinHandle<()>,
+}
+
+impl Held {
+    fn new(runner: &StepRunner, key: String, holder: String) -> Held {
+        let (rates, clock, ttl) = (runner.rates.clone(), runner.clock.clone(), runner.permit_ttl);
+        let (k, h) = (key.clone(), holder.clone());
+        let renewal = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                // The limit does not bound a holder's renewal.
+                let renewed = rates
+                    .take_permit(&k, &h, u32::MAX, ttl.as_millis() as u64, clock.now_ms())
+                    .await;
+                if let Err(e) = renewed {
+                    tracing::warn!(key = k, "renewing a step concurrency permit failed: {e}");
+                }
+            }
+        });
+        Held {
+            key,
+            holder,
+            rates: runner.rates.clone(),
+            freed: runner.permits_freed.clone(),
+            renewal,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.renewal.abort();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (rates, freed) = (self.rates.clone(), self.freed.clone());
+        let (key, holder) = (std::mem::take(&mut self.key), std::mem::take(&mut self.holder));
+        runtime.spawn(async move {
+            if let Err(e) = rates.release_permit(&key, &holder).await {
+                tracing::warn!(key, "giving a step concurrency permit back failed: {e}");
+            }
+            freed.notify_waiters();
+        });
+    }
+}
+
+/// The longest wait between asks for a step concurrency permit held
+/// elsewhere (another worker's release wakes no one here).
+const PERMIT_POLL_MAX: Duration = Duration::from_millis(500);
 
 /// What the steps of one component run with: its deployment's grants and
 /// limits (or the engine's, for a component never deployed).
@@ -136,6 +202,7 @@ impl StepRunner {
             // attempt is recorded as started: neither wait is an attempt,
             // and the rate-limit wait holds no instance.
             let grant = self.throttle(call, attempt).await?;
+            let permit = self.permit(call, attempt).await?;
             let slot = self.slots.step().await;
             let started = call
                 .journal
@@ -150,6 +217,7 @@ impl StepRunner {
                 .execute(call, settings, attempt, started.at_ms, &hooks, &grant)
                 .await;
             drop(slot);
+            drop(permit);
             match next(
                 call.command,
                 &call.retry,
@@ -228,6 +296,54 @@ impl StepRunner {
             })?;
         }
         Ok(Some((key, at_ms)))
+    }
+
+    /// Waits for a permit of the step's concurrency limit, if it declares
+    /// one (keys are one namespace, as for rate limits); the wait is
+    /// recorded as for a rate limit. Returns the permit held.
+    async fn permit(&self, call: &StepCall, attempt: u32) -> crate::Result<Option<Held>> {
+        let Some((expr, limit)) = call.component.step_concurrency(&call.name) else {
+            return Ok(None);
+        };
+        let input: serde_json::Value =
+            serde_json::from_str(&call.input).unwrap_or(serde_json::Value::Null);
+        let key = expr.evaluate(&input, &serde_json::json!({}))?;
+        let holder = format!("{}/{}", call.run_id, call.command);
+        let ttl_ms = self.permit_ttl.as_millis() as u64;
+        let began = self.clock.now_ms();
+        let mut poll = Duration::from_millis(10);
+        loop {
+            // Registered before asking, so a release between the answer
+            // and the wait is not missed.
+            let freed = self.permits_freed.notified();
+            let now = self.clock.now_ms();
+            match self
+                .rates
+                .take_permit(&key, &holder, limit.limit, ttl_ms, now)
+                .await?
+            {
+                Grant::Granted { .. } => break,
+                Grant::Wait { ms } => {
+                    tracing::debug!(key, "step waits for its concurrency limit");
+                    let wait = poll.min(Duration::from_millis(ms));
+                    tokio::select! {
+                        () = freed => {}
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    poll = (poll * 2).min(PERMIT_POLL_MAX);
+                }
+            }
+        }
+        let waited_ms = self.clock.now_ms().saturating_sub(began);
+        if waited_ms > 0 {
+            call.journal.record(Fact::StepThrottled {
+                command: call.command,
+                attempt,
+                key: key.clone(),
+                waited_ms,
+            })?;
+        }
+        Ok(Some(Held::new(self, key, holder)))
     }
 
     /// Moves a grant to now, as its attempt's instance is ready to call

@@ -125,7 +125,7 @@ function runsPage(params) {
 // A run's place in its concurrency group, in words.
 function slotText(c) {
   const state = c.state === "queued" ? `queued, ${c.position} in line`
-    : c.state === "deferred" ? "asks for a slot at its start time"
+    : c.state === "deferred" ? "asks for a slot when it comes due or is retried"
     : c.state === "evicting" ? "holds a slot, being cancelled for a newer run" : "holds a slot";
   return `key <code>${esc(c.key)}</code> (limit ${c.limit}, priority ${c.priority}): ${esc(state)}`;
 }
@@ -196,7 +196,7 @@ function runPage(runId) {
         <td title="${time(row.started_at_ms)}">+${duration(row.started_at_ms - r.created_at_ms)}</td>
         <td>${duration((row.ended_at_ms ?? end) - row.started_at_ms)}</td>
         <td>${bar(row)}</td>
-        <td>${row.throttled_ms ? `<div class="muted" data-testid="throttled">waited ${duration(row.throttled_ms)} for its rate limit</div>` : ""}${row.error ? `<span class="error">${esc(row.error)}</span>` : ""}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
+        <td>${row.throttled_ms ? `<div class="muted" data-testid="throttled">waited ${duration(row.throttled_ms)} for its step limits</div>` : ""}${row.error ? `<span class="error">${esc(row.error)}</span>` : ""}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
       </tr>`).join("")}</tbody></table>`}
       ${hooks.length ? `<h2>Hooks</h2><table data-testid="hooks"><thead><tr><th>Token</th><th>Status</th><th>Created</th><th>Payloads, in order</th></tr></thead><tbody>
         ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>

@@ -486,6 +486,21 @@ impl<S: Store + ?Sized> crate::RateStore for FaultyStore<S> {
     async fn restamp_grant(&self, key: &str, at_ms: u64, now_ms: u64) -> Result<()> {
         self.inner.restamp_grant(key, at_ms, now_ms).await
     }
+    async fn take_permit(
+        &self,
+        key: &str,
+        holder: &str,
+        limit: u32,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<crate::Grant> {
+        self.inner
+            .take_permit(key, holder, limit, ttl_ms, now_ms)
+            .await
+    }
+    async fn release_permit(&self, key: &str, holder: &str) -> Result<()> {
+        self.inner.release_permit(key, holder).await
+    }
 }
 
 impl<S: Store + ?Sized> Store for FaultyStore<S> {

@@ -365,9 +365,10 @@ pub trait FlowStore: Send + Sync {
     async fn limit_rows(&self) -> Result<Vec<LimitRow>>;
 }
 
-/// Step rate limits: one sliding window of grants per key
-/// (`keel_core::flow::RateWindow`), shared by every process sharing the
-/// store.
+/// Step rate and concurrency limits: one sliding window of grants per
+/// rate-limit key (`keel_core::flow::RateWindow`) and one set of permits
+/// per step concurrency key (`keel_core::flow::Permits`), shared by every
+/// process sharing the store.
 #[async_trait]
 pub trait RateStore: Send + Sync {
     /// Takes a grant of `key` under `limit` per `per_ms`, or says how many
@@ -383,9 +384,27 @@ pub trait RateStore: Send + Sync {
     /// the database's clock on PostgreSQL): its attempt calls out now
     /// (`keel_core::flow::RateWindow::restamp`).
     async fn restamp_grant(&self, key: &str, at_ms: u64, now_ms: u64) -> Result<()>;
+
+    /// Takes or renews `holder`'s permit of step concurrency key `key`
+    /// under `limit`, lapsing `ttl_ms` from now unless taken again
+    /// (`Granted`), or says in how many milliseconds the first permit held
+    /// lapses (`Wait`); atomic. Now is `now_ms` on sled (whose permits a
+    /// restart drops, since no attempt outlives its process) and the
+    /// database's clock on PostgreSQL.
+    async fn take_permit(
+        &self,
+        key: &str,
+        holder: &str,
+        limit: u32,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<Grant>;
+
+    /// Gives `holder`'s permit of `key` back (nothing if it holds none).
+    async fn release_permit(&self, key: &str, holder: &str) -> Result<()>;
 }
 
-/// The answer of [`RateStore::take_grant`].
+/// The answer of [`RateStore::take_grant`] and [`RateStore::take_permit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grant {
     /// Granted, stamped at this time (to restamp it by).
@@ -408,6 +427,14 @@ impl Grant {
             Err(at) => Grant::Wait {
                 ms: at.saturating_sub(now_ms).max(1),
             },
+        }
+    }
+
+    /// The answer for what `Permits::take` decided at `now_ms`.
+    pub(crate) fn of_permit(answer: std::result::Result<(), u64>, now_ms: u64) -> Grant {
+        match answer {
+            Ok(()) => Grant::Granted { at_ms: now_ms },
+            Err(ms) => Grant::Wait { ms },
         }
     }
 }

@@ -250,6 +250,7 @@ mod postgres {
                  DROP TABLE {schema}.schedules; DROP TABLE {schema}.flow_groups;
                  DROP TABLE {schema}.flow_slots; DROP TABLE {schema}.flow_limits;
                  DROP SEQUENCE {schema}.flow_seq; DROP TABLE {schema}.rate_windows;
+                 DROP TABLE {schema}.step_permits;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))
@@ -264,6 +265,10 @@ mod postgres {
         assert!(store.deployments().await.unwrap().is_empty());
         assert!(store.list_schedules().await.unwrap().is_empty());
         assert!(store.limit_rows().await.unwrap().is_empty());
+        let permit = keel_store::RateStore::take_permit(&store, "k", "r/1", 1, 1000, 0)
+            .await
+            .unwrap();
+        assert!(matches!(permit, keel_store::Grant::Granted { .. }));
         let listed: Vec<String> = store
             .runs_before(None, 10)
             .await

@@ -419,3 +419,106 @@ async fn a_step_rate_limit_holds_calls_from_many_runs_to_ten_a_second() {
         "forty calls waited for a later second: {throttled}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_concurrency_limit_holds_overlapping_calls_per_key_across_runs() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = keel_host::Grants {
+        http: vec![recorder.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    let (keel, loaded) = open(config).await;
+    // Three runs of tenant a and one of tenant b, four calls each at once:
+    // the key is per tenant, shared by the runs.
+    let mut runs = Vec::new();
+    for tenant in ["a", "a", "a", "b"] {
+        let call = serde_json::json!({"url": recorder.url(), "tenant": tenant, "hold_ms": 60});
+        let input = serde_json::json!([call, 4]).to_string();
+        runs.push(keel.start(&loaded, "guarded_burst", &input).await.unwrap());
+    }
+    let summary = keel.work(true).await.unwrap();
+    assert!(summary.undriven.is_empty(), "{summary:?}");
+    for run in &runs {
+        let run = keel.get_run(&run.run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+        assert_eq!(run.output.as_deref(), Some("4"));
+    }
+    let most = recorder.most_at_once();
+    assert_eq!(most.get("a"), Some(&2), "{most:?}");
+    assert_eq!(most.get("b"), Some(&2), "{most:?}");
+    assert_eq!(recorder.finished().len(), 16);
+
+    // The waits are journaled under the key and are not attempts; the
+    // journals replay.
+    let mut waits = 0;
+    for run in &runs {
+        let journal = keel.journal(&run.run_id).await.unwrap();
+        for e in &journal {
+            if let Fact::StepThrottled { key, .. } = &e.fact {
+                assert!(key == "guarded-a" || key == "guarded-b", "{key}");
+                waits += 1;
+            }
+        }
+        let rows = keel_host::core::timeline::timeline(&journal);
+        assert!(rows.iter().all(|r| r.attempts == 1), "{rows:?}");
+        assert!(keel.replay(&run.run_id, None).await.unwrap().is_ok());
+    }
+    assert!(waits >= 10, "ten of tenant a's calls waited: {waits}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retried_run_asks_for_its_slot_again() {
+    let store = TestStore::new();
+    let (keel, loaded, clock) = on_manual_clock(&store).await;
+    let failed = keel
+        .start(&loaded, "one_at_a_time", r#"["declined", 0]"#)
+        .await
+        .unwrap();
+    assert_eq!(
+        keel.drive(&failed.run_id).await.unwrap().status,
+        RunStatus::Failed
+    );
+    // Its slot is free for others while it lies failed.
+    let holder = keel
+        .start(&loaded, "one_at_a_time", r#"["b", 1000]"#)
+        .await
+        .unwrap();
+    assert_eq!(holder.status, RunStatus::Pending);
+    keel.drive(&holder.run_id).await.unwrap();
+    assert_eq!(status(&keel, &holder.run_id).await, RunStatus::Waiting);
+
+    // Retried while the slot is held: it queues rather than run beside it.
+    keel.retry(&failed.run_id).await.unwrap();
+    keel.drive(&failed.run_id).await.unwrap();
+    assert_eq!(status(&keel, &failed.run_id).await, RunStatus::Queued);
+    let slot = keel.run_slot(&failed.run_id).await.unwrap().unwrap();
+    assert_eq!((slot.state, slot.position), (SlotState::Queued, Some(1)));
+    let journal = keel.journal(&failed.run_id).await.unwrap();
+    assert!(
+        !journal
+            .iter()
+            .skip_while(|e| !matches!(e.fact, Fact::RunRetried { .. }))
+            .any(|e| matches!(e.fact, Fact::StepAttemptStarted { .. })),
+        "the queued retry ran nothing: {journal:?}"
+    );
+
+    // The holder ends: the retried run takes the slot and runs (and,
+    // declined again, fails again).
+    clock.advance(1000);
+    assert_eq!(
+        keel.drive(&holder.run_id).await.unwrap().status,
+        RunStatus::Completed
+    );
+    assert_eq!(status(&keel, &failed.run_id).await, RunStatus::Pending);
+    assert_eq!(
+        keel.drive(&failed.run_id).await.unwrap().status,
+        RunStatus::Failed
+    );
+    let rows = keel.limits().await.unwrap();
+    assert!(
+        rows.iter().all(|r| r.in_progress == 0 && r.queued == 0),
+        "{rows:?}"
+    );
+}

@@ -260,7 +260,9 @@ impl WorkflowSettings {
 /// per = "1m")`: at most `limit` attempts of the steps sharing the key (a
 /// CEL expression over the step's `input`) start in any window of `per`,
 /// across every worker; an attempt that finds none waits, without holding
-/// an instance or counting as an attempt.
+/// an instance or counting as an attempt. `concurrency(key = "'db'",
+/// limit = 2)`: at most `limit` attempts of the steps sharing the key run
+/// at once, across every worker; an attempt over it waits the same way.
 #[proc_macro_attribute]
 pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
@@ -388,6 +390,36 @@ struct StepSettings {
     max_backoff_ms: u64,
     /// `(key, limit, per in ms)`.
     rate_limit: Option<(String, u32, u64)>,
+    /// `(key, limit)`.
+    concurrency: Option<(String, u32)>,
+}
+
+/// `concurrency(key = "CEL", limit = N)` of a step.
+fn parse_step_concurrency(list: &syn::MetaList) -> syn::Result<(String, u32)> {
+    let inner = list.parse_args_with(Punctuated::<MetaNameValue, Token![,]>::parse_terminated)?;
+    let (mut key, mut limit) = (None, None);
+    for kv in &inner {
+        let Expr::Lit(ExprLit { lit, .. }) = &kv.value else {
+            return Err(syn::Error::new_spanned(&kv.value, "expected a literal"));
+        };
+        match (kv.path.get_ident().map(Ident::to_string).as_deref(), lit) {
+            (Some("key"), Lit::Str(s)) => key = Some(s.value()),
+            (Some("limit"), Lit::Int(_)) => limit = Some(int_lit(lit)?),
+            _ => {
+                return Err(syn::Error::new_spanned(
+                    kv,
+                    "expected `key = \"CEL\"` or `limit = N`",
+                ));
+            }
+        }
+    }
+    match (key, limit) {
+        (Some(key), Some(limit)) if limit > 0 => Ok((key, limit)),
+        _ => Err(syn::Error::new_spanned(
+            list,
+            "a step's concurrency needs `key` and `limit` (at least 1)",
+        )),
+    }
 }
 
 /// `rate_limit(key = "CEL", limit = N, per = "1m")` of a step.
@@ -427,6 +459,7 @@ impl StepSettings {
             backoff_factor: 2.0,
             max_backoff_ms: 60_000,
             rate_limit: None,
+            concurrency: None,
         };
         for setting in settings {
             let setting = match setting {
@@ -434,12 +467,16 @@ impl StepSettings {
                     out.rate_limit = Some(parse_rate_limit(list)?);
                     continue;
                 }
+                Meta::List(list) if list.path.is_ident("concurrency") => {
+                    out.concurrency = Some(parse_step_concurrency(list)?);
+                    continue;
+                }
                 Meta::NameValue(kv) => kv,
                 other => {
                     return Err(syn::Error::new_spanned(
                         other,
                         "unknown step setting; expected one of max_retries, initial_backoff, \
-                         backoff_factor, max_backoff, rate_limit(...)",
+                         backoff_factor, max_backoff, rate_limit(...), concurrency(...)",
                     ));
                 }
             };
@@ -461,7 +498,7 @@ impl StepSettings {
                     return Err(syn::Error::new_spanned(
                         &setting.path,
                         "unknown step setting; expected one of max_retries, \
-                         initial_backoff, backoff_factor, max_backoff, rate_limit(...)",
+                         initial_backoff, backoff_factor, max_backoff, rate_limit(...), concurrency(...)",
                     ));
                 }
             }
@@ -538,6 +575,10 @@ fn expand_step(func: &ItemFn, s: &StepSettings) -> syn::Result<TokenStream2> {
         Some((key, limit, per_ms)) => quote! { Some((#key, #limit, #per_ms)) },
         None => quote! { None },
     };
+    let concurrency = match &s.concurrency {
+        Some((key, limit)) => quote! { Some((#key, #limit)) },
+        None => quote! { None },
+    };
     let (retries, initial, factor, max) = (
         s.max_retries,
         s.initial_backoff_ms,
@@ -565,6 +606,7 @@ fn expand_step(func: &ItemFn, s: &StepSettings) -> syn::Result<TokenStream2> {
                 max_backoff_ms: #max,
             },
             rate_limit: #rate_limit,
+            concurrency: #concurrency,
             run: |input: &str| ::keel_sdk::__private::run_step::<#unpack_ty, _, _, _>(input, #unpack),
         };
     })

@@ -31,6 +31,13 @@ async fn ten_steps_limited(n: u32) -> Result<u32, Error> {
     ten_steps(n).await
 }
 
+/// W10 with a concurrency limit per tenant (`input[1]`) that the
+/// benchmark never reaches: what slots cost when keys spread the load.
+#[workflow(concurrency(key = "string(input[1])", limit = 100000))]
+async fn ten_steps_per_tenant((n, _tenant): (u32, u32)) -> Result<u32, Error> {
+    ten_steps(n).await
+}
+
 #[step]
 async fn add(x: i64, y: i64) -> Result<i64, StepError> {
     Ok(x + y)
@@ -518,6 +525,12 @@ async fn call_downstream(call: Call) -> Result<u16, StepError> {
     } else {
         call.hold_ms
     };
+    post(&call, hold_ms).await
+}
+
+/// POSTs to the downstream for `call.tenant`, asking it to hold the
+/// request `hold_ms`; answers its status.
+async fn post(call: &Call, hold_ms: u64) -> Result<u16, StepError> {
     let url = format!("{}/{}?hold_ms={hold_ms}", call.url, call.tenant);
     let request = Request::post(&url)
         .body(Body::empty())
@@ -537,22 +550,53 @@ async fn call_downstream(call: Call) -> Result<u16, StepError> {
     rate_limit(key = "'downstream'", limit = 10, per = "1s")
 )]
 async fn call_limited(call: Call) -> Result<u16, StepError> {
-    let url = format!("{}/{}?hold_ms={}", call.url, call.tenant, call.hold_ms);
-    let request = Request::post(&url)
-        .body(Body::empty())
-        .map_err(StepError::fatal)?;
-    let response = Client::new()
-        .send(request)
-        .await
-        .map_err(StepError::retryable)?;
-    Ok(response.status().as_u16())
+    post(&call, call.hold_ms).await
+}
+
+/// Calls the downstream as `call_downstream` does; at most two attempts
+/// for one tenant run at once, across every run and worker.
+#[step(
+    initial_backoff = "10ms",
+    concurrency(key = "'guarded-' + input.tenant", limit = 2)
+)]
+async fn call_guarded(call: Call) -> Result<u16, StepError> {
+    post(&call, call.hold_ms).await
+}
+
+/// `x * x`, one attempt at a time across every run (and at most a
+/// thousand a second): a step under both limits that needs no grant.
+#[step(
+    rate_limit(key = "'squares'", limit = 1000, per = "1s"),
+    concurrency(key = "'squares'", limit = 1)
+)]
+async fn square_one_at_a_time(x: u64) -> Result<u64, StepError> {
+    Ok(x * x)
+}
+
+/// The sum of the squares of `1..=n`, their steps scheduled at once (all
+/// but one wait for the concurrency limit).
+#[workflow]
+async fn sum_of_squares(n: u64) -> Result<u64, Error> {
+    let squares = keel_sdk::futures::future::try_join_all((1..=n).map(square_one_at_a_time)).await?;
+    Ok(squares.into_iter().sum())
+}
+
+/// `n` concurrency-limited calls at once; answers how many succeeded.
+#[workflow]
+async fn guarded_burst((call, n): (Call, u32)) -> Result<u32, Error> {
+    all_ok((0..n).map(|_| call_guarded(call.clone()))).await
 }
 
 /// `n` rate-limited calls at once; answers how many succeeded.
 #[workflow]
 async fn burst((call, n): (Call, u32)) -> Result<u32, Error> {
+    all_ok((0..n).map(|_| call_limited(call.clone()))).await
+}
+
+/// Awaits `calls` at once; answers how many answered 200.
+async fn all_ok(calls: impl Iterator<Item = keel_sdk::StepFuture<u16>>) -> Result<u32, Error> {
     use keel_sdk::futures::stream::{FuturesUnordered, StreamExt};
-    let mut pending: FuturesUnordered<_> = (0..n).map(|_| call_limited(call.clone())).collect();
+    let mut pending: FuturesUnordered<_> = calls.collect();
     let mut ok = 0;
     while let Some(status) = pending.next().await {
         if status? == 200 {
@@ -569,10 +613,14 @@ async fn per_tenant(call: Call) -> Result<u16, Error> {
 }
 
 /// One run of the whole workflow at a time, the others queued by
-/// priority: sleeps `ms` durably, then returns its label.
+/// priority: sleeps `ms` durably, then returns its label (or fails, for
+/// the label `declined`).
 #[workflow(concurrency(key = "'all'", limit = 1))]
 async fn one_at_a_time((label, ms): (String, u64)) -> Result<String, Error> {
     keel_sdk::sleep(Duration::from_millis(ms)).await;
+    if label == "declined" {
+        declined().await?;
+    }
     Ok(label)
 }
 
@@ -593,7 +641,10 @@ async fn latest(ms: u64) -> Result<u64, Error> {
 keel_sdk::component!(
     workflows = [
         burst,
+        guarded_burst,
+        sum_of_squares,
         ten_steps_limited,
+        ten_steps_per_tenant,
         per_tenant,
         one_at_a_time,
         solo,
@@ -631,6 +682,8 @@ keel_sdk::component!(
     ],
     steps = [
         call_limited,
+        call_guarded,
+        square_one_at_a_time,
         call_downstream,
         noop,
         add,

@@ -182,10 +182,20 @@ impl Keel {
             .retry_point()
             .ok_or_else(|| refuse("its journal records no failure".into()))?;
         let entry = index.next_entry(Fact::RunRetried { from_seq }, self.now_ms());
-        run.status = RunStatus::Pending;
+        // A run of a concurrency group kept a deferred slot when it failed:
+        // it comes due at once and asks for a slot (or queues) like a
+        // delayed start.
+        let deferred = self
+            .store()
+            .run_slot(run_id)
+            .await?
+            .is_some_and(|s| s.state == SlotState::Deferred);
+        (run.status, run.wake_at_ms) = match deferred {
+            true => (RunStatus::Scheduled, Some(entry.at_ms)),
+            false => (RunStatus::Pending, None),
+        };
         run.error = None;
         run.output = None;
-        run.wake_at_ms = None;
         run.updated_at_ms = entry.at_ms;
         self.store()
             .append(run_id, std::slice::from_ref(&entry), Some(&run), None)

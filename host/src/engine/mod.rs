@@ -116,6 +116,8 @@ impl Keel {
             observer: config.observer.clone(),
             slots: runtime.slots.clone(),
             rates: store.clone(),
+            permit_ttl: config.lease_ttl,
+            permits_freed: Arc::new(Notify::new()),
         });
         let keel = Keel {
             inner: Arc::new(Inner {

@@ -339,3 +339,69 @@ pub(super) async fn a_rate_window_grants_its_limit_per_window_to_racers(
         "keys have windows of their own".into()
     })
 }
+
+pub(super) async fn step_permits_hold_their_limit_against_racers_and_lapse(
+    h: &dyn Harness,
+) -> Outcome {
+    let store = h.fresh().await;
+    let mut tasks = Vec::new();
+    for n in 0..10 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let holder = format!("run-{n}/1");
+            (holder.clone(), store.take_permit("db", &holder, 3, 60_000, 10_000).await)
+        }));
+    }
+    let mut holders = Vec::new();
+    for task in tasks {
+        match task.await.map_err(fail("task"))? {
+            (holder, Ok(crate::Grant::Granted { .. })) => holders.push(holder),
+            (_, Ok(crate::Grant::Wait { ms })) => {
+                check(ms > 0 && ms <= 60_000, || format!("waits {ms} ms"))?;
+            }
+            (_, Err(e)) => return Err(format!("take: {e}")),
+        }
+    }
+    check(holders.len() == 3, || format!("{holders:?} took 3 permits"))?;
+    // A holder renews whatever the limit; a release frees its permit.
+    let renewed = store
+        .take_permit("db", &holders[0], 3, 60_000, 10_001)
+        .await
+        .map_err(fail("renew"))?;
+    check(matches!(renewed, crate::Grant::Granted { .. }), || {
+        format!("a holder renewing: {renewed:?}")
+    })?;
+    store
+        .release_permit("db", &holders[1])
+        .await
+        .map_err(fail("release"))?;
+    let next = store
+        .take_permit("db", "late/1", 3, 60_000, 10_002)
+        .await
+        .map_err(fail("take"))?;
+    check(matches!(next, crate::Grant::Granted { .. }), || {
+        format!("after a release: {next:?}")
+    })?;
+    // Permits that lapse free their places (a short TTL here).
+    let short = store
+        .take_permit("brief", "a/1", 1, 1, 10_000)
+        .await
+        .map_err(fail("take"))?;
+    check(matches!(short, crate::Grant::Granted { .. }), || {
+        format!("{short:?}")
+    })?;
+    // The clock moves on (the given one here, PostgreSQL's own there).
+    let mut later = crate::Grant::Wait { ms: 0 };
+    for now in 10_002..12_000 {
+        later = store
+            .take_permit("brief", "b/1", 1, 60_000, now)
+            .await
+            .map_err(fail("take"))?;
+        if matches!(later, crate::Grant::Granted { .. }) {
+            break;
+        }
+    }
+    check(matches!(later, crate::Grant::Granted { .. }), || {
+        format!("a lapsed permit still held its place: {later:?}")
+    })
+}

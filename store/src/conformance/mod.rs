@@ -123,6 +123,7 @@ cases!(
     a_delayed_start_asks_for_its_slot_when_due,
     racing_admissions_never_exceed_the_limit,
     a_rate_window_grants_its_limit_per_window_to_racers,
+    step_permits_hold_their_limit_against_racers_and_lapse,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.

@@ -64,8 +64,11 @@ pub(super) async fn check_fence(
 impl RunStore for PgStore {
     async fn admit(&self, a: Admission<'_>) -> Result<Admitted> {
         transact!(self, |tx| {
-            let plan = flow::admission_plan(tx, &a).await?;
-            let run = &plan.run;
+            // Everything that does not hang on the flow decision is written
+            // first, as given, so that the concurrency group's row lock
+            // (taken by the decision) is held only for the statements that
+            // need it and the commit: runs of one key serialize on it.
+            let run = a.run;
             let record = codec::encode(run);
             let mut hook_row = false;
             if let Some(hook) = a.start_hook
@@ -137,16 +140,37 @@ impl RunStore for PgStore {
                 Ok(_) => {}
                 Err(e) => return race(e),
             }
-            if let Some(hook) = &plan.start_hook
+            if let Some(hook) = a.start_hook
                 && let Attempt::Retry = write_hook(tx, hook, hook_row).await?
             {
                 return Ok(Attempt::Retry);
             }
-            insert_entries(tx, &run.run_id, &plan.journal).await?;
+            insert_entries(tx, &run.run_id, a.journal).await?;
+            // Delivered at commit.
+            self.notify(tx, &Wake::Admitted).await?;
+            let plan = flow::admission_plan(tx, &a).await?;
+            if plan.run != *run {
+                tx.run(
+                    "UPDATE runs SET record = $2, live = $3 WHERE run_id = $1",
+                    &[
+                        &run.run_id.as_str(),
+                        &codec::encode(&plan.run),
+                        &!plan.run.status.is_final(),
+                    ],
+                )
+                .await
+                .map_err(pg)?;
+            }
+            insert_entries(tx, &run.run_id, &plan.journal[a.journal.len()..]).await?;
+            if let Some(hook) = &plan.start_hook
+                && a.start_hook != Some(hook)
+                && let Attempt::Retry = write_hook(tx, hook, true).await?
+            {
+                return Ok(Attempt::Retry);
+            }
             for slot in &plan.slots {
                 flow::put_slot(tx, slot).await?;
             }
-            self.notify(tx, &Wake::Admitted).await?;
             Ok(Attempt::Done(plan.admitted))
         })
     }
@@ -281,7 +305,8 @@ impl RunStore for PgStore {
             tx.run("DELETE FROM claims WHERE run_id = $1", &[&run_id])
                 .await
                 .map_err(pg)?;
-            let promoted = flow::flow_end(tx, run_id, now_ms).await?;
+            let failed = run.status == keel_core::RunStatus::Failed;
+            let promoted = flow::flow_end(tx, run_id, failed, now_ms).await?;
             if !promoted.is_empty() {
                 self.notify(tx, &Wake::Admitted).await?;
             }

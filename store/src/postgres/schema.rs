@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -132,6 +132,10 @@ CREATE SEQUENCE flow_seq;
     // Step rate limits (`flow.rs`).
     r#"
 CREATE TABLE rate_windows (key text PRIMARY KEY, record bytea NOT NULL);
+"#,
+    // Step concurrency limits (`flow.rs`).
+    r#"
+CREATE TABLE step_permits (key text PRIMARY KEY, record bytea NOT NULL);
 "#,
 ];
 

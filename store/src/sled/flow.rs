@@ -197,20 +197,30 @@ impl SledStore {
         })
     }
 
-    /// What ending `run_id` does to its group: its slot goes, and the
-    /// queued runs that take a slot it frees are promoted. Call under
-    /// [`SledStore::flow_lock`].
-    pub(super) fn flow_end(&self, run_id: &str) -> Result<FlowWrites> {
+    /// What ending `run_id` does to its group: its slot goes (or, for a
+    /// run that `failed`, becomes deferred, so that a retry asks for one
+    /// again), and the queued runs that take a slot it frees are promoted.
+    /// Call under [`SledStore::flow_lock`].
+    pub(super) fn flow_end(&self, run_id: &str, failed: bool) -> Result<FlowWrites> {
         let Some(slot) = self.slot_of(run_id)? else {
             return Ok(FlowWrites::default());
         };
-        if slot.state.holds() {
-            return self.promote_in(&slot.group(), Some(&slot));
+        let mut writes = if slot.state.holds() {
+            self.promote_in(&slot.group(), Some(&slot))?
+        } else {
+            FlowWrites {
+                remove: vec![slot.clone()],
+                ..FlowWrites::default()
+            }
+        };
+        // Removals are applied first: the deferred copy stays.
+        if failed {
+            writes.put.push(Slot {
+                state: SlotState::Deferred,
+                ..slot
+            });
         }
-        Ok(FlowWrites {
-            remove: vec![slot],
-            ..FlowWrites::default()
-        })
+        Ok(writes)
     }
 
     /// Applies `writes` and the promotions' records in one transaction
@@ -241,7 +251,11 @@ impl SledStore {
         };
         let slots = self.group_slots(&group)?;
         let limit = self.limit_of(&group, Some(claim.limit))?;
-        let plan = AdmissionPlan::decide(a, limit, &slots, self.next_slot_seq()?);
+        let mut plan = AdmissionPlan::decide(a, limit, &slots, self.next_slot_seq()?);
+        // The group's record is written only when the declaration changed.
+        if plan.group.is_some() && self.group_record(&group)? == plan.group {
+            plan.group = None;
+        }
         Ok(AdmissionWrites::from(plan))
     }
 }
@@ -414,27 +428,63 @@ impl crate::RateStore for SledStore {
         per_ms: u64,
         now_ms: u64,
     ) -> Result<crate::Grant> {
-        let _flow = self.flow_lock();
-        let tree = &self.inner.rates;
-        let mut window: flow::RateWindow = match tree.get(key).map_err(backend)? {
-            Some(bytes) => codec::decode(&bytes, "rate window")?,
-            None => flow::RateWindow::default(),
-        };
-        let answer = window.take(limit, per_ms, now_ms);
-        if answer.is_ok() {
-            tree.insert(key, codec::encode(&window)).map_err(backend)?;
-        }
-        Ok(crate::Grant::of(answer, &window, now_ms))
+        self.update(&self.inner.rates, key, "rate window", |w: &mut flow::RateWindow| {
+            let answer = w.take(limit, per_ms, now_ms);
+            (crate::Grant::of(answer, w, now_ms), answer.is_ok())
+        })
     }
 
     async fn restamp_grant(&self, key: &str, at_ms: u64, now_ms: u64) -> Result<()> {
+        self.update(&self.inner.rates, key, "rate window", |w: &mut flow::RateWindow| {
+            w.restamp(at_ms, now_ms);
+            ((), !w.grants.is_empty())
+        })
+    }
+
+    async fn take_permit(
+        &self,
+        key: &str,
+        holder: &str,
+        limit: u32,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<crate::Grant> {
+        self.update(&self.inner.permits, key, "permits", |p: &mut flow::Permits| {
+            let answer = p.take(holder, limit, now_ms, ttl_ms);
+            (crate::Grant::of_permit(answer, now_ms), true)
+        })
+    }
+
+    async fn release_permit(&self, key: &str, holder: &str) -> Result<()> {
+        self.update(&self.inner.permits, key, "permits", |p: &mut flow::Permits| {
+            ((), p.release(holder))
+        })
+    }
+}
+
+impl SledStore {
+    /// Reads the record of `key` in `tree` (the default if none), lets `f`
+    /// change it and writes it back if `f` says it changed, under
+    /// [`SledStore::flow_lock`]; returns what `f` answered.
+    fn update<T, A>(
+        &self,
+        tree: &sled::Tree,
+        key: &str,
+        what: &'static str,
+        f: impl FnOnce(&mut T) -> (A, bool),
+    ) -> Result<A>
+    where
+        T: Default + serde::Serialize + serde::de::DeserializeOwned,
+    {
         let _flow = self.flow_lock();
-        let tree = &self.inner.rates;
-        if let Some(bytes) = tree.get(key).map_err(backend)? {
-            let mut window: flow::RateWindow = codec::decode(&bytes, "rate window")?;
-            window.restamp(at_ms, now_ms);
-            tree.insert(key, codec::encode(&window)).map_err(backend)?;
+        let mut record: T = match tree.get(key).map_err(backend)? {
+            Some(bytes) => codec::decode(&bytes, what)?,
+            None => T::default(),
+        };
+        let (answer, changed) = f(&mut record);
+        if changed {
+            tree.insert(key, codec::encode(&record)).map_err(backend)?;
         }
-        Ok(())
+        Ok(answer)
     }
 }

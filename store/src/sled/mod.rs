@@ -137,6 +137,8 @@ struct Inner {
     limits: sled::Tree,
     /// Rate-limit key to its window of grants.
     rates: sled::Tree,
+    /// Step concurrency key to its permits (emptied at open).
+    permits: sled::Tree,
     /// Serializes decisions against concurrency groups (`flow`).
     flow_lock: std::sync::Mutex<()>,
     db: sled::Db,
@@ -212,6 +214,7 @@ impl SledStore {
             groups: open("groups")?,
             limits: open("limits")?,
             rates: open("rates")?,
+            permits: open("permits")?,
             flow_lock: std::sync::Mutex::new(()),
             db: db.clone(),
             committer: GroupCommit::new(db.clone()),
@@ -223,6 +226,8 @@ impl SledStore {
         };
         schema::migrate(&store, &meta, &db)?;
         store.void_leases()?;
+        // No step attempt outlives the process that held the store.
+        store.inner.permits.clear().map_err(backend)?;
         Ok(store)
     }
 

@@ -229,8 +229,10 @@ impl RunStore for SledStore {
         let prefix = key_of(&run.run_id, "");
         let tokens = self.suffixes(&i.run_hooks, &prefix)?;
         let record = codec::encode(run);
-        let flow_guard = self.flow_lock();
-        let flow = self.flow_end(&run.run_id)?;
+        // A run has a slot from its admission to its end: one without
+        // decides nothing against a group.
+        let flow_guard = self.slot_of(&run.run_id)?.map(|_| self.flow_lock());
+        let flow = self.flow_end(&run.run_id, run.status == keel_core::RunStatus::Failed)?;
         let trees = (
             &i.runs,
             &i.hooks,
