@@ -325,8 +325,14 @@ async fn limited_beside_unlimited(
         plain.push(throughput_of(keels, W10, |_| "10".into(), 16, total).await?);
         one_key.push(throughput_of(keels, W10_LIMITED, |_| "10".into(), 16, total).await?);
         per_tenant.push(
-            throughput_of(keels, W10_PER_TENANT, |i| format!("[10, {}]", i % 16), 16, total)
-                .await?,
+            throughput_of(
+                keels,
+                W10_PER_TENANT,
+                |i| format!("[10, {}]", i % 16),
+                16,
+                total,
+            )
+            .await?,
         );
     }
     let median = |v: &mut Vec<f64>| {

@@ -897,7 +897,11 @@ fn crashtest(args: &[&str]) -> (Output, Value) {
 #[test]
 fn crashtest_passes_idempotent_workflows() {
     // sum_of_squares journals its steps' waits for their concurrency limit.
-    for (workflow, input) in [("ten_steps", "3"), ("two_steps", "4"), ("sum_of_squares", "3")] {
+    for (workflow, input) in [
+        ("ten_steps", "3"),
+        ("two_steps", "4"),
+        ("sum_of_squares", "3"),
+    ] {
         let (out, report) =
             crashtest(&["crashtest", keel_tests::TESTBED, workflow, "--input", input]);
         assert!(out.status.success(), "{workflow}: {report}");

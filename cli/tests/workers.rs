@@ -790,3 +790,34 @@ async fn a_step_rate_limit_holds_across_two_workers() {
     let took = arrivals[49] - arrivals[0];
     assert!(took >= 4000, "fifty calls at ten a second took {took} ms");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_concurrency_limit_holds_across_two_workers() {
+    let schema = schema("permits");
+    let recorder = Recorder::start().await.unwrap();
+    let keel = engine(&schema).await;
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let addr = recorder.addr.to_string();
+    let logs = tempfile::tempdir().unwrap();
+    let workers = [
+        worker_allowed(&schema, &addr, "30", &logs.path().join("a.log")),
+        worker_allowed(&schema, &addr, "30", &logs.path().join("b.log")),
+    ];
+    // Four runs of one tenant, four calls each at once, on either worker:
+    // at most two calls of the tenant overlap anywhere.
+    let call = json!({"url": recorder.url(), "tenant": "a", "hold_ms": 80});
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let input = json!([call, 4]).to_string();
+        runs.push(keel.start(&testbed, "guarded_burst", &input).await.unwrap());
+    }
+    for run in &runs {
+        let run = ended(&keel, &run.run_id).await;
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+        assert_eq!(run.output.as_deref(), Some("4"));
+    }
+    drop(workers);
+    assert_eq!(recorder.finished().len(), 16);
+    let most = recorder.most_at_once();
+    assert_eq!(most.get("a"), Some(&2), "{most:?}");
+}

@@ -498,7 +498,12 @@ impl Permits {
             });
             return Ok(());
         }
-        let first = self.held.iter().map(|p| p.expires_ms).min().unwrap_or(now_ms);
+        let first = self
+            .held
+            .iter()
+            .map(|p| p.expires_ms)
+            .min()
+            .unwrap_or(now_ms);
         Err(first.saturating_sub(now_ms).max(1))
     }
 

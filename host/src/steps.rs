@@ -46,7 +46,11 @@ struct Held {
 
 impl Held {
     fn new(runner: &StepRunner, key: String, holder: String) -> Held {
-        let (rates, clock, ttl) = (runner.rates.clone(), runner.clock.clone(), runner.permit_ttl);
+        let (rates, clock, ttl) = (
+            runner.rates.clone(),
+            runner.clock.clone(),
+            runner.permit_ttl,
+        );
         let (k, h) = (key.clone(), holder.clone());
         let renewal = tokio::spawn(async move {
             loop {
@@ -77,7 +81,10 @@ impl Drop for Held {
             return;
         };
         let (rates, freed) = (self.rates.clone(), self.freed.clone());
-        let (key, holder) = (std::mem::take(&mut self.key), std::mem::take(&mut self.holder));
+        let (key, holder) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.holder),
+        );
         runtime.spawn(async move {
             if let Err(e) = rates.release_permit(&key, &holder).await {
                 tracing::warn!(key, "giving a step concurrency permit back failed: {e}");

@@ -577,7 +577,8 @@ async fn square_one_at_a_time(x: u64) -> Result<u64, StepError> {
 /// but one wait for the concurrency limit).
 #[workflow]
 async fn sum_of_squares(n: u64) -> Result<u64, Error> {
-    let squares = keel_sdk::futures::future::try_join_all((1..=n).map(square_one_at_a_time)).await?;
+    let squares =
+        keel_sdk::futures::future::try_join_all((1..=n).map(square_one_at_a_time)).await?;
     Ok(squares.into_iter().sum())
 }
 

@@ -349,7 +349,10 @@ pub(super) async fn step_permits_hold_their_limit_against_racers_and_lapse(
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let holder = format!("run-{n}/1");
-            (holder.clone(), store.take_permit("db", &holder, 3, 60_000, 10_000).await)
+            (
+                holder.clone(),
+                store.take_permit("db", &holder, 3, 60_000, 10_000).await,
+            )
         }));
     }
     let mut holders = Vec::new();

@@ -29,7 +29,8 @@ struct View {
 
 impl View {
     /// The query, of `$1` the workflow and `$2` the key.
-    const SQL: &str = "SELECT ARRAY(SELECT record FROM flow_slots WHERE workflow = $1 AND key = $2),
+    const SQL: &str =
+        "SELECT ARRAY(SELECT record FROM flow_slots WHERE workflow = $1 AND key = $2),
                               ARRAY(SELECT record FROM flow_limits WHERE workflow = $1),
                               nextval('flow_seq')";
 
@@ -192,7 +193,9 @@ pub(super) async fn flow_end(
     // and the group read after: three statements pipelined in one round
     // trip, prepared first so that they go in this order.
     let lock = tx
-        .prepare_cached("SELECT record FROM flow_groups WHERE workflow = $1 AND key = $2 FOR UPDATE")
+        .prepare_cached(
+            "SELECT record FROM flow_groups WHERE workflow = $1 AND key = $2 FOR UPDATE",
+        )
         .await
         .map_err(pg)?;
     let delete = tx
@@ -266,7 +269,8 @@ pub(super) async fn admission_plan(
     let record = codec::encode(&record);
     let upsert_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
         [&group.workflow, &group.key, &record];
-    let read_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&group.workflow, &group.key];
+    let read_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+        [&group.workflow, &group.key];
     let (_, row) = tokio::try_join!(
         tx.execute(&upsert, &upsert_params),
         tx.query_one(&read, &read_params),
@@ -418,10 +422,15 @@ impl crate::RateStore for PgStore {
         _now_ms: u64,
     ) -> Result<crate::Grant> {
         transact!(self, |tx| {
-            let grant = update_locked(tx, Locked::RateWindows, key, |w: &mut flow::RateWindow, now_ms| {
-                let answer = w.take(limit, per_ms, now_ms);
-                (crate::Grant::of(answer, w, now_ms), answer.is_ok())
-            })
+            let grant = update_locked(
+                tx,
+                Locked::RateWindows,
+                key,
+                |w: &mut flow::RateWindow, now_ms| {
+                    let answer = w.take(limit, per_ms, now_ms);
+                    (crate::Grant::of(answer, w, now_ms), answer.is_ok())
+                },
+            )
             .await?;
             Ok(Attempt::Done(grant))
         })
@@ -429,10 +438,15 @@ impl crate::RateStore for PgStore {
 
     async fn restamp_grant(&self, key: &str, at_ms: u64, _now_ms: u64) -> Result<()> {
         transact!(self, |tx| {
-            update_locked(tx, Locked::RateWindows, key, |w: &mut flow::RateWindow, now_ms| {
-                w.restamp(at_ms, now_ms);
-                ((), !w.grants.is_empty())
-            })
+            update_locked(
+                tx,
+                Locked::RateWindows,
+                key,
+                |w: &mut flow::RateWindow, now_ms| {
+                    w.restamp(at_ms, now_ms);
+                    ((), !w.grants.is_empty())
+                },
+            )
             .await?;
             Ok(Attempt::Done(()))
         })
@@ -447,10 +461,15 @@ impl crate::RateStore for PgStore {
         _now_ms: u64,
     ) -> Result<crate::Grant> {
         transact!(self, |tx| {
-            let grant = update_locked(tx, Locked::StepPermits, key, |p: &mut flow::Permits, now_ms| {
-                let answer = p.take(holder, limit, now_ms, ttl_ms);
-                (crate::Grant::of_permit(answer, now_ms), true)
-            })
+            let grant = update_locked(
+                tx,
+                Locked::StepPermits,
+                key,
+                |p: &mut flow::Permits, now_ms| {
+                    let answer = p.take(holder, limit, now_ms, ttl_ms);
+                    (crate::Grant::of_permit(answer, now_ms), true)
+                },
+            )
             .await?;
             Ok(Attempt::Done(grant))
         })

@@ -428,17 +428,27 @@ impl crate::RateStore for SledStore {
         per_ms: u64,
         now_ms: u64,
     ) -> Result<crate::Grant> {
-        self.update(&self.inner.rates, key, "rate window", |w: &mut flow::RateWindow| {
-            let answer = w.take(limit, per_ms, now_ms);
-            (crate::Grant::of(answer, w, now_ms), answer.is_ok())
-        })
+        self.update(
+            &self.inner.rates,
+            key,
+            "rate window",
+            |w: &mut flow::RateWindow| {
+                let answer = w.take(limit, per_ms, now_ms);
+                (crate::Grant::of(answer, w, now_ms), answer.is_ok())
+            },
+        )
     }
 
     async fn restamp_grant(&self, key: &str, at_ms: u64, now_ms: u64) -> Result<()> {
-        self.update(&self.inner.rates, key, "rate window", |w: &mut flow::RateWindow| {
-            w.restamp(at_ms, now_ms);
-            ((), !w.grants.is_empty())
-        })
+        self.update(
+            &self.inner.rates,
+            key,
+            "rate window",
+            |w: &mut flow::RateWindow| {
+                w.restamp(at_ms, now_ms);
+                ((), !w.grants.is_empty())
+            },
+        )
     }
 
     async fn take_permit(
@@ -449,16 +459,24 @@ impl crate::RateStore for SledStore {
         ttl_ms: u64,
         now_ms: u64,
     ) -> Result<crate::Grant> {
-        self.update(&self.inner.permits, key, "permits", |p: &mut flow::Permits| {
-            let answer = p.take(holder, limit, now_ms, ttl_ms);
-            (crate::Grant::of_permit(answer, now_ms), true)
-        })
+        self.update(
+            &self.inner.permits,
+            key,
+            "permits",
+            |p: &mut flow::Permits| {
+                let answer = p.take(holder, limit, now_ms, ttl_ms);
+                (crate::Grant::of_permit(answer, now_ms), true)
+            },
+        )
     }
 
     async fn release_permit(&self, key: &str, holder: &str) -> Result<()> {
-        self.update(&self.inner.permits, key, "permits", |p: &mut flow::Permits| {
-            ((), p.release(holder))
-        })
+        self.update(
+            &self.inner.permits,
+            key,
+            "permits",
+            |p: &mut flow::Permits| ((), p.release(holder)),
+        )
     }
 }
 
