@@ -45,7 +45,7 @@ struct Held {
 }
 
 impl Held {
-    fn new(runner: &StepRunner, key: String, holder: String) -> Held {
+    fn new(runner: &StepRunner, key: String, holder: String, limit: u32) -> Held {
         let (rates, clock, ttl) = (
             runner.rates.clone(),
             runner.clock.clone(),
@@ -55,12 +55,21 @@ impl Held {
         let renewal = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(ttl / 3).await;
-                // The limit does not bound a holder's renewal.
+                // A permit still held is renewed whatever the limit; one
+                // that lapsed (its renewals failing for a TTL) is taken
+                // again only if there is room.
                 let renewed = rates
-                    .take_permit(&k, &h, u32::MAX, ttl.as_millis() as u64, clock.now_ms())
+                    .take_permit(&k, &h, limit, ttl.as_millis() as u64, clock.now_ms())
                     .await;
-                if let Err(e) = renewed {
-                    tracing::warn!(key = k, "renewing a step concurrency permit failed: {e}");
+                match renewed {
+                    Ok(Grant::Granted { .. }) => {}
+                    Ok(Grant::Wait { .. }) => tracing::warn!(
+                        key = k,
+                        "a step concurrency permit lapsed while its attempt ran; the attempt goes on beyond the limit"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(key = k, "renewing a step concurrency permit failed: {e}")
+                    }
                 }
             }
         });
@@ -350,7 +359,7 @@ impl StepRunner {
                 waited_ms,
             })?;
         }
-        Ok(Some(Held::new(self, key, holder)))
+        Ok(Some(Held::new(self, key, holder, limit.limit)))
     }
 
     /// Moves a grant to now, as its attempt's instance is ready to call

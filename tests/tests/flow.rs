@@ -522,3 +522,28 @@ async fn a_retried_run_asks_for_its_slot_again() {
         "{rows:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_permit_is_renewed_while_its_attempt_outlasts_the_ttl() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = keel_host::Grants {
+        http: vec![recorder.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    // Permits last 300 ms unless renewed; each call holds for a second.
+    config.lease_ttl = Duration::from_millis(300);
+    let (keel, loaded) = open(config).await;
+    let call = serde_json::json!({"url": recorder.url(), "tenant": "slow", "hold_ms": 1000});
+    let input = serde_json::json!([call, 3]).to_string();
+    let run = keel.start(&loaded, "guarded_burst", &input).await.unwrap();
+    let summary = keel.work(true).await.unwrap();
+    assert!(summary.undriven.is_empty(), "{summary:?}");
+    let run = keel.get_run(&run.run_id).await.unwrap();
+    assert_eq!(run.output.as_deref(), Some("3"), "{run:?}");
+    // Had the first two permits lapsed, the third call would have joined
+    // them.
+    let most = recorder.most_at_once();
+    assert_eq!(most.get("slow"), Some(&2), "{most:?}");
+}
