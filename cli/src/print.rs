@@ -688,7 +688,7 @@ fn slot_line(slot: &RunSlot) -> String {
         (SlotState::Queued, None) => "queued".into(),
         (SlotState::Holding, _) => "holds a slot".into(),
         (SlotState::Evicting, _) => "holds a slot, being cancelled for a newer run".into(),
-        (SlotState::Deferred, _) => "asks for a slot when it comes due or is retried".into(),
+        (SlotState::Deferred, _) => "asks for a slot when it comes due".into(),
     };
     format!(
         "key `{}` (limit {}, priority {}): {state}",

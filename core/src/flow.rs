@@ -132,8 +132,8 @@ pub enum SlotState {
     Evicting,
     /// It waits for a slot.
     Queued,
-    /// A delayed start not yet due, or a failed run: it asks for a slot
-    /// when it comes due or is retried.
+    /// A delayed start not yet due, or a retried run: it asks for a slot
+    /// when it comes due.
     Deferred,
 }
 

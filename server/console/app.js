@@ -125,7 +125,7 @@ function runsPage(params) {
 // A run's place in its concurrency group, in words.
 function slotText(c) {
   const state = c.state === "queued" ? `queued, ${c.position} in line`
-    : c.state === "deferred" ? "asks for a slot when it comes due or is retried"
+    : c.state === "deferred" ? "asks for a slot when it comes due"
     : c.state === "evicting" ? "holds a slot, being cancelled for a newer run" : "holds a slot";
   return `key <code>${esc(c.key)}</code> (limit ${c.limit}, priority ${c.priority}): ${esc(state)}`;
 }

@@ -344,6 +344,12 @@ pub trait FlowStore: Send + Sync {
     /// has no deferred slot (it has no group, or asked already).
     async fn take_slot(&self, run_id: &str, now_ms: u64) -> Result<Option<SlotState>>;
 
+    /// A failed run being retried gets back the slot it held, as a
+    /// deferred slot of its group (so that it asks for one, `take_slot`,
+    /// when driven); whether it has one (a run of no group has none).
+    /// The slot is kept aside, out of its group, from the run's failure.
+    async fn rearm_slot(&self, run_id: &str) -> Result<bool>;
+
     /// A run's place in its group, if it has one.
     async fn run_slot(&self, run_id: &str) -> Result<Option<RunSlot>>;
 

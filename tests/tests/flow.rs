@@ -98,14 +98,37 @@ async fn three_tenants_with_a_limit_of_two_each_never_exceed_it_and_interleave()
     for (_, run) in &runs {
         assert_eq!(status(&keel, &run.run_id).await, RunStatus::Completed);
     }
+    // An attempt whose connection the transport reset (rarely, on a loaded
+    // machine) is retried while the service may still hold the request it
+    // abandoned: the service counts that request, the engine ran one
+    // attempt at a time. Each such retry may add one to its tenant's count.
+    let mut retries: HashMap<String, usize> = HashMap::new();
+    for (tenant, run) in &runs {
+        let journal = keel.journal(&run.run_id).await.unwrap();
+        let rows = keel_host::core::timeline::timeline(&journal);
+        let extra: usize = rows
+            .iter()
+            .map(|r| r.attempts.saturating_sub(1) as usize)
+            .sum();
+        *retries.entry(tenant.to_string()).or_default() += extra;
+    }
     let most = recorder.most_at_once();
-    assert_eq!(
-        most,
-        HashMap::from([("a".into(), 2), ("b".into(), 2), ("c".into(), 2)]),
-        "each tenant reached its limit and never passed it"
-    );
+    for tenant in ["a", "b", "c"] {
+        let seen = most.get(tenant).copied().unwrap_or(0);
+        let bound = 2 + retries[tenant];
+        assert!(
+            (2..=bound).contains(&seen),
+            "tenant {tenant} reached its limit of 2 and never passed it (retried attempts: {retries:?}): {most:?}"
+        );
+    }
     let finished = recorder.finished();
-    assert_eq!(finished.len(), 60);
+    let retried: usize = retries.values().sum();
+    // An abandoned request finishes at the service too, if it reached it.
+    assert!(
+        (60..=60 + retried).contains(&finished.len()),
+        "{} calls finished, {retried} retried",
+        finished.len()
+    );
     for x in ["a", "b", "c"] {
         let last_x = finished.iter().rposition(|t| t == x).unwrap();
         for y in ["a", "b", "c"].into_iter().filter(|y| *y != x) {

@@ -182,14 +182,10 @@ impl Keel {
             .retry_point()
             .ok_or_else(|| refuse("its journal records no failure".into()))?;
         let entry = index.next_entry(Fact::RunRetried { from_seq }, self.now_ms());
-        // A run of a concurrency group kept a deferred slot when it failed:
-        // it comes due at once and asks for a slot (or queues) like a
-        // delayed start.
-        let deferred = self
-            .store()
-            .run_slot(run_id)
-            .await?
-            .is_some_and(|s| s.state == SlotState::Deferred);
+        // A run of a concurrency group gets back the slot it held when it
+        // failed, deferred: it comes due at once and asks for a slot (or
+        // queues) like a delayed start.
+        let deferred = self.store().rearm_slot(run_id).await?;
         (run.status, run.wake_at_ms) = match deferred {
             true => (RunStatus::Scheduled, Some(entry.at_ms)),
             false => (RunStatus::Pending, None),

@@ -408,3 +408,57 @@ pub(super) async fn step_permits_hold_their_limit_against_racers_and_lapse(
         format!("a lapsed permit still held its place: {later:?}")
     })
 }
+
+pub(super) async fn a_failed_runs_slot_is_kept_out_of_its_group_until_a_retry(
+    h: &dyn Harness,
+) -> Outcome {
+    let store = h.fresh().await;
+    let store = &*store;
+    for id in ["f", "h", "q"] {
+        enter(store, id, "k", 1, OnLimit::Queue, 2)
+            .await
+            .map_err(fail("admit"))?;
+    }
+    // f holds the slot and fails: q takes it; f's slot is out of the group.
+    let mut failed = run("f", RunStatus::Failed);
+    failed.error = Some(keel_core::RunError {
+        kind: "step_failed".into(),
+        message: "declined".into(),
+    });
+    let woken = store
+        .end_run(&failed, &[], 5, None)
+        .await
+        .map_err(fail("end"))?;
+    check(woken == [RunId::from("h")], || format!("{woken:?}"))?;
+    check(
+        store.run_slot("f").await.map_err(fail("slot"))?.is_none(),
+        || "a failed run has no slot in its group".into(),
+    )?;
+    let rows = store.limit_rows().await.map_err(fail("rows"))?;
+    check(
+        rows.len() == 1 && rows[0].in_progress == 1 && rows[0].queued == 1,
+        || format!("{rows:?}"),
+    )?;
+    // Rearmed for a retry: deferred, with its priority; twice is once.
+    check(store.rearm_slot("f").await.map_err(fail("rearm"))?, || {
+        "the failed run's slot comes back".into()
+    })?;
+    check(store.rearm_slot("f").await.map_err(fail("rearm"))?, || {
+        "a second rearm finds the deferred slot".into()
+    })?;
+    let slot = store.run_slot("f").await.map_err(fail("slot"))?;
+    check(
+        slot.is_some_and(|s| s.state == SlotState::Deferred && s.priority == 2),
+        || "deferred, at its old priority".into(),
+    )?;
+    check(!store.rearm_slot("h").await.map_err(fail("rearm"))?, || {
+        "a run that did not fail has nothing to rearm".into()
+    })?;
+    // It asks for a slot like a delayed start: behind q, which queued first.
+    let taken = store.take_slot("f", 6).await.map_err(fail("take"))?;
+    check(taken == Some(SlotState::Queued), || format!("{taken:?}"))?;
+    let slot = store.run_slot("f").await.map_err(fail("slot"))?;
+    check(slot.is_some_and(|s| s.position == Some(2)), || {
+        "queued behind the run that queued first".into()
+    })
+}

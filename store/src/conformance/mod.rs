@@ -124,6 +124,7 @@ cases!(
     racing_admissions_never_exceed_the_limit,
     a_rate_window_grants_its_limit_per_window_to_racers,
     step_permits_hold_their_limit_against_racers_and_lapse,
+    a_failed_runs_slot_is_kept_out_of_its_group_until_a_retry,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.

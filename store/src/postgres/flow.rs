@@ -165,9 +165,9 @@ async fn promote_in(
 }
 
 /// What ending `run_id` does to its group, in the end's transaction: its
-/// slot goes (or, for a run that `failed`, becomes deferred, so that a
-/// retry asks for one again), and the queued runs that take a slot it
-/// frees are promoted (returned).
+/// slot goes (for a run that `failed`, kept aside in `flow_failed`, out of
+/// its group, so that a retry asks for one again), and the queued runs
+/// that take a slot it frees are promoted (returned).
 pub(super) async fn flow_end(
     tx: &Transaction<'_>,
     run_id: &str,
@@ -217,14 +217,13 @@ pub(super) async fn flow_end(
     };
     let slot: Slot = codec::decode(gone.get(0), "slot")?;
     if failed {
-        put_slot(
-            tx,
-            &Slot {
-                state: SlotState::Deferred,
-                ..slot.clone()
-            },
+        tx.run(
+            "INSERT INTO flow_failed (run_id, record) VALUES ($1, $2)
+             ON CONFLICT (run_id) DO UPDATE SET record = excluded.record",
+            &[&run_id, &codec::encode(&slot)],
         )
-        .await?;
+        .await
+        .map_err(pg)?;
     }
     if !slot.state.holds() {
         return Ok(Vec::new());
@@ -283,6 +282,36 @@ pub(super) async fn admission_plan(
 
 #[async_trait]
 impl FlowStore for PgStore {
+    async fn rearm_slot(&self, run_id: &str) -> Result<bool> {
+        transact!(self, |tx| {
+            let Some(row) = tx
+                .row(
+                    "DELETE FROM flow_failed WHERE run_id = $1 RETURNING record",
+                    &[&run_id],
+                )
+                .await
+                .map_err(pg)?
+            else {
+                // Rearmed already (by a retry whose write did not land).
+                let deferred = slot_of(tx, run_id, false)
+                    .await?
+                    .is_some_and(|(s, _)| s.state == SlotState::Deferred);
+                return Ok(Attempt::Done(deferred));
+            };
+            let slot: Slot = codec::decode(row.get(0), "slot")?;
+            // A deferred slot counts against nothing: no lock is needed.
+            put_slot(
+                tx,
+                &Slot {
+                    state: SlotState::Deferred,
+                    ..slot
+                },
+            )
+            .await?;
+            Ok(Attempt::Done(true))
+        })
+    }
+
     async fn take_slot(&self, run_id: &str, now_ms: u64) -> Result<Option<SlotState>> {
         transact!(self, |tx| {
             let Some((slot, declared)) = slot_of(tx, run_id, true).await? else {

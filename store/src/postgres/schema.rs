@@ -133,9 +133,11 @@ CREATE SEQUENCE flow_seq;
     r#"
 CREATE TABLE rate_windows (key text PRIMARY KEY, record bytea NOT NULL);
 "#,
-    // Step concurrency limits (`flow.rs`).
+    // Step concurrency limits, and the slots of failed runs kept for a
+    // retry (`flow.rs`).
     r#"
 CREATE TABLE step_permits (key text PRIMARY KEY, record bytea NOT NULL);
+CREATE TABLE flow_failed (run_id text PRIMARY KEY, record bytea NOT NULL);
 "#,
 ];
 

@@ -57,6 +57,8 @@ pub(super) struct FlowWrites {
     /// Queued runs that now hold a slot: their records become `pending`.
     pub(super) promoted: Vec<RunId>,
     pub(super) group: Option<GroupRecord>,
+    /// The slot of a run that failed, kept aside (`failed_slots`).
+    pub(super) park: Option<Slot>,
 }
 
 impl FlowWrites {
@@ -78,6 +80,14 @@ impl FlowWrites {
         }
         if let Some(group) = &self.group {
             groups.insert(group_key(&group.group), codec::encode(group))?;
+        }
+        Ok(())
+    }
+
+    /// Keeps a failed run's slot aside, out of its group.
+    pub(super) fn park_in(&self, failed: &TransactionalTree) -> TxResult<()> {
+        if let Some(slot) = &self.park {
+            failed.insert(slot.run_id.as_bytes(), codec::encode(slot))?;
         }
         Ok(())
     }
@@ -193,14 +203,14 @@ impl SledStore {
             put,
             remove: leaving.into_iter().cloned().collect(),
             promoted,
-            group: None,
+            ..FlowWrites::default()
         })
     }
 
-    /// What ending `run_id` does to its group: its slot goes (or, for a
-    /// run that `failed`, becomes deferred, so that a retry asks for one
-    /// again), and the queued runs that take a slot it frees are promoted.
-    /// Call under [`SledStore::flow_lock`].
+    /// What ending `run_id` does to its group: its slot goes (for a run
+    /// that `failed`, kept aside out of its group, so that a retry asks
+    /// for one again), and the queued runs that take a slot it frees are
+    /// promoted. Call under [`SledStore::flow_lock`].
     pub(super) fn flow_end(&self, run_id: &str, failed: bool) -> Result<FlowWrites> {
         let Some(slot) = self.slot_of(run_id)? else {
             return Ok(FlowWrites::default());
@@ -213,12 +223,8 @@ impl SledStore {
                 ..FlowWrites::default()
             }
         };
-        // Removals are applied first: the deferred copy stays.
         if failed {
-            writes.put.push(Slot {
-                state: SlotState::Deferred,
-                ..slot
-            });
+            writes.park = Some(slot);
         }
         Ok(writes)
     }
@@ -287,6 +293,36 @@ impl From<AdmissionPlan> for AdmissionWrites {
 
 #[async_trait]
 impl FlowStore for SledStore {
+    async fn rearm_slot(&self, run_id: &str) -> Result<bool> {
+        {
+            let _flow = self.flow_lock();
+            let i = &self.inner;
+            let Some(bytes) = i.failed_slots.get(run_id.as_bytes()).map_err(backend)? else {
+                // Rearmed already (by a retry whose write did not land).
+                return Ok(self
+                    .slot_of(run_id)?
+                    .is_some_and(|s| s.state == SlotState::Deferred));
+            };
+            let slot: Slot = codec::decode(&bytes, "slot")?;
+            let writes = FlowWrites {
+                put: vec![Slot {
+                    state: SlotState::Deferred,
+                    ..slot
+                }],
+                ..FlowWrites::default()
+            };
+            (&i.slots, &i.group_slots, &i.groups, &i.failed_slots).transaction(
+                |(slots, index, groups, failed)| {
+                    writes.apply(slots, index, groups)?;
+                    failed.remove(run_id.as_bytes())?;
+                    Ok::<_, sled::transaction::ConflictableTransactionError<StoreError>>(())
+                },
+            )?;
+        }
+        self.sync().await?;
+        Ok(true)
+    }
+
     async fn take_slot(&self, run_id: &str, now_ms: u64) -> Result<Option<SlotState>> {
         let state = {
             let _flow = self.flow_lock();

@@ -137,6 +137,9 @@ struct Inner {
     limits: sled::Tree,
     /// Rate-limit key to its window of grants.
     rates: sled::Tree,
+    /// Run ID to the slot it held when it failed, out of its group until a
+    /// retry (`FlowStore::rearm_slot`).
+    failed_slots: sled::Tree,
     /// Step concurrency key to its permits (emptied at open).
     permits: sled::Tree,
     /// Serializes decisions against concurrency groups (`flow`).
@@ -215,6 +218,7 @@ impl SledStore {
             limits: open("limits")?,
             rates: open("rates")?,
             permits: open("permits")?,
+            failed_slots: open("failed_slots")?,
             flow_lock: std::sync::Mutex::new(()),
             db: db.clone(),
             committer: GroupCommit::new(db.clone()),

@@ -241,29 +241,33 @@ impl RunStore for SledStore {
             &i.slots,
             &i.group_slots,
             &i.groups,
+            &i.failed_slots,
         );
-        trees.transaction(|(runs, hooks, live, journal, slots, index, groups)| {
-            for token in &tokens {
-                let Some(mut hook) = read_hook(hooks, token)? else {
-                    continue;
-                };
-                if hook.run_id != run.run_id {
-                    continue;
+        trees.transaction(
+            |(runs, hooks, live, journal, slots, index, groups, failed)| {
+                for token in &tokens {
+                    let Some(mut hook) = read_hook(hooks, token)? else {
+                        continue;
+                    };
+                    if hook.run_id != run.run_id {
+                        continue;
+                    }
+                    if hook.retain_until_ms.is_some_and(|t| t > now_ms) {
+                        hook.active = false;
+                        hooks.insert(token.as_bytes(), codec::encode(&hook))?;
+                    } else {
+                        hooks.remove(token.as_bytes())?;
+                    }
                 }
-                if hook.retain_until_ms.is_some_and(|t| t > now_ms) {
-                    hook.active = false;
-                    hooks.insert(token.as_bytes(), codec::encode(&hook))?;
-                } else {
-                    hooks.remove(token.as_bytes())?;
-                }
-            }
-            live.remove(run.run_id.as_bytes())?;
-            runs.insert(run.run_id.as_bytes(), record.as_slice())?;
-            write_entries(journal, &run.run_id, entries)?;
-            flow.apply(slots, index, groups)?;
-            flow.promote(runs, now_ms)?;
-            Ok(())
-        })?;
+                live.remove(run.run_id.as_bytes())?;
+                runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+                write_entries(journal, &run.run_id, entries)?;
+                flow.apply(slots, index, groups)?;
+                flow.park_in(failed)?;
+                flow.promote(runs, now_ms)?;
+                Ok(())
+            },
+        )?;
         drop(flow_guard);
         // Read after the record is final, so a run that starts watching
         // meanwhile either is woken here or sees the end itself.
