@@ -256,21 +256,26 @@ impl Keel {
                     reason: e.to_string(),
                 })?;
             declared.push(schedule.clone());
-            match self.store().schedule(&schedule).await? {
-                None => {
-                    self.create_schedule(settings).await?;
-                }
-                Some(_) => {
-                    let now = self.now_ms();
-                    let mut changed = false;
-                    self.change_schedule(&schedule, |s| {
-                        changed = s.redeclare(settings.clone(), now);
-                        Ok(())
-                    })
-                    .await?;
-                    if changed {
-                        tracing::info!(schedule, "declared schedule updated");
-                    }
+            let created = match self.store().schedule(&schedule).await? {
+                Some(_) => false,
+                None => match self.create_schedule(settings.clone()).await {
+                    Ok(_) => true,
+                    // Another process deploying the same code created it
+                    // between the read and the create: update it instead.
+                    Err(Error::ScheduleExists { .. }) => false,
+                    Err(e) => return Err(e),
+                },
+            };
+            if !created {
+                let now = self.now_ms();
+                let mut changed = false;
+                self.change_schedule(&schedule, |s| {
+                    changed = s.redeclare(settings.clone(), now);
+                    Ok(())
+                })
+                .await?;
+                if changed {
+                    tracing::info!(schedule, "declared schedule updated");
                 }
             }
         }
