@@ -185,7 +185,11 @@ impl Keel {
         // A run of a concurrency group gets back the slot it held when it
         // failed, deferred: it comes due at once and asks for a slot (or
         // queues) like a delayed start.
-        let deferred = self.store().rearm_slot(run_id).await?;
+        let deferred = self
+            .store()
+            .rearm_slot(run_id)
+            .await
+            .map_err(|e| unconfirmed(e.into(), run_id, "retry"))?;
         (run.status, run.wake_at_ms) = match deferred {
             true => (RunStatus::Scheduled, Some(entry.at_ms)),
             false => (RunStatus::Pending, None),
