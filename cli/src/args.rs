@@ -103,6 +103,14 @@ pub struct Cli {
     /// Most entries one run's journal may hold.
     #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_JOURNAL_ENTRIES)]
     pub max_journal_entries: usize,
+    /// How long a cancelled run's cleanup may run, in seconds, before the
+    /// run is ended without it.
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = keel_host::core::lifecycle::Grace::default().ms / 1000)]
+    pub cancel_grace: u64,
+    /// How many steps a cancelled run's cleanup may schedule before the
+    /// run is ended without it.
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = keel_host::core::lifecycle::Grace::default().steps)]
+    pub cancel_grace_steps: u32,
     /// Guest instances this process keeps at once (workflow activations
     /// and step attempts). Beyond it runs and steps queue for a slot; they
     /// never fail for it. Each reserves `--max-memory` of address space.
@@ -163,6 +171,11 @@ pub enum Command {
         /// limit is reached: 1 (highest) to 5 [default: 3].
         #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
         priority: Option<u8>,
+        /// Cancel the run (reason `deadline_exceeded`) if it has not ended
+        /// this long after its start: `30s`, `2h`; default: the workflow's
+        /// own `timeout`.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        timeout: Option<std::time::Duration>,
     },
     /// Start a run (with a start token, admitted at most once while the
     /// token is held) and drive it until it completes, fails or waits.
@@ -203,6 +216,11 @@ pub enum Command {
         /// limit is reached: 1 (highest) to 5 [default: 3].
         #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
         priority: Option<u8>,
+        /// Cancel the run (reason `deadline_exceeded`) if it has not ended
+        /// this long after its start: `30s`, `2h`; default: the workflow's
+        /// own `timeout`.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        timeout: Option<std::time::Duration>,
     },
     /// Resume and look up hooks.
     Hooks {
@@ -628,10 +646,22 @@ pub enum RunsCommand {
         /// The run's ID.
         run_id: String,
     },
-    /// Cancel a run: it ends and releases its tokens (after any retention).
+    /// Cancel a run: the workflow receives the cancel at its next wait and
+    /// runs its cleanup (compensations) within the cancel grace, then ends
+    /// `cancelled`; waits for that end unless --detach.
     Cancel {
         /// The run's ID.
         run_id: String,
+        /// Why, recorded with the cancel and in the run's error.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// End the run at once, without its cleanup (a step attempt in
+        /// flight is abandoned; its result is not journaled).
+        #[arg(long)]
+        force: bool,
+        /// Return once the cancel is recorded, without waiting for the end.
+        #[arg(long)]
+        detach: bool,
     },
     /// Retry a failed run from its failed step (fresh attempts, the same
     /// step ID; completed steps keep their results) and drive it until it

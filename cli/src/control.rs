@@ -62,6 +62,9 @@ pub struct StartSpec {
     /// 1 (highest) to 5, for the workflow's concurrency queue.
     #[serde(default)]
     pub priority: Option<u8>,
+    /// Cancel the run if it has not ended this long after its start.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 impl StartSpec {
@@ -71,6 +74,7 @@ impl StartSpec {
             run_id: self.run_id.clone().map(Into::into),
             start_at_ms: self.start_at_ms,
             priority: self.priority,
+            timeout: self.timeout_ms.map(Duration::from_millis),
             additional_metadata: self.additional_metadata.clone(),
             hook: self.token.clone().map(|token| StartHook {
                 token,
@@ -110,8 +114,15 @@ pub enum Request {
     GetRun {
         run_id: String,
     },
+    /// Cancel a run (`force`: at once), and with `wait` drive it to its end.
     Cancel {
         run_id: String,
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        force: bool,
+        #[serde(default)]
+        wait: bool,
     },
     /// Retry a failed run and drive it on.
     Retry {
@@ -319,7 +330,21 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         Request::GetHook { token } => Reply::Hook(keel.get_hook(&token).await?),
         Request::ListHooks => Reply::Hooks(keel.list_hooks().await?),
         Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id).await?),
-        Request::Cancel { run_id } => Reply::Run(keel.cancel(&run_id).await?),
+        Request::Cancel {
+            run_id,
+            reason,
+            force,
+            wait,
+        } => {
+            let run = match force {
+                true => keel.terminate(&run_id).await?,
+                false => keel.cancel(&run_id, &reason, "cli").await?,
+            };
+            match wait && !run.status.is_final() {
+                true => Reply::Run(keel.result(&run_id, true).await?),
+                false => Reply::Run(run),
+            }
+        }
         Request::Retry { run_id } => {
             keel.retry(&run_id).await?;
             Reply::Run(keel.drive_acknowledged(&run_id).await?)

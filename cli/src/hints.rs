@@ -133,6 +133,7 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
         | K::StoreCapability
         | K::StillRunning
         | K::Cancelled
+        | K::DeadlineExceeded
         | K::JournalWrite
         | K::JournalFile
         | K::NotCrashTestable

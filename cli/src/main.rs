@@ -199,6 +199,10 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
         max_payload_bytes: cli.max_payload_kib.saturating_mul(1024),
         max_steps_in_flight: cli.max_steps_in_flight.max(1),
         max_journal_entries: cli.max_journal_entries.max(1),
+        cancel_grace: keel_host::core::lifecycle::Grace {
+            ms: cli.cancel_grace.saturating_mul(1000),
+            steps: cli.cancel_grace_steps,
+        },
     };
     let env = cli
         .allow_env

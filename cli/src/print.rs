@@ -36,7 +36,8 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
                 Command::Runs {
                     command: RunsCommand::Cancel { .. }
                 }
-            ) && run.status != RunStatus::Cancelled =>
+            ) && run.status.is_final()
+                && run.status != RunStatus::Cancelled =>
         {
             // It had ended before: the cancel did nothing.
             let e = crate::control::RemoteError {

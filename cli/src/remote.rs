@@ -146,6 +146,7 @@ impl Client {
                 run_id,
                 start_at_ms,
                 priority,
+                timeout_ms,
             }) => {
                 let deployment = match component {
                     Some(path) => Some(
@@ -173,6 +174,7 @@ impl Client {
                     delay_ms: None,
                     start_at_ms,
                     priority,
+                    timeout_ms,
                     wait_ms: (!detach).then_some(WAIT_MS),
                     return_on_wait: true,
                 };
@@ -229,9 +231,31 @@ impl Client {
                     .collect(),
             ),
             Request::GetRun { run_id } => run(self.get(&["v1", "runs", &run_id], &[]).await?),
-            Request::Cancel { run_id } => run(self
-                .post(&["v1", "runs", &run_id, "cancel"], &[], &())
-                .await?),
+            Request::Cancel {
+                run_id,
+                reason,
+                force,
+                wait,
+            } => {
+                let query = [
+                    ("reason", reason),
+                    ("force", force.to_string()),
+                    ("wait_ms", if wait { WAIT_MS } else { 0 }.to_string()),
+                ];
+                let asked: RunView = self
+                    .post(&["v1", "runs", &run_id, "cancel"], &query, &())
+                    .await?;
+                let mut current = asked;
+                while wait && !current.status.is_final() {
+                    current = self
+                        .get(
+                            &["v1", "runs", &run_id, "result"],
+                            &[("wait_ms", WAIT_MS.to_string())],
+                        )
+                        .await?;
+                }
+                run(current)
+            }
             Request::Retry { run_id } => {
                 let query = [
                     ("wait_ms", WAIT_MS.to_string()),

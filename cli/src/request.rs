@@ -49,6 +49,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             detach: false,
             start_at_ms: None,
             priority: None,
+            timeout_ms: None,
         })
     };
     Ok(match &cli.command {
@@ -58,11 +59,13 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             input,
             metadata,
             priority,
+            timeout,
         } => {
             let base = start(component, workflow, input)?;
             Request::Start(StartSpec {
                 additional_metadata: json_arg("--metadata", metadata)?,
                 priority: *priority,
+                timeout_ms: timeout.map(|t| t.as_millis() as u64),
                 ..base
             })
         }
@@ -78,6 +81,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             delay,
             start_at,
             priority,
+            timeout,
         } => {
             let base = start(component, workflow, input)?;
             let start_at_ms = delay
@@ -95,6 +99,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                 additional_metadata: json_arg("--additional-metadata", additional_metadata)?,
                 detach: *detach,
                 priority: *priority,
+                timeout_ms: timeout.map(|t| t.as_millis() as u64),
                 ..base
             })
         }
@@ -118,9 +123,18 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             run_id: run_id.clone(),
         },
         Command::Runs {
-            command: RunsCommand::Cancel { run_id },
+            command:
+                RunsCommand::Cancel {
+                    run_id,
+                    reason,
+                    force,
+                    detach,
+                },
         } => Request::Cancel {
             run_id: run_id.clone(),
+            reason: reason.clone(),
+            force: *force,
+            wait: !*detach,
         },
         Command::Runs {
             command: RunsCommand::Retry { run_id },

@@ -150,7 +150,10 @@ pub fn verdict(entries: &[Entry], outcome: Outcome, trace: Trace) -> Verdict {
     match outcome {
         Outcome::Completed(_) if issued < recorded => ended_early("completed".into()),
         Outcome::Completed(output) => match recorded_end {
-            Some(Fact::RunCompleted { output: r }) if *r != output => Verdict::OutputDiffers {
+            Some(Fact::RunCompleted { output: r })
+            | Some(Fact::RunEndedCancelled {
+                output: Some(r), ..
+            }) if *r != output => Verdict::OutputDiffers {
                 recorded: r.clone(),
                 replayed: output,
             },
@@ -165,6 +168,8 @@ pub fn verdict(entries: &[Entry], outcome: Outcome, trace: Trace) -> Verdict {
         }
         Outcome::Failed { kind, message } => match recorded_end {
             Some(Fact::RunFailed { kind: k, .. }) if *k == kind => Verdict::Ok { output: None },
+            // A cancelled workflow's code ends with its error.
+            Some(Fact::RunEndedCancelled { output: None, .. }) => Verdict::Ok { output: None },
             _ => Verdict::Failed { kind, message },
         },
     }

@@ -87,6 +87,8 @@ kinds! {
     StillRunning = "still_running",
     /// The run was cancelled.
     Cancelled = "cancelled",
+    /// The run passed its deadline and was cancelled.
+    DeadlineExceeded = "deadline_exceeded",
     /// The run's journal could not be written.
     JournalWrite = "journal_write",
     /// A journal file that cannot be read.

@@ -22,6 +22,10 @@ pub struct JournalIndex {
     voided: Vec<std::ops::Range<usize>>,
     /// Entry index of the last retry, if any.
     last_retry: Option<usize>,
+    /// Entry index of the first cancel request that counts, if any.
+    cancel: Option<usize>,
+    /// The run's deadline, if one was set.
+    deadline_ms: Option<u64>,
 }
 
 /// The attempts of a step, as the journal records them.
@@ -77,9 +81,14 @@ impl JournalIndex {
             self.completions.push(idx);
             self.completed.insert(c);
         }
-        if let Fact::RunRetried { from_seq } = entry.fact {
-            self.void((from_seq as usize).min(idx)..idx);
-            self.last_retry = Some(idx);
+        match entry.fact {
+            Fact::RunRetried { from_seq } => {
+                self.void((from_seq as usize).min(idx)..idx);
+                self.last_retry = Some(idx);
+            }
+            Fact::CancelRequested { .. } if self.cancel.is_none() => self.cancel = Some(idx),
+            Fact::DeadlineSet { deadline_ms } => self.deadline_ms = Some(deadline_ms),
+            _ => {}
         }
         self.entries.push(entry);
         Ok(())
@@ -96,6 +105,9 @@ impl JournalIndex {
             .iter()
             .filter_map(|&i| self.entries[i].fact.completes())
             .collect();
+        if self.cancel.is_some_and(|c| range.contains(&c)) {
+            self.cancel = None;
+        }
         self.voided.push(range);
     }
 
@@ -206,31 +218,98 @@ impl JournalIndex {
     /// order; marks it delivered. The same live and on replay, so the
     /// workflow sees completions in the order they first happened.
     pub fn take_completion(&self, ids: &[u32], delivered: &mut Delivered) -> Option<&Entry> {
-        let completes = |i: usize| {
-            self.entries[i]
-                .fact
-                .completes()
-                .expect("indexed as a completion")
-        };
+        let pos = self.next_completion(ids, delivered)?;
+        Some(self.deliver(pos, delivered))
+    }
+
+    /// What a wait on `ids` that also hears of a cancel receives next:
+    /// the first, in journal order, of the undelivered completions among
+    /// `ids` and the run's cancel request (delivered once).
+    pub fn take_wake(&self, ids: &[u32], delivered: &mut Delivered) -> Option<Wake<'_>> {
+        let next = self.next_completion(ids, delivered);
+        match self.cancel.filter(|_| !delivered.cancel) {
+            Some(cancel) if next.is_none_or(|pos| self.completions[pos] > cancel) => {
+                delivered.cancel = true;
+                Some(Wake::Cancel(&self.entries[cancel]))
+            }
+            _ => next.map(|pos| Wake::Completion(self.deliver(pos, delivered))),
+        }
+    }
+
+    /// The position in `completions` of the first completion among `ids`
+    /// not yet delivered.
+    fn next_completion(&self, ids: &[u32], delivered: &Delivered) -> Option<usize> {
         let pos = self
             .completions
             .iter()
             .skip(delivered.prefix)
             .position(|&i| {
-                let c = completes(i);
+                let c = self.completes(i);
                 ids.contains(&c) && !delivered.commands.contains(&c)
-            })?
-            + delivered.prefix;
+            })?;
+        Some(pos + delivered.prefix)
+    }
+
+    /// Marks the completion at `pos` delivered and returns its entry.
+    fn deliver(&self, pos: usize, delivered: &mut Delivered) -> &Entry {
         let idx = self.completions[pos];
-        delivered.commands.insert(completes(idx));
+        delivered.commands.insert(self.completes(idx));
         while delivered.prefix < self.completions.len()
             && delivered
                 .commands
-                .contains(&completes(self.completions[delivered.prefix]))
+                .contains(&self.completes(self.completions[delivered.prefix]))
         {
             delivered.prefix += 1;
         }
-        Some(&self.entries[idx])
+        &self.entries[idx]
+    }
+
+    fn completes(&self, idx: usize) -> u32 {
+        self.entries[idx]
+            .fact
+            .completes()
+            .expect("indexed as a completion")
+    }
+
+    /// An attempt of the step of `command` has started and not ended.
+    pub fn attempt_running(&self, command: u32) -> bool {
+        if self.is_completed(command) {
+            return false;
+        }
+        let last = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.counts(*i))
+            .rev()
+            .find_map(|(_, e)| match &e.fact {
+                Fact::StepAttemptStarted { command: c, .. } if *c == command => Some(true),
+                Fact::StepAttemptFailed { command: c, .. } if *c == command => Some(false),
+                _ => None,
+            });
+        last.unwrap_or(false)
+    }
+
+    /// The run's cancel request, if one counts.
+    pub fn cancel_request(&self) -> Option<&Entry> {
+        self.cancel.map(|i| &self.entries[i])
+    }
+
+    /// The steps the workflow scheduled after its cancel request: its
+    /// cleanup so far.
+    pub fn steps_after_cancel(&self) -> usize {
+        let Some(cancel) = self.cancel else {
+            return 0;
+        };
+        self.commands
+            .iter()
+            .filter(|&&i| i > cancel && matches!(self.entries[i].fact, Fact::StepScheduled { .. }))
+            .count()
+    }
+
+    /// The run's deadline, if one was set.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        self.deadline_ms
     }
 
     /// The journal records the run's end: everything in it is history.
@@ -245,12 +324,28 @@ pub struct Delivered {
     commands: HashSet<u32>,
     /// Every completion before this index (in journal order) is delivered.
     prefix: usize,
+    /// The workflow has received the run's cancel request.
+    cancel: bool,
+}
+
+/// What a wait receives next.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Wake<'a> {
+    /// A completion of an awaited command.
+    Completion(&'a Entry),
+    /// The run's cancel request.
+    Cancel(&'a Entry),
 }
 
 impl Delivered {
     /// The workflow has received the completion of `command`.
     pub fn contains(&self, command: u32) -> bool {
         self.commands.contains(&command)
+    }
+
+    /// The workflow has received the run's cancel request.
+    pub fn cancel(&self) -> bool {
+        self.cancel
     }
 }
 
@@ -379,6 +474,47 @@ mod tests {
         index.push(again).unwrap();
         assert_eq!(index.command(2).unwrap().seq, 10);
         assert_eq!(index.effective().count(), 8);
+    }
+
+    fn cancel() -> Fact {
+        Fact::CancelRequested {
+            reason: "user".into(),
+            by: "api".into(),
+        }
+    }
+
+    #[test]
+    fn a_cancel_is_delivered_once_in_journal_order() {
+        let index = journal(vec![step(0), step(1), done(0), cancel(), done(1)]);
+        let mut delivered = Delivered::default();
+        let wake = |d: &mut Delivered, ids: &[u32]| match index.take_wake(ids, d) {
+            Some(Wake::Completion(e)) => format!("done {}", e.fact.completes().unwrap()),
+            Some(Wake::Cancel(_)) => "cancel".to_string(),
+            None => "none".to_string(),
+        };
+        assert_eq!(wake(&mut delivered, &[1]), "cancel", "before the later completion");
+        assert_eq!(wake(&mut delivered, &[0, 1]), "done 0");
+        assert_eq!(wake(&mut delivered, &[1]), "done 1");
+        assert_eq!(wake(&mut delivered, &[1]), "none");
+        assert!(delivered.cancel());
+        let mut fresh = Delivered::default();
+        assert_eq!(wake(&mut fresh, &[0]), "done 0", "an earlier completion first");
+        assert_eq!(wake(&mut fresh, &[1]), "cancel");
+    }
+
+    #[test]
+    fn cleanup_steps_are_counted_after_the_cancel() {
+        let index = journal(vec![
+            step(0),
+            cancel(),
+            step(1),
+            step(2),
+            Fact::DeadlineSet { deadline_ms: 99 },
+        ]);
+        assert_eq!(index.steps_after_cancel(), 2);
+        assert_eq!(index.cancel_request().unwrap().seq, 1);
+        assert_eq!(index.deadline_ms(), Some(99));
+        assert_eq!(journal(vec![step(0)]).steps_after_cancel(), 0);
     }
 
     #[test]

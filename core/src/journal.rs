@@ -159,6 +159,27 @@ pub enum Fact {
         key: String,
         waited_ms: u64,
     },
+    /// Someone asked for the run to be cancelled (`by`: who, `reason`:
+    /// why; a passed deadline is `deadline_exceeded`). The workflow's next
+    /// wait after this entry receives it, in journal order, and its cleanup
+    /// runs within the grace bound.
+    CancelRequested {
+        reason: String,
+        by: String,
+    },
+    /// The run must end by `deadline_ms` (on the engine's clock), or it is
+    /// cancelled with reason `deadline_exceeded`. Recorded at admission.
+    DeadlineSet {
+        deadline_ms: u64,
+    },
+    /// A cancelled run ended after its cleanup: `kind` is `cancelled` or
+    /// `deadline_exceeded`, `error` says why and how the cleanup ended,
+    /// `output` is the workflow's output if it returned one.
+    RunEndedCancelled {
+        kind: String,
+        error: String,
+        output: Option<String>,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -182,7 +203,10 @@ impl Fact {
     pub fn is_end(&self) -> bool {
         matches!(
             self,
-            Fact::RunCompleted { .. } | Fact::RunFailed { .. } | Fact::RunCancelled
+            Fact::RunCompleted { .. }
+                | Fact::RunFailed { .. }
+                | Fact::RunCancelled
+                | Fact::RunEndedCancelled { .. }
         )
     }
 
@@ -241,6 +265,9 @@ impl Fact {
             Fact::RunCancelled => "run_cancelled",
             Fact::RunRetried { .. } => "run_retried",
             Fact::StepThrottled { .. } => "step_throttled",
+            Fact::CancelRequested { .. } => "cancel_requested",
+            Fact::DeadlineSet { .. } => "deadline_set",
+            Fact::RunEndedCancelled { .. } => "run_ended_cancelled",
         }
     }
 

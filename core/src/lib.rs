@@ -18,6 +18,7 @@ pub mod ids;
 pub mod index;
 pub mod journal;
 pub mod json_diff;
+pub mod lifecycle;
 pub mod manifest;
 pub mod patch;
 pub mod query;

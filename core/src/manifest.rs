@@ -69,6 +69,11 @@ pub struct WorkflowInfo {
     /// Its concurrency limit per key (`#[workflow(concurrency(...))]`).
     #[serde(default)]
     pub concurrency: Option<crate::flow::Concurrency>,
+    /// How long a run may take from its admission (`#[workflow(timeout =
+    /// "2h")]`) before it is cancelled with `deadline_exceeded`; a start's
+    /// own timeout overrides it.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// A schedule a workflow declares: deploying its component creates it as

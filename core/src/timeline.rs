@@ -258,7 +258,10 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             | Fact::RunCompleted { .. }
             | Fact::RunFailed { .. }
             | Fact::RunCancelled
-            | Fact::RunRetried { .. } => {}
+            | Fact::RunRetried { .. }
+            | Fact::CancelRequested { .. }
+            | Fact::DeadlineSet { .. }
+            | Fact::RunEndedCancelled { .. } => {}
         }
     }
     rows.sort_by_key(|r| r.command);

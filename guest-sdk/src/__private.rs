@@ -30,6 +30,8 @@ pub struct WorkflowDef {
     pub schedule: Option<ScheduleDef>,
     /// Its concurrency limit per key, if any.
     pub concurrency: Option<ConcurrencyDef>,
+    /// How long a run may take before it is cancelled, in ms.
+    pub timeout_ms: Option<u64>,
     pub run: fn(&str) -> Result<String, String>,
     /// The JSON Schemas of its input and output, for types that derive
     /// `schemars::JsonSchema`.
@@ -133,6 +135,7 @@ fn schemas(workflows: &[WorkflowDef], steps: &[StepDef]) -> String {
                 serde_json::json!({
                     "input": parse(input), "output": parse(output),
                     "schedule": schedule, "concurrency": concurrency,
+                    "timeout_ms": w.timeout_ms,
                 }),
             )
         })

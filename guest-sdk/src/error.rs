@@ -87,6 +87,11 @@ pub enum Error {
     /// Options `create_hook` cannot take here (start-only options on the
     /// run's start hook).
     HookOptions(String),
+    /// The run was cancelled (`reason` is `deadline_exceeded` when it
+    /// passed its deadline): the workflow's keel futures fail with it from
+    /// the cancel on, except inside [`crate::non_cancellable`]. Returning
+    /// it (or any result) ends the run `cancelled`.
+    Cancelled { reason: String, by: String },
     /// An awaited run failed or was cancelled.
     RunFailed {
         run_id: String,
@@ -129,6 +134,13 @@ impl fmt::Display for Error {
             } => write!(f, "run {claimed_by_run_id} took the token `{token}` over"),
             Error::HookNotFound { token } => write!(f, "no active hook holds the token `{token}`"),
             Error::HookOptions(m) => f.write_str(m),
+            // The host's words for the cancel, so that the run's error
+            // reads the same whichever ended it.
+            Error::Cancelled { reason, .. } if reason == "deadline_exceeded" => {
+                f.write_str("the run passed its deadline")
+            }
+            Error::Cancelled { reason, by } if reason.is_empty() => write!(f, "cancelled by {by}"),
+            Error::Cancelled { reason, by } => write!(f, "cancelled by {by}: {reason}"),
             Error::RunFailed {
                 run_id,
                 cancelled: true,

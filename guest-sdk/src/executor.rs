@@ -5,6 +5,11 @@
 //! Every future here schedules its command on first poll, so the order of
 //! commands is the order in which the workflow's code polls them, which is
 //! deterministic; the host delivers completions in journal order.
+//!
+//! A cancel of the run is delivered the same way, once, in journal order.
+//! From then on every keel future fails with [`Error::Cancelled`] (a timer
+//! completes at once), without reaching the host, unless it is polled
+//! inside [`non_cancellable`]: the workflow's cleanup.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -16,7 +21,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::bindings::keel::workflow::types::Outcome;
+use crate::bindings::keel::workflow::types::{Outcome, Wake};
 use crate::bindings::keel::workflow::workflow_context as host;
 use crate::error::{Error, StepFailure};
 
@@ -29,6 +34,10 @@ struct State {
     /// The waker of each awaiting future, woken on delivery so that
     /// combinators which poll only woken children (`FuturesUnordered`) work.
     wakers: HashMap<u32, Waker>,
+    /// The run's cancel, once the host delivered it.
+    cancel: Option<Error>,
+    /// How many [`non_cancellable`] futures are being polled.
+    shield: u32,
 }
 
 thread_local! {
@@ -50,16 +59,73 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
             "the workflow is pending on a future that is not a keel step, timer, hook or run; \
              workflows may only await keel futures"
         );
-        let completion = host::wait_any(&awaited);
-        let waker = STATE.with(|s| {
-            let mut s = s.borrow_mut();
-            s.awaited.remove(&completion.id);
-            s.delivered.insert(completion.id, completion.outcome);
-            s.wakers.remove(&completion.id)
-        });
-        if let Some(waker) = waker {
+        let wakers = match host::await_any(&awaited) {
+            Wake::Completed(completion) => STATE.with(|s| {
+                let mut s = s.borrow_mut();
+                s.awaited.remove(&completion.id);
+                s.delivered.insert(completion.id, completion.outcome);
+                s.wakers.remove(&completion.id).into_iter().collect()
+            }),
+            Wake::Cancelled(request) => STATE.with(|s| {
+                let mut s = s.borrow_mut();
+                s.cancel = Some(Error::Cancelled {
+                    reason: request.reason,
+                    by: request.by,
+                });
+                s.wakers.values().cloned().collect::<Vec<_>>()
+            }),
+        };
+        for waker in wakers {
             waker.wake();
         }
+    }
+}
+
+/// The run's cancel, if the workflow has received it: `Some(Error::Cancelled)`.
+///
+/// ```ignore
+/// if keel_sdk::cancelled().is_some() {
+///     return Ok(Summary::partial(done));
+/// }
+/// ```
+pub fn cancelled() -> Option<Error> {
+    STATE.with(|s| s.borrow().cancel.clone())
+}
+
+/// Runs `future` to its end even when the run is cancelled meanwhile: the
+/// keel futures it polls (steps, timers, hooks, runs) complete as they
+/// would have. This is how a cancelled workflow cleans up; the cleanup
+/// has the cancel grace (`--cancel-grace`, `--cancel-grace-steps`).
+///
+/// ```ignore
+/// match reserve_and_charge(&order).await {
+///     Err(e @ keel_sdk::Error::Cancelled { .. }) => {
+///         keel_sdk::non_cancellable(release(order.id.clone())).await?;
+///         Err(e)
+///     }
+///     other => other,
+/// }
+/// ```
+pub fn non_cancellable<F: Future>(future: F) -> NonCancellable<F> {
+    NonCancellable { future }
+}
+
+/// A future that the run's cancel does not interrupt; see [`non_cancellable`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct NonCancellable<F> {
+    future: F,
+}
+
+impl<F: Future> Future for NonCancellable<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // Safety: `future` is structurally pinned; it is never moved out.
+        let future = unsafe { self.map_unchecked_mut(|s| &mut s.future) };
+        STATE.with(|s| s.borrow_mut().shield += 1);
+        let polled = future.poll(cx);
+        STATE.with(|s| s.borrow_mut().shield -= 1);
+        polled
     }
 }
 
@@ -74,17 +140,32 @@ impl Command {
         Command { id: None }
     }
 
+    /// Polls the command, scheduling it first; `Err(Cancelled)` once the
+    /// run is cancelled, unless the command completed before the cancel
+    /// or is polled inside [`non_cancellable`].
     pub(crate) fn poll(
         &mut self,
         cx: &Context<'_>,
         schedule: impl FnOnce() -> u32,
-    ) -> Poll<Outcome> {
+    ) -> Poll<Result<Outcome, Error>> {
+        if self.id.is_none()
+            && let Some(cancel) = refusing()
+        {
+            host::cancelled_call();
+            return Poll::Ready(Err(cancel));
+        }
         let id = *self.id.get_or_insert_with(schedule);
+        let cancel = refusing();
         STATE.with(|s| {
             let mut s = s.borrow_mut();
-            match s.delivered.remove(&id) {
-                Some(outcome) => Poll::Ready(outcome),
-                None => {
+            match (s.delivered.remove(&id), cancel) {
+                (Some(outcome), _) => Poll::Ready(Ok(outcome)),
+                (None, Some(cancel)) => {
+                    s.awaited.remove(&id);
+                    s.wakers.remove(&id);
+                    Poll::Ready(Err(cancel))
+                }
+                (None, None) => {
                     s.awaited.insert(id);
                     s.wakers.insert(id, cx.waker().clone());
                     Poll::Pending
@@ -104,6 +185,14 @@ impl Drop for Command {
             });
         }
     }
+}
+
+/// The run's cancel, if futures polled now must fail with it.
+fn refusing() -> Option<Error> {
+    STATE.with(|s| {
+        let s = s.borrow();
+        s.cancel.clone().filter(|_| s.shield == 0)
+    })
 }
 
 /// The future of a step called from a workflow; resolves to the step's
@@ -139,7 +228,7 @@ impl<T: DeserializeOwned> Future for StepFuture<T> {
         let name = this.name;
         this.command
             .poll(cx, || host::schedule_step(name, input))
-            .map(|outcome| match outcome {
+            .map(|outcome| match outcome? {
                 Outcome::StepCompleted(json) => serde_json::from_str(&json).map_err(|e| {
                     Error::Payload(format!("output of step `{name}` does not decode: {e}"))
                 }),
@@ -192,6 +281,7 @@ impl Future for Timer {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let ms = u64::try_from(this.duration.as_millis()).unwrap_or(u64::MAX);
+        // A cancelled run's timer completes at once.
         this.command
             .poll(cx, || host::schedule_sleep(ms))
             .map(|_| ())

@@ -191,7 +191,7 @@ impl<T: DeserializeOwned> Hook<T> {
         let handle = self.handle;
         let outcome = ready!(self.pending.poll(cx, || host::hook_next(handle)));
         self.pending = Command::new();
-        Poll::Ready(match outcome {
+        Poll::Ready(match outcome? {
             Outcome::HookPayload(json) => serde_json::from_str(&json).map_err(|e| {
                 Error::Payload(format!(
                     "a payload of hook `{}` does not decode: {e}",
@@ -294,7 +294,7 @@ impl<T: DeserializeOwned> Future for ReturnValue<T> {
         let this = self.get_mut();
         let run_id = &this.run_id;
         let outcome = ready!(this.command.poll(cx, || host::await_run(run_id)));
-        Poll::Ready(match outcome {
+        Poll::Ready(match outcome? {
             Outcome::RunEnded(end) => match (end.status, end.output) {
                 (types::RunStatus::Completed, Some(json)) => serde_json::from_str(&json)
                     .map_err(|e| Error::Payload(format!("run {run_id}'s output: {e}"))),

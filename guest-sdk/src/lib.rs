@@ -43,12 +43,16 @@ mod error;
 mod executor;
 mod hooks;
 mod metadata;
+mod saga;
 
 #[doc(hidden)]
 pub mod __private;
 
 pub use error::{Error, StepError, StepFailure};
-pub use executor::{StepFuture, Timer, sleep, sleep_until};
+pub use executor::{
+    NonCancellable, StepFuture, Timer, cancelled, non_cancellable, sleep, sleep_until,
+};
+pub use saga::Saga;
 pub use futures::{self, future, join, select_biased, try_join};
 pub use hooks::{
     Hook, HookOptions, ReturnValue, RunHandle, RunStatus, StartOptions, create_hook, resume_hook,

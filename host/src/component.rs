@@ -499,6 +499,7 @@ async fn read_manifest(
                 schedule: schema(&w.name, "schedule").and_then(|s| serde_json::from_value(s).ok()),
                 concurrency: schema(&w.name, "concurrency")
                     .and_then(|c| serde_json::from_value(c).ok()),
+                timeout_ms: schema(&w.name, "timeout_ms").and_then(|t| t.as_u64()),
                 name: w.name,
                 idempotency: w.idempotency.map(|i| Idempotency {
                     key: i.key,

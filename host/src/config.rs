@@ -73,6 +73,9 @@ pub struct RunLimits {
     pub max_steps_in_flight: usize,
     /// Most entries a run's journal may hold.
     pub max_journal_entries: usize,
+    /// How long, and for how many steps, a cancelled run's cleanup may go
+    /// on before the run is ended without it.
+    pub cancel_grace: keel_core::lifecycle::Grace,
 }
 
 impl Default for RunLimits {
@@ -81,6 +84,7 @@ impl Default for RunLimits {
             max_payload_bytes: defaults::MAX_PAYLOAD_KIB << 10,
             max_steps_in_flight: defaults::MAX_STEPS_IN_FLIGHT,
             max_journal_entries: defaults::MAX_JOURNAL_ENTRIES,
+            cancel_grace: keel_core::lifecycle::Grace::default(),
         }
     }
 }
@@ -108,6 +112,10 @@ impl RunLimits {
             max_payload_bytes: usize::MAX,
             max_steps_in_flight: usize::MAX,
             max_journal_entries: usize::MAX,
+            cancel_grace: keel_core::lifecycle::Grace {
+                ms: u64::MAX,
+                steps: u32::MAX,
+            },
         }
     }
 }

@@ -191,6 +191,10 @@ pub enum Error {
     #[error("run {run_id} was cancelled")]
     Cancelled { run_id: RunId },
 
+    /// A cancelled run's code went on past its cleanup's grace.
+    #[error("run {run_id} was cancelled and {why}")]
+    CancelGrace { run_id: RunId, why: String },
+
     #[error(
         "run {run_id}: writing its journal failed ({reason}); the run is left as it was for a worker to resume"
     )]
@@ -325,7 +329,7 @@ impl Error {
             Error::InvalidName(_) => ErrorKind::InvalidName,
             Error::InvalidLimit(_) => ErrorKind::InvalidLimit,
             Error::StoreCapability { .. } => ErrorKind::StoreCapability,
-            Error::Cancelled { .. } => ErrorKind::Cancelled,
+            Error::Cancelled { .. } | Error::CancelGrace { .. } => ErrorKind::Cancelled,
             Error::Deployment(keel_core::deployment::ResolveError::UnknownDeployment {
                 ..
             }) => ErrorKind::DeploymentNotFound,
@@ -362,6 +366,7 @@ impl Error {
             | Error::DriveInterrupted { run_id, .. }
             | Error::OutcomeUnknown { run_id, .. }
             | Error::Cancelled { run_id }
+            | Error::CancelGrace { run_id, .. }
             | Error::StillRunning { run_id, .. }
             | Error::NotRetryable { run_id, .. }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.to_string())],

@@ -113,10 +113,10 @@ impl Runtime {
         run: &RunRecord,
         journal: Arc<RunJournal>,
     ) -> (Ended, Trace) {
-        // Queued for a slot; a cancel ends the wait.
+        // Queued for a slot; a forced cancel ends the wait.
         let _slot = tokio::select! {
             slot = self.slots.workflow() => slot,
-            () = journal.until_cancelled() => {
+            () = journal.until_terminated() => {
                 let cancelled = Error::Cancelled { run_id: run.run_id.clone() };
                 return (Ended::Failed(cancelled), Trace::default());
             }
@@ -168,7 +168,12 @@ impl Runtime {
             .workflow_calls()
             .and_then(|calls| calls.downcast_mut::<Activation>());
         let trace = match activation {
-            Some(a) => a.finish().await,
+            Some(a) => {
+                if !matches!(ended, Ended::Failed(Error::Cancelled { .. })) {
+                    a.settle_cancelled().await;
+                }
+                a.finish().await
+            }
             None => Trace::default(),
         };
         (ended, trace)
@@ -245,7 +250,7 @@ impl Stop {
 /// without calling the host.
 async fn stop(journal: &RunJournal, pulse: &Pulse, bound: Duration) -> Stop {
     tokio::select! {
-        () = journal.until_cancelled() => {
+        () = journal.until_terminated() => {
             pulse.outside_keel().await;
             Stop::Cancelled
         }

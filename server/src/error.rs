@@ -92,6 +92,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::GuestTrap
         | K::WorkflowFailed
         | K::Cancelled
+        | K::DeadlineExceeded
         | K::Wasm
         | K::CorruptRecord
         | K::StoreSchemaTooNew

@@ -482,6 +482,7 @@ pub async fn start(
         run_id,
         start_at_ms,
         priority: request.priority,
+        timeout: request.timeout_ms.map(Duration::from_millis),
         additional_metadata: request.additional_metadata,
         hook: request.hook.map(|hook| StartHook {
             token: hook.token,
@@ -660,12 +661,40 @@ pub async fn result(
     Ok((status, Json(RunView::from(&run))))
 }
 
-/// `POST /v1/runs/{run_id}/cancel`.
+/// Longest cancel reason the API takes, in bytes.
+const MAX_REASON: usize = 1024;
+
+/// `POST /v1/runs/{run_id}/cancel?reason=TEXT&force=true&wait_ms=N`: asks
+/// for the run to be cancelled (the workflow runs its cleanup), or with
+/// `force` ends it at once; answers with the run after up to `wait_ms`
+/// (200 once ended, 202 while its cleanup runs).
 pub async fn cancel(
     State(s): State<AppState>,
     RunIdParam(run_id): RunIdParam,
-) -> ApiResult<Json<RunView>> {
-    Ok(Json(RunView::from(&s.keel.cancel(&run_id).await?)))
+    RawQuery(raw): RawQuery,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let q = Query::parse(raw);
+    let reason = q.one("reason").unwrap_or_default();
+    if reason.len() > MAX_REASON {
+        return Err(ApiError::invalid(format!(
+            "query parameter `reason` is {} bytes; at most {MAX_REASON}",
+            reason.len()
+        )));
+    }
+    let wait = Duration::from_millis(wait_ms(q.number("wait_ms")?)?);
+    let run = match q.flag("force")? {
+        true => s.keel.terminate(&run_id).await?,
+        false => s.keel.cancel(&run_id, &reason, "api").await?,
+    };
+    let run = match run.status.is_final() || wait.is_zero() {
+        true => run,
+        false => s.keel.wait_for_end(&run_id, wait).await?,
+    };
+    let status = match run.status.is_final() {
+        true => StatusCode::OK,
+        false => StatusCode::ACCEPTED,
+    };
+    Ok((status, Json(RunView::from(&run))))
 }
 
 /// `POST /v1/runs/{run_id}/retry?wait_ms=N&return_on_wait=true`: retries a

@@ -257,6 +257,11 @@ pub struct StartRequest {
     /// workflow's limit is reached: 1 (highest) to 5; default 3.
     #[schemars(range(min = 1, max = 5))]
     pub priority: Option<u8>,
+    /// Cancel the run with reason `deadline_exceeded` if it has not ended
+    /// this many milliseconds after its admission; default: the
+    /// workflow's own timeout, if it declares one.
+    #[schemars(range(min = 1))]
+    pub timeout_ms: Option<u64>,
 }
 
 /// A run's start token.

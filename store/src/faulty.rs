@@ -508,6 +508,23 @@ impl<S: Store + ?Sized> crate::RateStore for FaultyStore<S> {
     }
 }
 
+#[async_trait]
+impl<S: Store + ?Sized> crate::CancelStore for FaultyStore<S> {
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        request: &keel_core::lifecycle::CancelRequest,
+    ) -> Result<Option<keel_core::lifecycle::CancelRequest>> {
+        self.confirm(self.inner.request_cancel(run_id, request).await)
+    }
+    async fn cancel_request(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<keel_core::lifecycle::CancelRequest>> {
+        self.inner.cancel_request(run_id).await
+    }
+}
+
 impl<S: Store + ?Sized> Store for FaultyStore<S> {
     fn capabilities(&self) -> Capabilities {
         self.capabilities

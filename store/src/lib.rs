@@ -20,6 +20,7 @@
 
 use async_trait::async_trait;
 use keel_core::flow::{LimitRow, OnLimit, RunSlot, SlotState};
+use keel_core::lifecycle::CancelRequest;
 use keel_core::schedule::ScheduleRecord;
 use keel_core::{
     Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunCursor,
@@ -143,8 +144,11 @@ pub enum Wake {
     Admitted,
     /// A payload, a force claim or an awaited run's end moved this run on.
     Run(RunId),
-    /// Someone asked for this run to be cancelled: its driver stops it.
+    /// Someone asked for this run to be cancelled: its driver journals
+    /// the request (`CancelStore::cancel_request`).
     Cancel(RunId),
+    /// Someone asked for this run to be ended at once: its driver stops it.
+    Terminate(RunId),
     /// A component was deployed: cached deployments are stale.
     Deployed,
 }
@@ -525,6 +529,26 @@ pub trait WakeStore: Send + Sync {
     }
 }
 
+/// Cancel requests: asked by anyone, journaled by the run's driver, which
+/// alone writes the run's journal.
+#[async_trait]
+pub trait CancelStore: Send + Sync {
+    /// Records `request` for a live run and wakes it (a wakeup and
+    /// [`Wake::Cancel`]), atomically and durably. A run asked before keeps
+    /// its first request, which is returned instead. `None` if the run has
+    /// ended (nothing is written); [`StoreError::RunNotFound`] if there is
+    /// no such run.
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        request: &CancelRequest,
+    ) -> Result<Option<CancelRequest>>;
+
+    /// The run's cancel request, if one was made and the run has not
+    /// ended cancelled.
+    async fn cancel_request(&self, run_id: &str) -> Result<Option<CancelRequest>>;
+}
+
 /// A store: every part, and what it supports.
 pub trait Store:
     RunStore
@@ -540,6 +564,7 @@ pub trait Store:
     + ScheduleStore
     + FlowStore
     + RateStore
+    + CancelStore
 {
     /// What this store supports; a start needing more is refused before
     /// anything is written.

@@ -30,7 +30,8 @@ use syn::{
 /// runs of one key (a CEL expression like an idempotency key's; a constant
 /// such as `"'all'"` makes one limit) be in progress at once, queueing the
 /// rest, with `on_limit = "cancel_in_progress"` or `"cancel_newest"` to
-/// cancel instead.
+/// cancel instead; `timeout = "2h"` cancels a run still going that long
+/// after its admission, with reason `deadline_exceeded`.
 #[proc_macro_attribute]
 pub fn workflow(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
@@ -46,6 +47,8 @@ struct WorkflowSettings {
     schedule: Option<ScheduleSettings>,
     /// `(key, limit, on_limit)`.
     concurrency: Option<(String, u32, String)>,
+    /// `timeout = "2h"`, in ms.
+    timeout_ms: Option<u64>,
 }
 
 /// `concurrency(key = "...", limit = N, on_limit = "...")` of a workflow.
@@ -221,6 +224,15 @@ impl WorkflowSettings {
                 Meta::List(list) if list.path.is_ident("concurrency") => {
                     out.concurrency = Some(parse_concurrency(list)?);
                 }
+                Meta::NameValue(kv) if kv.path.is_ident("timeout") => {
+                    let Expr::Lit(ExprLit { lit, .. }) = &kv.value else {
+                        return Err(syn::Error::new_spanned(
+                            &kv.value,
+                            "expected a duration such as \"2h\"",
+                        ));
+                    };
+                    out.timeout_ms = Some(duration_lit(lit)?);
+                }
                 Meta::NameValue(kv) if kv.path.is_ident("on_events") => {
                     let Expr::Array(array) = &kv.value else {
                         return Err(syn::Error::new_spanned(
@@ -242,7 +254,7 @@ impl WorkflowSettings {
                 other => {
                     return Err(syn::Error::new_spanned(
                         other,
-                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...], schedule(...) or concurrency(key = ..., limit = ...)",
+                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...], schedule(...), concurrency(key = ..., limit = ...) or timeout = \"2h\"",
                     ));
                 }
             }
@@ -349,6 +361,10 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
         },
         None => quote! { None },
     };
+    let timeout_ms = match settings.timeout_ms {
+        Some(ms) => quote! { Some(#ms) },
+        None => quote! { None },
+    };
     let input_ty = match args.first() {
         Some((_, ty)) => quote! { #ty },
         None => quote! { () },
@@ -370,6 +386,7 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
             on_events: &[#(#on_events),*],
             schedule: #schedule,
             concurrency: #concurrency,
+            timeout_ms: #timeout_ms,
             run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
             schemas: || {
                 #[allow(unused_imports)]

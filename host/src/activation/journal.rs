@@ -35,7 +35,10 @@ pub struct RunJournal {
     /// write itself, which outlives a caller that stops waiting.
     flushing: Arc<tokio::sync::Mutex<()>>,
     pub(super) changed: Notify,
-    cancelled: AtomicBool,
+    /// Asked to stop at once (a forced cancel).
+    terminated: AtomicBool,
+    /// The store may hold a cancel request the activation has not read.
+    cancel_hint: AtomicBool,
     /// Told how long each flush took.
     observer: Option<Arc<dyn crate::Observer>>,
     /// Told the run's ID after each durable write.
@@ -97,7 +100,8 @@ impl RunJournal {
             })),
             flushing: Arc::new(tokio::sync::Mutex::new(())),
             changed: Notify::new(),
-            cancelled: AtomicBool::new(false),
+            terminated: AtomicBool::new(false),
+            cancel_hint: AtomicBool::new(false),
             observer: None,
             written: None,
             max_entries: usize::MAX,
@@ -154,27 +158,59 @@ impl RunJournal {
         self.changed.notify_waiters();
     }
 
-    /// Asks the activation to stop at its next wait: the run is cancelled.
-    pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
+    /// Asks the activation to stop at once: the run is terminated.
+    pub fn terminate(&self) {
+        self.terminated.store(true, Ordering::SeqCst);
         self.changed.notify_waiters();
     }
 
-    pub(super) fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+    pub(super) fn is_terminated(&self) -> bool {
+        self.terminated.load(Ordering::SeqCst)
     }
 
-    /// Completes once the run is cancelled.
-    pub(crate) async fn until_cancelled(&self) {
+    /// Completes once the run is terminated.
+    pub(crate) async fn until_terminated(&self) {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if self.is_cancelled() {
+            if self.is_terminated() {
                 return;
             }
             changed.await;
         }
+    }
+
+    /// Tells the activation that the store may hold a cancel request for
+    /// the run, which it reads and journals at its next wait.
+    pub fn hint_cancel(&self) {
+        self.cancel_hint.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Whether a cancel request may be waiting in the store; clears it.
+    pub(super) fn take_cancel_hint(&self) -> bool {
+        self.cancel_hint.swap(false, Ordering::SeqCst)
+    }
+
+    /// The run's journaled cancel request, if any.
+    pub fn cancel_request(&self) -> Option<Entry> {
+        self.lock().index.cancel_request().cloned()
+    }
+
+    /// The steps the workflow scheduled after its cancel.
+    pub(super) fn steps_after_cancel(&self) -> usize {
+        self.lock().index.steps_after_cancel()
+    }
+
+    /// An attempt of the step of `command` is running.
+    pub(super) fn attempt_running(&self, command: u32) -> bool {
+        self.lock().index.attempt_running(command)
+    }
+
+    /// The run's deadline, if one was set.
+    pub(super) fn deadline_ms(&self) -> Option<u64> {
+        self.lock().index.deadline_ms()
     }
 
     /// Records a fact in memory and returns its entry; the next flush
@@ -330,6 +366,16 @@ impl RunJournal {
 
     pub(super) fn take_completion(&self, ids: &[u32], delivered: &mut Delivered) -> Option<Entry> {
         self.lock().index.take_completion(ids, delivered).cloned()
+    }
+
+    /// The next completion among `ids`, or the cancel, in journal order;
+    /// `(entry, is_cancel)`.
+    pub(super) fn take_wake(&self, ids: &[u32], delivered: &mut Delivered) -> Option<(Entry, bool)> {
+        use keel_core::index::Wake;
+        match self.lock().index.take_wake(ids, delivered)? {
+            Wake::Completion(e) => Some((e.clone(), false)),
+            Wake::Cancel(e) => Some((e.clone(), true)),
+        }
     }
 
     pub(super) fn has_ended(&self) -> bool {

@@ -20,6 +20,7 @@ use keel_core::RunId;
 use keel_core::divergence::{Divergence, Trace};
 use keel_core::index::Delivered;
 use keel_core::journal::{Entry, Fact, step_digest};
+use keel_core::lifecycle::{CancelRequest, Grace};
 use keel_core::patch::{self, Patch};
 use tokio::task::JoinHandle;
 
@@ -89,7 +90,15 @@ pub struct Activation {
     slots: Arc<Slots>,
     /// The first divergence from the journal, in detail.
     divergence: Option<Divergence>,
+    /// How long and for how many steps a cancelled run's cleanup may go on.
+    grace: Grace,
+    /// Keel calls the workflow refused itself because the run is cancelled.
+    refused_calls: u32,
 }
+
+/// Most keel calls a cancelled workflow may refuse itself before the run
+/// is ended: its code is looping on a cancel it swallows.
+const MAX_REFUSED_CALLS: u32 = 10_000;
 
 impl Drop for Activation {
     fn drop(&mut self) {
@@ -110,6 +119,7 @@ impl Activation {
         slots: Arc<Slots>,
     ) -> Self {
         let recorded_commands = journal.command_count();
+        let grace = outside.limits().cancel_grace;
         Activation {
             run_id: journal.run_id().clone(),
             workflow: workflow.to_string(),
@@ -128,8 +138,10 @@ impl Activation {
             external: HashMap::new(),
             hooks: HashMap::new(),
             tasks: Vec::new(),
+            grace,
             slots,
             divergence: None,
+            refused_calls: 0,
         }
     }
 
@@ -153,8 +165,81 @@ impl Activation {
         }
     }
 
+    /// Once a cancelled run's code has ended, lets the step attempts
+    /// still running finish and journal their results (within the cancel
+    /// grace), so that what they did is known; attempts not yet started
+    /// never start.
+    pub async fn settle_cancelled(&mut self) {
+        if self.offline {
+            return;
+        }
+        let Some(cancel) = self.journal.cancel_request() else {
+            return;
+        };
+        let ends_at = self.grace.ends_at(cancel.at_ms);
+        loop {
+            let changed = self.journal.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let running = self
+                .steps
+                .iter()
+                .any(|c| self.journal.attempt_running(*c));
+            let left = ends_at.saturating_sub(self.now_ms());
+            if !running || left == 0 || self.journal.failure().is_some() {
+                return;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(left), changed).await;
+        }
+    }
+
     fn replaying(&self) -> bool {
         self.next_command < self.recorded_commands
+    }
+
+    /// Journals the run's cancel when one was asked for (in the store) or
+    /// its deadline has passed, unless the journal holds one already; then
+    /// ends a run whose cleanup is past its grace.
+    async fn note_cancel(&mut self) -> wasmtime::Result<()> {
+        if self.offline || self.journal.has_ended() {
+            return Ok(());
+        }
+        let cancel = match self.journal.cancel_request() {
+            Some(cancel) => cancel,
+            None => {
+                let now = self.now_ms();
+                let asked = match self.journal.take_cancel_hint() {
+                    true => self.store()?.cancel_request(self.run_id.as_str()).await?,
+                    false => None,
+                };
+                let due = self.journal.deadline_ms().filter(|d| *d <= now);
+                let Some(request) = asked.or_else(|| due.map(CancelRequest::deadline)) else {
+                    return Ok(());
+                };
+                tracing::info!(run_id = %self.run_id, reason = request.reason, by = request.by, "cancel journaled");
+                self.journal.record(request.fact())?
+            }
+        };
+        match self.grace.expired(cancel.at_ms, self.now_ms()) {
+            Some(why) => Err(self.over_grace(why)),
+            None => Ok(()),
+        }
+    }
+
+    fn over_grace(&self, why: String) -> wasmtime::Error {
+        wasmtime::Error::new(Error::CancelGrace {
+            run_id: self.run_id.clone(),
+            why,
+        })
+    }
+
+    /// When the run must next be looked at for its lifecycle: its cleanup's
+    /// grace end once cancelled, else its deadline.
+    fn lifecycle_due_ms(&self) -> Option<u64> {
+        match self.journal.cancel_request() {
+            Some(cancel) => Some(self.grace.ends_at(cancel.at_ms)),
+            None => self.journal.deadline_ms(),
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -288,8 +373,9 @@ impl Activation {
         let wake_at_ms = ids
             .iter()
             .filter_map(|id| self.timers.get(id))
-            .min()
-            .copied();
+            .copied()
+            .chain(self.lifecycle_due_ms().filter(|_| !self.offline))
+            .min();
         let mut on: Vec<String> = ids
             .iter()
             .filter_map(|id| self.external.get(id).map(External::describe))
@@ -307,6 +393,90 @@ impl Activation {
             wake_at_ms,
             on: on.join(" or "),
         })
+    }
+
+    /// Waits for the first completion among `ids` in journal order or,
+    /// when the workflow `hears_cancel`, the run's cancel request (once).
+    /// A workflow that does not hear cancels is stopped at its cancel.
+    async fn wait(&mut self, ids: &[u32], hears_cancel: bool) -> wasmtime::Result<wit::Wake> {
+        self.check_wait(ids)?;
+        loop {
+            let journal = self.journal.clone();
+            let changed = journal.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            self.note_cancel().await?;
+            if hears_cancel {
+                if let Some((entry, is_cancel)) = self.journal.take_wake(ids, &mut self.delivered) {
+                    self.clock.set(entry.at_ms);
+                    return Ok(match (is_cancel, entry.fact) {
+                        (true, Fact::CancelRequested { reason, by }) => {
+                            wit::Wake::Cancelled(wit::CancelRequest { reason, by })
+                        }
+                        (_, fact) => wit::Wake::Completed(self.completion(Entry { fact, ..entry })),
+                    });
+                }
+            } else if let Some(entry) = self.journal.take_completion(ids, &mut self.delivered) {
+                self.clock.set(entry.at_ms);
+                return Ok(wit::Wake::Completed(self.completion(entry)));
+            } else if self.journal.cancel_request().is_some() && !self.offline {
+                return Err(self.over_grace(
+                    "its component cannot hear a cancel (it was built with a keel-sdk older than cancellation), so it was stopped at once".into(),
+                ));
+            }
+            if self.journal.exceeded() {
+                return Err(wasmtime::Error::new(self.journal.over_bound()));
+            }
+            if let Some(reason) = self.journal.failure() {
+                return Err(wasmtime::Error::new(Error::JournalWrite {
+                    run_id: self.run_id.clone(),
+                    reason,
+                }));
+            }
+            if self.offline {
+                return Err(wasmtime::Error::new(Suspend::JournalEnd));
+            }
+            if self.journal.is_terminated() {
+                return Err(wasmtime::Error::new(Error::Cancelled {
+                    run_id: self.run_id.clone(),
+                }));
+            }
+            if self.complete_external(ids).await? {
+                continue;
+            }
+            if !ids.iter().any(|id| self.in_flight.contains(id)) {
+                return Err(self.suspend(ids));
+            }
+            // Activations queue for a slot: one parked on anything but its
+            // own running steps gives its slot up and resumes by replay.
+            let contention = self.slots.contention();
+            tokio::pin!(contention);
+            contention.as_mut().enable();
+            if self.slots.contended() && !ids.iter().any(|id| self.steps.contains(id)) {
+                return Err(self.suspend(ids));
+            }
+            if !ids.iter().any(|id| self.steps.contains(id)) {
+                // Waiting on a timer, a payload or another run: make what
+                // the run did so far, and what it waits for, visible. A
+                // running step flushes by itself before its attempt.
+                self.journal.flush().await?;
+            }
+            let poll = if ids.iter().any(|id| self.external.contains_key(id)) {
+                // Another process may complete it: its wake normally arrives
+                // at once; looking again now and then covers a lost one.
+                EXTERNAL_POLL
+            } else {
+                Duration::MAX
+            };
+            let lifecycle = self.lifecycle_due_ms().map_or(Duration::MAX, |at| {
+                Duration::from_millis(at.saturating_sub(self.now_ms()))
+            });
+            tokio::select! {
+                _ = changed => {}
+                _ = contention => {}
+                _ = tokio::time::sleep(poll.min(lifecycle)) => {}
+            }
+        }
     }
 
     fn completion(&self, entry: Entry) -> wit::Completion {
@@ -390,6 +560,11 @@ impl WorkflowCalls for Activation {
         let run_id = self.run_id.clone();
         if self.next_command >= self.journal.command_count() {
             // A new command: within the run's bounds, or the run fails.
+            if self.journal.cancel_request().is_some()
+                && let Some(why) = self.grace.refuses_step(self.journal.steps_after_cancel())
+            {
+                return Err(self.over_grace(why));
+            }
             let limits = self.outside.limits();
             limits.payload(
                 input.len(),
@@ -508,66 +683,24 @@ impl WorkflowCalls for Activation {
     }
 
     async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion> {
-        self.check_wait(ids)?;
-        loop {
-            let journal = self.journal.clone();
-            let changed = journal.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if let Some(entry) = self.journal.take_completion(ids, &mut self.delivered) {
-                self.clock.set(entry.at_ms);
-                return Ok(self.completion(entry));
-            }
-            if self.journal.exceeded() {
-                return Err(wasmtime::Error::new(self.journal.over_bound()));
-            }
-            if let Some(reason) = self.journal.failure() {
-                return Err(wasmtime::Error::new(Error::JournalWrite {
-                    run_id: self.run_id.clone(),
-                    reason,
-                }));
-            }
-            if self.offline {
-                return Err(wasmtime::Error::new(Suspend::JournalEnd));
-            }
-            if self.journal.is_cancelled() {
-                return Err(wasmtime::Error::new(Error::Cancelled {
-                    run_id: self.run_id.clone(),
-                }));
-            }
-            if self.complete_external(ids).await? {
-                continue;
-            }
-            if !ids.iter().any(|id| self.in_flight.contains(id)) {
-                return Err(self.suspend(ids));
-            }
-            // Activations queue for a slot: one parked on anything but its
-            // own running steps gives its slot up and resumes by replay.
-            let contention = self.slots.contention();
-            tokio::pin!(contention);
-            contention.as_mut().enable();
-            if self.slots.contended() && !ids.iter().any(|id| self.steps.contains(id)) {
-                return Err(self.suspend(ids));
-            }
-            if !ids.iter().any(|id| self.steps.contains(id)) {
-                // Waiting on a timer, a payload or another run: make what
-                // the run did so far, and what it waits for, visible. A
-                // running step flushes by itself before its attempt.
-                self.journal.flush().await?;
-            }
-            let poll = if ids.iter().any(|id| self.external.contains_key(id)) {
-                // Another process may complete it: its wake normally arrives
-                // at once; looking again now and then covers a lost one.
-                EXTERNAL_POLL
-            } else {
-                Duration::MAX
-            };
-            tokio::select! {
-                _ = changed => {}
-                _ = contention => {}
-                _ = tokio::time::sleep(poll) => {}
-            }
+        match self.wait(ids, false).await? {
+            wit::Wake::Completed(completion) => Ok(completion),
+            wit::Wake::Cancelled(_) => unreachable!("a wait that does not hear cancels"),
         }
+    }
+
+    async fn await_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Wake> {
+        self.wait(ids, true).await
+    }
+
+    async fn cancelled_call(&mut self) -> wasmtime::Result<()> {
+        self.refused_calls += 1;
+        if self.refused_calls > MAX_REFUSED_CALLS {
+            return Err(self.over_grace(format!(
+                "its code went on calling keel after {MAX_REFUSED_CALLS} calls were refused for the cancel"
+            )));
+        }
+        self.note_cancel().await
     }
 
     fn metadata(&self) -> wit::WorkflowMetadata {

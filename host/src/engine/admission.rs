@@ -37,6 +37,10 @@ pub struct StartOptions {
     /// workflow declares a limit and the limit is reached: 1 (highest) to
     /// 5; 3 if `None`.
     pub priority: Option<u8>,
+    /// How long the run may take from its admission before it is
+    /// cancelled with `deadline_exceeded`; the workflow's own timeout
+    /// (`#[workflow(timeout = ...)]`) if `None`.
+    pub timeout: Option<Duration>,
 }
 
 /// The start hook of a run (`start(..., { hook: { token, ... } })`).
@@ -205,7 +209,11 @@ impl Keel {
             active: true,
             next_payload: 0,
         });
-        let journal = [Entry {
+        let timeout_ms = options
+            .timeout
+            .map(|t| t.as_millis() as u64)
+            .or_else(|| component.manifest.workflow(workflow).and_then(|w| w.timeout_ms));
+        let mut journal = vec![Entry {
             seq: 0,
             at_ms: now,
             fact: Fact::RunStarted {
@@ -213,6 +221,15 @@ impl Keel {
                 input,
             },
         }];
+        if let Some(timeout_ms) = timeout_ms {
+            journal.push(Entry {
+                seq: 1,
+                at_ms: now,
+                fact: Fact::DeadlineSet {
+                    deadline_ms: now.saturating_add(timeout_ms),
+                },
+            });
+        }
         let admission = Admission {
             run: &run,
             key: key.as_ref().map(|(key, ttl_ms)| KeyClaim {
@@ -289,7 +306,8 @@ impl Keel {
                     tracing::info!(run_id = %run.run_id, %victim, "cancelling the oldest run of the key (cancel_in_progress)");
                     let keel = self.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = keel.cancel(&victim).await {
+                        let reason = "a newer run of its concurrency key replaces it (cancel_in_progress)";
+                        if let Err(e) = keel.cancel(&victim, reason, "concurrency").await {
                             tracing::warn!(%victim, "cancelling the run in progress failed: {e}");
                         }
                     });
@@ -467,6 +485,7 @@ impl Keel {
             run_id: None,
             start_at_ms: None,
             priority: None,
+            timeout: None,
             hook: options.token.as_ref().map(|token| StartHook {
                 token: token.clone(),
                 min_retention: options.min_retention_ms.map(Duration::from_millis),

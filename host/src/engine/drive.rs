@@ -8,6 +8,7 @@ use std::time::Duration;
 use keel_core::divergence::Verdict;
 use keel_core::flow::SlotState;
 use keel_core::journal::Fact;
+use keel_core::lifecycle::{self, CancelRequest, Cleanup};
 use keel_core::{Entry, ErrorKind, RunError, RunId, RunRecord, RunStatus};
 use keel_store::{Lease, StoreError, Wake};
 use tracing::Instrument;
@@ -104,17 +105,66 @@ impl Keel {
         })
     }
 
-    /// Cancels a run: it ends with status `cancelled` and releases its
-    /// tokens (after any retention). An activation driving it, in this
-    /// process or another sharing the store, is stopped at its next wait.
-    /// A finished run is returned as it is.
-    pub async fn cancel(&self, run_id: &str) -> Result<RunRecord> {
-        self.cancel_inner(run_id)
+    /// Asks for a run to be cancelled, by `by` for `reason`: the request
+    /// is stored (waking the run wherever it is driven), its driver
+    /// journals it, and the workflow receives it at its next wait and runs
+    /// its cleanup within the cancel grace. A run that never started its
+    /// code (queued, or a delayed start not yet due) ends at once. Returns
+    /// the run as it is after the request; a finished run as it is.
+    pub async fn cancel(&self, run_id: &str, reason: &str, by: &str) -> Result<RunRecord> {
+        let run = self.get_run(run_id).await?;
+        if run.status.is_final() {
+            return Ok(run);
+        }
+        if self.never_activated(&run).await? {
+            return self.terminate(run_id).await;
+        }
+        let request = CancelRequest {
+            reason: reason.into(),
+            by: by.into(),
+            at_ms: self.now_ms(),
+        };
+        let asked = self
+            .store()
+            .request_cancel(run_id, &request)
+            .await
+            .map_err(|e| unconfirmed(e.into(), run_id, "cancel"))?;
+        if asked.is_some() {
+            tracing::info!(run_id, reason, by, "cancel requested");
+            if let Some(journal) = lock(&self.inner.live).get(run_id) {
+                journal.hint_cancel();
+            }
+            self.inner.progress.notify_waiters();
+        }
+        self.get_run(run_id).await
+    }
+
+    /// A run that is queued for a slot, or a delayed start not yet
+    /// activated: no code of it has run, so there is nothing to clean up.
+    async fn never_activated(&self, run: &RunRecord) -> Result<bool> {
+        Ok(match run.status {
+            RunStatus::Queued => true,
+            RunStatus::Scheduled => !self
+                .store()
+                .journal(run.run_id.as_str())
+                .await?
+                .iter()
+                .any(|e| e.fact.command().is_some()),
+            _ => false,
+        })
+    }
+
+    /// Ends a run at once, with status `cancelled` and no cleanup, and
+    /// releases its tokens (after any retention). An activation driving
+    /// it, in this process or another sharing the store, is stopped where
+    /// it is. A finished run is returned as it is.
+    pub async fn terminate(&self, run_id: &str) -> Result<RunRecord> {
+        self.terminate_inner(run_id)
             .await
             .map_err(|e| unconfirmed(e, run_id, "cancel"))
     }
 
-    async fn cancel_inner(&self, run_id: &str) -> Result<RunRecord> {
+    async fn terminate_inner(&self, run_id: &str) -> Result<RunRecord> {
         let mut announced = false;
         loop {
             let run = self.get_run(run_id).await?;
@@ -133,10 +183,10 @@ impl Keel {
             }
             let ended = self.inner.progress.notified();
             if let Some(journal) = lock(&self.inner.live).get(run_id) {
-                journal.cancel();
+                journal.terminate();
             } else if !announced {
                 // Another process drives it: its driver stops it.
-                self.store().announce(&Wake::Cancel(run_id.into())).await?;
+                self.store().announce(&Wake::Terminate(run_id.into())).await?;
                 announced = true;
             }
             let _ = tokio::time::timeout(Duration::from_millis(100), ended).await;
@@ -344,7 +394,7 @@ impl Keel {
         }
         // Cleared before the activation reads the store, so that a payload
         // resumed from now on wakes the run again.
-        self.store().take_wakeup(run_id).await?;
+        let woken = self.store().take_wakeup(run_id).await?;
         let loaded = self.component_by_hash(&run.component_hash).await?;
         self.refresh_step_settings(&run.component_hash).await?;
         let entries = self.store().journal(run_id).await?;
@@ -360,6 +410,10 @@ impl Keel {
                 .run_first_activated(&run.workflow, waited);
         }
         let journal = Arc::new(self.journal_of(lease, entries)?);
+        if woken {
+            // A cancel request is one of the things that wake a run.
+            journal.hint_cancel();
+        }
         let renewal = self.keep_lease(lease.clone(), journal.clone());
         active.publish(&journal);
         run.status = RunStatus::Running;
@@ -418,6 +472,21 @@ impl Keel {
             },
             other => other,
         };
+        let ended = match (journal.cancel_request(), ended) {
+            (Some(cancel), ended @ (Ended::Completed(_) | Ended::Failed(_))) => {
+                match cancelled_cleanup(ended) {
+                    Ok(cleanup) => {
+                        let Fact::CancelRequested { reason, by } = cancel.fact else {
+                            unreachable!("indexed as a cancel request")
+                        };
+                        let fact = lifecycle::cancelled_end(&reason, &by, cleanup);
+                        return self.end_cancelled(run, fact, journal).await;
+                    }
+                    Err(ended) => ended,
+                }
+            }
+            (_, ended) => ended,
+        };
         let fact = match ended {
             Ended::Completed(output) => {
                 run.status = RunStatus::Completed;
@@ -429,7 +498,7 @@ impl Keel {
                 run.status = RunStatus::Cancelled;
                 run.error = Some(RunError {
                     kind: ErrorKind::Cancelled.as_str().into(),
-                    message: "the run was cancelled".into(),
+                    message: "the run was cancelled at once, without its cleanup".into(),
                 });
                 Fact::RunCancelled
             }
@@ -460,6 +529,36 @@ impl Keel {
                 ));
             }
         };
+        self.end_with(run, fact, journal).await
+    }
+
+    /// Ends a cancelled run with `fact`, its [`Fact::RunEndedCancelled`].
+    async fn end_cancelled(
+        &self,
+        mut run: RunRecord,
+        fact: Fact,
+        journal: &RunJournal,
+    ) -> Result<RunRecord> {
+        let Fact::RunEndedCancelled {
+            kind,
+            error,
+            output,
+        } = &fact
+        else {
+            unreachable!("a cancelled end")
+        };
+        tracing::info!(kind, "run cancelled: {error}");
+        run.status = RunStatus::Cancelled;
+        run.output = output.clone();
+        run.error = Some(RunError {
+            kind: kind.clone(),
+            message: error.clone(),
+        });
+        self.end_with(run, fact, journal).await
+    }
+
+    /// Stores a finished run's final record with its last entry `fact`.
+    async fn end_with(&self, run: RunRecord, fact: Fact, journal: &RunJournal) -> Result<RunRecord> {
         for watcher in journal.end(&run, fact).await? {
             self.poke(&watcher);
         }
@@ -509,6 +608,23 @@ impl Keel {
         entries: Vec<Entry>,
     ) -> Result<Verdict> {
         self.inner.runtime.replay(loaded, run, entries).await
+    }
+}
+
+/// How a cancelled run's code ended, as its cleanup; `Err` gives back an
+/// end that is not the cancel's: a forced cancel, or code that no longer
+/// matches its journal (the run fails, so that a fixed component can
+/// retry it).
+fn cancelled_cleanup(ended: Ended) -> std::result::Result<Cleanup, Ended> {
+    match ended {
+        Ended::Completed(output) => Ok(Cleanup::Returned(output)),
+        Ended::Failed(Error::CancelGrace { why, .. }) => Ok(Cleanup::OverGrace(why)),
+        Ended::Failed(Error::WorkflowFailed { message, .. }) => Ok(Cleanup::Failed(message)),
+        Ended::Failed(e @ (Error::Cancelled { .. } | Error::NonDeterminism { .. })) => {
+            Err(Ended::Failed(e))
+        }
+        Ended::Failed(e) => Ok(Cleanup::Failed(e.to_string())),
+        suspended @ Ended::Suspended(_) => Err(suspended),
     }
 }
 

@@ -161,7 +161,13 @@ impl Keel {
                     Ok(Wake::Run(run_id)) => keel.poke(&run_id),
                     Ok(Wake::Cancel(run_id)) => {
                         if let Some(journal) = lock(&keel.inner.live).get(&run_id) {
-                            journal.cancel();
+                            journal.hint_cancel();
+                        }
+                        keel.inner.progress.notify_waiters();
+                    }
+                    Ok(Wake::Terminate(run_id)) => {
+                        if let Some(journal) = lock(&keel.inner.live).get(&run_id) {
+                            journal.terminate();
                         }
                     }
                     Ok(Wake::Admitted) => keel.inner.progress.notify_waiters(),

@@ -459,6 +459,7 @@ impl Keel {
             run_id: Some(run_id.clone()),
             start_at_ms: None,
             priority: None,
+            timeout: None,
         };
         let started = self
             .start_workflow(

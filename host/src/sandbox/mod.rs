@@ -56,6 +56,10 @@ pub trait WorkflowCalls: Send {
     async fn schedule_step(&mut self, name: String, input: String) -> wasmtime::Result<u32>;
     async fn schedule_sleep(&mut self, duration_ms: u64) -> wasmtime::Result<u32>;
     async fn wait_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Completion>;
+    /// `wait_any` that also delivers the run's cancel request, once.
+    async fn await_any(&mut self, ids: &[u32]) -> wasmtime::Result<wit::Wake>;
+    /// The workflow refused a call because its run is cancelled.
+    async fn cancelled_call(&mut self) -> wasmtime::Result<()>;
     fn metadata(&self) -> wit::WorkflowMetadata;
     async fn patched(&mut self, change_id: String) -> wasmtime::Result<bool>;
     fn log(&self, level: wit::LogLevel, message: &str);
@@ -363,6 +367,16 @@ impl keel::workflow::workflow_context::Host for HostState {
     async fn wait_any(&mut self, ids: Vec<u32>) -> wasmtime::Result<wit::Completion> {
         let _call = self.pulse.keel_call();
         self.calls()?.wait_any(&ids).await
+    }
+
+    async fn await_any(&mut self, ids: Vec<u32>) -> wasmtime::Result<wit::Wake> {
+        let _call = self.pulse.keel_call();
+        self.calls()?.await_any(&ids).await
+    }
+
+    async fn cancelled_call(&mut self) -> wasmtime::Result<()> {
+        let _call = self.pulse.keel_call();
+        self.calls()?.cancelled_call().await
     }
 
     async fn metadata(&mut self) -> wasmtime::Result<wit::WorkflowMetadata> {

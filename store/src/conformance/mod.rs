@@ -125,6 +125,7 @@ cases!(
     a_rate_window_grants_its_limit_per_window_to_racers,
     step_permits_hold_their_limit_against_racers_and_lapse,
     a_failed_runs_slot_is_kept_out_of_its_group_until_a_retry,
+    a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -571,6 +572,77 @@ async fn only_runs_that_have_not_ended_are_live(h: &dyn Harness) -> Outcome {
     check(live == ["a", "c"], || format!("live: {live:?}"))?;
     let all = store.list_runs().await.map_err(fail("list_runs"))?;
     check(all.len() == 3, || format!("{} runs listed", all.len()))
+}
+
+async fn a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it(
+    h: &dyn Harness,
+) -> Outcome {
+    use keel_core::lifecycle::CancelRequest;
+    let store = h.fresh().await;
+    let ask = |reason: &str, at_ms| CancelRequest {
+        reason: reason.into(),
+        by: "api".into(),
+        at_ms,
+    };
+    let missing = store.request_cancel("nobody", &ask("x", 1)).await;
+    check(
+        matches!(missing, Err(StoreError::RunNotFound { .. })),
+        || format!("a cancel of no run: {missing:?}"),
+    )?;
+    for id in ["a", "b"] {
+        admit(&*store, id, None, None, 0)
+            .await
+            .map_err(fail("admit"))?;
+    }
+    store.take_wakeup("a").await.map_err(fail("take_wakeup"))?;
+    let first = store
+        .request_cancel("a", &ask("first", 1))
+        .await
+        .map_err(fail("request_cancel"))?;
+    check(first == Some(ask("first", 1)), || format!("first: {first:?}"))?;
+    let second = store
+        .request_cancel("a", &ask("second", 2))
+        .await
+        .map_err(fail("second request_cancel"))?;
+    check(second == Some(ask("first", 1)), || {
+        format!("a second request replaced the first: {second:?}")
+    })?;
+    check(
+        store.is_woken("a").await.map_err(fail("is_woken"))?,
+        || "the request did not wake the run".into(),
+    )?;
+    let store = h.reopen(store).await;
+    let kept = store.cancel_request("a").await.map_err(fail("cancel_request"))?;
+    check(kept == Some(ask("first", 1)), || {
+        format!("after a reopen: {kept:?}")
+    })?;
+    let other = store.cancel_request("b").await.map_err(fail("cancel_request b"))?;
+    check(other.is_none(), || format!("b was never asked: {other:?}"))?;
+    let mut record = run("a", RunStatus::Cancelled);
+    record.updated_at_ms = 3;
+    let seq = store.journal("a").await.map_err(fail("journal"))?.len() as u64;
+    let tail = JournalBuilder::continuing(seq, 3)
+        .then(ask("first", 1).fact())
+        .then(keel_core::lifecycle::cancelled_end(
+            "first",
+            "api",
+            keel_core::lifecycle::Cleanup::Failed("x".into()),
+        ))
+        .entries();
+    store
+        .end_run(&record, &tail, 3, None)
+        .await
+        .map_err(fail("end_run"))?;
+    let gone = store.cancel_request("a").await.map_err(fail("cancel_request"))?;
+    check(gone.is_none(), || format!("kept past the run's end: {gone:?}"))?;
+    end(&*store, "b", 4).await.map_err(fail("end b"))?;
+    let late = store
+        .request_cancel("b", &ask("late", 5))
+        .await
+        .map_err(fail("late request_cancel"))?;
+    check(late.is_none(), || format!("an ended run took a request: {late:?}"))?;
+    let late = store.cancel_request("b").await.map_err(fail("cancel_request"))?;
+    check(late.is_none(), || format!("an ended run holds a request: {late:?}"))
 }
 
 async fn importing_a_run_twice_is_refused(h: &dyn Harness) -> Outcome {

@@ -305,6 +305,11 @@ impl RunStore for PgStore {
             tx.run("DELETE FROM claims WHERE run_id = $1", &[&run_id])
                 .await
                 .map_err(pg)?;
+            if run.status == keel_core::RunStatus::Cancelled {
+                tx.run("DELETE FROM cancel_requests WHERE run_id = $1", &[&run_id])
+                    .await
+                    .map_err(pg)?;
+            }
             let failed = run.status == keel_core::RunStatus::Failed;
             let promoted = flow::flow_end(tx, run_id, failed, now_ms).await?;
             if !promoted.is_empty() {

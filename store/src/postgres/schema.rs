@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -138,6 +138,10 @@ CREATE TABLE rate_windows (key text PRIMARY KEY, record bytea NOT NULL);
     r#"
 CREATE TABLE step_permits (key text PRIMARY KEY, record bytea NOT NULL);
 CREATE TABLE flow_failed (run_id text PRIMARY KEY, record bytea NOT NULL);
+"#,
+    // Cancel requests (`wakes.rs`).
+    r#"
+CREATE TABLE cancel_requests (run_id text PRIMARY KEY, record bytea NOT NULL);
 "#,
 ];
 

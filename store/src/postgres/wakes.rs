@@ -1,16 +1,87 @@
 //! Wakes across processes: `NOTIFY` on the schema's channel, committed with
 //! the change it announces, and one connection per process that `LISTEN`s
-//! and reconnects with backoff.
+//! and reconnects with backoff; and cancel requests (`cancel_requests`),
+//! which wake the run they ask to cancel.
+
+use keel_core::lifecycle::CancelRequest;
 
 use super::*;
 
+#[async_trait]
+impl CancelStore for PgStore {
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        request: &CancelRequest,
+    ) -> Result<Option<CancelRequest>> {
+        let record = codec::encode(request);
+        transact!(self, |tx| {
+            // Shared: the run cannot end until the request is in.
+            let live = tx
+                .row("SELECT live FROM runs WHERE run_id = $1 FOR SHARE", &[&run_id])
+                .await
+                .map_err(pg)?;
+            match live.map(|r| r.get::<_, bool>(0)) {
+                None => {
+                    return Err(StoreError::RunNotFound {
+                        run_id: run_id.into(),
+                    });
+                }
+                Some(false) => return Ok(Attempt::Done(None)),
+                Some(true) => {}
+            }
+            let inserted = tx
+                .run(
+                    "INSERT INTO cancel_requests (run_id, record) VALUES ($1, $2)
+                     ON CONFLICT DO NOTHING",
+                    &[&run_id, &record],
+                )
+                .await
+                .map_err(pg)?;
+            if inserted == 0 {
+                let first = tx
+                    .row(
+                        "SELECT record FROM cancel_requests WHERE run_id = $1",
+                        &[&run_id],
+                    )
+                    .await
+                    .map_err(pg)?
+                    .map(|r| codec::decode(r.get(0), "cancel request"))
+                    .transpose()?;
+                return Ok(Attempt::Done(first));
+            }
+            tx.run(
+                "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                &[&run_id],
+            )
+            .await
+            .map_err(pg)?;
+            self.notify(tx, &Wake::Cancel(run_id.into())).await?;
+            Ok(Attempt::Done(Some(request.clone())))
+        })
+    }
+
+    async fn cancel_request(&self, run_id: &str) -> Result<Option<CancelRequest>> {
+        let mut found = self
+            .records(
+                "SELECT record FROM cancel_requests WHERE run_id = $1",
+                &[&run_id],
+                "cancel request",
+            )
+            .await?;
+        Ok(found.pop())
+    }
+}
+
 /// A wake as a notification's payload: empty for an admission, the run ID
-/// for a run moved on, `cancel:` and the run ID for a cancel request.
+/// for a run moved on, `cancel:` (`terminate:`) and the run ID for a
+/// cancel (terminate) request.
 pub(super) fn payload_of(wake: &Wake) -> String {
     match wake {
         Wake::Admitted => String::new(),
         Wake::Run(run_id) => run_id.to_string(),
         Wake::Cancel(run_id) => format!("cancel:{run_id}"),
+        Wake::Terminate(run_id) => format!("terminate:{run_id}"),
         Wake::Deployed => DEPLOYED.into(),
     }
 }
@@ -22,9 +93,10 @@ pub(super) fn wake_of(payload: &str) -> Wake {
     match payload {
         "" => Wake::Admitted,
         DEPLOYED => Wake::Deployed,
-        p => match p.strip_prefix("cancel:") {
-            Some(run_id) => Wake::Cancel(run_id.into()),
-            None => Wake::Run(p.into()),
+        p => match (p.strip_prefix("cancel:"), p.strip_prefix("terminate:")) {
+            (Some(run_id), _) => Wake::Cancel(run_id.into()),
+            (_, Some(run_id)) => Wake::Terminate(run_id.into()),
+            _ => Wake::Run(p.into()),
         },
     }
 }

@@ -4,7 +4,8 @@
 //! `live` (IDs of runs that have not ended), `created` (`admission time ++
 //! run ID`, the order of listings), `keys`, `hooks`, `run_hooks`,
 //! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
-//! `components`, `schedules` (name to record), the flow-control trees
+//! `components`, `schedules` (name to record), `cancels` (run ID to its
+//! cancel request), the flow-control trees
 //! (`slots`, `group_slots`, `groups`, `limits`: see [`flow`]) and `meta`
 //! (the schema version). Writes are made at once
 //! and made durable by a group commit ([`commit`]) before a method returns.
@@ -21,7 +22,7 @@ use keel_core::journal;
 use keel_core::{Capabilities, Deployment, Entry, EventRecord, RunId, RunRecord};
 
 use crate::{
-    ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Lease, Result,
+    CancelStore, ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Lease, Result,
     ScheduleStore, Store, StoreError, WakeStore, WorkerRecord, WorkerStore,
 };
 
@@ -114,6 +115,8 @@ struct Inner {
     claims: sled::Tree,
     /// Runs that something outside them moved on (a payload, a run's end).
     wakeups: sled::Tree,
+    /// Run ID to the cancel request its driver has yet to journal.
+    cancels: sled::Tree,
     /// `awaited run \0 waiting run`.
     watchers: sled::Tree,
     /// The IDs of runs that have not ended, so that workers look at those only.
@@ -206,6 +209,7 @@ impl SledStore {
             inbox: open("inbox")?,
             claims: open("claims")?,
             wakeups: open("wakeups")?,
+            cancels: open("cancels")?,
             watchers: open("watchers")?,
             live: open("live")?,
             created: open("created")?,

@@ -278,6 +278,7 @@ impl RunStore for SledStore {
         self.drop_prefix(&i.run_hooks, &prefix)?;
         self.drop_prefix(&i.inbox, &prefix)?;
         self.drop_prefix(&i.watchers, &prefix)?;
+        i.cancels.remove(run.run_id.as_bytes()).map_err(backend)?;
         if let Some(fence) = fence {
             self.release_lease(fence).await?;
         }

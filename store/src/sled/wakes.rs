@@ -1,7 +1,54 @@
-//! Wakes: runs that something outside them moved on, and the watchers of
-//! runs' ends. One process opens a sled store, so wakes stay in it.
+//! Wakes: runs that something outside them moved on, the watchers of
+//! runs' ends, and cancel requests. One process opens a sled store, so
+//! wakes stay in it.
+
+use keel_core::lifecycle::CancelRequest;
+use sled::Transactional;
 
 use super::*;
+
+#[async_trait]
+impl CancelStore for SledStore {
+    async fn request_cancel(
+        &self,
+        run_id: &str,
+        request: &CancelRequest,
+    ) -> Result<Option<CancelRequest>> {
+        let i = &self.inner;
+        let asked = (&i.runs, &i.cancels, &i.wakeups).transaction(|(runs, cancels, wakeups)| {
+            let Some(record) = runs.get(run_id.as_bytes())? else {
+                return abort(StoreError::RunNotFound {
+                    run_id: run_id.into(),
+                });
+            };
+            let run: RunRecord = match codec::decode(&record, "run record") {
+                Ok(run) => run,
+                Err(e) => return abort(e.into()),
+            };
+            if run.status.is_final() {
+                return Ok(None);
+            }
+            if let Some(first) = cancels.get(run_id.as_bytes())? {
+                return match codec::decode(&first, "cancel request") {
+                    Ok(first) => Ok(Some(first)),
+                    Err(e) => abort(e.into()),
+                };
+            }
+            cancels.insert(run_id.as_bytes(), codec::encode(request))?;
+            wakeups.insert(run_id.as_bytes(), &[])?;
+            Ok(Some(request.clone()))
+        })?;
+        self.sync().await?;
+        Ok(asked)
+    }
+
+    async fn cancel_request(&self, run_id: &str) -> Result<Option<CancelRequest>> {
+        match self.inner.cancels.get(run_id.as_bytes()).map_err(backend)? {
+            Some(bytes) => Ok(Some(codec::decode(&bytes, "cancel request")?)),
+            None => Ok(None),
+        }
+    }
+}
 
 #[async_trait]
 impl WakeStore for SledStore {

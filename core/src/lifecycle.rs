@@ -1,0 +1,163 @@
+//! A run's lifecycle past its own code: cancel requests, the grace a
+//! cancelled run's cleanup has, deadlines, and how a cancelled run's end
+//! is recorded. Pure: the engine asks, the store keeps the requests.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ErrorKind;
+use crate::journal::Fact;
+
+/// The reason of the cancel a passed deadline makes.
+pub const DEADLINE_EXCEEDED: &str = "deadline_exceeded";
+
+/// Who made a deadline's cancel.
+pub const BY_DEADLINE: &str = "deadline";
+
+/// Someone's request that a run be cancelled, as the store keeps it until
+/// the run's driver journals it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelRequest {
+    /// Why, in the requester's words (or [`DEADLINE_EXCEEDED`]).
+    pub reason: String,
+    /// Who asked: `api`, `cli`, `parent RUN_ID`, [`BY_DEADLINE`].
+    pub by: String,
+    /// When it was asked, on the engine's clock.
+    pub at_ms: u64,
+}
+
+impl CancelRequest {
+    /// The journal entry the run's driver records for it.
+    pub fn fact(&self) -> Fact {
+        Fact::CancelRequested {
+            reason: self.reason.clone(),
+            by: self.by.clone(),
+        }
+    }
+
+    /// The cancel of a run whose deadline passed.
+    pub fn deadline(at_ms: u64) -> Self {
+        CancelRequest {
+            reason: DEADLINE_EXCEEDED.into(),
+            by: BY_DEADLINE.into(),
+            at_ms,
+        }
+    }
+}
+
+/// How long, and for how many steps, a cancelled run's cleanup may go on
+/// before the run is ended without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grace {
+    /// From the cancel's journal entry, in milliseconds.
+    pub ms: u64,
+    /// Steps scheduled after the cancel.
+    pub steps: u32,
+}
+
+impl Default for Grace {
+    /// One minute and 100 steps.
+    fn default() -> Self {
+        Grace {
+            ms: 60_000,
+            steps: 100,
+        }
+    }
+}
+
+impl Grace {
+    /// When the cleanup of a cancel journaled at `cancel_at_ms` must end.
+    pub fn ends_at(&self, cancel_at_ms: u64) -> u64 {
+        cancel_at_ms.saturating_add(self.ms)
+    }
+
+    /// Why scheduling one more step, with `scheduled` after the cancel
+    /// already, is past the grace, if it is.
+    pub fn refuses_step(&self, scheduled: usize) -> Option<String> {
+        (scheduled >= self.steps as usize).then(|| {
+            format!(
+                "its cleanup asked for more than {} step(s), the cancel grace",
+                self.steps
+            )
+        })
+    }
+
+    /// Why the cleanup is past the grace at `now_ms`, if it is.
+    pub fn expired(&self, cancel_at_ms: u64, now_ms: u64) -> Option<String> {
+        (now_ms >= self.ends_at(cancel_at_ms))
+            .then(|| format!("its cleanup did not end within the cancel grace of {} ms", self.ms))
+    }
+}
+
+/// How a cancelled workflow's code ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cleanup {
+    /// It returned this output.
+    Returned(String),
+    /// It returned this error (a workflow that ends with `Cancelled`
+    /// returns the cancel's own message).
+    Failed(String),
+    /// It was ended at the grace bound, for this reason.
+    OverGrace(String),
+}
+
+/// The error kind a cancel with `reason` ends the run with.
+pub fn cancel_kind(reason: &str) -> ErrorKind {
+    match reason {
+        DEADLINE_EXCEEDED => ErrorKind::DeadlineExceeded,
+        _ => ErrorKind::Cancelled,
+    }
+}
+
+/// The end of a run cancelled by `by` for `reason`, whose code ended as
+/// `cleanup`.
+pub fn cancelled_end(reason: &str, by: &str, cleanup: Cleanup) -> Fact {
+    let cause = match reason {
+        DEADLINE_EXCEEDED => "the run passed its deadline".to_string(),
+        _ if reason.is_empty() => format!("cancelled by {by}"),
+        _ => format!("cancelled by {by}: {reason}"),
+    };
+    let (error, output) = match cleanup {
+        Cleanup::Returned(output) => (cause, Some(output)),
+        // The workflow ended with the cancel's own error (and more).
+        Cleanup::Failed(e) if e.starts_with(&cause) => (e, None),
+        Cleanup::Failed(e) => (format!("{cause}; the workflow then failed: {e}"), None),
+        Cleanup::OverGrace(why) => (format!("{cause}; {why}"), None),
+    };
+    Fact::RunEndedCancelled {
+        kind: cancel_kind(reason).as_str().into(),
+        error,
+        output,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_is_a_distinct_outcome() {
+        let Fact::RunEndedCancelled { kind, error, .. } =
+            cancelled_end(DEADLINE_EXCEEDED, BY_DEADLINE, Cleanup::Failed("x".into()))
+        else {
+            unreachable!()
+        };
+        assert_eq!(kind, "deadline_exceeded");
+        assert!(error.starts_with("the run passed its deadline; the workflow then failed: x"));
+        let Fact::RunEndedCancelled { kind, error, output } =
+            cancelled_end("customer asked", "api", Cleanup::Returned("1".into()))
+        else {
+            unreachable!()
+        };
+        assert_eq!((kind.as_str(), error.as_str()), ("cancelled", "cancelled by api: customer asked"));
+        assert_eq!(output.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn the_grace_bounds_time_and_steps() {
+        let grace = Grace { ms: 100, steps: 2 };
+        assert!(grace.expired(1000, 1099).is_none());
+        assert!(grace.expired(1000, 1100).unwrap().contains("100 ms"));
+        assert!(grace.refuses_step(1).is_none());
+        assert!(grace.refuses_step(2).unwrap().contains("2 step(s)"));
+    }
+}
