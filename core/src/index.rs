@@ -492,13 +492,21 @@ mod tests {
             Some(Wake::Cancel(_)) => "cancel".to_string(),
             None => "none".to_string(),
         };
-        assert_eq!(wake(&mut delivered, &[1]), "cancel", "before the later completion");
+        assert_eq!(
+            wake(&mut delivered, &[1]),
+            "cancel",
+            "before the later completion"
+        );
         assert_eq!(wake(&mut delivered, &[0, 1]), "done 0");
         assert_eq!(wake(&mut delivered, &[1]), "done 1");
         assert_eq!(wake(&mut delivered, &[1]), "none");
         assert!(delivered.cancel());
         let mut fresh = Delivered::default();
-        assert_eq!(wake(&mut fresh, &[0]), "done 0", "an earlier completion first");
+        assert_eq!(
+            wake(&mut fresh, &[0]),
+            "done 0",
+            "an earlier completion first"
+        );
         assert_eq!(wake(&mut fresh, &[1]), "cancel");
     }
 

@@ -83,8 +83,12 @@ impl Grace {
 
     /// Why the cleanup is past the grace at `now_ms`, if it is.
     pub fn expired(&self, cancel_at_ms: u64, now_ms: u64) -> Option<String> {
-        (now_ms >= self.ends_at(cancel_at_ms))
-            .then(|| format!("its cleanup did not end within the cancel grace of {} ms", self.ms))
+        (now_ms >= self.ends_at(cancel_at_ms)).then(|| {
+            format!(
+                "its cleanup did not end within the cancel grace of {} ms",
+                self.ms
+            )
+        })
     }
 }
 
@@ -143,12 +147,18 @@ mod tests {
         };
         assert_eq!(kind, "deadline_exceeded");
         assert!(error.starts_with("the run passed its deadline; the workflow then failed: x"));
-        let Fact::RunEndedCancelled { kind, error, output } =
-            cancelled_end("customer asked", "api", Cleanup::Returned("1".into()))
+        let Fact::RunEndedCancelled {
+            kind,
+            error,
+            output,
+        } = cancelled_end("customer asked", "api", Cleanup::Returned("1".into()))
         else {
             unreachable!()
         };
-        assert_eq!((kind.as_str(), error.as_str()), ("cancelled", "cancelled by api: customer asked"));
+        assert_eq!(
+            (kind.as_str(), error.as_str()),
+            ("cancelled", "cancelled by api: customer asked")
+        );
         assert_eq!(output.as_deref(), Some("1"));
     }
 

@@ -91,7 +91,10 @@ pub enum Error {
     /// passed its deadline): the workflow's keel futures fail with it from
     /// the cancel on, except inside [`crate::non_cancellable`]. Returning
     /// it (or any result) ends the run `cancelled`.
-    Cancelled { reason: String, by: String },
+    Cancelled {
+        reason: String,
+        by: String,
+    },
     /// An awaited run failed or was cancelled.
     RunFailed {
         run_id: String,

@@ -52,7 +52,6 @@ pub use error::{Error, StepError, StepFailure};
 pub use executor::{
     NonCancellable, StepFuture, Timer, cancelled, non_cancellable, sleep, sleep_until,
 };
-pub use saga::Saga;
 pub use futures::{self, future, join, select_biased, try_join};
 pub use hooks::{
     Hook, HookOptions, ReturnValue, RunHandle, RunStatus, StartOptions, create_hook, resume_hook,
@@ -62,6 +61,7 @@ pub use keel_sdk_macros::{component, step, workflow};
 pub use metadata::{
     LogLevel, StepMetadata, WorkflowMetadata, log, patched, step_metadata, workflow_metadata,
 };
+pub use saga::Saga;
 
 /// How a step is retried; set with `#[step(...)]` settings.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -639,8 +639,80 @@ async fn latest(ms: u64) -> Result<u64, Error> {
     Ok(ms)
 }
 
+/// A booking to charge, confirm and ship; its calls go to the downstream
+/// as `charge-ID`, `refund-ID` and `ship-ID`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+struct Booking {
+    url: String,
+    id: String,
+    /// How long the charge takes.
+    charge_ms: u64,
+}
+
+impl Booking {
+    fn call(&self, what: &str) -> Call {
+        Call {
+            url: self.url.clone(),
+            tenant: format!("{what}-{}", self.id),
+            hold_ms: if what == "charge" { self.charge_ms } else { 0 },
+            hang_first_attempt: false,
+        }
+    }
+}
+
+/// Charges, waits for a confirmation on hook `confirm:ID`, then ships; on
+/// an error or a cancel the charge is refunded (a saga).
+#[workflow]
+async fn refundable(booking: Booking) -> Result<String, Error> {
+    let saga = keel_sdk::Saga::new();
+    saga.run(async {
+        let refund = booking.call("refund");
+        saga.step(call_downstream(booking.call("charge")), move |_| {
+            call_downstream(refund)
+        })
+        .await?;
+        let mut confirm = keel_sdk::create_hook::<bool>(format!("confirm:{}", booking.id))?;
+        confirm.next().await?;
+        call_downstream(booking.call("ship")).await?;
+        Ok("shipped".to_string())
+    })
+    .await
+}
+
+/// Waits for a confirmation on hook `confirm:ID` for at most an hour; on
+/// its deadline, says so in a cleanup step.
+#[workflow(timeout = "1h")]
+async fn confirm_within_an_hour(id: String) -> Result<bool, Error> {
+    let mut confirm = keel_sdk::create_hook::<bool>(format!("confirm:{id}"))?;
+    match confirm.next().await {
+        Err(e @ Error::Cancelled { .. }) => {
+            keel_sdk::non_cancellable(noop(7)).await?;
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+/// Swallows its cancel and goes on: `sleep` loops on timers (which a
+/// cancelled run's code gets at once), `steps` on cleanup steps.
+#[workflow]
+async fn stubborn(mode: String) -> Result<u32, Error> {
+    let mut n = 0;
+    loop {
+        n += 1;
+        if mode == "steps" && keel_sdk::cancelled().is_some() {
+            let _ = keel_sdk::non_cancellable(noop(n)).await;
+        } else {
+            keel_sdk::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 keel_sdk::component!(
     workflows = [
+        refundable,
+        confirm_within_an_hour,
+        stubborn,
         burst,
         guarded_burst,
         sum_of_squares,

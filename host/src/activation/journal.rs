@@ -370,7 +370,11 @@ impl RunJournal {
 
     /// The next completion among `ids`, or the cancel, in journal order;
     /// `(entry, is_cancel)`.
-    pub(super) fn take_wake(&self, ids: &[u32], delivered: &mut Delivered) -> Option<(Entry, bool)> {
+    pub(super) fn take_wake(
+        &self,
+        ids: &[u32],
+        delivered: &mut Delivered,
+    ) -> Option<(Entry, bool)> {
         use keel_core::index::Wake;
         match self.lock().index.take_wake(ids, delivered)? {
             Wake::Completion(e) => Some((e.clone(), false)),

@@ -181,10 +181,7 @@ impl Activation {
             let changed = self.journal.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let running = self
-                .steps
-                .iter()
-                .any(|c| self.journal.attempt_running(*c));
+            let running = self.steps.iter().any(|c| self.journal.attempt_running(*c));
             let left = ends_at.saturating_sub(self.now_ms());
             if !running || left == 0 || self.journal.failure().is_some() {
                 return;

@@ -209,10 +209,12 @@ impl Keel {
             active: true,
             next_payload: 0,
         });
-        let timeout_ms = options
-            .timeout
-            .map(|t| t.as_millis() as u64)
-            .or_else(|| component.manifest.workflow(workflow).and_then(|w| w.timeout_ms));
+        let timeout_ms = options.timeout.map(|t| t.as_millis() as u64).or_else(|| {
+            component
+                .manifest
+                .workflow(workflow)
+                .and_then(|w| w.timeout_ms)
+        });
         let mut journal = vec![Entry {
             seq: 0,
             at_ms: now,
@@ -306,7 +308,8 @@ impl Keel {
                     tracing::info!(run_id = %run.run_id, %victim, "cancelling the oldest run of the key (cancel_in_progress)");
                     let keel = self.clone();
                     tokio::spawn(async move {
-                        let reason = "a newer run of its concurrency key replaces it (cancel_in_progress)";
+                        let reason =
+                            "a newer run of its concurrency key replaces it (cancel_in_progress)";
                         if let Err(e) = keel.cancel(&victim, reason, "concurrency").await {
                             tracing::warn!(%victim, "cancelling the run in progress failed: {e}");
                         }

@@ -186,7 +186,9 @@ impl Keel {
                 journal.terminate();
             } else if !announced {
                 // Another process drives it: its driver stops it.
-                self.store().announce(&Wake::Terminate(run_id.into())).await?;
+                self.store()
+                    .announce(&Wake::Terminate(run_id.into()))
+                    .await?;
                 announced = true;
             }
             let _ = tokio::time::timeout(Duration::from_millis(100), ended).await;
@@ -558,7 +560,12 @@ impl Keel {
     }
 
     /// Stores a finished run's final record with its last entry `fact`.
-    async fn end_with(&self, run: RunRecord, fact: Fact, journal: &RunJournal) -> Result<RunRecord> {
+    async fn end_with(
+        &self,
+        run: RunRecord,
+        fact: Fact,
+        journal: &RunJournal,
+    ) -> Result<RunRecord> {
         for watcher in journal.end(&run, fact).await? {
             self.poke(&watcher);
         }

@@ -574,9 +574,7 @@ async fn only_runs_that_have_not_ended_are_live(h: &dyn Harness) -> Outcome {
     check(all.len() == 3, || format!("{} runs listed", all.len()))
 }
 
-async fn a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it(
-    h: &dyn Harness,
-) -> Outcome {
+async fn a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it(h: &dyn Harness) -> Outcome {
     use keel_core::lifecycle::CancelRequest;
     let store = h.fresh().await;
     let ask = |reason: &str, at_ms| CancelRequest {
@@ -599,7 +597,9 @@ async fn a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it(
         .request_cancel("a", &ask("first", 1))
         .await
         .map_err(fail("request_cancel"))?;
-    check(first == Some(ask("first", 1)), || format!("first: {first:?}"))?;
+    check(first == Some(ask("first", 1)), || {
+        format!("first: {first:?}")
+    })?;
     let second = store
         .request_cancel("a", &ask("second", 2))
         .await
@@ -607,16 +607,21 @@ async fn a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it(
     check(second == Some(ask("first", 1)), || {
         format!("a second request replaced the first: {second:?}")
     })?;
-    check(
-        store.is_woken("a").await.map_err(fail("is_woken"))?,
-        || "the request did not wake the run".into(),
-    )?;
+    check(store.is_woken("a").await.map_err(fail("is_woken"))?, || {
+        "the request did not wake the run".into()
+    })?;
     let store = h.reopen(store).await;
-    let kept = store.cancel_request("a").await.map_err(fail("cancel_request"))?;
+    let kept = store
+        .cancel_request("a")
+        .await
+        .map_err(fail("cancel_request"))?;
     check(kept == Some(ask("first", 1)), || {
         format!("after a reopen: {kept:?}")
     })?;
-    let other = store.cancel_request("b").await.map_err(fail("cancel_request b"))?;
+    let other = store
+        .cancel_request("b")
+        .await
+        .map_err(fail("cancel_request b"))?;
     check(other.is_none(), || format!("b was never asked: {other:?}"))?;
     let mut record = run("a", RunStatus::Cancelled);
     record.updated_at_ms = 3;
@@ -633,16 +638,28 @@ async fn a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it(
         .end_run(&record, &tail, 3, None)
         .await
         .map_err(fail("end_run"))?;
-    let gone = store.cancel_request("a").await.map_err(fail("cancel_request"))?;
-    check(gone.is_none(), || format!("kept past the run's end: {gone:?}"))?;
+    let gone = store
+        .cancel_request("a")
+        .await
+        .map_err(fail("cancel_request"))?;
+    check(gone.is_none(), || {
+        format!("kept past the run's end: {gone:?}")
+    })?;
     end(&*store, "b", 4).await.map_err(fail("end b"))?;
     let late = store
         .request_cancel("b", &ask("late", 5))
         .await
         .map_err(fail("late request_cancel"))?;
-    check(late.is_none(), || format!("an ended run took a request: {late:?}"))?;
-    let late = store.cancel_request("b").await.map_err(fail("cancel_request"))?;
-    check(late.is_none(), || format!("an ended run holds a request: {late:?}"))
+    check(late.is_none(), || {
+        format!("an ended run took a request: {late:?}")
+    })?;
+    let late = store
+        .cancel_request("b")
+        .await
+        .map_err(fail("cancel_request"))?;
+    check(late.is_none(), || {
+        format!("an ended run holds a request: {late:?}")
+    })
 }
 
 async fn importing_a_run_twice_is_refused(h: &dyn Harness) -> Outcome {

@@ -31,9 +31,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
-    Admission, Admitted, CancelStore, ComponentStore, DeploymentStore, EventStore, HookPayload, HookStore,
-    JournalStore, KeyStore, Lease, LeaseStore, Registered, Result, RunStore, ScheduleStore, Store,
-    StoreError, Wake, WakeStore, WorkerRecord, WorkerStore,
+    Admission, Admitted, CancelStore, ComponentStore, DeploymentStore, EventStore, HookPayload,
+    HookStore, JournalStore, KeyStore, Lease, LeaseStore, Registered, Result, RunStore,
+    ScheduleStore, Store, StoreError, Wake, WakeStore, WorkerRecord, WorkerStore,
 };
 
 #[macro_use]

@@ -18,7 +18,10 @@ impl CancelStore for PgStore {
         transact!(self, |tx| {
             // Shared: the run cannot end until the request is in.
             let live = tx
-                .row("SELECT live FROM runs WHERE run_id = $1 FOR SHARE", &[&run_id])
+                .row(
+                    "SELECT live FROM runs WHERE run_id = $1 FOR SHARE",
+                    &[&run_id],
+                )
                 .await
                 .map_err(pg)?;
             match live.map(|r| r.get::<_, bool>(0)) {

@@ -1,0 +1,274 @@
+//! A run's lifecycle end to end: a cancel the workflow receives and
+//! compensates (a step in flight finishes and is journaled, its
+//! compensation runs once), a cancel while the run waits on a hook, the
+//! grace bound that ends a workflow swallowing its cancel, `--force`, and
+//! a deadline passing on the injectable clock. Real guests, a real
+//! downstream service; on sled, or PostgreSQL with `KEEL_TEST_STORE`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{ManualClock, TestStore, open, open_backend};
+use keel_host::core::journal::Fact;
+use keel_host::core::lifecycle::Grace;
+use keel_host::core::{RunRecord, RunStatus};
+use keel_host::{Keel, Loaded, StartOptions};
+use keel_payment_api::recorder::Recorder;
+
+/// 2026-12-01T00:00:00Z.
+const T0: u64 = 1_796_083_200_000;
+
+/// An engine allowed to call `recorder`.
+async fn engine(store: &TestStore, recorder: &Recorder) -> (Keel, Arc<Loaded>) {
+    let mut config = store.config();
+    config.grants = keel_host::Grants {
+        http: vec![recorder.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    open(config).await
+}
+
+fn booking(recorder: &Recorder, id: &str, charge_ms: u64) -> String {
+    serde_json::json!({"url": recorder.url(), "id": id, "charge_ms": charge_ms}).to_string()
+}
+
+/// How many calls of `tenant` the downstream finished.
+fn finished(recorder: &Recorder, tenant: &str) -> usize {
+    recorder
+        .finished()
+        .iter()
+        .filter(|t| t.as_str() == tenant)
+        .count()
+}
+
+/// Waits until the downstream has received a call of `tenant`.
+async fn until_called(recorder: &Recorder, tenant: &str) {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !recorder.arrivals().iter().any(|(t, _)| t == tenant) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no call of {tenant} arrived"));
+}
+
+fn facts(journal: &[keel_host::core::Entry]) -> Vec<&'static str> {
+    journal.iter().map(|e| e.fact.name()).collect()
+}
+
+fn error_of(run: &RunRecord) -> (String, String) {
+    let e = run.error.clone().expect("a cancelled run has an error");
+    (e.kind, e.message)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_lets_the_step_in_flight_finish_and_compensates_it_once() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let (keel, loaded) = engine(&store, &recorder).await;
+    let run = keel
+        .start(&loaded, "refundable", &booking(&recorder, "b1", 400))
+        .await
+        .unwrap();
+    let driving = tokio::spawn({
+        let keel = keel.clone();
+        let run_id = run.run_id.to_string();
+        async move { keel.drive(&run_id).await }
+    });
+    until_called(&recorder, "charge-b1").await;
+    let asked = keel
+        .cancel(&run.run_id, "the customer changed their mind", "test")
+        .await
+        .unwrap();
+    assert!(!asked.status.is_final(), "the cleanup has yet to run");
+    driving.await.unwrap().unwrap();
+    let ended = keel.result(&run.run_id, true).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    let (kind, message) = error_of(&ended);
+    assert_eq!(kind, "cancelled");
+    assert_eq!(
+        message,
+        "cancelled by test: the customer changed their mind"
+    );
+    assert_eq!(finished(&recorder, "charge-b1"), 1, "the charge finished");
+    assert_eq!(finished(&recorder, "refund-b1"), 1, "refunded once");
+    assert_eq!(finished(&recorder, "ship-b1"), 0, "nothing shipped");
+
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    let names = facts(&journal);
+    let cancel = names.iter().position(|n| *n == "cancel_requested").unwrap();
+    let charged = journal
+        .iter()
+        .position(|e| matches!(e.fact, Fact::StepCompleted { command: 0, .. }))
+        .expect("the charge's result is journaled");
+    assert!(
+        cancel < charged,
+        "the charge ended after the cancel: {names:?}"
+    );
+    assert_eq!(names.last(), Some(&"run_ended_cancelled"));
+    let verdict = keel.replay(&run.run_id, None).await.unwrap();
+    assert!(verdict.is_ok(), "the cancelled run replays: {verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_waiting_on_a_hook_is_cancelled_through_its_cleanup_or_at_once_with_force() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let (keel, loaded) = engine(&store, &recorder).await;
+    let mut runs = Vec::new();
+    for id in ["w1", "w2"] {
+        let run = keel
+            .start(&loaded, "refundable", &booking(&recorder, id, 0))
+            .await
+            .unwrap();
+        let waiting = keel.drive(&run.run_id).await.unwrap();
+        assert_eq!(waiting.status, RunStatus::Waiting);
+        runs.push(run.run_id);
+    }
+    keel.cancel(&runs[0], "", "test").await.unwrap();
+    let ended = keel.result(&runs[0], true).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(error_of(&ended).1, "cancelled by test");
+    assert_eq!(finished(&recorder, "refund-w1"), 1);
+
+    let forced = keel.terminate(&runs[1]).await.unwrap();
+    assert_eq!(forced.status, RunStatus::Cancelled);
+    let journal = keel.journal(&runs[1]).await.unwrap();
+    assert_eq!(facts(&journal).last(), Some(&"run_cancelled"));
+    assert_eq!(
+        finished(&recorder, "refund-w2"),
+        0,
+        "--force runs no cleanup"
+    );
+    let hook = keel.resume_hook("confirm:w2", "true").await;
+    assert!(hook.is_err(), "a terminated run's hook is gone: {hook:?}");
+
+    // A cancel of an ended run changes nothing.
+    let again = keel.cancel(&runs[0], "again", "test").await.unwrap();
+    assert_eq!(again, ended);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_that_swallows_its_cancel_is_ended_at_the_grace_bound() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.limits.cancel_grace = Grace {
+        ms: 600_000,
+        steps: 5,
+    };
+    let (keel, loaded, _) = open_backend(config, keel_tests::TESTBED).await;
+    for (mode, why) in [
+        ("sleep", "refused for the cancel"),
+        ("steps", "more than 5 step(s)"),
+    ] {
+        let run = keel
+            .start(&loaded, "stubborn", &format!("\"{mode}\""))
+            .await
+            .unwrap();
+        let driving = tokio::spawn({
+            let keel = keel.clone();
+            let run_id = run.run_id.to_string();
+            async move { keel.drive(&run_id).await }
+        });
+        // It loops on 20 ms timers until it hears the cancel.
+        keel.cancel(&run.run_id, "stop", "test").await.unwrap();
+        driving.await.unwrap().unwrap();
+        let ended = keel.result(&run.run_id, true).await.unwrap();
+        assert_eq!(ended.status, RunStatus::Cancelled, "{mode}");
+        let (kind, message) = error_of(&ended);
+        assert_eq!(kind, "cancelled");
+        assert!(
+            message.starts_with("cancelled by test: stop; ") && message.contains(why),
+            "{mode}: {message}"
+        );
+        let journal = keel.journal(&run.run_id).await.unwrap();
+        let cleanup = journal
+            .iter()
+            .skip_while(|e| !matches!(e.fact, Fact::CancelRequested { .. }))
+            .filter(|e| matches!(e.fact, Fact::StepScheduled { .. }))
+            .count();
+        let expected = if mode == "steps" { 5 } else { 0 };
+        assert_eq!(cleanup, expected, "{mode}: cleanup steps");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deadline_that_passes_while_the_run_waits_cancels_it_through_its_cleanup() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let clock = ManualClock::at(T0);
+    let mut config = store.config();
+    config.clock = clock.clone();
+    config.grants = keel_host::Grants {
+        http: vec![recorder.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    let (keel, loaded, _) = open_backend(config, keel_tests::TESTBED).await;
+
+    // The workflow's own timeout (one hour).
+    let declared = keel
+        .start(&loaded, "confirm_within_an_hour", "\"d1\"")
+        .await
+        .unwrap();
+    // A start's timeout.
+    let options = StartOptions {
+        timeout: Some(Duration::from_secs(600)),
+        ..StartOptions::default()
+    };
+    let started = keel
+        .start_with(
+            &loaded,
+            "refundable",
+            &booking(&recorder, "d2", 0),
+            &options,
+        )
+        .await
+        .unwrap();
+    for (run, deadline) in [(&declared, T0 + 3_600_000), (&started, T0 + 600_000)] {
+        let journal = keel.journal(&run.run_id).await.unwrap();
+        assert_eq!(
+            journal[1].fact,
+            Fact::DeadlineSet {
+                deadline_ms: deadline
+            }
+        );
+        let waiting = keel.drive(&run.run_id).await.unwrap();
+        assert_eq!(waiting.status, RunStatus::Waiting);
+        assert_eq!(waiting.wake_at_ms, Some(deadline), "woken at its deadline");
+    }
+    clock.advance(600_000);
+    let ended = keel.result(&started.run_id, true).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(
+        error_of(&ended),
+        (
+            "deadline_exceeded".into(),
+            "the run passed its deadline".into()
+        )
+    );
+    assert_eq!(finished(&recorder, "refund-d2"), 1, "compensated");
+    let still = keel.drive(&declared.run_id).await.unwrap();
+    assert_eq!(still.status, RunStatus::Waiting, "its deadline is later");
+
+    clock.advance(3_000_000);
+    let ended = keel.result(&declared.run_id, true).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(error_of(&ended).0, "deadline_exceeded");
+    let journal = keel.journal(&declared.run_id).await.unwrap();
+    assert!(
+        journal.iter().any(|e| matches!(
+            &e.fact,
+            Fact::CancelRequested { reason, by } if reason == "deadline_exceeded" && by == "deadline"
+        )),
+        "{:?}",
+        facts(&journal)
+    );
+    let cleanup = journal
+        .iter()
+        .any(|e| matches!(&e.fact, Fact::StepScheduled { input, .. } if input == "7"));
+    assert!(cleanup, "its cleanup step ran: {:?}", facts(&journal));
+    let verdict = keel.replay(&declared.run_id, None).await.unwrap();
+    assert!(verdict.is_ok(), "{verdict:?}");
+}
