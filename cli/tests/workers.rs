@@ -502,20 +502,31 @@ async fn a_cancel_from_one_process_stops_a_run_another_drives() {
     let _worker = worker(&schema, &logs.path().join("worker.log"));
     let run_id = parked(&schema, &keel, "c").await;
     let asked = Instant::now();
-    let out = cli(&schema, &["runs", "cancel", &run_id]).output().unwrap();
+    let out = cli(
+        &schema,
+        &["runs", "cancel", &run_id, "--reason", "from the cli"],
+    )
+    .output()
+    .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(json_of(&out)["status"], "cancelled");
+    assert_eq!(
+        json_of(&out)["error"]["message"],
+        "cancelled by cli: from the cli"
+    );
     assert!(
         asked.elapsed() < Duration::from_secs(10),
         "took {:?}",
         asked.elapsed()
     );
     let journal = keel.journal(&run_id).await.unwrap();
-    assert_eq!(journal.last().unwrap().fact.name(), "run_cancelled");
+    let names: Vec<&str> = journal.iter().map(|e| e.fact.name()).collect();
+    assert!(names.contains(&"cancel_requested"), "{names:?}");
+    assert_eq!(names.last(), Some(&"run_ended_cancelled"));
     let out = cli(&schema, &["hooks", "resume", "order:c", "--payload", "{}"])
         .output()
         .unwrap();

@@ -217,10 +217,14 @@ function runPage(runId) {
     };
     const cancel = document.getElementById("cancel");
     if (cancel) cancel.onclick = async () => {
-      if (!confirm(`Cancel run ${r.run_id}?`)) return;
+      // The workflow receives the cancel and runs its cleanup; the reason
+      // is recorded with it.
+      const reason = prompt(`Cancel run ${r.run_id}? Its cleanup runs first. Reason:`, "");
+      if (reason === null) return;
       try {
-        await api(`/v1/runs/${encodeURIComponent(r.run_id)}/cancel`, { method: "POST" });
-        toast("Run cancelled");
+        const q = new URLSearchParams({ reason, wait_ms: "5000" });
+        const after = await api(`/v1/runs/${encodeURIComponent(r.run_id)}/cancel?${q}`, { method: "POST" });
+        toast(ended(after.status) ? "Run cancelled" : "Cancel requested: the run is cleaning up");
         render();
       } catch (e) { toast(e.message, true); }
     };

@@ -681,14 +681,18 @@ pub async fn cancel(
             reason.len()
         )));
     }
-    let wait = Duration::from_millis(wait_ms(q.number("wait_ms")?)?);
+    let wait = Wait {
+        ms: wait_ms(q.number("wait_ms")?)?,
+        return_on_wait: false,
+    };
     let run = match q.flag("force")? {
         true => s.keel.terminate(&run_id).await?,
         false => s.keel.cancel(&run_id, &reason, "api").await?,
     };
-    let run = match run.status.is_final() || wait.is_zero() {
+    // Driven here unless a worker drives it: its cleanup runs now.
+    let run = match run.status.is_final() {
         true => run,
-        false => s.keel.wait_for_end(&run_id, wait).await?,
+        false => drive_and_wait(&s.keel, run, wait).await?,
     };
     let status = match run.status.is_final() {
         true => StatusCode::OK,

@@ -297,10 +297,18 @@ async fn start_tokens_hooks_and_cancel_over_http() {
     let (_, second) = s.start_order("o-2").await;
     let second_id = second["run_id"].as_str().unwrap();
     let (status, cancelled) = s
-        .post(&format!("/v1/runs/{second_id}/cancel"), json!(null))
+        .post(
+            &format!("/v1/runs/{second_id}/cancel?reason=changed%20mind&wait_ms=10000"),
+            json!(null),
+        )
         .await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
     assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(
+        cancelled["error"]["message"],
+        "cancelled by api: changed mind"
+    );
+    assert_eq!(cancelled["error"]["kind"], "cancelled");
     let (status, gone) = s.get("/v1/hooks/order:o-2").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(error_kind(&gone), "hook_not_found");

@@ -76,11 +76,13 @@ try {
   await page.goto(`${base}/#/runs/${waiting.run_id}`);
   await page.locator("[data-testid=timeline-row][data-kind=hook]").waitFor();
   await page.locator("[data-testid=hooks]", { hasText: "gift wrap" }).waitFor();
-  page.once("dialog", (dialog) => dialog.accept());
+  page.once("dialog", (dialog) => dialog.accept("no longer wanted"));
   await page.locator("[data-testid=cancel]").click();
   await page.locator("h1 [data-testid=status]", { hasText: "cancelled" }).waitFor();
+  await page.locator("[data-testid=error]", { hasText: "cancelled by api: no longer wanted" }).waitFor();
   const after = await api(`/v1/runs/${waiting.run_id}`);
   assert.equal(after.status, "cancelled");
+  assert.equal(after.error.message, "cancelled by api: no longer wanted");
 
   // The other pages render what the API holds.
   await page.goto(base + "/#/deployments");

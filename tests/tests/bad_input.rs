@@ -468,7 +468,7 @@ async fn a_computing_workflow_is_cancelled_without_waiting_for_it() {
     {
         tokio::task::yield_now().await;
     }
-    let cancelled = keel.cancel(&run.run_id).await.unwrap();
+    let cancelled = keel.terminate(&run.run_id).await.unwrap();
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     let driven = drive.await.unwrap().unwrap();
     assert_eq!(driven.status, RunStatus::Cancelled);

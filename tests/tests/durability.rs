@@ -541,7 +541,7 @@ async fn an_acknowledged_start_whose_drive_meets_a_failed_store_names_its_run() 
         other => panic!("expected drive_interrupted, got {other:?}"),
     }
     // A cancel that cannot be confirmed says so, naming the run.
-    match keel.cancel(&run.run_id).await {
+    match keel.cancel(&run.run_id, "", "test").await {
         Err(keel_host::Error::OutcomeUnknown {
             run_id, operation, ..
         }) => assert_eq!((run_id, operation), (run.run_id.clone(), "cancel")),

@@ -351,7 +351,10 @@ async fn cancelling_a_queued_run_frees_its_place() {
         .await
         .unwrap();
     assert_eq!(
-        keel.cancel(&doomed.run_id).await.unwrap().status,
+        keel.cancel(&doomed.run_id, "", "test")
+            .await
+            .unwrap()
+            .status,
         RunStatus::Cancelled
     );
     let slot = keel.run_slot(&next.run_id).await.unwrap().unwrap();

@@ -492,7 +492,8 @@ async fn cancelling_a_run_ends_it_and_releases_its_token() {
         keel.drive(&run.run_id).await.unwrap().status,
         RunStatus::Waiting
     );
-    let cancelled = keel.cancel(&run.run_id).await.unwrap();
+    keel.cancel(&run.run_id, "", "test").await.unwrap();
+    let cancelled = keel.result(&run.run_id, true).await.unwrap();
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     let resumed = keel.resume_hook("order:9", r#"{"note": "b"}"#).await;
     assert!(
@@ -632,7 +633,7 @@ async fn a_payload_reaches_a_live_activation_and_cancel_stops_one() {
     );
 
     let (cancelled, driving) = start("13").await;
-    let record = keel.cancel(&cancelled).await.unwrap();
+    let record = keel.terminate(&cancelled).await.unwrap();
     assert_eq!(record.status, RunStatus::Cancelled);
     assert_eq!(driving.await.unwrap().unwrap().status, RunStatus::Cancelled);
     let resumed = keel.resume_hook("order:13", r#"{"note": "late"}"#).await;
@@ -806,7 +807,8 @@ async fn a_cancelled_run_keeps_its_token_for_its_retention() {
         .start_with(&c, "order_updates", &note("20", "a"), &options)
         .await
         .unwrap();
-    keel.cancel(&run.run_id).await.unwrap();
+    keel.cancel(&run.run_id, "", "test").await.unwrap();
+    keel.result(&run.run_id, true).await.unwrap();
     let refused = keel
         .start_with(&c, "order_updates", &note("20", "b"), &options)
         .await;

@@ -272,3 +272,77 @@ async fn a_deadline_that_passes_while_the_run_waits_cancels_it_through_its_clean
     let verdict = keel.replay(&declared.run_id, None).await.unwrap();
     assert!(verdict.is_ok(), "{verdict:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_order_refunds_its_charge_once_then_releases_its_items() {
+    let api = keel_payment_api::PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = keel_host::Grants {
+        http: vec![api.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    let (keel, loaded) = common::open_with(config, keel_tests::ORDER).await;
+    // The charge is refused (retried) until the cancel is in.
+    api.set_refusing(true);
+    let run = keel
+        .start(&loaded, "process_order", &common::order_input(&api, "o-9"))
+        .await
+        .unwrap();
+    let driving = tokio::spawn({
+        let keel = keel.clone();
+        let run_id = run.run_id.to_string();
+        async move { keel.drive(&run_id).await }
+    });
+    api.wait_for(|r| r.path == "/charge").await;
+    keel.cancel(&run.run_id, "out of stock", "test")
+        .await
+        .unwrap();
+    // Accepted once the cancel is journaled (with the next attempt's
+    // start), so that the charge ends after it and must be refunded.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let journal = keel.journal(&run.run_id).await.unwrap();
+            if facts(&journal).contains(&"cancel_requested") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the cancel is journaled");
+    api.set_refusing(false);
+    driving.await.unwrap().unwrap();
+    let ended = keel.result(&run.run_id, true).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(error_of(&ended).1, "cancelled by test: out of stock");
+    let charges = api.charges();
+    assert_eq!(charges.len(), 1, "charged once: {charges:?}");
+    let refunds: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/refund")
+        .collect();
+    assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
+    assert!(refunds[0].body.contains(&charges[0].1), "{:?}", refunds[0]);
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    let steps: Vec<&str> = journal
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::StepScheduled { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "reserve_inventory",
+            "charge_user",
+            "refund_charge",
+            "release_inventory"
+        ],
+        "undone in reverse order"
+    );
+    let verdict = keel.replay(&run.run_id, None).await.unwrap();
+    assert!(verdict.is_ok(), "{verdict:?}");
+}

@@ -372,7 +372,10 @@ async fn a_delayed_start_waits_for_its_time_holds_its_token_and_can_be_cancelled
         .start_with(&testbed, "ten_steps", "3", &options)
         .await
         .unwrap();
-    let cancelled = keel.cancel(later.run_id.as_str()).await.unwrap();
+    let cancelled = keel
+        .cancel(later.run_id.as_str(), "", "test")
+        .await
+        .unwrap();
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     clock.advance(3 * HOUR);
     assert_eq!(keel.work_once().await.unwrap(), 0);

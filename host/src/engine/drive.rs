@@ -112,23 +112,25 @@ impl Keel {
     /// code (queued, or a delayed start not yet due) ends at once. Returns
     /// the run as it is after the request; a finished run as it is.
     pub async fn cancel(&self, run_id: &str, reason: &str, by: &str) -> Result<RunRecord> {
+        self.cancel_inner(run_id, reason, by)
+            .await
+            .map_err(|e| unconfirmed(e, run_id, "cancel"))
+    }
+
+    async fn cancel_inner(&self, run_id: &str, reason: &str, by: &str) -> Result<RunRecord> {
         let run = self.get_run(run_id).await?;
         if run.status.is_final() {
             return Ok(run);
         }
         if self.never_activated(&run).await? {
-            return self.terminate(run_id).await;
+            return self.terminate_inner(run_id).await;
         }
         let request = CancelRequest {
             reason: reason.into(),
             by: by.into(),
             at_ms: self.now_ms(),
         };
-        let asked = self
-            .store()
-            .request_cancel(run_id, &request)
-            .await
-            .map_err(|e| unconfirmed(e.into(), run_id, "cancel"))?;
+        let asked = self.store().request_cancel(run_id, &request).await?;
         if asked.is_some() {
             tracing::info!(run_id, reason, by, "cancel requested");
             if let Some(journal) = lock(&self.inner.live).get(run_id) {
