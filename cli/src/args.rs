@@ -375,6 +375,18 @@ pub enum Command {
         /// standard input.
         #[arg(long, default_value = "null")]
         input: String,
+        /// Cancel the run with this reason as soon as it starts, so that
+        /// its cleanup is crash-tested.
+        #[arg(long, value_name = "REASON")]
+        cancel: Option<String>,
+        /// Each time the run waits for a hook, resume TOKEN with the JSON
+        /// PAYLOAD (repeatable, taken in order).
+        #[arg(long, value_name = "TOKEN=PAYLOAD")]
+        resume: Vec<String>,
+        /// Once the resumes are used up, cancel the waiting run with this
+        /// reason.
+        #[arg(long, value_name = "REASON")]
+        cancel_when_waiting: Option<String>,
     },
     /// Print a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
     Completions {

@@ -5,8 +5,40 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use keel_host::Config;
-use keel_host::crashtest::{CrashReport, CrashTest, PointReport, crashtest};
+use keel_host::crashtest::{CrashReport, CrashTest, PointReport, Scripted, crashtest};
 use serde_json::json;
+
+/// What a crash test does to its run besides driving it.
+pub struct Script {
+    /// `--cancel`.
+    pub cancel_at_start: Option<String>,
+    /// `--resume TOKEN=PAYLOAD`, in order.
+    pub resumes: Vec<String>,
+    /// `--cancel-when-waiting`.
+    pub cancel_when_waiting: Option<String>,
+}
+
+impl Script {
+    fn steps(&self) -> anyhow::Result<Vec<Scripted>> {
+        let mut steps = self
+            .resumes
+            .iter()
+            .map(|r| match r.split_once('=') {
+                Some((token, payload)) => Ok(Scripted::Resume {
+                    token: token.into(),
+                    payload: payload.into(),
+                }),
+                None => anyhow::bail!("--resume {r}: expected TOKEN=PAYLOAD"),
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if let Some(reason) = &self.cancel_when_waiting {
+            steps.push(Scripted::Cancel {
+                reason: reason.clone(),
+            });
+        }
+        Ok(steps)
+    }
+}
 
 /// Runs the harness on `workflow` of `component` with `input`.
 pub async fn run(
@@ -14,6 +46,7 @@ pub async fn run(
     workflow: &str,
     input: String,
     config: Config,
+    script: Script,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let test = CrashTest {
@@ -21,6 +54,8 @@ pub async fn run(
         workflow: workflow.to_string(),
         input,
         config,
+        script: script.steps()?,
+        cancel_at_start: script.cancel_at_start,
     };
     if !json {
         println!(

@@ -243,9 +243,17 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             component,
             workflow,
             input,
+            cancel,
+            resume,
+            cancel_when_waiting,
         } => {
             let input = request::text_arg("--input", input)?;
-            crashtest::run(component, workflow, input, config(&cli)?, json).await
+            let script = crashtest::Script {
+                cancel_at_start: cancel.clone(),
+                resumes: resume.clone(),
+                cancel_when_waiting: cancel_when_waiting.clone(),
+            };
+            crashtest::run(component, workflow, input, config(&cli)?, script, json).await
         }
         Command::Bench(args) => bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Replay {

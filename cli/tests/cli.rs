@@ -938,6 +938,83 @@ fn crashtest_passes_idempotent_workflows() {
 }
 
 #[test]
+fn crashtest_covers_the_cancel_path_and_scripted_hooks() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(keel_payment_api::PaymentApi::start(false))
+        .unwrap();
+    let recorder = runtime
+        .block_on(keel_payment_api::recorder::Recorder::start())
+        .unwrap();
+    // The order cancelled as it starts: its first step runs to its end and
+    // is compensated (the items released), once, at every crash point.
+    let order = serde_json::json!({
+        "order_id": "o-c", "user_id": "u-1", "amount": 1250, "payment_url": api.url("/charge"),
+    })
+    .to_string();
+    let host = api.addr.to_string();
+    let (out, report) = crashtest(&[
+        "--allow-http",
+        &host,
+        "crashtest",
+        keel_tests::ORDER,
+        "process_order",
+        "--input",
+        &order,
+        "--cancel",
+        "changed their mind",
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["clean"]["status"], "cancelled", "{report}");
+    let steps: Vec<&str> = report["clean"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s[0].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        ["reserve_inventory", "release_inventory"],
+        "{report}"
+    );
+    assert!(report["points"].as_array().unwrap().len() >= 6, "{report}");
+    // A booking that waits on a hook: confirmed by the script, it ships; a
+    // cancel while it waits refunds its charge.
+    let booking =
+        serde_json::json!({"url": recorder.url(), "id": "c1", "charge_ms": 0}).to_string();
+    let host = recorder.addr.to_string();
+    for (script, status, last) in [
+        (
+            &["--resume", "confirm:c1=true"][..],
+            "completed",
+            "call_downstream",
+        ),
+        (
+            &["--cancel-when-waiting", "no answer"][..],
+            "cancelled",
+            "call_downstream",
+        ),
+    ] {
+        let mut args = vec![
+            "--allow-http",
+            &host,
+            "crashtest",
+            keel_tests::TESTBED,
+            "refundable",
+            "--input",
+            &booking,
+        ];
+        args.extend_from_slice(script);
+        let (out, report) = crashtest(&args);
+        assert!(out.status.success(), "{script:?}: {report}");
+        assert_eq!(report["clean"]["status"], status, "{report}");
+        let steps = report["clean"]["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 2, "charge, then ship or refund: {report}");
+        assert_eq!(steps[1][0], last);
+    }
+}
+
+#[test]
 fn crashtest_names_the_crash_point_where_a_step_repeats_its_effect() {
     let files = tempfile::tempdir().unwrap();
     let dir = files.path().to_str().unwrap();

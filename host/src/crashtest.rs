@@ -7,6 +7,11 @@
 //! clean run did, no step's completion is recorded twice, step IDs are the
 //! clean run's, and the journal replays.
 //!
+//! A run that waits for something outside it is moved on by the test's
+//! script: each time it waits, the next payload is resumed into its hook
+//! or it is cancelled; a run can also be cancelled as soon as it starts,
+//! so that its cleanup (a saga's compensations) is crash-tested too.
+//!
 //! A step that is not idempotent (one that repeats its side effect when it
 //! runs again after a crash, instead of keying it by its step ID) shows up
 //! as an output that differs at the points between its effect and the
@@ -34,6 +39,20 @@ pub struct CrashTest {
     pub input: String,
     /// The engine's settings (grants, bounds); each run gets its own store.
     pub config: Config,
+    /// Cancel the run (with this reason) as soon as it is admitted.
+    pub cancel_at_start: Option<String>,
+    /// What moves the run on each time it waits for something outside it,
+    /// in order.
+    pub script: Vec<Scripted>,
+}
+
+/// One step of a crash test's script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scripted {
+    /// Resume the hook holding `token` with `payload` (JSON).
+    Resume { token: String, payload: String },
+    /// Cancel the run, with `reason`.
+    Cancel { reason: String },
 }
 
 /// How a run ended, as the checks compare it.
@@ -116,6 +135,9 @@ struct Trial {
     dir: PathBuf,
     config: Config,
     run_id: String,
+    /// The script's steps taken so far (by the crashed run and its
+    /// recovery alike: each is taken once).
+    taken: std::sync::atomic::AtomicUsize,
 }
 
 impl Trial {
@@ -128,6 +150,7 @@ impl Trial {
             dir,
             config,
             run_id: run_id.to_string(),
+            taken: Default::default(),
         }
     }
 
@@ -161,7 +184,29 @@ impl Trial {
         };
         keel.start_with(&component, &test.workflow, &test.input, &options)
             .await?;
+        if let Some(reason) = &test.cancel_at_start {
+            keel.cancel(&self.run_id, reason, "crashtest").await?;
+        }
         Ok(())
+    }
+
+    /// Takes the script's next step on a run that waits; false when the
+    /// script is done.
+    async fn next_step(&self, keel: &Keel, test: &CrashTest) -> Result<bool> {
+        use std::sync::atomic::Ordering;
+        let Some(step) = test.script.get(self.taken.load(Ordering::SeqCst)) else {
+            return Ok(false);
+        };
+        match step {
+            Scripted::Resume { token, payload } => {
+                keel.resume_hook(token, payload).await?;
+            }
+            Scripted::Cancel { reason } => {
+                keel.cancel(&self.run_id, reason, "crashtest").await?;
+            }
+        }
+        self.taken.fetch_add(1, Ordering::SeqCst);
+        Ok(true)
     }
 
     fn anonymous(&self, text: &str) -> String {
@@ -175,7 +220,7 @@ async fn clean_run(test: &CrashTest, root: &Path, run_id: &str) -> Result<(Clean
     let store = trial.store(None)?;
     let keel = Keel::open(trial.config.clone(), store.clone())?;
     trial.start(&keel, test).await?;
-    let run = run_to_end(&keel, &trial.run_id).await?;
+    let run = run_to_end(&keel, &trial, test).await?;
     let journal = keel.journal(&trial.run_id).await?;
     let clean = CleanRun {
         ending: ending(&trial, &run),
@@ -202,7 +247,7 @@ async fn crash_point(
         trial.start(&keel, test).await?;
         // The crash ends the drive with a storage error; a point the run
         // never reaches lets it end.
-        let _ = run_to_end(&keel, &trial.run_id).await;
+        let _ = run_to_end(&keel, &trial, test).await;
         store.has_crashed()
     };
     // Recovery: the store reopened by a new engine, as after a restart.
@@ -212,7 +257,7 @@ async fn crash_point(
         .last()
         .map_or("nothing", |e| e.fact.name())
         .to_string();
-    let run = run_to_end(&keel, &trial.run_id).await?;
+    let run = run_to_end(&keel, &trial, test).await?;
     let journal = keel.journal(&trial.run_id).await?;
     let mut violations = Vec::new();
     let got = ending(trial, &run);
@@ -247,16 +292,19 @@ async fn crash_point(
 
 /// Drives the run until it ends; a run left waiting for something outside
 /// it (a hook, an event, another run) cannot be crash-tested alone.
-async fn run_to_end(keel: &Keel, run_id: &str) -> Result<keel_core::RunRecord> {
+async fn run_to_end(keel: &Keel, trial: &Trial, test: &CrashTest) -> Result<keel_core::RunRecord> {
     loop {
-        let run = keel.drive(run_id).await?;
+        let run = keel.drive(&trial.run_id).await?;
         if run.status.is_final() {
             return Ok(run);
         }
         let Some(wake_at) = run.wake_at_ms else {
+            if trial.next_step(keel, test).await? {
+                continue;
+            }
             return Err(Error::NotCrashTestable {
                 run_id: run.run_id,
-                reason: "it waits for something outside it (a hook, an event or another run), and a crash test needs a workflow that ends by itself".into(),
+                reason: "it waits for something outside it (a hook, an event or another run) and the test's script has nothing left to give it; a crash test needs a workflow that ends by itself or a script (payloads, a cancel) that ends it".into(),
             });
         };
         let wait = wake_at.saturating_sub(keel.clock_ms());

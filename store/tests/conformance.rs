@@ -251,6 +251,7 @@ mod postgres {
                  DROP TABLE {schema}.flow_slots; DROP TABLE {schema}.flow_limits;
                  DROP SEQUENCE {schema}.flow_seq; DROP TABLE {schema}.rate_windows;
                  DROP TABLE {schema}.step_permits; DROP TABLE {schema}.flow_failed;
+                 DROP TABLE {schema}.cancel_requests;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))

@@ -510,7 +510,7 @@ async fn cancelling_a_run_ends_it_and_releases_its_token() {
         .await;
     assert!(next.is_ok(), "{next:?}");
     let journal = keel.journal(&run.run_id).await.unwrap();
-    assert_eq!(journal.last().unwrap().fact.name(), "run_cancelled");
+    assert_eq!(journal.last().unwrap().fact.name(), "run_ended_cancelled");
 }
 
 #[tokio::test(flavor = "multi_thread")]

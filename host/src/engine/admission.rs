@@ -313,6 +313,10 @@ impl Keel {
                         if let Err(e) = keel.cancel(&victim, reason, "concurrency").await {
                             tracing::warn!(%victim, "cancelling the run in progress failed: {e}");
                         }
+                        // Its cleanup runs here unless another worker drives it.
+                        if let Err(e) = keel.drive(&victim).await {
+                            tracing::warn!(%victim, "driving the cancelled run failed: {e}");
+                        }
                     });
                 }
             }

@@ -398,7 +398,7 @@ impl Keel {
         }
         // Cleared before the activation reads the store, so that a payload
         // resumed from now on wakes the run again.
-        let woken = self.store().take_wakeup(run_id).await?;
+        self.store().take_wakeup(run_id).await?;
         let loaded = self.component_by_hash(&run.component_hash).await?;
         self.refresh_step_settings(&run.component_hash).await?;
         let entries = self.store().journal(run_id).await?;
@@ -414,9 +414,13 @@ impl Keel {
                 .run_first_activated(&run.workflow, waited);
         }
         let journal = Arc::new(self.journal_of(lease, entries)?);
-        if woken {
-            // A cancel request is one of the things that wake a run.
-            journal.hint_cancel();
+        // A cancel asked for before this activation (its wake may have been
+        // taken by an activation that crashed) is journaled before the
+        // workflow's code runs again.
+        if journal.cancel_request().is_none()
+            && let Some(request) = self.store().cancel_request(run_id).await?
+        {
+            journal.record(request.fact())?;
         }
         let renewal = self.keep_lease(lease.clone(), journal.clone());
         active.publish(&journal);
