@@ -247,7 +247,7 @@ async fn crash_point(
         trial.start(&keel, test).await?;
         // The crash ends the drive with a storage error; a point the run
         // never reaches lets it end.
-        let _ = run_to_end(&keel, &trial, test).await;
+        let _ = run_to_end(&keel, trial, test).await;
         store.has_crashed()
     };
     // Recovery: the store reopened by a new engine, as after a restart.
@@ -257,7 +257,7 @@ async fn crash_point(
         .last()
         .map_or("nothing", |e| e.fact.name())
         .to_string();
-    let run = run_to_end(&keel, &trial, test).await?;
+    let run = run_to_end(&keel, trial, test).await?;
     let journal = keel.journal(&trial.run_id).await?;
     let mut violations = Vec::new();
     let got = ending(trial, &run);
