@@ -346,3 +346,55 @@ async fn a_cancelled_order_refunds_its_charge_once_then_releases_its_items() {
     let verdict = keel.replay(&run.run_id, None).await.unwrap();
     assert!(verdict.is_ok(), "{verdict:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_parent_cancels_its_child_which_runs_its_own_cleanup() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let (keel, loaded) = engine(&store, &recorder).await;
+    let parent = keel
+        .start(&loaded, "book_through_child", &booking(&recorder, "p1", 0))
+        .await
+        .unwrap();
+    let waiting = keel.drive(&parent.run_id).await.unwrap();
+    assert_eq!(waiting.status, RunStatus::Waiting, "it awaits its child");
+    let journal = keel.journal(&parent.run_id).await.unwrap();
+    let child = journal
+        .iter()
+        .find_map(|e| match &e.fact {
+            Fact::WorkflowStarted {
+                outcome: keel_host::core::StartOutcome::Started { run_id },
+                ..
+            } => Some(run_id.clone()),
+            _ => None,
+        })
+        .expect("the child was started");
+    let waiting = keel.drive(&child).await.unwrap();
+    assert_eq!(
+        waiting.status,
+        RunStatus::Waiting,
+        "the child awaits its hook"
+    );
+    assert_eq!(finished(&recorder, "charge-p1"), 1);
+
+    keel.cancel(&parent.run_id, "trip called off", "test")
+        .await
+        .unwrap();
+    let ended = keel.result(&parent.run_id, true).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(error_of(&ended).1, "cancelled by test: trip called off");
+    let child_end = keel.result(&child, true).await.unwrap();
+    assert_eq!(child_end.status, RunStatus::Cancelled);
+    assert_eq!(
+        error_of(&child_end).1,
+        format!(
+            "cancelled by parent {}: its parent {} was cancelled",
+            parent.run_id, parent.run_id
+        )
+    );
+    assert_eq!(
+        finished(&recorder, "refund-p1"),
+        1,
+        "the child refunded once"
+    );
+}

@@ -679,6 +679,14 @@ async fn refundable(booking: Booking) -> Result<String, Error> {
     .await
 }
 
+/// Starts `refundable` for `booking` as a child run and waits for it; a
+/// cancel of this run cancels the child, which refunds its own charge.
+#[workflow]
+async fn book_through_child(booking: Booking) -> Result<String, Error> {
+    let child = keel_sdk::start("refundable", &booking, keel_sdk::StartOptions::default()).await?;
+    child.return_value::<String>().await
+}
+
 /// Waits for a confirmation on hook `confirm:ID` for at most an hour; on
 /// its deadline, says so in a cleanup step.
 #[workflow(timeout = "1h")]
@@ -711,6 +719,7 @@ async fn stubborn(mode: String) -> Result<u32, Error> {
 keel_sdk::component!(
     workflows = [
         refundable,
+        book_through_child,
         confirm_within_an_hour,
         stubborn,
         burst,

@@ -203,6 +203,22 @@ impl RunJournal {
         self.lock().index.steps_after_cancel()
     }
 
+    /// The runs the workflow started, in order.
+    pub fn children(&self) -> Vec<RunId> {
+        use keel_core::journal::StartOutcome;
+        self.lock()
+            .index
+            .effective()
+            .filter_map(|e| match &e.fact {
+                Fact::WorkflowStarted {
+                    outcome: StartOutcome::Started { run_id },
+                    ..
+                } => Some(RunId::from(run_id.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// An attempt of the step of `command` is running.
     pub(super) fn attempt_running(&self, command: u32) -> bool {
         self.lock().index.attempt_running(command)

@@ -565,6 +565,33 @@ impl Keel {
         self.end_with(run, fact, journal).await
     }
 
+    /// Asks the live runs a cancelled run started to cancel too, each
+    /// running its own cleanup (driven here unless a worker drives it).
+    fn cancel_children(&self, run: &RunRecord, journal: &RunJournal) {
+        let children = journal.children();
+        if children.is_empty() {
+            return;
+        }
+        let keel = self.clone();
+        let parent = run.run_id.clone();
+        tokio::spawn(async move {
+            let reason = format!("its parent {parent} was cancelled");
+            let by = format!("parent {parent}");
+            for child in children {
+                let asked = keel.cancel(&child, &reason, &by).await;
+                match asked {
+                    Ok(child_run) if !child_run.status.is_final() => {
+                        if let Err(e) = keel.drive(&child).await {
+                            tracing::warn!(%child, "driving the cancelled child failed: {e}");
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(%child, "cancelling the child failed: {e}"),
+                }
+            }
+        });
+    }
+
     /// Stores a finished run's final record with its last entry `fact`.
     async fn end_with(
         &self,
@@ -576,6 +603,9 @@ impl Keel {
             self.poke(&watcher);
         }
         tracing::info!(workflow = %run.workflow, status = run.status.as_str(), "run ended");
+        if run.status == RunStatus::Cancelled {
+            self.cancel_children(&run, journal);
+        }
         let lifetime = run.updated_at_ms.saturating_sub(run.created_at_ms);
         self.inner.config.observer.run_ended(
             &run.workflow,
