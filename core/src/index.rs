@@ -271,6 +271,19 @@ impl JournalIndex {
             .expect("indexed as a completion")
     }
 
+    /// When the first attempt of the step of `command` that counts since
+    /// the run's last retry started.
+    pub fn first_attempt_at(&self, command: u32) -> Option<u64> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.counts(*i) && self.last_retry.is_none_or(|r| *i > r))
+            .find_map(|(_, e)| match &e.fact {
+                Fact::StepAttemptStarted { command: c, .. } if *c == command => Some(e.at_ms),
+                _ => None,
+            })
+    }
+
     /// An attempt of the step of `command` has started and not ended.
     pub fn attempt_running(&self, command: u32) -> bool {
         if self.is_completed(command) {

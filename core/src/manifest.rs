@@ -38,6 +38,10 @@ pub struct StepInfo {
     /// Its concurrency limit (`#[step(concurrency(...))]`).
     #[serde(default)]
     pub concurrency: Option<crate::flow::StepConcurrency>,
+    /// The most time from its first attempt's start to a retry's
+    /// (`#[step(retry_budget = "10m")]`): a retry due later fails the step.
+    #[serde(default)]
+    pub retry_budget_ms: Option<u64>,
 }
 
 /// A workflow's TTL idempotency key, as declared.

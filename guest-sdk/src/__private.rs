@@ -142,7 +142,7 @@ fn schemas(workflows: &[WorkflowDef], steps: &[StepDef]) -> String {
         .collect();
     let steps: serde_json::Map<String, serde_json::Value> = steps
         .iter()
-        .filter(|s| s.rate_limit.is_some() || s.concurrency.is_some())
+        .filter(|s| s.rate_limit.is_some() || s.concurrency.is_some() || s.retry_budget_ms.is_some())
         .map(|s| {
             let rate = s.rate_limit.map(
                 |(key, limit, per_ms)| serde_json::json!({"key": key, "limit": limit, "per_ms": per_ms}),
@@ -152,7 +152,10 @@ fn schemas(workflows: &[WorkflowDef], steps: &[StepDef]) -> String {
                 .map(|(key, limit)| serde_json::json!({"key": key, "limit": limit}));
             (
                 s.name.to_string(),
-                serde_json::json!({ "rate_limit": rate, "concurrency": concurrency }),
+                serde_json::json!({
+                    "rate_limit": rate, "concurrency": concurrency,
+                    "retry_budget_ms": s.retry_budget_ms,
+                }),
             )
         })
         .collect();
@@ -172,6 +175,8 @@ pub struct StepDef {
     pub rate_limit: Option<(&'static str, u32, u64)>,
     /// `(key expression, limit)`.
     pub concurrency: Option<(&'static str, u32)>,
+    /// The most time from the first attempt's start to a retry's, in ms.
+    pub retry_budget_ms: Option<u64>,
     pub run: fn(&str) -> Result<String, types::StepError>,
 }
 

@@ -522,6 +522,10 @@ async fn read_manifest(
                     .and_then(|v| v.get_mut("concurrency"))
                     .map(serde_json::Value::take)
                     .and_then(|c| serde_json::from_value(c).ok()),
+                retry_budget_ms: steps
+                    .get(&s.name)
+                    .and_then(|v| v.get("retry_budget_ms"))
+                    .and_then(serde_json::Value::as_u64),
                 name: s.name,
                 retry: RetryPolicy {
                     max_retries: s.retry.max_retries,

@@ -140,8 +140,9 @@ enum Next {
 }
 
 /// Decides what follows attempt number `attempt` of the step of `command`,
-/// whose retry budget counts from the attempt after `before_retry` (the
-/// attempts made before the run was retried).
+/// whose retries count from the attempt after `before_retry` (the
+/// attempts made before the run was retried) and must be due by
+/// `budget_ends_ms` if the step has a retry budget.
 fn next(
     command: u32,
     retry: &RetryPolicy,
@@ -149,6 +150,7 @@ fn next(
     before_retry: u32,
     outcome: Attempt,
     now_ms: u64,
+    budget_ends_ms: Option<u64>,
 ) -> Next {
     let tries = attempt.saturating_sub(before_retry);
     match outcome {
@@ -169,6 +171,19 @@ fn next(
         }
         Attempt::Retryable { message, after } => {
             let delay = retry.backoff(tries).max(after.unwrap_or_default());
+            let due = now_ms + delay.as_millis() as u64;
+            if let Some(end) = budget_ends_ms.filter(|end| due > *end) {
+                let left = end.saturating_sub(now_ms);
+                return Next::Done(Fact::StepFailed {
+                    command,
+                    error: format!(
+                        "{message} (its retry budget ran out: the next retry would be due in {} ms, {left} ms were left)",
+                        delay.as_millis()
+                    ),
+                    fatal: false,
+                    attempts: attempt,
+                });
+            }
             Next::Retry {
                 fact: Fact::StepAttemptFailed {
                     command,
@@ -234,6 +249,15 @@ impl StepRunner {
                 .await;
             drop(slot);
             drop(permit);
+            let budget_ends_ms = call
+                .component
+                .manifest
+                .step(&call.name)
+                .and_then(|s| s.retry_budget_ms)
+                .and_then(|budget| {
+                    let first = call.journal.first_attempt_at(call.command)?;
+                    Some(first.saturating_add(budget))
+                });
             match next(
                 call.command,
                 &call.retry,
@@ -241,6 +265,7 @@ impl StepRunner {
                 call.before_retry,
                 outcome,
                 self.clock.now_ms(),
+                budget_ends_ms,
             ) {
                 Next::Done(fact) => {
                     let outcome = match fact {
@@ -571,7 +596,7 @@ mod tests {
 
     #[test]
     fn a_retryable_failure_backs_off_until_the_retries_are_spent() {
-        let n = next(4, &RETRY, 2, 0, retryable(None), 1_000);
+        let n = next(4, &RETRY, 2, 0, retryable(None), 1_000, None);
         assert_eq!(
             n,
             Next::Retry {
@@ -584,7 +609,7 @@ mod tests {
                 delay: Duration::from_millis(200),
             }
         );
-        let n = next(4, &RETRY, 3, 0, retryable(None), 1_000);
+        let n = next(4, &RETRY, 3, 0, retryable(None), 1_000, None);
         assert!(matches!(
             n,
             Next::Done(Fact::StepFailed {
@@ -599,9 +624,9 @@ mod tests {
     fn a_retried_run_gives_the_step_a_fresh_budget() {
         // Attempts 1..=3 failed before the run was retried; 4 is the
         // first of a new budget of 2 retries.
-        let n = next(4, &RETRY, 4, 3, retryable(None), 1_000);
+        let n = next(4, &RETRY, 4, 3, retryable(None), 1_000, None);
         assert!(matches!(n, Next::Retry { .. }), "{n:?}");
-        let n = next(4, &RETRY, 6, 3, retryable(None), 1_000);
+        let n = next(4, &RETRY, 6, 3, retryable(None), 1_000, None);
         assert!(
             matches!(n, Next::Done(Fact::StepFailed { attempts: 6, .. })),
             "{n:?}"
@@ -609,12 +634,32 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_due_past_the_budget_fails_the_step() {
+        // Retry 1 is due at 1_200 (200 ms backoff): inside a budget ending
+        // then, outside one ending a millisecond earlier.
+        let n = next(4, &RETRY, 2, 0, retryable(None), 1_000, Some(1_200));
+        assert!(matches!(n, Next::Retry { .. }), "{n:?}");
+        let n = next(4, &RETRY, 2, 0, retryable(None), 1_000, Some(1_199));
+        let Next::Done(Fact::StepFailed {
+            error,
+            fatal: false,
+            attempts: 2,
+            ..
+        }) = n
+        else {
+            panic!("{n:?}")
+        };
+        assert!(error.contains("retry budget ran out"), "{error}");
+    }
+
+    #[test]
     fn retry_after_only_lengthens_the_backoff() {
-        let Next::Retry { delay, .. } = next(0, &RETRY, 1, 0, retryable(Some(5_000)), 0) else {
+        let Next::Retry { delay, .. } = next(0, &RETRY, 1, 0, retryable(Some(5_000)), 0, None)
+        else {
             panic!("not retried")
         };
         assert_eq!(delay, Duration::from_millis(5_000));
-        let Next::Retry { delay, .. } = next(0, &RETRY, 1, 0, retryable(Some(1)), 0) else {
+        let Next::Retry { delay, .. } = next(0, &RETRY, 1, 0, retryable(Some(1)), 0, None) else {
             panic!("not retried")
         };
         assert_eq!(delay, Duration::from_millis(100));
@@ -622,7 +667,7 @@ mod tests {
 
     #[test]
     fn fatal_failures_and_outputs_end_the_step_at_once() {
-        let n = next(1, &RETRY, 1, 0, Attempt::Fatal("no".into()), 0);
+        let n = next(1, &RETRY, 1, 0, Attempt::Fatal("no".into()), 0, None);
         assert!(matches!(
             n,
             Next::Done(Fact::StepFailed {
@@ -631,7 +676,7 @@ mod tests {
                 ..
             })
         ));
-        let n = next(1, &RETRY, 1, 0, Attempt::Ok("7".into()), 0);
+        let n = next(1, &RETRY, 1, 0, Attempt::Ok("7".into()), 0, None);
         assert_eq!(
             n,
             Next::Done(Fact::StepCompleted {

@@ -398,3 +398,24 @@ async fn cancelling_a_parent_cancels_its_child_which_runs_its_own_cleanup() {
         "the child refunded once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_past_its_retry_budget_fails_though_retries_are_left() {
+    let store = TestStore::new();
+    let (keel, loaded) = open(store.config()).await;
+    let run = keel.run(&loaded, "budgeted", "null").await.unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    let failed = journal
+        .iter()
+        .find_map(|e| match &e.fact {
+            Fact::StepFailed {
+                error, attempts, ..
+            } => Some((error.clone(), *attempts)),
+            _ => None,
+        })
+        .expect("the step failed for good");
+    assert!(failed.0.contains("retry budget ran out"), "{failed:?}");
+    // 100 retries 50 ms apart, but 200 ms for all of them.
+    assert!((1..=5).contains(&failed.1), "{failed:?}");
+}

@@ -275,6 +275,10 @@ impl WorkflowSettings {
 /// an instance or counting as an attempt. `concurrency(key = "'db'",
 /// limit = 2)`: at most `limit` attempts of the steps sharing the key run
 /// at once, across every worker; an attempt over it waits the same way.
+/// `retry_budget = "10m"`: a retry that would be due later than this after
+/// the step's first attempt started fails the step instead, retries left
+/// or not (the time budget of all its attempts; `--step-timeout` bounds
+/// each one).
 #[proc_macro_attribute]
 pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
@@ -409,6 +413,9 @@ struct StepSettings {
     rate_limit: Option<(String, u32, u64)>,
     /// `(key, limit)`.
     concurrency: Option<(String, u32)>,
+    /// `retry_budget = "10m"`: the most time from the first attempt's
+    /// start to the last attempt's, in ms.
+    retry_budget_ms: Option<u64>,
 }
 
 /// `concurrency(key = "CEL", limit = N)` of a step.
@@ -477,6 +484,7 @@ impl StepSettings {
             max_backoff_ms: 60_000,
             rate_limit: None,
             concurrency: None,
+            retry_budget_ms: None,
         };
         for setting in settings {
             let setting = match setting {
@@ -493,7 +501,7 @@ impl StepSettings {
                     return Err(syn::Error::new_spanned(
                         other,
                         "unknown step setting; expected one of max_retries, initial_backoff, \
-                         backoff_factor, max_backoff, rate_limit(...), concurrency(...)",
+                         backoff_factor, max_backoff, retry_budget, rate_limit(...), concurrency(...)",
                     ));
                 }
             };
@@ -511,11 +519,12 @@ impl StepSettings {
                 "initial_backoff" => out.initial_backoff_ms = duration_lit(lit)?,
                 "max_backoff" => out.max_backoff_ms = duration_lit(lit)?,
                 "backoff_factor" => out.backoff_factor = float_lit(lit)?,
+                "retry_budget" => out.retry_budget_ms = Some(duration_lit(lit)?),
                 _ => {
                     return Err(syn::Error::new_spanned(
                         &setting.path,
                         "unknown step setting; expected one of max_retries, \
-                         initial_backoff, backoff_factor, max_backoff, rate_limit(...), concurrency(...)",
+                         initial_backoff, backoff_factor, max_backoff, retry_budget, rate_limit(...), concurrency(...)",
                     ));
                 }
             }
@@ -596,6 +605,10 @@ fn expand_step(func: &ItemFn, s: &StepSettings) -> syn::Result<TokenStream2> {
         Some((key, limit)) => quote! { Some((#key, #limit)) },
         None => quote! { None },
     };
+    let retry_budget = match s.retry_budget_ms {
+        Some(ms) => quote! { Some(#ms) },
+        None => quote! { None },
+    };
     let (retries, initial, factor, max) = (
         s.max_retries,
         s.initial_backoff_ms,
@@ -624,6 +637,7 @@ fn expand_step(func: &ItemFn, s: &StepSettings) -> syn::Result<TokenStream2> {
             },
             rate_limit: #rate_limit,
             concurrency: #concurrency,
+            retry_budget_ms: #retry_budget,
             run: |input: &str| ::keel_sdk::__private::run_step::<#unpack_ty, _, _, _>(input, #unpack),
         };
     })

@@ -701,6 +701,24 @@ async fn confirm_within_an_hour(id: String) -> Result<bool, Error> {
     }
 }
 
+/// Always fails, retryably, with up to 100 retries 50 ms apart but a
+/// retry budget of 200 ms from its first attempt.
+#[step(
+    max_retries = 100,
+    initial_backoff = "50ms",
+    backoff_factor = 1.0,
+    retry_budget = "200ms"
+)]
+async fn out_of_budget() -> Result<u32, StepError> {
+    Err(StepError::retryable("the service is down"))
+}
+
+/// Calls `out_of_budget`.
+#[workflow]
+async fn budgeted() -> Result<u32, Error> {
+    Ok(out_of_budget().await?)
+}
+
 /// Swallows its cancel and goes on: `sleep` loops on timers (which a
 /// cancelled run's code gets at once), `steps` on cleanup steps.
 #[workflow]
@@ -720,6 +738,7 @@ keel_sdk::component!(
     workflows = [
         refundable,
         book_through_child,
+        budgeted,
         confirm_within_an_hour,
         stubborn,
         burst,
@@ -763,6 +782,7 @@ keel_sdk::component!(
         wait_twice,
     ],
     steps = [
+        out_of_budget,
         call_limited,
         call_guarded,
         square_one_at_a_time,

@@ -219,6 +219,12 @@ impl RunJournal {
             .collect()
     }
 
+    /// When the step of `command`'s first attempt since the last retry
+    /// started.
+    pub(crate) fn first_attempt_at(&self, command: u32) -> Option<u64> {
+        self.lock().index.first_attempt_at(command)
+    }
+
     /// An attempt of the step of `command` is running.
     pub(super) fn attempt_running(&self, command: u32) -> bool {
         self.lock().index.attempt_running(command)
