@@ -511,6 +511,34 @@ impl ScheduleRecord {
         }
     }
 
+    /// Keeps, in this record (written by another writer while a worker
+    /// fired the schedule: an operator's pause, say), what the worker's
+    /// pass decided in `fired`, the record it claimed and advanced: the
+    /// fires it recorded, its latest run and, when the spec is the same,
+    /// how far it got. The other writer's settings stay.
+    pub fn keep_fires_of(&mut self, fired: &ScheduleRecord) {
+        let new: Vec<Fire> = fired
+            .recent
+            .iter()
+            .filter(|f| !self.recent.iter().any(|r| r.nominal_ms == f.nominal_ms))
+            .cloned()
+            .collect();
+        for fire in new {
+            self.remember(fire);
+        }
+        self.recent.sort_by_key(|f| f.nominal_ms);
+        if fired.last_run_id.is_some() {
+            self.last_run_id = fired.last_run_id.clone();
+        }
+        if self.settings.spec == fired.settings.spec {
+            self.buffered_ms = fired.buffered_ms;
+            self.next_fire_ms = match (self.next_fire_ms, fired.next_fire_ms) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (_, None) | (None, _) => None,
+            };
+        }
+    }
+
     /// Pauses or resumes it. A resumed schedule fires next after `now_ms`:
     /// the time it was paused is not caught up.
     pub fn set_paused(&mut self, paused: bool, note: Option<String>, now_ms: u64) {
@@ -911,5 +939,32 @@ mod tests {
         let id = fire_run_id("fast", at + 500);
         assert_eq!(id.as_str(), "fast:20261201T090000.500Z");
         assert_eq!(parse_fire_run_id(id.as_str()), Some(("fast", at + 500)));
+    }
+
+    #[test]
+    fn a_pass_that_met_a_pause_keeps_its_fires_in_the_paused_record() {
+        let t0 = utc("2026-01-01T00:00:00Z");
+        let before = schedule(Overlap::AllowAll, 120_000, t0);
+        // A worker fires 1m; meanwhile an operator pauses the schedule.
+        let mut fired = before.clone();
+        let d = fired.decide(t0 + 60_000, false);
+        assert_eq!(d.starts, [t0 + 60_000]);
+        fired.remember(Fire {
+            nominal_ms: t0 + 60_000,
+            at_ms: t0 + 60_000,
+            outcome: FireOutcome::Started,
+            run_id: Some(fire_run_id("sync", t0 + 60_000)),
+            error: None,
+        });
+        fired.last_run_id = Some(fire_run_id("sync", t0 + 60_000));
+        let mut paused = before.clone();
+        paused.set_paused(true, Some("maintenance".into()), t0 + 60_000);
+        paused.keep_fires_of(&fired);
+        assert!(paused.settings.paused, "the pause stays");
+        assert_eq!(paused.recent.len(), 1, "the fire is recorded");
+        assert_eq!(paused.last_run_id, fired.last_run_id);
+        assert_eq!(paused.next_fire_ms, Some(t0 + 120_000), "not fired again");
+        paused.keep_fires_of(&fired);
+        assert_eq!(paused.recent.len(), 1, "kept once");
     }
 }

@@ -377,12 +377,29 @@ impl Keel {
         Ok(record)
     }
 
-    /// Drops this worker's claim and stores what it decided.
+    /// Drops this worker's claim and stores what it decided; if another
+    /// writer changed the schedule meanwhile (an operator paused it, say),
+    /// what it decided is kept in that writer's record, so no fire it
+    /// started goes unrecorded.
     async fn release_schedule(&self, mut record: ScheduleRecord) -> Result<()> {
-        record.claim = None;
-        record.updated_at_ms = self.now_ms();
-        self.store().update_schedule(&record).await?;
-        Ok(())
+        let name = record.settings.name.clone();
+        for _ in 0..CHANGE_TRIES {
+            record.claim = None;
+            record.updated_at_ms = self.now_ms();
+            match self.store().update_schedule(&record).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::ScheduleConflict { .. }) => {
+                    let Some(mut fresh) = self.store().schedule(&name).await? else {
+                        // Deleted meanwhile: nothing to record it in.
+                        return Ok(());
+                    };
+                    fresh.keep_fires_of(&record);
+                    record = fresh;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::ScheduleConflict { name })
     }
 
     /// Whether the run of the schedule's latest started fire is live.
