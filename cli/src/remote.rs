@@ -245,16 +245,7 @@ impl Client {
                 let asked: RunView = self
                     .post(&["v1", "runs", &run_id, "cancel"], &query, &())
                     .await?;
-                let mut current = asked;
-                while wait && !current.status.is_final() {
-                    current = self
-                        .get(
-                            &["v1", "runs", &run_id, "result"],
-                            &[("wait_ms", WAIT_MS.to_string())],
-                        )
-                        .await?;
-                }
-                run(current)
+                run(self.until_final(asked, wait).await?)
             }
             Request::Retry { run_id } => {
                 let query = [
@@ -267,16 +258,8 @@ impl Client {
                 Reply::Run(self.until_it_waits(retried).await?)
             }
             Request::Result { run_id, wait } => {
-                let mut current: RunView = self.get(&["v1", "runs", &run_id], &[]).await?;
-                while wait && !current.status.is_final() {
-                    current = self
-                        .get(
-                            &["v1", "runs", &run_id, "result"],
-                            &[("wait_ms", WAIT_MS.to_string())],
-                        )
-                        .await?;
-                }
-                run(current)
+                let current: RunView = self.get(&["v1", "runs", &run_id], &[]).await?;
+                run(self.until_final(current, wait).await?)
             }
             Request::ListRuns { filter, limit } => {
                 let mut query = vec![("limit", limit.to_string())];
@@ -510,6 +493,20 @@ impl Client {
 
     /// Follows a run the server drives until it ends or waits (the server
     /// answers each call within its longest wait).
+    /// `run` once it has ended (long-polling its result), or as it is
+    /// without `wait`.
+    async fn until_final(&self, mut run: RunView, wait: bool) -> anyhow::Result<RunView> {
+        while wait && !run.status.is_final() {
+            run = self
+                .get(
+                    &["v1", "runs", &run.run_id, "result"],
+                    &[("wait_ms", WAIT_MS.to_string())],
+                )
+                .await?;
+        }
+        Ok(run)
+    }
+
     async fn until_it_waits(&self, mut run: RunView) -> anyhow::Result<RunRecord> {
         let waits = |s: RunStatus| {
             matches!(

@@ -54,6 +54,15 @@ async fn until_called(recorder: &Recorder, tenant: &str) {
     .unwrap_or_else(|_| panic!("no call of {tenant} arrived"));
 }
 
+/// Drives `run` on a task of its own, so that the test can act meanwhile.
+fn drive_in_background(
+    keel: &Keel,
+    run: &RunRecord,
+) -> tokio::task::JoinHandle<keel_host::Result<RunRecord>> {
+    let (keel, run_id) = (keel.clone(), run.run_id.to_string());
+    tokio::spawn(async move { keel.drive(&run_id).await })
+}
+
 fn facts(journal: &[keel_host::core::Entry]) -> Vec<&'static str> {
     journal.iter().map(|e| e.fact.name()).collect()
 }
@@ -72,11 +81,7 @@ async fn a_cancel_lets_the_step_in_flight_finish_and_compensates_it_once() {
         .start(&loaded, "refundable", &booking(&recorder, "b1", 400))
         .await
         .unwrap();
-    let driving = tokio::spawn({
-        let keel = keel.clone();
-        let run_id = run.run_id.to_string();
-        async move { keel.drive(&run_id).await }
-    });
+    let driving = drive_in_background(&keel, &run);
     until_called(&recorder, "charge-b1").await;
     let asked = keel
         .cancel(&run.run_id, "the customer changed their mind", "test")
@@ -167,11 +172,7 @@ async fn a_workflow_that_swallows_its_cancel_is_ended_at_the_grace_bound() {
             .start(&loaded, "stubborn", &format!("\"{mode}\""))
             .await
             .unwrap();
-        let driving = tokio::spawn({
-            let keel = keel.clone();
-            let run_id = run.run_id.to_string();
-            async move { keel.drive(&run_id).await }
-        });
+        let driving = drive_in_background(&keel, &run);
         // It loops on 20 ms timers until it hears the cancel.
         keel.cancel(&run.run_id, "stop", "test").await.unwrap();
         driving.await.unwrap().unwrap();
@@ -289,11 +290,7 @@ async fn a_cancelled_order_refunds_its_charge_once_then_releases_its_items() {
         .start(&loaded, "process_order", &common::order_input(&api, "o-9"))
         .await
         .unwrap();
-    let driving = tokio::spawn({
-        let keel = keel.clone();
-        let run_id = run.run_id.to_string();
-        async move { keel.drive(&run_id).await }
-    });
+    let driving = drive_in_background(&keel, &run);
     api.wait_for(|r| r.path == "/charge").await;
     keel.cancel(&run.run_id, "out of stock", "test")
         .await
