@@ -16,7 +16,7 @@ use keel_host::core::{
     StepLimits,
 };
 use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
-use keel_server::wire::{FireView, ScheduleRequest, ScheduleView};
+use keel_server::wire::{ChildView, FireView, ScheduleRequest, ScheduleView};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -205,6 +205,9 @@ pub enum Reply {
         /// Its place in its concurrency group, if it has one.
         #[serde(default)]
         slot: Option<RunSlot>,
+        /// The runs its workflow started.
+        #[serde(default)]
+        children: Vec<ChildView>,
     },
     Event(EventRecord),
     Events(Vec<EventRecord>),
@@ -411,6 +414,12 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             run: keel.get_run(&run_id).await?,
             journal: keel.journal(&run_id).await?,
             slot: keel.run_slot(&run_id).await?,
+            children: keel
+                .children(&run_id)
+                .await?
+                .iter()
+                .map(ChildView::from)
+                .collect(),
         },
         Request::ListLimits => Reply::Limits {
             limits: keel.limits().await?,

@@ -10,7 +10,7 @@ use keel_host::core::journal::{Entry, entry_to_json, excerpt};
 use keel_host::core::schedule::FireOutcome;
 use keel_host::core::timeline::{RowKind, RowStatus, timeline};
 use keel_host::core::{Deployment, EventRecord, HookRecord, RunRecord, RunStatus};
-use keel_server::wire::{FireView, HookView, RunView, ScheduleView};
+use keel_server::wire::{ChildView, FireView, HookView, RunView, ScheduleView};
 use serde_json::{Value, json};
 
 use crate::args::{Command, RunsCommand};
@@ -85,8 +85,13 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_runs(&runs, json);
             ExitCode::SUCCESS
         }
-        Reply::Journal { run, journal, slot } => {
-            show_run(&run, &journal, slot.as_ref(), json);
+        Reply::Journal {
+            run,
+            journal,
+            slot,
+            children,
+        } => {
+            show_run(&run, &journal, slot.as_ref(), &children, json);
             ExitCode::SUCCESS
         }
         Reply::Limits { limits, started } => {
@@ -425,13 +430,25 @@ fn print_run(run: &RunRecord, json: bool) {
     }
 }
 
-fn show_run(run: &RunRecord, journal: &[Entry], slot: Option<&RunSlot>, json: bool) {
+fn show_run(
+    run: &RunRecord,
+    journal: &[Entry],
+    slot: Option<&RunSlot>,
+    children: &[ChildView],
+    json: bool,
+) {
     if json {
         let entries: Vec<Value> = journal.iter().map(entry_to_json).collect();
-        let mut run = run_json(run);
-        if let (Some(slot), Some(object)) = (slot, run.as_object_mut()) {
-            object.insert("concurrency".into(), json!(slot));
+        let mut run_value = run_json(run);
+        if let Some(object) = run_value.as_object_mut() {
+            if let Some(slot) = slot {
+                object.insert("concurrency".into(), json!(slot));
+            }
+            if !children.is_empty() {
+                object.insert("children".into(), json!(children));
+            }
         }
+        let run = run_value;
         println!("{}", json!({"run": run, "journal": entries}));
         return;
     }
@@ -439,6 +456,23 @@ fn show_run(run: &RunRecord, journal: &[Entry], slot: Option<&RunSlot>, json: bo
     println!("input: {}", excerpt(&run.input, 200));
     if let Some(slot) = slot {
         println!("concurrency: {}", slot_line(slot));
+    }
+    if let Some(parent) = &run.parent_run_id {
+        println!("parent: {parent} (`keel runs show {parent}`)");
+    }
+    for child in children {
+        let on = child
+            .deployment
+            .as_ref()
+            .map(|d| format!(" of deployment {d}"))
+            .unwrap_or_default();
+        let status = child.status.map_or("gone", RunStatus::as_str);
+        println!(
+            "child: {} ({}{on}): {status}; {} when this run ends",
+            child.run_id,
+            child.workflow,
+            child.close.as_str()
+        );
     }
     let now = now_ms();
     let end = if run.status.is_final() {

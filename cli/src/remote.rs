@@ -292,6 +292,7 @@ impl Client {
                     })?;
                 Reply::Journal {
                     slot: detail.run.concurrency.clone(),
+                    children: detail.run.children.clone(),
                     run: detail.run.into(),
                     journal,
                 }

@@ -888,6 +888,16 @@ fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
     assert_eq!(run["workflow"], "sleeper");
 }
 
+/// The crash points of a crashtest report where recovery broke something.
+fn violated(report: &Value) -> Vec<&Value> {
+    report["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| !p["violations"].as_array().unwrap().is_empty())
+        .collect()
+}
+
 /// `keel crashtest`, with grants, on the runtime of the test.
 fn crashtest(args: &[&str]) -> (Output, Value) {
     let db = tempfile::tempdir().unwrap();
@@ -935,6 +945,20 @@ fn crashtest_passes_idempotent_workflows() {
     ]);
     assert!(out.status.success(), "{report}");
     assert_eq!(report["clean"]["status"], "completed", "{report}");
+    // A workflow that starts a child run: its start is journaled once and
+    // the child admitted once, whatever write the crash takes.
+    let (out, report) = crashtest(&[
+        "crashtest",
+        keel_tests::ORDER_HOOKS,
+        "start_order",
+        "--input",
+        r#"{"order_id": "o-2", "note": "placed"}"#,
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(
+        report["clean"]["output"], r#"{"started":"{run_id}.0"}"#,
+        "{report}"
+    );
 }
 
 #[test]
@@ -1031,17 +1055,60 @@ fn crashtest_names_the_crash_point_where_a_step_repeats_its_effect() {
     assert!(!out.status.success(), "{report}");
     assert_eq!(report["passed"], false);
     assert_eq!(report["clean"]["output"], "1");
-    let violated: Vec<_> = report["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| !p["violations"].as_array().unwrap().is_empty())
-        .collect();
+    let violated = violated(&report);
     assert!(!violated.is_empty(), "{report}");
     for point in &violated {
         // The append ran twice: once before the crash, once on recovery.
         let said = point["violations"][0].as_str().unwrap();
         assert!(said.contains("output 2"), "{said}");
+        assert_eq!(point["crash"], "before", "{point}");
+    }
+}
+
+#[test]
+fn crashtest_names_a_compensation_that_is_not_idempotent() {
+    let files = tempfile::tempdir().unwrap();
+    let dir = files.path().to_str().unwrap();
+    let input = serde_json::to_string(dir).unwrap();
+    let (out, report) = crashtest(&[
+        "--allow-dir",
+        dir,
+        "crashtest",
+        keel_tests::TESTBED,
+        "careless_refund",
+        "--input",
+        &input,
+        "--cancel",
+        "called off",
+    ]);
+    assert!(!out.status.success(), "{report}");
+    assert_eq!(report["passed"], false);
+    assert_eq!(report["clean"]["status"], "cancelled", "{report}");
+    let steps: Vec<&str> = report["clean"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s[0].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["noop", "append_line"], "{report}");
+    let violated = violated(&report);
+    assert!(!violated.is_empty(), "{report}");
+    for point in &violated {
+        // The ending is the same (cancelled): the compensation's own
+        // output names it.
+        let said: Vec<&str> = point["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(said.len(), 1, "{point}");
+        assert!(
+            said[0].starts_with("step `append_line` ({run_id}-")
+                && said[0].contains("completed with output 2, in the clean run with 1")
+                && said[0].contains("not idempotent"),
+            "{said:?}"
+        );
         assert_eq!(point["crash"], "before", "{point}");
     }
 }

@@ -762,18 +762,47 @@ async fn a_worker_killed_holding_both_slots_gives_them_up_when_its_lease_expires
     );
 }
 
+/// Two workers on one schema whose steps may reach a recorder, with long
+/// leases, and an engine in this process with the testbed loaded.
+struct Fleet {
+    recorder: Recorder,
+    keel: Keel,
+    testbed: Arc<keel_host::Loaded>,
+    workers: [Running; 2],
+    _logs: tempfile::TempDir,
+}
+
+impl Fleet {
+    async fn start(name: &str) -> Fleet {
+        let schema = schema(name);
+        let recorder = Recorder::start().await.unwrap();
+        let keel = engine(&schema).await;
+        let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+        let addr = recorder.addr.to_string();
+        let logs = tempfile::tempdir().unwrap();
+        let workers = [
+            worker_allowed(&schema, &addr, "30", &logs.path().join("a.log")),
+            worker_allowed(&schema, &addr, "30", &logs.path().join("b.log")),
+        ];
+        Fleet {
+            recorder,
+            keel,
+            testbed,
+            workers,
+            _logs: logs,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_step_rate_limit_holds_across_two_workers() {
-    let schema = schema("rate");
-    let recorder = Recorder::start().await.unwrap();
-    let keel = engine(&schema).await;
-    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
-    let addr = recorder.addr.to_string();
-    let logs = tempfile::tempdir().unwrap();
-    let workers = [
-        worker_allowed(&schema, &addr, "30", &logs.path().join("a.log")),
-        worker_allowed(&schema, &addr, "30", &logs.path().join("b.log")),
-    ];
+    let Fleet {
+        recorder,
+        keel,
+        testbed,
+        workers,
+        _logs,
+    } = Fleet::start("rate").await;
     let call = json!({"url": recorder.url(), "tenant": "t", "hold_ms": 0});
     let mut runs = Vec::new();
     for _ in 0..5 {
@@ -804,16 +833,13 @@ async fn a_step_rate_limit_holds_across_two_workers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_step_concurrency_limit_holds_across_two_workers() {
-    let schema = schema("permits");
-    let recorder = Recorder::start().await.unwrap();
-    let keel = engine(&schema).await;
-    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
-    let addr = recorder.addr.to_string();
-    let logs = tempfile::tempdir().unwrap();
-    let workers = [
-        worker_allowed(&schema, &addr, "30", &logs.path().join("a.log")),
-        worker_allowed(&schema, &addr, "30", &logs.path().join("b.log")),
-    ];
+    let Fleet {
+        recorder,
+        keel,
+        testbed,
+        workers,
+        _logs,
+    } = Fleet::start("permits").await;
     // Four runs of one tenant, four calls each at once, on either worker:
     // at most two calls of the tenant overlap anywhere.
     let call = json!({"url": recorder.url(), "tenant": "a", "hold_ms": 80});
@@ -831,4 +857,90 @@ async fn a_step_concurrency_limit_holds_across_two_workers() {
     assert_eq!(recorder.finished().len(), 16);
     let most = recorder.most_at_once();
     assert_eq!(most.get("a"), Some(&2), "{most:?}");
+}
+
+/// Waits (polling the store, up to a minute) until `run_id` exists and
+/// has `status`.
+async fn until_status(keel: &Keel, run_id: &str, status: RunStatus) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = keel.get_run(run_id).await;
+        if run.as_ref().is_ok_and(|r| r.status == status) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {run_id} never reached {status:?}: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_cancelled_across_two_workers_closes_each_child_by_its_policy() {
+    let Fleet {
+        recorder,
+        keel,
+        testbed,
+        workers,
+        _logs,
+    } = Fleet::start("family").await;
+    let input = json!({"url": recorder.url(), "id": "pg", "charge_ms": 1500}).to_string();
+    let parent = keel.start(&testbed, "family", &input).await.unwrap();
+    let [cancel, abandon, wait] = [0, 1, 2].map(|c| parent.run_id.child(c).to_string());
+    for child in [&cancel, &abandon, &wait] {
+        until_status(&keel, child, RunStatus::Waiting).await;
+    }
+    until_status(&keel, &parent.run_id, RunStatus::Waiting).await;
+    keel.resume_hook("go:pg", "true").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !recorder.arrivals().iter().any(|(t, _)| t == "charge-pg") {
+        assert!(Instant::now() < deadline, "the parent's charge never began");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Asked from this process while a worker runs the parent's charge.
+    keel.cancel(&parent.run_id, "trip called off", "test")
+        .await
+        .unwrap();
+    let child_end = ended(&keel, &cancel).await;
+    assert_eq!(child_end.status, RunStatus::Cancelled);
+    let message = child_end.error.unwrap().message;
+    assert!(message.contains("was cancelled"), "{message}");
+    assert_eq!(
+        recorder.finished_of("refund-pg-cancel"),
+        1,
+        "its own cleanup"
+    );
+    // The parent's charge finished and was refunded; its end waits for the
+    // `wait` child, and the `abandon` child goes on.
+    until_status(&keel, &parent.run_id, RunStatus::Waiting).await;
+    assert_eq!(recorder.finished_of("charge-pg"), 1);
+    assert_eq!(recorder.finished_of("refund-pg"), 1);
+    keel.resume_hook("confirm:pg-abandon", "true")
+        .await
+        .unwrap();
+    assert_eq!(ended(&keel, &abandon).await.status, RunStatus::Completed);
+    let held = keel.get_run(&parent.run_id).await.unwrap();
+    assert!(!held.status.is_final(), "held by `wait`: {held:?}");
+    keel.resume_hook("confirm:pg-wait", "true").await.unwrap();
+    assert_eq!(ended(&keel, &wait).await.status, RunStatus::Completed);
+    // The `wait` child's end, in a worker, wakes the parent in a worker.
+    let parent_end = ended(&keel, &parent.run_id).await;
+    drop(workers);
+    assert_eq!(parent_end.status, RunStatus::Cancelled);
+    assert_eq!(
+        parent_end.error.unwrap().message,
+        "cancelled by test: trip called off"
+    );
+    for (tenant, n) in [
+        ("refund-pg", 1),
+        ("refund-pg-cancel", 1),
+        ("refund-pg-abandon", 0),
+        ("refund-pg-wait", 0),
+        ("ship-pg-abandon", 1),
+        ("ship-pg-wait", 1),
+    ] {
+        assert_eq!(recorder.finished_of(tenant), n, "{tenant}");
+    }
+    all_replay(&keel, keel_tests::TESTBED).await;
 }

@@ -1,12 +1,37 @@
 //! The binary encoding of everything keel stores: postcard, prefixed with
-//! the record format version, so that a store or a file written by another
-//! keel is refused by name instead of misread.
+//! the layout version of the value, so that a store or a file written by
+//! another keel is refused by name instead of misread, and a value written
+//! with an earlier layout of its type is read through that layout.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// The version of the record and journal formats.
+/// The version of the record and journal formats; a type whose layout
+/// changed since writes its own [`Stored::VERSION`].
 pub const FORMAT_VERSION: u16 = 1;
+
+/// A value keel stores, and the versions of its layout.
+///
+/// Postcard is not self-describing: a field added to a stored type makes
+/// the bytes written before unreadable as the new type. Such a type raises
+/// its `VERSION` and reads the earlier layouts in `decode_earlier`.
+pub trait Stored: Serialize + DeserializeOwned {
+    /// The layout version written with the value.
+    const VERSION: u16 = FORMAT_VERSION;
+
+    /// Decodes `bytes` (whole, version prefix included) written with the
+    /// earlier layout `version`; `None` if the type never had that layout.
+    fn decode_earlier(version: u16, bytes: &[u8]) -> Option<Result<Self, postcard::Error>> {
+        let _ = (version, bytes);
+        None
+    }
+}
+
+/// Decodes the value of `bytes` (version prefix included) as type `T`:
+/// the helper of [`Stored::decode_earlier`] for an earlier layout `T`.
+pub fn decode_layout<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
+    postcard::from_bytes::<Versioned<T>>(bytes).map(|v| v.value)
+}
 
 /// A stored record could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -23,26 +48,31 @@ struct Versioned<T> {
     value: T,
 }
 
-/// Encodes a value with the current format version.
-pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+/// Encodes a value with its type's current layout version.
+pub fn encode<T: Stored>(value: &T) -> Vec<u8> {
     postcard::to_stdvec(&Versioned {
-        version: FORMAT_VERSION,
+        version: T::VERSION,
         value,
     })
     .expect("records always encode")
 }
 
-/// Decodes a value written by [`encode`], refusing other format versions.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, CodecError> {
+/// Decodes a value written by [`encode`] with the current or an earlier
+/// layout of its type, refusing other versions.
+pub fn decode<T: Stored>(bytes: &[u8], what: &str) -> Result<T, CodecError> {
     let fail = |reason: String| CodecError {
         what: what.into(),
         reason,
     };
     let (version, _) = postcard::take_from_bytes::<u16>(bytes).map_err(|e| fail(e.to_string()))?;
-    if version != FORMAT_VERSION {
-        return Err(fail(format!(
-            "format version {version}, but this keel reads version {FORMAT_VERSION}"
-        )));
+    if version != T::VERSION {
+        return match T::decode_earlier(version, bytes) {
+            Some(earlier) => earlier.map_err(|e| fail(e.to_string())),
+            None => Err(fail(format!(
+                "format version {version}, but this keel reads version {}",
+                T::VERSION
+            ))),
+        };
     }
     let record: Versioned<T> = postcard::from_bytes(bytes).map_err(|e| fail(e.to_string()))?;
     Ok(record.value)
@@ -51,6 +81,9 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, CodecE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Stored for (String, u32) {}
+    impl Stored for String {}
 
     #[test]
     fn values_round_trip_and_other_versions_are_refused() {

@@ -29,6 +29,8 @@ pub struct Deployment {
     pub deployed_at_ms: u64,
 }
 
+impl crate::codec::Stored for Deployment {}
+
 /// The capabilities granted to a deployment's steps, as recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -3,10 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::FORMAT_VERSION;
 use crate::index::JournalIndex;
 use crate::journal::Entry;
-use crate::records::RunRecord;
+use crate::records::{RunRecord, RunRecordV1};
+
+/// The version of the journal file format: 2 since the run record in its
+/// header gained `parent_run_id`; files of version 1 are still read.
+pub const FILE_VERSION: u16 = 2;
 
 /// Why bytes are not a journal file keel can read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -36,7 +39,7 @@ impl JournalFile {
     pub fn new(run: &RunRecord, entries: Vec<Entry>) -> JournalFile {
         JournalFile {
             header: FileHeader {
-                format_version: FORMAT_VERSION,
+                format_version: FILE_VERSION,
                 run: run.clone(),
             },
             entries,
@@ -46,7 +49,7 @@ impl JournalFile {
     /// The binary form: magic, format version (u16, little endian), postcard.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = FILE_MAGIC.to_vec();
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&FILE_VERSION.to_le_bytes());
         out.extend(postcard::to_stdvec(self).expect("journal files always encode"));
         out
     }
@@ -71,8 +74,13 @@ impl JournalFile {
                 .map(|v| u16::from_le_bytes([v[0], v[1]]))
                 .ok_or_else(|| bad("it is truncated after its magic bytes".into()))?;
             check_version(version).map_err(bad)?;
-            let file: JournalFile = postcard::from_bytes(&rest[2..])
-                .map_err(|e| bad(format!("it is truncated or corrupted ({e})")))?;
+            let body = &rest[2..];
+            let file = if version == 1 {
+                postcard::from_bytes::<JournalFileV1>(body).map(JournalFile::from)
+            } else {
+                postcard::from_bytes::<JournalFile>(body)
+            };
+            let file = file.map_err(|e| bad(format!("it is truncated or corrupted ({e})")))?;
             return file.checked();
         }
         if bytes.trim_ascii_start().starts_with(b"{") {
@@ -118,12 +126,37 @@ impl JournalFile {
     }
 }
 
+/// A binary journal file of version 1, whose run record had no parent.
+#[derive(Serialize, Deserialize)]
+struct JournalFileV1 {
+    header: FileHeaderV1,
+    entries: Vec<Entry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct FileHeaderV1 {
+    format_version: u16,
+    run: RunRecordV1,
+}
+
+impl From<JournalFileV1> for JournalFile {
+    fn from(v1: JournalFileV1) -> JournalFile {
+        JournalFile {
+            header: FileHeader {
+                format_version: v1.header.format_version,
+                run: v1.header.run.into(),
+            },
+            entries: v1.entries,
+        }
+    }
+}
+
 fn check_version(version: u16) -> std::result::Result<(), String> {
-    if version == FORMAT_VERSION {
+    if (1..=FILE_VERSION).contains(&version) {
         Ok(())
     } else {
         Err(format!(
-            "it was written in journal format version {version}, and this keel reads version {FORMAT_VERSION}; \
+            "it was written in journal format version {version}, and this keel reads versions 1 to {FILE_VERSION}; \
              export it again with a keel that reads both, or replay it with the keel that wrote it"
         ))
     }
@@ -147,6 +180,7 @@ mod tests {
             created_at_ms: 1,
             updated_at_ms: 2,
             wake_at_ms: None,
+            parent_run_id: Some("p".into()),
         };
         let entries = vec![Entry {
             seq: 0,
@@ -161,6 +195,33 @@ mod tests {
         let f = file();
         assert_eq!(JournalFile::parse(&f.to_bytes()).unwrap(), f);
         assert_eq!(JournalFile::parse(f.to_json().as_bytes()).unwrap(), f);
+    }
+
+    #[test]
+    fn a_binary_file_of_version_1_is_read_without_a_parent() {
+        let f = file();
+        let v1 = JournalFileV1 {
+            header: FileHeaderV1 {
+                format_version: 1,
+                run: RunRecordV1::of(&f.header.run),
+            },
+            entries: f.entries.clone(),
+        };
+        let mut bytes = FILE_MAGIC.to_vec();
+        bytes.extend_from_slice(&1u16.to_le_bytes());
+        bytes.extend(postcard::to_stdvec(&v1).unwrap());
+        let read = JournalFile::parse(&bytes).unwrap();
+        assert_eq!(read.header.run.parent_run_id, None);
+        assert_eq!(read.header.run.run_id, f.header.run.run_id);
+        assert_eq!(read.entries, f.entries);
+        let mut json: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
+        json["header"]["format_version"] = serde_json::json!(1);
+        json["header"]["run"]
+            .as_object_mut()
+            .unwrap()
+            .remove("parent_run_id");
+        let read = JournalFile::parse(json.to_string().as_bytes()).unwrap();
+        assert_eq!(read.header.run.parent_run_id, None);
     }
 
     #[test]

@@ -157,6 +157,8 @@ pub struct Slot {
     pub state: SlotState,
 }
 
+impl crate::codec::Stored for Slot {}
+
 impl Slot {
     /// The group this slot belongs to.
     pub fn group(&self) -> Group {
@@ -188,6 +190,8 @@ pub struct GroupRecord {
     pub on_limit: OnLimit,
 }
 
+impl crate::codec::Stored for GroupRecord {}
+
 /// An operator's limit for a workflow (every key) or one key value.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -197,6 +201,8 @@ pub struct LimitOverride {
     pub key: Option<String>,
     pub limit: u32,
 }
+
+impl crate::codec::Stored for LimitOverride {}
 
 /// The limit that holds for a group: a key's override, else the
 /// workflow's, else the declared one.
@@ -411,6 +417,8 @@ pub struct RateWindow {
     pub grants: Vec<u64>,
 }
 
+impl crate::codec::Stored for RateWindow {}
+
 impl RateWindow {
     /// The guard kept beyond a window of `per_ms`: a tenth of it, at most
     /// 250 ms, so that calls still fit their window at the service when
@@ -477,6 +485,8 @@ pub struct Permit {
 pub struct Permits {
     pub held: Vec<Permit>,
 }
+
+impl crate::codec::Stored for Permits {}
 
 impl Permits {
     /// Takes (or renews) `holder`'s permit until `now_ms + ttl_ms` (`Ok`),

@@ -7,7 +7,8 @@
 
 use std::collections::HashSet;
 
-use crate::journal::{Entry, Fact};
+use crate::journal::{Entry, Fact, StartOutcome};
+use crate::lifecycle::{Child, ClosePolicy};
 
 /// A run's journal with its command and completion positions.
 #[derive(Clone, Debug, Default)]
@@ -325,6 +326,38 @@ impl JournalIndex {
         self.deadline_ms
     }
 
+    /// The runs the workflow started, in order, with their close policies
+    /// (a run started with the first start import has [`ClosePolicy::Cancel`]).
+    pub fn children(&self) -> Vec<Child> {
+        self.effective()
+            .filter_map(|e| match &e.fact {
+                Fact::WorkflowStarted {
+                    workflow,
+                    outcome: StartOutcome::Started { run_id },
+                    ..
+                } => Some(Child {
+                    run_id: run_id.as_str().into(),
+                    workflow: workflow.clone(),
+                    deployment: None,
+                    close: ClosePolicy::Cancel,
+                }),
+                Fact::ChildStarted {
+                    workflow,
+                    deployment,
+                    close,
+                    outcome: StartOutcome::Started { run_id },
+                    ..
+                } => Some(Child {
+                    run_id: run_id.as_str().into(),
+                    workflow: workflow.clone(),
+                    deployment: deployment.clone(),
+                    close: *close,
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The journal records the run's end: everything in it is history.
     pub fn has_ended(&self) -> bool {
         self.entries.last().is_some_and(|e| e.fact.is_end())
@@ -387,6 +420,56 @@ mod tests {
 
     fn done(command: u32) -> Fact {
         testing::completed(command, &command.to_string())
+    }
+
+    #[test]
+    fn children_are_the_runs_started_with_their_close_policies() {
+        let started = |run_id: &str| StartOutcome::Started {
+            run_id: run_id.into(),
+        };
+        let index = journal(vec![
+            Fact::WorkflowStarted {
+                command: 0,
+                workflow: "old".into(),
+                input: "1".into(),
+                token: None,
+                outcome: started("r.0"),
+            },
+            Fact::ChildStarted {
+                command: 1,
+                workflow: "w".into(),
+                deployment: Some("billing".into()),
+                input: "2".into(),
+                token: Some("t".into()),
+                close: ClosePolicy::Wait,
+                timeout_ms: None,
+                outcome: started("r.1"),
+            },
+            Fact::ChildStarted {
+                command: 2,
+                workflow: "w".into(),
+                deployment: None,
+                input: "3".into(),
+                token: Some("t".into()),
+                close: ClosePolicy::Abandon,
+                timeout_ms: None,
+                outcome: StartOutcome::HookConflict {
+                    conflicting_run_id: "x".into(),
+                },
+            },
+        ]);
+        let children = index.children();
+        let got: Vec<_> = children
+            .iter()
+            .map(|c| (c.run_id.as_str(), c.close, c.deployment.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("r.0", ClosePolicy::Cancel, None),
+                ("r.1", ClosePolicy::Wait, Some("billing"))
+            ]
+        );
     }
 
     #[test]

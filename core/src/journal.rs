@@ -180,6 +180,20 @@ pub enum Fact {
         error: String,
         output: Option<String>,
     },
+    /// The workflow started a child run (of its own component, or of the
+    /// latest component of `deployment`) whose end follows `close` when
+    /// this run ends; `outcome` is its run ID, or the run that held the
+    /// token. The successor of [`Fact::WorkflowStarted`].
+    ChildStarted {
+        command: u32,
+        workflow: String,
+        deployment: Option<String>,
+        input: String,
+        token: Option<String>,
+        close: crate::lifecycle::ClosePolicy,
+        timeout_ms: Option<u64>,
+        outcome: StartOutcome,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -221,7 +235,8 @@ impl Fact {
             | Fact::HookDisposed { command, .. }
             | Fact::RunStatusRead { command, .. }
             | Fact::RunAwaited { command, .. }
-            | Fact::WorkflowStarted { command, .. } => Some(*command),
+            | Fact::WorkflowStarted { command, .. }
+            | Fact::ChildStarted { command, .. } => Some(*command),
             _ => None,
         }
     }
@@ -268,6 +283,7 @@ impl Fact {
             Fact::CancelRequested { .. } => "cancel_requested",
             Fact::DeadlineSet { .. } => "deadline_set",
             Fact::RunEndedCancelled { .. } => "run_ended_cancelled",
+            Fact::ChildStarted { .. } => "child_started",
         }
     }
 
@@ -290,6 +306,23 @@ impl Fact {
             Fact::WorkflowStarted {
                 workflow, input, ..
             } => format!("a run of `{workflow}` with input {}", excerpt(input, 80)),
+            Fact::ChildStarted {
+                workflow,
+                deployment,
+                input,
+                close,
+                ..
+            } => {
+                let on = deployment
+                    .as_ref()
+                    .map(|d| format!(" of deployment `{d}`"))
+                    .unwrap_or_default();
+                format!(
+                    "a child run of `{workflow}`{on} ({} on close) with input {}",
+                    close.as_str(),
+                    excerpt(input, 80)
+                )
+            }
             other => other.name().to_string(),
         }
     }
@@ -351,6 +384,8 @@ pub fn entry_from_json(value: &serde_json::Value) -> Result<Entry, String> {
         fact,
     })
 }
+
+impl codec::Stored for Entry {}
 
 /// Encodes an entry with the current format version.
 pub fn encode(entry: &Entry) -> Vec<u8> {

@@ -1,6 +1,7 @@
 //! A run's lifecycle past its own code: cancel requests, the grace a
-//! cancelled run's cleanup has, deadlines, and how a cancelled run's end
-//! is recorded. Pure: the engine asks, the store keeps the requests.
+//! cancelled run's cleanup has, deadlines, how a cancelled run's end is
+//! recorded, and what becomes of a run's children when it ends (their
+//! close policies). Pure: the engine asks, the store keeps the requests.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +25,8 @@ pub struct CancelRequest {
     /// When it was asked, on the engine's clock.
     pub at_ms: u64,
 }
+
+impl crate::codec::Stored for CancelRequest {}
 
 impl CancelRequest {
     /// The journal entry the run's driver records for it.
@@ -131,6 +134,74 @@ pub fn cancelled_end(reason: &str, by: &str, cleanup: Cleanup) -> Fact {
         kind: cancel_kind(reason).as_str().into(),
         error,
         output,
+    }
+}
+
+/// What becomes of a child run when its parent ends (completed, failed
+/// or cancelled), chosen when the parent starts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum ClosePolicy {
+    /// The child gets a cancel request and runs its own cleanup.
+    #[default]
+    Cancel,
+    /// The child goes on.
+    Abandon,
+    /// The parent's end waits until the child has ended.
+    Wait,
+}
+
+impl ClosePolicy {
+    /// The policy's name, as the CLI and the API show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClosePolicy::Cancel => "cancel",
+            ClosePolicy::Abandon => "abandon",
+            ClosePolicy::Wait => "wait",
+        }
+    }
+}
+
+/// A run a workflow started, as its parent's journal records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Child {
+    pub run_id: crate::RunId,
+    pub workflow: String,
+    /// The deployment it was started on, if not its parent's component.
+    pub deployment: Option<String>,
+    pub close: ClosePolicy,
+}
+
+/// How a workflow starts a child run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChildOptions {
+    /// A start token: the child is admitted only if no run holds it.
+    pub token: Option<String>,
+    /// JSON metadata of the start hook.
+    pub metadata: Option<String>,
+    pub min_retention_ms: Option<u64>,
+    /// The deployment whose latest component runs the child; `None`: the
+    /// parent's own component.
+    pub deployment: Option<String>,
+    pub close: ClosePolicy,
+    /// The child's deadline from its start; `None`: its workflow's own.
+    pub timeout_ms: Option<u64>,
+}
+
+/// The cancel request the end of `parent` (with `status`) sends to a
+/// child whose policy is [`ClosePolicy::Cancel`].
+pub fn parent_closed(parent: &crate::RunId, status: crate::RunStatus, at_ms: u64) -> CancelRequest {
+    let how = match status {
+        crate::RunStatus::Cancelled => "was cancelled",
+        crate::RunStatus::Failed => "failed",
+        _ => "completed",
+    };
+    CancelRequest {
+        reason: format!("its parent {parent} {how}"),
+        by: format!("parent {parent}"),
+        at_ms,
     }
 }
 

@@ -112,6 +112,7 @@ mod tests {
             created_at_ms: at,
             updated_at_ms: at,
             wake_at_ms: None,
+            parent_run_id: None,
         }
     }
 

@@ -96,6 +96,69 @@ pub struct RunRecord {
     pub updated_at_ms: u64,
     /// When a waiting run's next timer is due.
     pub wake_at_ms: Option<u64>,
+    /// The run whose workflow started this one (its child).
+    #[serde(default)]
+    pub parent_run_id: Option<RunId>,
+}
+
+impl crate::codec::Stored for RunRecord {
+    /// 2: `parent_run_id` was added.
+    const VERSION: u16 = 2;
+
+    fn decode_earlier(version: u16, bytes: &[u8]) -> Option<Result<Self, postcard::Error>> {
+        (version == 1).then(|| crate::codec::decode_layout::<RunRecordV1>(bytes).map(Into::into))
+    }
+}
+
+/// A run record as keel wrote it before `parent_run_id` (layout 1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RunRecordV1 {
+    run_id: RunId,
+    workflow: String,
+    component_hash: ComponentHash,
+    input: String,
+    status: RunStatus,
+    output: Option<String>,
+    error: Option<RunError>,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+    wake_at_ms: Option<u64>,
+}
+
+impl RunRecordV1 {
+    /// `run` in the layout before `parent_run_id` (which it loses).
+    pub(crate) fn of(run: &RunRecord) -> RunRecordV1 {
+        RunRecordV1 {
+            run_id: run.run_id.clone(),
+            workflow: run.workflow.clone(),
+            component_hash: run.component_hash.clone(),
+            input: run.input.clone(),
+            status: run.status,
+            output: run.output.clone(),
+            error: run.error.clone(),
+            created_at_ms: run.created_at_ms,
+            updated_at_ms: run.updated_at_ms,
+            wake_at_ms: run.wake_at_ms,
+        }
+    }
+}
+
+impl From<RunRecordV1> for RunRecord {
+    fn from(v1: RunRecordV1) -> RunRecord {
+        RunRecord {
+            run_id: v1.run_id,
+            workflow: v1.workflow,
+            component_hash: v1.component_hash,
+            input: v1.input,
+            status: v1.status,
+            output: v1.output,
+            error: v1.error,
+            created_at_ms: v1.created_at_ms,
+            updated_at_ms: v1.updated_at_ms,
+            wake_at_ms: v1.wake_at_ms,
+            parent_run_id: None,
+        }
+    }
 }
 
 /// The run that holds an idempotency key, until its window passes.
@@ -104,6 +167,8 @@ pub struct KeyHold {
     pub run_id: RunId,
     pub expires_at_ms: u64,
 }
+
+impl crate::codec::Stored for KeyHold {}
 
 /// An ingested event and the runs it started or was deduplicated against.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,6 +180,8 @@ pub struct EventRecord {
     pub at_ms: u64,
     pub outcomes: Vec<EventOutcome>,
 }
+
+impl crate::codec::Stored for EventRecord {}
 
 /// What an event did for one subscribed workflow.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +232,8 @@ pub struct HookRecord {
     /// Index of the next payload resumed into it.
     pub next_payload: u64,
 }
+
+impl crate::codec::Stored for HookRecord {}
 
 impl HookRecord {
     /// The run holding the token at `now_ms`, if any.
@@ -224,6 +293,24 @@ impl Registration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec;
+
+    #[test]
+    fn a_run_record_of_layout_1_is_read_without_a_parent_and_rewritten_as_2() {
+        let mut run = crate::testing::run_record("r", RunStatus::Waiting, 5);
+        run.wake_at_ms = Some(9);
+        let v1 = crate::testing::run_record_layout_1(&run);
+        let read: RunRecord = codec::decode(&v1, "run record").unwrap();
+        assert_eq!(read, run);
+        run.parent_run_id = Some("parent".into());
+        let v2 = codec::encode(&run);
+        assert_eq!(v2[0], 2, "written with layout 2");
+        assert_eq!(codec::decode::<RunRecord>(&v2, "run record").unwrap(), run);
+        let mut v3 = v2.clone();
+        v3[0] = 3;
+        let err = codec::decode::<RunRecord>(&v3, "run record").unwrap_err();
+        assert!(err.to_string().contains("format version 3"), "{err}");
+    }
 
     #[test]
     fn statuses_round_trip_through_their_names() {

@@ -362,6 +362,8 @@ pub struct ScheduleRecord {
     pub updated_at_ms: u64,
 }
 
+impl crate::codec::Stored for ScheduleRecord {}
+
 /// A worker's claim on a schedule while it decides and starts fires.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {

@@ -87,6 +87,7 @@ pub fn run_record(id: &str, status: RunStatus, at_ms: u64) -> RunRecord {
         created_at_ms: at_ms,
         updated_at_ms: at_ms,
         wake_at_ms: None,
+        parent_run_id: None,
     }
 }
 
@@ -118,6 +119,12 @@ pub fn completed(command: u32, output: &str) -> Fact {
         command,
         output: output.into(),
     }
+}
+
+/// The bytes a keel of run record layout 1 (before `parent_run_id`) stored
+/// for `run`: what a store written before that layout holds.
+pub fn run_record_layout_1(run: &RunRecord) -> Vec<u8> {
+    postcard::to_stdvec(&(1u16, crate::records::RunRecordV1::of(run))).expect("records encode")
 }
 
 #[cfg(test)]

@@ -233,6 +233,13 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                 input,
                 outcome,
                 ..
+            }
+            | Fact::ChildStarted {
+                command,
+                workflow,
+                input,
+                outcome,
+                ..
             } => {
                 let mut child = Row {
                     input: Some(input.clone()),

@@ -309,12 +309,28 @@ impl<T: DeserializeOwned> Future for ReturnValue<T> {
     }
 }
 
+/// What becomes of a child run when the workflow that started it ends
+/// (completes, fails or is cancelled).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClosePolicy {
+    /// The child gets a cancel request and runs its own cleanup.
+    #[default]
+    Cancel,
+    /// The child goes on.
+    Abandon,
+    /// The parent's end waits until the child has ended.
+    Wait,
+}
+
 /// Options of [`start`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StartOptions {
     token: Option<String>,
     metadata: Option<String>,
     min_retention: Option<Duration>,
+    deployment: Option<String>,
+    close: ClosePolicy,
+    timeout: Option<Duration>,
 }
 
 impl StartOptions {
@@ -338,14 +354,39 @@ impl StartOptions {
         self.min_retention = Some(retention);
         self
     }
+
+    /// Runs the child on the latest component of the deployment `name`
+    /// (which must export the workflow) instead of this run's component.
+    pub fn deployment(mut self, name: impl Into<String>) -> Self {
+        self.deployment = Some(name.into());
+        self
+    }
+
+    /// What becomes of the child when this workflow ends; default
+    /// [`ClosePolicy::Cancel`].
+    pub fn close(mut self, policy: ClosePolicy) -> Self {
+        self.close = policy;
+        self
+    }
+
+    /// The child's deadline, from its start (its workflow's own timeout
+    /// otherwise): past it, the child is cancelled with `deadline_exceeded`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
 }
 
-/// Starts a run of `workflow` (of this component) with `input`, from a
+/// Starts a child run of `workflow` (of this component, or of the
+/// deployment [`StartOptions::deployment`] names) with `input`, from a
 /// workflow; journaled, so a recovered workflow does not start it twice.
+/// When this workflow ends, the child follows its [`ClosePolicy`].
 ///
 /// ```ignore
 /// let child = keel_sdk::start("order_updates", &input, StartOptions::token("order:7")).await?;
 /// let notes: Vec<String> = child.return_value().await?;
+/// let audit = StartOptions::default().deployment("audit").close(ClosePolicy::Abandon);
+/// keel_sdk::start("record", &input, audit).await?;
 /// ```
 pub async fn start<I: Serialize + ?Sized>(
     workflow: &str,
@@ -354,12 +395,19 @@ pub async fn start<I: Serialize + ?Sized>(
 ) -> Result<RunHandle, Error> {
     let input = serde_json::to_string(input)?;
     let token = options.token.clone();
-    let options = types::StartOptions {
+    let options = types::ChildOptions {
         token: options.token,
         metadata: options.metadata,
         min_retention_ms: options.min_retention.map(millis),
+        deployment: options.deployment,
+        close: match options.close {
+            ClosePolicy::Cancel => types::ClosePolicy::Cancel,
+            ClosePolicy::Abandon => types::ClosePolicy::Abandon,
+            ClosePolicy::Wait => types::ClosePolicy::Wait,
+        },
+        timeout_ms: options.timeout.map(millis),
     };
-    match host::start_workflow(workflow, &input, &options) {
+    match host::start_child(workflow, &input, &options) {
         Ok(run_id) => Ok(RunHandle { run_id }),
         Err(types::StartError::HookConflict(owner)) => Err(Error::HookConflict {
             token: token.unwrap_or_default(),

@@ -54,8 +54,8 @@ pub use executor::{
 };
 pub use futures::{self, future, join, select_biased, try_join};
 pub use hooks::{
-    Hook, HookOptions, ReturnValue, RunHandle, RunStatus, StartOptions, create_hook, resume_hook,
-    start,
+    ClosePolicy, Hook, HookOptions, ReturnValue, RunHandle, RunStatus, StartOptions, create_hook,
+    resume_hook, start,
 };
 pub use keel_sdk_macros::{component, step, workflow};
 pub use metadata::{

@@ -15,7 +15,9 @@
 //! A step that is not idempotent (one that repeats its side effect when it
 //! runs again after a crash, instead of keying it by its step ID) shows up
 //! as an output that differs at the points between its effect and the
-//! journaling of its completion.
+//! journaling of its completion: the run's, or the step's own (a saga's
+//! compensation, whose output the run's ending does not show), named with
+//! its step ID.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,6 +76,8 @@ pub struct CleanRun {
     pub journal_writes: u64,
     /// Its steps in order: name and step ID (with `{run_id}` for its ID).
     pub steps: Vec<(String, String)>,
+    /// The outputs of its steps that completed, by step ID.
+    pub outputs: std::collections::BTreeMap<String, String>,
 }
 
 /// One crash point and what recovery from it did.
@@ -227,6 +231,7 @@ async fn clean_run(test: &CrashTest, root: &Path, run_id: &str) -> Result<(Clean
         error: run.error.clone(),
         journal_writes: store.journal_writes(),
         steps: steps(&trial, &journal),
+        outputs: outputs(&trial, &journal),
     };
     Ok((clean, keel))
 }
@@ -278,6 +283,7 @@ async fn crash_point(
             clean.steps
         ));
     }
+    violations.extend(outputs_differ(clean, &got_steps, &outputs(trial, &journal)));
     let verdict = keel.replay(&trial.run_id, None).await?;
     if !verdict.is_ok() {
         violations.push(format!("its journal does not replay: {verdict:?}"));
@@ -336,6 +342,49 @@ fn steps(trial: &Trial, journal: &[Entry]) -> Vec<(String, String)> {
                 Some((name.clone(), trial.anonymous(step_id)))
             }
             _ => None,
+        })
+        .collect()
+}
+
+/// The outputs of the steps that completed, by step ID (anonymous).
+fn outputs(trial: &Trial, journal: &[Entry]) -> std::collections::BTreeMap<String, String> {
+    let effective = effective_entries(journal);
+    let step_ids: std::collections::HashMap<u32, &str> = effective
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::StepScheduled {
+                command, step_id, ..
+            } => Some((*command, step_id.as_str())),
+            _ => None,
+        })
+        .collect();
+    effective
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::StepCompleted { command, output } => step_ids
+                .get(command)
+                .map(|id| (trial.anonymous(id), trial.anonymous(output))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Steps that completed with another output than in the clean run: they
+/// ran again and repeated their effect, or depend on when they run.
+fn outputs_differ(
+    clean: &CleanRun,
+    steps: &[(String, String)],
+    outputs: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    steps
+        .iter()
+        .filter_map(|(name, step_id)| {
+            let (got, was) = (outputs.get(step_id)?, clean.outputs.get(step_id)?);
+            (got != was).then(|| {
+                format!(
+                    "step `{name}` ({step_id}) completed with output {got}, in the clean run with {was}: it is not idempotent (it repeated its effect when it ran again) or its output depends on when it runs"
+                )
+            })
         })
         .collect()
 }

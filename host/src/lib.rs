@@ -30,7 +30,8 @@ pub use clock::SystemClock;
 pub use component::Loaded;
 pub use config::{Config, RunLimits, defaults};
 pub use engine::{
-    DeploySpec, Keel, MAX_BACKFILL, SCAN_BUDGET, StartHook, StartOptions, Watched, WorkSummary,
+    ChildRun, DeploySpec, Keel, MAX_BACKFILL, SCAN_BUDGET, StartHook, StartOptions, Watched,
+    WorkSummary,
 };
 pub use error::{Error, Result};
 pub use observer::{AttemptOutcome, Observer};

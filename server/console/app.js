@@ -122,6 +122,12 @@ function runsPage(params) {
   return every(2000, refresh);
 }
 
+// What becomes of a child when its parent ends, in words.
+function closeText(close) {
+  return close === "abandon" ? "goes on when this run ends"
+    : close === "wait" ? "this run's end waits for it" : "cancelled when this run ends";
+}
+
 // A run's place in its concurrency group, in words.
 function slotText(c) {
   const state = c.state === "queued" ? `queued, ${c.position} in line`
@@ -178,6 +184,7 @@ function runPage(runId) {
           <dt>Duration</dt><dd>${duration(end - r.created_at_ms)}</dd>
           ${r.wake_at_ms ? `<dt>Wakes</dt><dd>${time(r.wake_at_ms)} (${ago(r.wake_at_ms)})</dd>` : ""}
           ${r.concurrency ? `<dt>Concurrency</dt><dd data-testid="concurrency">${slotText(r.concurrency)}</dd>` : ""}
+          ${r.parent_run_id ? `<dt>Parent</dt><dd class="mono"><a data-testid="parent" href="#/runs/${encodeURIComponent(r.parent_run_id)}">${esc(r.parent_run_id)}</a></dd>` : ""}
         </dl>
         ${ended(r.status) ? "" : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}
         ${r.status === "failed" ? `<p><button id="retry" data-testid="retry">Retry from the failed step</button></p>` : ""}
@@ -201,6 +208,10 @@ function runPage(runId) {
       ${hooks.length ? `<h2>Hooks</h2><table data-testid="hooks"><thead><tr><th>Token</th><th>Status</th><th>Created</th><th>Payloads, in order</th></tr></thead><tbody>
         ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>
           <td class="mono">${payloads(d.journal, h.command).map((p) => `<div>${esc(time(p.at_ms))} · ${esc(p.payload)}</div>`).join("") || '<span class="muted">none yet</span>'}</td></tr>`).join("")}</tbody></table>` : ""}
+      ${r.children && r.children.length ? `<h2>Child runs</h2><ul class="tree" data-testid="children">
+        ${r.children.map((c) => `<li data-testid="child" data-close="${esc(c.close)}"><a class="mono" href="#/runs/${encodeURIComponent(c.run_id)}">${esc(c.run_id)}</a>
+          <strong>${esc(c.workflow)}</strong>${c.deployment ? ` <span class="muted">on ${esc(c.deployment)}</span>` : ""}
+          ${badge(c.status ?? "gone")} <span class="muted">${esc(closeText(c.close))}</span></li>`).join("")}</ul>` : ""}
       ${children.length ? `<h2>Other runs</h2><table><thead><tr><th>Workflow / run</th><th>Run</th><th>Status</th></tr></thead><tbody>
         ${children.map((c) => `<tr><td>${esc(c.name)}</td><td class="mono">${c.run_id ? `<a href="#/runs/${encodeURIComponent(c.run_id)}">${esc(c.run_id)}</a>` : ""}</td><td>${badge(c.status)}${c.error ? ` <span class="error">${esc(c.error)}</span>` : ""}</td></tr>`).join("")}</tbody></table>` : ""}
       <details data-testid="journal"><summary>Raw journal (${d.journal.length} entries)</summary>

@@ -617,7 +617,7 @@ pub async fn get_run(
     RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Json<RunView>> {
     let run = s.keel.get_run(&run_id).await?;
-    Ok(Json(RunView::with_slot(&s.keel, &run).await?))
+    Ok(Json(RunView::read(&s.keel, &run).await?))
 }
 
 /// `GET /v1/runs/{run_id}/detail`: the run, its timeline and journal.
@@ -628,7 +628,7 @@ pub async fn run_detail(
     let run = s.keel.get_run(&run_id).await?;
     let journal = s.keel.journal(&run_id).await?;
     Ok(Json(RunDetail {
-        run: RunView::with_slot(&s.keel, &run).await?,
+        run: RunView::read(&s.keel, &run).await?,
         timeline: timeline(&journal),
         journal: journal.iter().map(JournalEntry::of).collect(),
         now_ms: s.keel.clock_ms(),

@@ -39,6 +39,38 @@ pub struct RunView {
     /// when its workflow declares a limit; given by single-run reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<keel_core::flow::RunSlot>,
+    /// The run whose workflow started this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
+    /// The runs its workflow started, in order; given by single-run reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildView>,
+}
+
+/// A run that a run's workflow started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ChildView {
+    pub run_id: String,
+    pub workflow: String,
+    /// The deployment it runs on, when not its parent's component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// What becomes of it when its parent ends.
+    pub close: keel_core::lifecycle::ClosePolicy,
+    /// Its status now (absent if the store no longer holds it).
+    pub status: Option<RunStatus>,
+}
+
+impl From<&keel_host::ChildRun> for ChildView {
+    fn from(c: &keel_host::ChildRun) -> Self {
+        ChildView {
+            run_id: c.child.run_id.to_string(),
+            workflow: c.child.workflow.clone(),
+            deployment: c.child.deployment.clone(),
+            close: c.child.close,
+            status: c.status,
+        }
+    }
 }
 
 impl RunView {
@@ -48,6 +80,15 @@ impl RunView {
         if !run.status.is_final() {
             view.concurrency = keel.run_slot(&run.run_id).await?;
         }
+        Ok(view)
+    }
+
+    /// The view of `run` as single-run reads give it: with its place in
+    /// its concurrency group and its children (read from its journal).
+    pub async fn read(keel: &keel_host::Keel, run: &RunRecord) -> keel_host::Result<Self> {
+        let mut view = RunView::with_slot(keel, run).await?;
+        let children = keel.children(&run.run_id).await?;
+        view.children = children.iter().map(ChildView::from).collect();
         Ok(view)
     }
 }
@@ -66,6 +107,8 @@ impl From<&RunRecord> for RunView {
             updated_at_ms: r.updated_at_ms,
             wake_at_ms: r.wake_at_ms,
             concurrency: None,
+            parent_run_id: r.parent_run_id.as_ref().map(|p| p.to_string()),
+            children: Vec::new(),
         }
     }
 }
@@ -83,6 +126,7 @@ impl From<RunView> for RunRecord {
             created_at_ms: v.created_at_ms,
             updated_at_ms: v.updated_at_ms,
             wake_at_ms: v.wake_at_ms,
+            parent_run_id: v.parent_run_id.map(Into::into),
         }
     }
 }

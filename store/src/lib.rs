@@ -136,6 +136,8 @@ pub struct WorkerRecord {
     pub heartbeat_at_ms: u64,
 }
 
+impl keel_core::codec::Stored for WorkerRecord {}
+
 /// Something that moved a run on, announced to every process sharing the
 /// store.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -257,6 +257,15 @@ mod postgres {
             ))
             .await
             .unwrap();
+        // A record as keel wrote it before run records named their parent.
+        let older = keel_core::testing::run_record("zz-older", keel_core::RunStatus::Completed, 5);
+        client
+            .execute(
+                &format!("UPDATE {schema}.runs SET record = $1 WHERE run_id = 'zz-older'"),
+                &[&keel_core::testing::run_record_layout_1(&older)],
+            )
+            .await
+            .unwrap();
         let from = PgStore::migrate(&PgHarness::options(&schema))
             .await
             .unwrap();
@@ -278,6 +287,8 @@ mod postgres {
             .map(|r| r.run_id.into_string())
             .collect();
         assert_eq!(listed, ["aa-newer", "zz-older"], "filled from the records");
+        let read = store.get_run("zz-older").await.unwrap();
+        assert_eq!(read, older, "read through its layout, without a parent");
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -84,6 +84,25 @@ try {
   assert.equal(after.status, "cancelled");
   assert.equal(after.error.message, "cancelled by api: no longer wanted");
 
+  // A run's children as a tree, with links both ways: `start_order` ends
+  // at once and its child, closed by `abandon`, waits on its hook.
+  const parent = await api("/v1/workflows/start_order/runs", { input: { order_id: "browser-3", note: "placed" }, wait_ms: 10000 });
+  assert.equal(parent.status, "completed");
+  const childId = parent.output.started;
+  await page.goto(`${base}/#/runs/${parent.run_id}`);
+  const child = page.locator(`[data-testid=children] [data-testid=child][data-close=abandon]`);
+  await child.waitFor();
+  assert.match(await child.innerText(), /order_updates/);
+  assert.match(await child.innerText(), /waiting/);
+  assert.match(await child.innerText(), /goes on when this run ends/);
+  await child.getByRole("link", { name: childId }).click();
+  await page.locator("[data-testid=run-id]", { hasText: childId }).waitFor();
+  await page.locator("[data-testid=parent]", { hasText: parent.run_id }).click();
+  await page.locator("[data-testid=run-id]", { hasText: parent.run_id }).waitFor();
+  const parentView = await api(`/v1/runs/${parent.run_id}`);
+  assert.deepEqual(parentView.children.map((c) => [c.run_id, c.close, c.status]), [[childId, "abandon", "waiting"]]);
+  assert.equal((await api(`/v1/runs/${childId}`)).parent_run_id, parent.run_id);
+
   // The other pages render what the API holds.
   await page.goto(base + "/#/deployments");
   await page.locator("[data-testid=deployments-table]", { hasText: "testbed" }).waitFor();

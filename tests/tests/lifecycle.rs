@@ -34,15 +34,6 @@ fn booking(recorder: &Recorder, id: &str, charge_ms: u64) -> String {
     serde_json::json!({"url": recorder.url(), "id": id, "charge_ms": charge_ms}).to_string()
 }
 
-/// How many calls of `tenant` the downstream finished.
-fn finished(recorder: &Recorder, tenant: &str) -> usize {
-    recorder
-        .finished()
-        .iter()
-        .filter(|t| t.as_str() == tenant)
-        .count()
-}
-
 /// Waits until the downstream has received a call of `tenant`.
 async fn until_called(recorder: &Recorder, tenant: &str) {
     tokio::time::timeout(Duration::from_secs(20), async {
@@ -97,9 +88,9 @@ async fn a_cancel_lets_the_step_in_flight_finish_and_compensates_it_once() {
         message,
         "cancelled by test: the customer changed their mind"
     );
-    assert_eq!(finished(&recorder, "charge-b1"), 1, "the charge finished");
-    assert_eq!(finished(&recorder, "refund-b1"), 1, "refunded once");
-    assert_eq!(finished(&recorder, "ship-b1"), 0, "nothing shipped");
+    assert_eq!(recorder.finished_of("charge-b1"), 1, "the charge finished");
+    assert_eq!(recorder.finished_of("refund-b1"), 1, "refunded once");
+    assert_eq!(recorder.finished_of("ship-b1"), 0, "nothing shipped");
 
     let journal = keel.journal(&run.run_id).await.unwrap();
     let names = facts(&journal);
@@ -136,14 +127,14 @@ async fn a_run_waiting_on_a_hook_is_cancelled_through_its_cleanup_or_at_once_wit
     let ended = keel.result(&runs[0], true).await.unwrap();
     assert_eq!(ended.status, RunStatus::Cancelled);
     assert_eq!(error_of(&ended).1, "cancelled by test");
-    assert_eq!(finished(&recorder, "refund-w1"), 1);
+    assert_eq!(recorder.finished_of("refund-w1"), 1);
 
     let forced = keel.terminate(&runs[1]).await.unwrap();
     assert_eq!(forced.status, RunStatus::Cancelled);
     let journal = keel.journal(&runs[1]).await.unwrap();
     assert_eq!(facts(&journal).last(), Some(&"run_cancelled"));
     assert_eq!(
-        finished(&recorder, "refund-w2"),
+        recorder.finished_of("refund-w2"),
         0,
         "--force runs no cleanup"
     );
@@ -249,7 +240,7 @@ async fn a_deadline_that_passes_while_the_run_waits_cancels_it_through_its_clean
             "the run passed its deadline".into()
         )
     );
-    assert_eq!(finished(&recorder, "refund-d2"), 1, "compensated");
+    assert_eq!(recorder.finished_of("refund-d2"), 1, "compensated");
     let still = keel.drive(&declared.run_id).await.unwrap();
     assert_eq!(still.status, RunStatus::Waiting, "its deadline is later");
 
@@ -355,24 +346,14 @@ async fn cancelling_a_parent_cancels_its_child_which_runs_its_own_cleanup() {
         .unwrap();
     let waiting = keel.drive(&parent.run_id).await.unwrap();
     assert_eq!(waiting.status, RunStatus::Waiting, "it awaits its child");
-    let journal = keel.journal(&parent.run_id).await.unwrap();
-    let child = journal
-        .iter()
-        .find_map(|e| match &e.fact {
-            Fact::WorkflowStarted {
-                outcome: keel_host::core::StartOutcome::Started { run_id },
-                ..
-            } => Some(run_id.clone()),
-            _ => None,
-        })
-        .expect("the child was started");
+    let child = child_of(&parent, 0);
     let waiting = keel.drive(&child).await.unwrap();
     assert_eq!(
         waiting.status,
         RunStatus::Waiting,
         "the child awaits its hook"
     );
-    assert_eq!(finished(&recorder, "charge-p1"), 1);
+    assert_eq!(recorder.finished_of("charge-p1"), 1);
 
     keel.cancel(&parent.run_id, "trip called off", "test")
         .await
@@ -390,10 +371,183 @@ async fn cancelling_a_parent_cancels_its_child_which_runs_its_own_cleanup() {
         )
     );
     assert_eq!(
-        finished(&recorder, "refund-p1"),
+        recorder.finished_of("refund-p1"),
         1,
         "the child refunded once"
     );
+}
+
+/// The child of `parent` started by its `command`.
+fn child_of(parent: &RunRecord, command: u32) -> String {
+    parent.run_id.child(command).to_string()
+}
+
+/// Waits (on the store) until `run_id` has reached `status`.
+async fn until_status(keel: &Keel, run_id: &str, status: RunStatus) -> RunRecord {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let run = keel.get_run(run_id).await.unwrap();
+            if run.status == status {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{run_id} never reached {status:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_parent_closes_each_child_by_its_policy() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let (keel, loaded) = engine(&store, &recorder).await;
+    let parent = keel
+        .start(&loaded, "family", &booking(&recorder, "f", 400))
+        .await
+        .unwrap();
+    let waiting = keel.drive(&parent.run_id).await.unwrap();
+    assert_eq!(waiting.status, RunStatus::Waiting, "it awaits its go");
+    let [cancel, abandon, wait] = [0, 1, 2].map(|c| child_of(&parent, c));
+    for (child, id) in [
+        (&cancel, "f-cancel"),
+        (&abandon, "f-abandon"),
+        (&wait, "f-wait"),
+    ] {
+        let run = keel.get_run(child).await.unwrap();
+        assert_eq!(run.parent_run_id.as_ref(), Some(&parent.run_id), "{id}");
+        let waiting = keel.drive(child).await.unwrap();
+        assert_eq!(waiting.status, RunStatus::Waiting, "{id} awaits its hook");
+    }
+    let children: Vec<_> = keel
+        .children(&parent.run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.child.run_id.to_string(), c.child.close.as_str()))
+        .collect();
+    assert_eq!(
+        children,
+        [
+            (cancel.clone(), "cancel"),
+            (abandon.clone(), "abandon"),
+            (wait.clone(), "wait")
+        ]
+    );
+
+    keel.resume_hook("go:f", "true").await.unwrap();
+    let driving = drive_in_background(&keel, &parent);
+    until_called(&recorder, "charge-f").await;
+    // The parent's charge is in flight.
+    keel.cancel(&parent.run_id, "trip called off", "test")
+        .await
+        .unwrap();
+    let held = driving.await.unwrap().unwrap();
+    assert_eq!(
+        held.status,
+        RunStatus::Waiting,
+        "its end waits for its `wait` child"
+    );
+    assert_eq!(recorder.finished_of("charge-f"), 1, "the charge finished");
+    assert_eq!(recorder.finished_of("refund-f"), 1, "and was refunded");
+    let journal = keel.journal(&parent.run_id).await.unwrap();
+    assert!(
+        !facts(&journal).contains(&"run_ended_cancelled"),
+        "{:?}",
+        facts(&journal)
+    );
+
+    // The `cancel` child ran its own cleanup.
+    let cancelled = until_status(&keel, &cancel, RunStatus::Cancelled).await;
+    assert_eq!(
+        error_of(&cancelled).1,
+        format!(
+            "cancelled by parent {}: its parent {} was cancelled",
+            parent.run_id, parent.run_id
+        )
+    );
+    assert_eq!(recorder.finished_of("refund-f-cancel"), 1);
+    // The `abandon` child goes on, and completes.
+    assert!(!keel.get_run(&abandon).await.unwrap().status.is_final());
+    keel.resume_hook("confirm:f-abandon", "true").await.unwrap();
+    let done = keel.drive(&abandon).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(recorder.finished_of("refund-f-abandon"), 0);
+    let still = keel.drive(&parent.run_id).await.unwrap();
+    assert_eq!(still.status, RunStatus::Waiting, "still held by `wait`");
+
+    // The `wait` child's end lets the parent end, cancelled.
+    keel.resume_hook("confirm:f-wait", "true").await.unwrap();
+    let done = keel.drive(&wait).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    let ended = keel.drive(&parent.run_id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(error_of(&ended).1, "cancelled by test: trip called off");
+    assert_eq!(recorder.finished_of("refund-f"), 1, "refunded once");
+    for run in [&parent.run_id.to_string(), &cancel, &abandon, &wait] {
+        let verdict = keel.replay(run, None).await.unwrap();
+        assert!(verdict.is_ok(), "{run}: {verdict:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_that_completes_cancels_its_live_children_and_can_start_another_deployment_s() {
+    let recorder = Recorder::start().await.unwrap();
+    let store = TestStore::new();
+    let (keel, _) = engine(&store, &recorder).await;
+    let spec = |name: &str| keel_host::DeploySpec {
+        name: Some(name.into()),
+        grants: keel_host::core::GrantSpec {
+            http: vec![recorder.addr.to_string()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (_, order) = keel
+        .deploy_file(
+            std::path::Path::new(keel_tests::ORDER_HOOKS),
+            Some(spec("shop")),
+        )
+        .await
+        .unwrap();
+    keel.deploy_file(
+        std::path::Path::new(keel_tests::TESTBED),
+        Some(spec("bookings")),
+    )
+    .await
+    .unwrap();
+    let input = serde_json::json!({
+        "deployment": "bookings",
+        "booking": {"url": recorder.url(), "id": "x", "charge_ms": 0},
+    })
+    .to_string();
+    let parent = keel.start(&order, "book_elsewhere", &input).await.unwrap();
+    let ended = keel.drive(&parent.run_id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:?}");
+    let child = child_of(&parent, 0);
+    let started = keel.get_run(&child).await.unwrap();
+    assert_eq!(started.workflow, "refundable");
+    assert_ne!(
+        started.component_hash, order.hash,
+        "it runs on the deployment named"
+    );
+    assert_eq!(started.parent_run_id.as_ref(), Some(&parent.run_id));
+    // The parent ended with its child live: the child was asked to cancel.
+    let cancelled = until_status(&keel, &child, RunStatus::Cancelled).await;
+    assert_eq!(
+        error_of(&cancelled).1,
+        format!(
+            "cancelled by parent {}: its parent {} completed",
+            parent.run_id, parent.run_id
+        )
+    );
+    // A deployment that does not export the workflow is refused, journaled.
+    let input = serde_json::json!({"deployment": "shop", "booking": {"url": "x", "id": "y", "charge_ms": 0}})
+        .to_string();
+    let refused = keel.run(&order, "book_elsewhere", &input).await.unwrap();
+    assert_eq!(refused.status, RunStatus::Failed);
+    let message = refused.error.unwrap().message;
+    assert!(message.contains("refundable"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -86,12 +86,14 @@ async fn note_or_timeout(order: OrderNote) -> Result<String, Error> {
     }
 }
 
-/// Starts `order_updates` for the order with its token, as a child run;
-/// returns the child's run ID, or the run that holds the token.
+/// Starts `order_updates` for the order with its token, as a child run
+/// that goes on after this one ends; returns the child's run ID, or the
+/// run that holds the token.
 #[workflow]
 async fn start_order(order: OrderNote) -> Result<Value, Error> {
     let token = order_token(&order.order_id);
-    match keel_sdk::start("order_updates", &order, StartOptions::token(token)).await {
+    let options = StartOptions::token(token).close(keel_sdk::ClosePolicy::Abandon);
+    match keel_sdk::start("order_updates", &order, options).await {
         Ok(child) => Ok(json!({"started": child.run_id})),
         Err(Error::HookConflict {
             conflicting_run_id, ..
@@ -137,8 +139,25 @@ async fn reopen_after_dispose(order: OrderNote) -> Result<Value, Error> {
     Ok(json!({"reopened_held_by": holder}))
 }
 
+/// Where `book_elsewhere` books: a workflow of another deployment.
+#[derive(Debug, Deserialize)]
+struct Elsewhere {
+    deployment: String,
+    booking: Value,
+}
+
+/// Starts `refundable` of the deployment named in its input and ends at
+/// once: the child is live when it ends, so it is asked to cancel.
+#[workflow]
+async fn book_elsewhere(to: Elsewhere) -> Result<String, Error> {
+    let options = StartOptions::default().deployment(to.deployment);
+    let child = keel_sdk::start("refundable", &to.booking, options).await?;
+    Ok(child.run_id)
+}
+
 keel_sdk::component!(
     workflows = [
+        book_elsewhere,
         order_updates,
         order_updates_scoped,
         note_or_timeout,

@@ -426,21 +426,43 @@ async fn append_line(path: String) -> Result<usize, StepError> {
     Ok(text.lines().count())
 }
 
-/// Tallies its run in a file of the granted `dir` (one per admission) with
-/// a step that is not idempotent: a crash test finds the points where the
-/// tally goes wrong.
-#[workflow]
-async fn tally(dir: String) -> Result<usize, Error> {
+/// A file of `dir` for this admission of the run: a crash test's trials
+/// share the run's ID but not its start time.
+fn admission_file(dir: &str) -> String {
     let run = keel_sdk::workflow_metadata();
     let started = run
         .started_at
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis();
-    let file = format!("{dir}/{}-{started}.log", run.run_id);
+    format!("{dir}/{}-{started}.log", run.run_id)
+}
+
+/// Tallies its run in a file of the granted `dir` (one per admission) with
+/// a step that is not idempotent: a crash test finds the points where the
+/// tally goes wrong.
+#[workflow]
+async fn tally(dir: String) -> Result<usize, Error> {
+    let file = admission_file(&dir);
     let count = append_line(file).await?;
     noop(1).await?;
     Ok(count)
+}
+
+/// Books with a saga whose compensation is not idempotent: it appends to
+/// a file of the granted `dir` (one per admission), so a crash test of the
+/// cancel path finds the points where the compensation ran twice.
+#[workflow]
+async fn careless_refund(dir: String) -> Result<usize, Error> {
+    let file = admission_file(&dir);
+    let saga = keel_sdk::Saga::new();
+    saga.run(async {
+        saga.step(noop(1), move |_| append_line(file)).await?;
+        // A timer completes at once once the run is cancelled.
+        keel_sdk::sleep(Duration::from_secs(3600)).await;
+        keel_sdk::cancelled().map_or(Ok(0), Err)
+    })
+    .await
 }
 
 #[workflow]
@@ -687,6 +709,30 @@ async fn book_through_child(booking: Booking) -> Result<String, Error> {
     child.return_value::<String>().await
 }
 
+/// Starts three `refundable` children, one per close policy (IDs
+/// `ID-cancel`, `ID-abandon`, `ID-wait`), waits for a go on hook `go:ID`,
+/// then books like `refundable` itself: what its end does to each child
+/// is their policy's.
+#[workflow]
+async fn family(booking: Booking) -> Result<String, Error> {
+    use keel_sdk::{ClosePolicy, StartOptions};
+    for (suffix, close) in [
+        ("cancel", ClosePolicy::Cancel),
+        ("abandon", ClosePolicy::Abandon),
+        ("wait", ClosePolicy::Wait),
+    ] {
+        let child = Booking {
+            url: booking.url.clone(),
+            id: format!("{}-{suffix}", booking.id),
+            charge_ms: 0,
+        };
+        keel_sdk::start("refundable", &child, StartOptions::default().close(close)).await?;
+    }
+    let mut go = keel_sdk::create_hook::<bool>(format!("go:{}", booking.id))?;
+    go.next().await?;
+    refundable(booking).await
+}
+
 /// Waits for a confirmation on hook `confirm:ID` for at most an hour; on
 /// its deadline, says so in a cleanup step.
 #[workflow(timeout = "1h")]
@@ -738,6 +784,7 @@ keel_sdk::component!(
     workflows = [
         refundable,
         book_through_child,
+        family,
         budgeted,
         confirm_within_an_hour,
         stubborn,
@@ -776,6 +823,7 @@ keel_sdk::component!(
         broken_key,
         spinning_step,
         tally,
+        careless_refund,
         fan_out,
         metadata_in_workflow,
         deep,

@@ -4,6 +4,7 @@
 //! registered or released, a run started) flushes the journal first.
 
 use keel_core::journal::{Fact, HookRegistration, StartOutcome};
+use keel_core::lifecycle::{ChildOptions, ClosePolicy};
 use keel_core::{HookRecord, RunStatus};
 use keel_store::HookPayload;
 
@@ -255,59 +256,84 @@ impl Activation {
         Ok(command)
     }
 
-    /// Starts a run of `workflow` of this component. Its run ID derives
-    /// from this command, so a recovered run finds the run it started.
-    pub(super) async fn start_workflow(
+    /// Starts a child run of `workflow` (of this component, or of the
+    /// deployment `options` names). Its run ID derives from this command,
+    /// so a recovered run finds the run it started.
+    pub(super) async fn start_child(
         &mut self,
         workflow: String,
         input: String,
-        options: wit::StartOptions,
+        options: ChildOptions,
     ) -> wasmtime::Result<Result<String, wit::StartError>> {
-        let (command, recorded) = self.match_command(
-            |e| match e {
-                Fact::WorkflowStarted {
-                    workflow: w,
-                    input: i,
-                    token,
-                    outcome,
-                    ..
-                } if *w == workflow && *i == input && *token == options.token => {
-                    Some(outcome.clone())
-                }
-                _ => None,
-            },
-            |command| Fact::WorkflowStarted {
-                command,
-                workflow: workflow.clone(),
-                input: input.clone(),
-                token: options.token.clone(),
-                outcome: StartOutcome::Refused {
-                    reason: String::new(),
-                },
-            },
-        )?;
+        let recorded_as = |e: &Fact| match e {
+            // Recorded by the first start import: a child of this component
+            // closed by cancel.
+            Fact::WorkflowStarted {
+                workflow: w,
+                input: i,
+                token,
+                outcome,
+                ..
+            } if *w == workflow
+                && *i == input
+                && *token == options.token
+                && options.deployment.is_none()
+                && options.close == ClosePolicy::Cancel
+                && options.timeout_ms.is_none() =>
+            {
+                Some(outcome.clone())
+            }
+            Fact::ChildStarted {
+                workflow: w,
+                deployment,
+                input: i,
+                token,
+                close,
+                timeout_ms,
+                outcome,
+                ..
+            } if *w == workflow
+                && *i == input
+                && *token == options.token
+                && *deployment == options.deployment
+                && *close == options.close
+                && *timeout_ms == options.timeout_ms =>
+            {
+                Some(outcome.clone())
+            }
+            _ => None,
+        };
+        let fact = |command, outcome| Fact::ChildStarted {
+            command,
+            workflow: workflow.clone(),
+            deployment: options.deployment.clone(),
+            input: input.clone(),
+            token: options.token.clone(),
+            close: options.close,
+            timeout_ms: options.timeout_ms,
+            outcome,
+        };
+        let refused = StartOutcome::Refused {
+            reason: String::new(),
+        };
+        let (command, recorded) =
+            self.match_command(recorded_as, |command| fact(command, refused.clone()))?;
         let outcome = match recorded {
             Some(outcome) => outcome,
             None => {
                 self.flush_before_effect().await?;
-                let token = options.token.clone();
                 let outcome = self
                     .outside
                     .start_child(ChildStart {
                         component: self.loaded.clone(),
+                        parent: self.run_id.clone(),
                         run_id: self.run_id.child(command),
                         workflow: workflow.clone(),
                         input: input.clone(),
-                        options,
+                        options: options.clone(),
                     })
                     .await?;
-                self.record_command(Fact::WorkflowStarted {
-                    command,
-                    workflow,
-                    input,
-                    token,
-                    outcome: outcome.clone(),
-                })?;
+                self.record_command(fact(command, outcome.clone()))?;
                 outcome
             }
         };

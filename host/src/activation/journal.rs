@@ -17,6 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 use keel_core::divergence::Divergence;
 use keel_core::index::{Delivered, JournalIndex};
 use keel_core::journal::{Entry, Fact};
+use keel_core::lifecycle::Child;
 use keel_core::{Clock, RunId, RunRecord};
 use keel_store::{Lease, Store};
 use tokio::sync::Notify;
@@ -203,20 +204,9 @@ impl RunJournal {
         self.lock().index.steps_after_cancel()
     }
 
-    /// The runs the workflow started, in order.
-    pub fn children(&self) -> Vec<RunId> {
-        use keel_core::journal::StartOutcome;
-        self.lock()
-            .index
-            .effective()
-            .filter_map(|e| match &e.fact {
-                Fact::WorkflowStarted {
-                    outcome: StartOutcome::Started { run_id },
-                    ..
-                } => Some(RunId::from(run_id.as_str())),
-                _ => None,
-            })
-            .collect()
+    /// The runs the workflow started, in order, with their close policies.
+    pub fn children(&self) -> Vec<Child> {
+        self.lock().index.children()
     }
 
     /// When the step of `command`'s first attempt since the last retry

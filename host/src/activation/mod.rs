@@ -20,7 +20,7 @@ use keel_core::RunId;
 use keel_core::divergence::{Divergence, Trace};
 use keel_core::index::Delivered;
 use keel_core::journal::{Entry, Fact, step_digest};
-use keel_core::lifecycle::{CancelRequest, Grace};
+use keel_core::lifecycle::{CancelRequest, ChildOptions, Grace};
 use keel_core::patch::{self, Patch};
 use tokio::task::JoinHandle;
 
@@ -745,12 +745,12 @@ impl WorkflowCalls for Activation {
         Activation::await_run(self, run_id).await
     }
 
-    async fn start_workflow(
+    async fn start_child(
         &mut self,
         workflow: String,
         input: String,
-        options: wit::StartOptions,
+        options: ChildOptions,
     ) -> wasmtime::Result<Result<String, wit::StartError>> {
-        Activation::start_workflow(self, workflow, input, options).await
+        Activation::start_child(self, workflow, input, options).await
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use keel_core::journal::StartOutcome;
+use keel_core::lifecycle::ChildOptions;
 use keel_core::manifest::RetryPolicy;
 use keel_core::{Clock, RunId, StepId};
 use keel_store::Store;
@@ -15,7 +16,6 @@ use tokio::task::JoinHandle;
 
 use super::RunJournal;
 use crate::component::Loaded;
-use crate::sandbox::wit;
 use crate::{Error, Result};
 
 /// A step to execute, from its next attempt until it completes or fails;
@@ -40,11 +40,14 @@ pub struct StepCall {
 
 /// A run a workflow starts: its ID derives from the parent's command.
 pub struct ChildStart {
+    /// The parent's component (the child's, unless `options` names a
+    /// deployment).
     pub component: Arc<Loaded>,
+    pub parent: RunId,
     pub run_id: RunId,
     pub workflow: String,
     pub input: String,
-    pub options: wit::StartOptions,
+    pub options: ChildOptions,
 }
 
 /// What an activation may ask of the world outside its run.

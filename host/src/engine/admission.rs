@@ -2,6 +2,7 @@
 //! callers, events and workflows), importing them, and resuming hooks from
 //! outside a run. Each admission is one atomic store operation.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use keel_core::file::JournalFile;
@@ -134,7 +135,7 @@ impl Keel {
             Some(id) => RunId::parse(id)?,
             None => RunId::from(uuid::Uuid::now_v7().to_string()),
         };
-        self.admit(component, workflow, input, options, run_id)
+        self.admit(component, workflow, input, options, run_id, None)
             .await
     }
 
@@ -145,6 +146,7 @@ impl Keel {
         input: &str,
         options: &StartOptions,
         run_id: RunId,
+        parent: Option<RunId>,
     ) -> Result<RunRecord> {
         component.check_workflow(workflow)?;
         self.check_capabilities(options)?;
@@ -196,6 +198,7 @@ impl Keel {
             created_at_ms: now,
             updated_at_ms: now,
             wake_at_ms: delayed,
+            parent_run_id: parent,
         };
         let start_hook = options.hook.as_ref().map(|h| HookRecord {
             token: h.token.as_str().into(),
@@ -487,12 +490,19 @@ impl Keel {
             }
             None => None,
         };
+        let component = match &options.deployment {
+            None => child.component.clone(),
+            Some(name) => match self.child_component(name, &child.workflow).await? {
+                Ok(component) => component,
+                Err(refused) => return Ok(refused),
+            },
+        };
         let start = StartOptions {
             additional_metadata: None,
             run_id: None,
             start_at_ms: None,
             priority: None,
-            timeout: None,
+            timeout: options.timeout_ms.map(Duration::from_millis),
             hook: options.token.as_ref().map(|token| StartHook {
                 token: token.clone(),
                 min_retention: options.min_retention_ms.map(Duration::from_millis),
@@ -501,11 +511,12 @@ impl Keel {
         };
         let admitted = self
             .admit(
-                &child.component,
+                &component,
                 &child.workflow,
                 &child.input,
                 &start,
                 run_id,
+                Some(child.parent),
             )
             .await;
         match admitted {
@@ -527,6 +538,34 @@ impl Keel {
                 reason: e.to_string(),
             }),
             Err(e) => Err(e),
+        }
+    }
+}
+
+impl Keel {
+    /// The latest component of the deployment `name` that exports
+    /// `workflow`, or (inside) why a child start naming it is refused.
+    /// Deployments are read again before a refusal, in case another
+    /// process deployed since they were cached.
+    async fn child_component(
+        &self,
+        name: &str,
+        workflow: &str,
+    ) -> Result<std::result::Result<Arc<Loaded>, StartOutcome>> {
+        use keel_core::deployment::{Target, resolve};
+        let hash_of = |all: &[keel_core::Deployment]| {
+            resolve(all, workflow, Target::Name(name)).map(|d| d.hash.clone())
+        };
+        let mut resolved = hash_of(&self.deployments().await?);
+        if resolved.is_err() {
+            self.forget_deployments();
+            resolved = hash_of(&self.deployments().await?);
+        }
+        match resolved {
+            Ok(hash) => Ok(Ok(self.component_by_hash(&hash).await?)),
+            Err(e) => Ok(Err(StartOutcome::Refused {
+                reason: Error::from(e).to_string(),
+            })),
         }
     }
 }

@@ -537,7 +537,7 @@ impl Keel {
                 ));
             }
         };
-        self.end_with(run, fact, journal).await
+        self.close(run, fact, journal).await
     }
 
     /// Ends a cancelled run with `fact`, its [`Fact::RunEndedCancelled`].
@@ -562,34 +562,36 @@ impl Keel {
             kind: kind.clone(),
             message: error.clone(),
         });
-        self.end_with(run, fact, journal).await
+        self.close(run, fact, journal).await
     }
 
-    /// Asks the live runs a cancelled run started to cancel too, each
-    /// running its own cleanup (driven here unless a worker drives it).
-    fn cancel_children(&self, run: &RunRecord, journal: &RunJournal) {
-        let children = journal.children();
-        if children.is_empty() {
-            return;
-        }
-        let keel = self.clone();
-        let parent = run.run_id.clone();
-        tokio::spawn(async move {
-            let reason = format!("its parent {parent} was cancelled");
-            let by = format!("parent {parent}");
-            for child in children {
-                let asked = keel.cancel(&child, &reason, &by).await;
-                match asked {
-                    Ok(child_run) if !child_run.status.is_final() => {
-                        if let Err(e) = keel.drive(&child).await {
-                            tracing::warn!(%child, "driving the cancelled child failed: {e}");
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(%child, "cancelling the child failed: {e}"),
-                }
-            }
-        });
+    /// Ends a run with `fact` once its children are closed by their
+    /// policies, or holds its end (the run waits) while a `wait` child is
+    /// live: the child's end wakes it, and its next activation, replaying
+    /// to the same end, closes again.
+    async fn close(
+        &self,
+        mut run: RunRecord,
+        fact: Fact,
+        journal: &RunJournal,
+    ) -> Result<RunRecord> {
+        let hold = !matches!(fact, Fact::RunCancelled);
+        let closing = self.close_children(&run, journal, hold).await?;
+        let run = if closing.waiting_on.is_empty() {
+            self.end_with(run, fact, journal).await?
+        } else {
+            tracing::info!(waiting_on = ?closing.waiting_on, "the run's end waits for its children");
+            run.status = RunStatus::Waiting;
+            run.output = None;
+            run.error = None;
+            run.wake_at_ms = None;
+            journal.set_run(run.clone());
+            journal.flush().await?;
+            self.inner.config.observer.run_suspended(&run.workflow);
+            run
+        };
+        self.drive_cancelled(closing.cancelled);
+        Ok(run)
     }
 
     /// Stores a finished run's final record with its last entry `fact`.
@@ -603,9 +605,6 @@ impl Keel {
             self.poke(&watcher);
         }
         tracing::info!(workflow = %run.workflow, status = run.status.as_str(), "run ended");
-        if run.status == RunStatus::Cancelled {
-            self.cancel_children(&run, journal);
-        }
         let lifetime = run.updated_at_ms.saturating_sub(run.created_at_ms);
         self.inner.config.observer.run_ended(
             &run.workflow,

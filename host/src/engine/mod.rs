@@ -25,6 +25,7 @@ use crate::steps::StepRunner;
 use crate::{Error, Result};
 
 mod admission;
+mod children;
 mod deployments;
 mod drive;
 mod limits;
@@ -33,6 +34,7 @@ mod watch;
 mod worker;
 
 pub use admission::{StartHook, StartOptions};
+pub use children::ChildRun;
 pub use deployments::DeploySpec;
 pub use schedules::MAX_BACKFILL;
 pub use watch::Watched;

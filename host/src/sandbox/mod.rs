@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use keel_core::RunId;
+use keel_core::lifecycle::{ChildOptions, ClosePolicy};
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 use sha2::{Digest, Sha256};
@@ -71,11 +72,12 @@ pub trait WorkflowCalls: Send {
     async fn dispose_hook(&mut self, handle: u32) -> wasmtime::Result<()>;
     async fn run_status(&mut self, run_id: String) -> wasmtime::Result<wit::RunStatus>;
     async fn await_run(&mut self, run_id: String) -> wasmtime::Result<u32>;
-    async fn start_workflow(
+    /// Starts a child run (`start-workflow` and `start-child`).
+    async fn start_child(
         &mut self,
         workflow: String,
         input: String,
-        options: wit::StartOptions,
+        options: ChildOptions,
     ) -> wasmtime::Result<Result<String, wit::StartError>>;
 }
 
@@ -428,6 +430,41 @@ impl keel::workflow::workflow_context::Host for HostState {
         options: wit::StartOptions,
     ) -> wasmtime::Result<Result<String, wit::StartError>> {
         let _call = self.pulse.keel_call();
-        self.calls()?.start_workflow(workflow, input, options).await
+        let options = child_options(options.token, options.metadata, options.min_retention_ms);
+        self.calls()?.start_child(workflow, input, options).await
+    }
+
+    async fn start_child(
+        &mut self,
+        workflow: String,
+        input: String,
+        options: wit::ChildOptions,
+    ) -> wasmtime::Result<Result<String, wit::StartError>> {
+        let _call = self.pulse.keel_call();
+        let options = ChildOptions {
+            deployment: options.deployment,
+            close: match options.close {
+                wit::ClosePolicy::Cancel => ClosePolicy::Cancel,
+                wit::ClosePolicy::Abandon => ClosePolicy::Abandon,
+                wit::ClosePolicy::Wait => ClosePolicy::Wait,
+            },
+            timeout_ms: options.timeout_ms,
+            ..child_options(options.token, options.metadata, options.min_retention_ms)
+        };
+        self.calls()?.start_child(workflow, input, options).await
+    }
+}
+
+/// The options of a child start with its start hook's, closed by `cancel`.
+fn child_options(
+    token: Option<String>,
+    metadata: Option<String>,
+    min_retention_ms: Option<u64>,
+) -> ChildOptions {
+    ChildOptions {
+        token,
+        metadata,
+        min_retention_ms,
+        ..ChildOptions::default()
     }
 }

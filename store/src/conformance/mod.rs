@@ -126,6 +126,7 @@ cases!(
     step_permits_hold_their_limit_against_racers_and_lapse,
     a_failed_runs_slot_is_kept_out_of_its_group_until_a_retry,
     a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it,
+    a_child_run_keeps_its_parent_and_wakes_it_when_it_ends,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -572,6 +573,54 @@ async fn only_runs_that_have_not_ended_are_live(h: &dyn Harness) -> Outcome {
     check(live == ["a", "c"], || format!("live: {live:?}"))?;
     let all = store.list_runs().await.map_err(fail("list_runs"))?;
     check(all.len() == 3, || format!("{} runs listed", all.len()))
+}
+
+async fn a_child_run_keeps_its_parent_and_wakes_it_when_it_ends(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "p", None, None, 0)
+        .await
+        .map_err(fail("admit the parent"))?;
+    let mut child = run("p.0", RunStatus::Pending);
+    child.parent_run_id = Some("p".into());
+    let journal = started(&child.workflow);
+    store
+        .admit(Admission {
+            run: &child,
+            key: None,
+            start_hook: None,
+            journal: &journal,
+            flow: None,
+            now_ms: 0,
+        })
+        .await
+        .map_err(fail("admit the child"))?;
+    let read = store.get_run("p.0").await.map_err(fail("get_run"))?;
+    check(read.parent_run_id.as_deref() == Some("p"), || {
+        format!("the child's record: {read:?}")
+    })?;
+    // The parent's end waits for the child: watched, then woken by its end.
+    store.take_wakeup("p").await.map_err(fail("take_wakeup"))?;
+    store.watch("p.0", "p").await.map_err(fail("watch"))?;
+    let mut ended = run("p.0", RunStatus::Completed);
+    ended.parent_run_id = Some("p".into());
+    ended.output = Some("1".into());
+    let tail = JournalBuilder::continuing(journal.len() as u64, 1)
+        .then(Fact::RunCompleted { output: "1".into() })
+        .entries();
+    let woken = store
+        .end_run(&ended, &tail, 1, None)
+        .await
+        .map_err(fail("end_run"))?;
+    check(woken == ["p"], || format!("woken: {woken:?}"))?;
+    check(store.is_woken("p").await.map_err(fail("is_woken"))?, || {
+        "the parent was not woken".into()
+    })?;
+    let listed = store.list_runs().await.map_err(fail("list_runs"))?;
+    let kept = listed.iter().find(|r| r.run_id == "p.0");
+    check(
+        kept.is_some_and(|r| r.parent_run_id.as_deref() == Some("p")),
+        || format!("listed: {kept:?}"),
+    )
 }
 
 async fn a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it(h: &dyn Harness) -> Outcome {

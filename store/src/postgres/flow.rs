@@ -59,7 +59,7 @@ impl View {
     }
 }
 
-fn decode_all<T: serde::de::DeserializeOwned>(records: &[Vec<u8>], what: &str) -> Result<Vec<T>> {
+fn decode_all<T: codec::Stored>(records: &[Vec<u8>], what: &str) -> Result<Vec<T>> {
     records
         .iter()
         .map(|r| Ok(codec::decode(r, what)?))
@@ -548,7 +548,7 @@ async fn update_locked<T, A>(
     f: impl FnOnce(&mut T, u64) -> (A, bool),
 ) -> Result<A>
 where
-    T: Default + serde::Serialize + serde::de::DeserializeOwned,
+    T: Default + codec::Stored,
 {
     let name = table.table();
     tx.run(

@@ -354,7 +354,7 @@ impl PgStore {
     }
 
     /// The records `sql` selects (one encoded column), decoded as `what`.
-    async fn records<T: serde::de::DeserializeOwned>(
+    async fn records<T: codec::Stored>(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],

@@ -528,7 +528,7 @@ impl SledStore {
         f: impl FnOnce(&mut T) -> (A, bool),
     ) -> Result<A>
     where
-        T: Default + serde::Serialize + serde::de::DeserializeOwned,
+        T: Default + codec::Stored,
     {
         let _flow = self.flow_lock();
         let mut record: T = match tree.get(key).map_err(backend)? {

@@ -402,7 +402,7 @@ impl SledStore {
 
     /// Deletes the records of `tree` that are `expired`, each only if it
     /// has not changed since it was read; returns how many.
-    fn purge<T: serde::de::DeserializeOwned>(
+    fn purge<T: codec::Stored>(
         &self,
         tree: &sled::Tree,
         what: &str,

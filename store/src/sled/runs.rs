@@ -336,6 +336,8 @@ pub(super) struct LeaseRecord {
     pub(super) expires_at_ms: u64,
 }
 
+impl keel_core::codec::Stored for LeaseRecord {}
+
 impl LeaseRecord {
     pub(super) fn is(&self, lease: &Lease) -> bool {
         self.owner == lease.owner && self.epoch == lease.epoch

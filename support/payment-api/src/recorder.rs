@@ -93,6 +93,11 @@ impl Recorder {
         self.lock().finished.clone()
     }
 
+    /// How many calls of `tenant` finished.
+    pub fn finished_of(&self, tenant: &str) -> usize {
+        self.lock().finished.iter().filter(|t| *t == tenant).count()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
         self.calls.lock().expect("calls")
     }

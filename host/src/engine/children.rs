@@ -1,0 +1,124 @@
+//! Child runs: what a run's end does to the runs it started, by each
+//! child's close policy (`cancel`: a cancel request, `abandon`: nothing,
+//! `wait`: the end is held until the child has ended), and a run's
+//! children as its parent's journal lists them.
+
+use keel_core::lifecycle::{self, Child, ClosePolicy};
+use keel_core::{RunId, RunRecord, RunStatus};
+
+use super::Keel;
+use crate::activation::RunJournal;
+use crate::{Error, Result};
+
+/// What closing a run's children did.
+pub(super) struct Closing {
+    /// Live children asked to cancel (close policy `cancel`).
+    pub cancelled: Vec<RunId>,
+    /// Live children the run's end waits for (close policy `wait`): the
+    /// run may end when there are none.
+    pub waiting_on: Vec<RunId>,
+}
+
+/// A run's child with its status now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildRun {
+    pub child: Child,
+    /// `None` if the child's record cannot be found.
+    pub status: Option<RunStatus>,
+}
+
+impl Keel {
+    /// Applies the close policies of the live children of `run`, about to
+    /// end: each `cancel` child gets a cancel request (stored before the
+    /// parent's end is, so a crash between them loses none), and unless
+    /// `hold` is false (a terminated run ends at once) a live `wait` child
+    /// holds the end: the run is woken when it ends.
+    pub(super) async fn close_children(
+        &self,
+        run: &RunRecord,
+        journal: &RunJournal,
+        hold: bool,
+    ) -> Result<Closing> {
+        let children = journal.children();
+        let mut waiting_on = Vec::new();
+        if hold {
+            for child in children.iter().filter(|c| c.close == ClosePolicy::Wait) {
+                if self.child_status(&child.run_id).await?.is_final() {
+                    continue;
+                }
+                // Watched, then read again, so that its end cannot slip
+                // between the read and the watch.
+                self.store()
+                    .watch(child.run_id.as_str(), run.run_id.as_str())
+                    .await?;
+                if !self.child_status(&child.run_id).await?.is_final() {
+                    waiting_on.push(child.run_id.clone());
+                }
+            }
+        }
+        let mut cancelled = Vec::new();
+        for child in children.iter().filter(|c| c.close == ClosePolicy::Cancel) {
+            if self.child_status(&child.run_id).await?.is_final() {
+                continue;
+            }
+            let request = lifecycle::parent_closed(&run.run_id, run.status, self.now_ms());
+            // Boxed: cancelling a child may end it, which closes its own.
+            let asked = self.cancel(child.run_id.as_str(), &request.reason, &request.by);
+            let after = Box::pin(asked).await?;
+            if !after.status.is_final() {
+                cancelled.push(child.run_id.clone());
+            }
+        }
+        Ok(Closing {
+            cancelled,
+            waiting_on,
+        })
+    }
+
+    /// Drives the children a parent's end asked to cancel through their
+    /// cleanup, in the background (a worker may drive them instead).
+    pub(super) fn drive_cancelled(&self, children: Vec<RunId>) {
+        if children.is_empty() {
+            return;
+        }
+        let keel = self.clone();
+        tokio::spawn(async move {
+            for child in children {
+                if let Err(e) = keel.drive(child.as_str()).await {
+                    tracing::warn!(%child, "driving the cancelled child failed: {e}");
+                }
+            }
+        });
+    }
+
+    /// The status of a child run (a child the store no longer holds is
+    /// taken as ended).
+    async fn child_status(&self, run_id: &RunId) -> Result<RunStatus> {
+        match self.get_run(run_id.as_str()).await {
+            Ok(run) => Ok(run.status),
+            Err(Error::RunNotFound { .. }) => Ok(RunStatus::Cancelled),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The runs `run_id`'s workflow started, in order, with their close
+    /// policies and statuses.
+    pub async fn children(&self, run_id: &str) -> Result<Vec<ChildRun>> {
+        let entries = self.journal(run_id).await?;
+        let index =
+            keel_core::index::JournalIndex::new(entries).map_err(|e| Error::JournalWrite {
+                run_id: run_id.into(),
+                reason: format!("the stored journal is malformed: {e}"),
+            })?;
+        let mut out = Vec::new();
+        for child in index.children() {
+            let status = match self.get_run(child.run_id.as_str()).await {
+                Ok(run) => Some(run.status),
+                Err(Error::RunNotFound { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            out.push(ChildRun { child, status });
+        }
+        Ok(out)
+    }
+}
