@@ -254,7 +254,7 @@ fn other_versions_truncation_and_garbage_are_clear_errors() {
     other[8] = 99;
     let err = JournalFile::parse(&other).unwrap_err().to_string();
     assert!(
-        err.contains("format version 99") && err.contains("reads version 1"),
+        err.contains("format version 99") && err.contains("reads versions 1 to 2"),
         "{err}"
     );
 
