@@ -176,6 +176,10 @@ pub enum Command {
         /// own `timeout`.
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         timeout: Option<std::time::Duration>,
+        /// A searchable attribute of the run, KEY=VALUE (repeatable):
+        /// `runs list --attr KEY=VALUE` finds it.
+        #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
+        attr: Vec<(String, String)>,
     },
     /// Start a run (with a start token, admitted at most once while the
     /// token is held) and drive it until it completes, fails or waits.
@@ -221,6 +225,10 @@ pub enum Command {
         /// own `timeout`.
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         timeout: Option<std::time::Duration>,
+        /// A searchable attribute of the run, KEY=VALUE (repeatable):
+        /// `runs list --attr KEY=VALUE` finds it.
+        #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
+        attr: Vec<(String, String)>,
     },
     /// Resume and look up hooks.
     Hooks {
@@ -649,6 +657,9 @@ pub enum RunsCommand {
         /// Only runs started within this long: `1h`, `2 days`.
         #[arg(long, value_parser = parse_duration)]
         since: Option<std::time::Duration>,
+        /// Only runs with this attribute, KEY=VALUE (repeatable: every one).
+        #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
+        attr: Vec<(String, String)>,
         /// At most this many runs.
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -701,6 +712,14 @@ pub enum RunsCommand {
 }
 
 /// A run status named on the command line.
+fn parse_attribute(s: &str) -> Result<(String, String), String> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not KEY=VALUE (e.g. tenant=acme)"))?;
+    keel_host::core::records::check_attribute(key, value)?;
+    Ok((key.to_string(), value.to_string()))
+}
+
 fn parse_status(s: &str) -> Result<keel_host::core::RunStatus, String> {
     keel_host::core::RunStatus::parse(s).ok_or_else(|| {
         format!(

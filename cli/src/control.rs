@@ -65,6 +65,9 @@ pub struct StartSpec {
     /// Cancel the run if it has not ended this long after its start.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// The run's searchable attributes.
+    #[serde(default)]
+    pub attributes: keel_host::core::Attributes,
 }
 
 impl StartSpec {
@@ -75,6 +78,7 @@ impl StartSpec {
             start_at_ms: self.start_at_ms,
             priority: self.priority,
             timeout: self.timeout_ms.map(Duration::from_millis),
+            attributes: self.attributes.clone(),
             additional_metadata: self.additional_metadata.clone(),
             hook: self.token.clone().map(|token| StartHook {
                 token,

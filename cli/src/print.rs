@@ -457,6 +457,14 @@ fn show_run(
     if let Some(slot) = slot {
         println!("concurrency: {}", slot_line(slot));
     }
+    if !run.attributes.is_empty() {
+        let pairs: Vec<String> = run
+            .attributes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!("attributes: {}", pairs.join(" "));
+    }
     if let Some(parent) = &run.parent_run_id {
         println!("parent: {parent} (`keel runs show {parent}`)");
     }

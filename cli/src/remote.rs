@@ -147,6 +147,7 @@ impl Client {
                 start_at_ms,
                 priority,
                 timeout_ms,
+                attributes,
             }) => {
                 let deployment = match component {
                     Some(path) => Some(
@@ -175,6 +176,7 @@ impl Client {
                     start_at_ms,
                     priority,
                     timeout_ms,
+                    attributes,
                     wait_ms: (!detach).then_some(WAIT_MS),
                     return_on_wait: true,
                 };
@@ -274,6 +276,9 @@ impl Client {
                 }
                 if let Some(schedule) = filter.schedule {
                     query.push(("schedule", schedule));
+                }
+                for (key, value) in filter.attributes {
+                    query.push(("attr", format!("{key}={value}")));
                 }
                 let page: RunList = self.get(&["v1", "runs"], &query).await?;
                 Reply::Runs(page.runs.into_iter().map(RunRecord::from).collect())

@@ -50,6 +50,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             start_at_ms: None,
             priority: None,
             timeout_ms: None,
+            attributes: Default::default(),
         })
     };
     Ok(match &cli.command {
@@ -60,12 +61,14 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             metadata,
             priority,
             timeout,
+            attr,
         } => {
             let base = start(component, workflow, input)?;
             Request::Start(StartSpec {
                 additional_metadata: json_arg("--metadata", metadata)?,
                 priority: *priority,
                 timeout_ms: timeout.map(|t| t.as_millis() as u64),
+                attributes: attr.iter().cloned().collect(),
                 ..base
             })
         }
@@ -82,6 +85,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             start_at,
             priority,
             timeout,
+            attr,
         } => {
             let base = start(component, workflow, input)?;
             let start_at_ms = delay
@@ -100,6 +104,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                 detach: *detach,
                 priority: *priority,
                 timeout_ms: timeout.map(|t| t.as_millis() as u64),
+                attributes: attr.iter().cloned().collect(),
                 ..base
             })
         }
@@ -154,6 +159,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                     workflow,
                     schedule,
                     since,
+                    attr,
                     limit,
                 },
         } => Request::ListRuns {
@@ -161,6 +167,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                 statuses: status.clone(),
                 workflow: workflow.clone(),
                 schedule: schedule.clone(),
+                attributes: attr.iter().cloned().collect(),
                 since_ms: since.map(|d| {
                     keel_host::SystemClock
                         .now_ms()

@@ -570,6 +570,35 @@ fn runs_list_filters_by_status_and_workflow() {
     );
     assert_eq!(recent.as_array().unwrap().len(), 1);
     assert_eq!(recent[0]["run_id"], trapped["run_id"], "newest first");
+    // Attributes from `--attr` and from the workflow, filtered together.
+    for tenant in ["acme", "globex"] {
+        let input = format!("\"{tenant}\"");
+        let (out, run) = keel(
+            db.path(),
+            &[
+                "run", "testbed", "tagged", "--input", &input, "--attr", "plan=pro",
+            ],
+        );
+        assert!(out.status.success(), "{run}");
+        assert_eq!(run["attributes"]["plan"], "pro", "{run}");
+    }
+    let (_, acme) = keel(
+        db.path(),
+        &[
+            "runs",
+            "list",
+            "--attr",
+            "tenant=acme",
+            "--attr",
+            "plan=pro",
+        ],
+    );
+    let acme = acme.as_array().unwrap();
+    assert_eq!(acme.len(), 1, "{acme:?}");
+    assert_eq!(acme[0]["attributes"]["stage"], "done");
+    let (out, refused) = keel(db.path(), &["runs", "list", "--attr", "tenant"]);
+    assert!(!out.status.success());
+    assert!(refused.to_string().contains("not KEY=VALUE"), "{refused}");
     let out = Command::new(env!("CARGO_BIN_EXE_keel"))
         .args([
             "--db",
@@ -911,6 +940,8 @@ fn crashtest_passes_idempotent_workflows() {
         ("ten_steps", "3"),
         ("two_steps", "4"),
         ("sum_of_squares", "3"),
+        // Sets attributes (journaled) between its steps and timer.
+        ("tagged", "\"acme\""),
     ] {
         let (out, report) =
             crashtest(&["crashtest", keel_tests::TESTBED, workflow, "--input", input]);

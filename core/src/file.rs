@@ -8,7 +8,8 @@ use crate::journal::Entry;
 use crate::records::{RunRecord, RunRecordV1};
 
 /// The version of the journal file format: 2 since the run record in its
-/// header gained `parent_run_id`; files of version 1 are still read.
+/// header gained `parent_run_id` and `attributes`; files of version 1 are
+/// still read.
 pub const FILE_VERSION: u16 = 2;
 
 /// Why bytes are not a journal file keel can read.
@@ -181,6 +182,7 @@ mod tests {
             updated_at_ms: 2,
             wake_at_ms: None,
             parent_run_id: Some("p".into()),
+            attributes: [("tenant".to_string(), "acme".to_string())].into(),
         };
         let entries = vec![Entry {
             seq: 0,
@@ -212,6 +214,7 @@ mod tests {
         bytes.extend(postcard::to_stdvec(&v1).unwrap());
         let read = JournalFile::parse(&bytes).unwrap();
         assert_eq!(read.header.run.parent_run_id, None);
+        assert!(read.header.run.attributes.is_empty());
         assert_eq!(read.header.run.run_id, f.header.run.run_id);
         assert_eq!(read.entries, f.entries);
         let mut json: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();

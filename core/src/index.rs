@@ -326,6 +326,16 @@ impl JournalIndex {
         self.deadline_ms
     }
 
+    /// The attributes the workflow set, the last value of each key.
+    pub fn attributes(&self) -> crate::records::Attributes {
+        self.effective()
+            .filter_map(|e| match &e.fact {
+                Fact::AttributeSet { key, value, .. } => Some((key.clone(), value.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The runs the workflow started, in order, with their close policies
     /// (a run started with the first start import has [`ClosePolicy::Cancel`]).
     pub fn children(&self) -> Vec<Child> {
@@ -420,6 +430,28 @@ mod tests {
 
     fn done(command: u32) -> Fact {
         testing::completed(command, &command.to_string())
+    }
+
+    #[test]
+    fn the_attributes_set_are_the_last_value_of_each_key() {
+        let set = |command, key: &str, value: &str| Fact::AttributeSet {
+            command,
+            key: key.into(),
+            value: value.into(),
+        };
+        let index = journal(vec![
+            set(0, "stage", "charged"),
+            set(1, "tenant", "acme"),
+            set(2, "stage", "shipped"),
+        ]);
+        let got: Vec<_> = index.attributes().into_iter().collect();
+        assert_eq!(
+            got,
+            [
+                ("stage".to_string(), "shipped".to_string()),
+                ("tenant".to_string(), "acme".to_string())
+            ]
+        );
     }
 
     #[test]

@@ -194,6 +194,12 @@ pub enum Fact {
         timeout_ms: Option<u64>,
         outcome: StartOutcome,
     },
+    /// The workflow set its run's attribute `key` to `value`.
+    AttributeSet {
+        command: u32,
+        key: String,
+        value: String,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -236,7 +242,8 @@ impl Fact {
             | Fact::RunStatusRead { command, .. }
             | Fact::RunAwaited { command, .. }
             | Fact::WorkflowStarted { command, .. }
-            | Fact::ChildStarted { command, .. } => Some(*command),
+            | Fact::ChildStarted { command, .. }
+            | Fact::AttributeSet { command, .. } => Some(*command),
             _ => None,
         }
     }
@@ -284,6 +291,7 @@ impl Fact {
             Fact::DeadlineSet { .. } => "deadline_set",
             Fact::RunEndedCancelled { .. } => "run_ended_cancelled",
             Fact::ChildStarted { .. } => "child_started",
+            Fact::AttributeSet { .. } => "attribute_set",
         }
     }
 
@@ -306,6 +314,9 @@ impl Fact {
             Fact::WorkflowStarted {
                 workflow, input, ..
             } => format!("a run of `{workflow}` with input {}", excerpt(input, 80)),
+            Fact::AttributeSet { key, value, .. } => {
+                format!("attribute `{key}` set to {}", excerpt(value, 80))
+            }
             Fact::ChildStarted {
                 workflow,
                 deployment,

@@ -34,6 +34,6 @@ pub use ids::{ComponentHash, HookToken, InvalidName, RunId, StepId};
 pub use journal::{Entry, Fact, HookRegistration, StartOutcome};
 pub use query::{RunCursor, RunFilter, RunPage};
 pub use records::{
-    Capabilities, EventOutcome, EventRecord, HookRecord, KeyHold, Registration, RunError,
-    RunRecord, RunStatus,
+    Attributes, Capabilities, EventOutcome, EventRecord, HookRecord, KeyHold, Registration,
+    RunError, RunRecord, RunStatus,
 };

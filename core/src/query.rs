@@ -21,6 +21,9 @@ pub struct RunFilter {
     pub search: Option<String>,
     /// Fired by this schedule (its run ID names the schedule).
     pub schedule: Option<String>,
+    /// Has every one of these attributes with this value.
+    #[serde(default)]
+    pub attributes: crate::records::Attributes,
 }
 
 impl RunFilter {
@@ -36,6 +39,10 @@ impl RunFilter {
             && self.schedule.as_ref().is_none_or(|s| {
                 crate::schedule::parse_fire_run_id(&run.run_id).is_some_and(|(name, _)| name == s)
             })
+            && self
+                .attributes
+                .iter()
+                .all(|(k, v)| run.attributes.get(k) == Some(v))
     }
 
     /// Whether runs created before `created_at_ms` can still match (runs
@@ -113,6 +120,7 @@ mod tests {
             updated_at_ms: at,
             wake_at_ms: None,
             parent_run_id: None,
+            attributes: Default::default(),
         }
     }
 
@@ -126,6 +134,25 @@ mod tests {
         assert_eq!(RunCursor::decode(&older.encode()), Some(older));
         assert_eq!(RunCursor::decode("x-1"), None);
         assert_eq!(RunCursor::decode("12"), None);
+    }
+
+    #[test]
+    fn every_attribute_of_a_filter_must_match() {
+        let mut r = run("0192-abc", "order", RunStatus::Failed, 100);
+        r.attributes = [("tenant", "acme"), ("region", "eu")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        let filter = |pairs: &[(&str, &str)]| RunFilter {
+            attributes: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        assert!(filter(&[("tenant", "acme")]).matches(&r));
+        assert!(filter(&[("tenant", "acme"), ("region", "eu")]).matches(&r));
+        assert!(!filter(&[("tenant", "acme"), ("region", "us")]).matches(&r));
+        assert!(!filter(&[("plan", "pro")]).matches(&r));
     }
 
     #[test]

@@ -99,10 +99,59 @@ pub struct RunRecord {
     /// The run whose workflow started this one (its child).
     #[serde(default)]
     pub parent_run_id: Option<RunId>,
+    /// Searchable string attributes, set at start and by the workflow
+    /// (`runs list --attr KEY=VALUE`).
+    #[serde(default)]
+    pub attributes: Attributes,
+}
+
+/// A run's attributes: at most [`MAX_ATTRIBUTES`] keys, each a name of
+/// at most 64 characters (`[A-Za-z0-9_.-]`) with a value of at most
+/// [`MAX_ATTRIBUTE_VALUE`] bytes.
+pub type Attributes = std::collections::BTreeMap<String, String>;
+
+/// The most attributes a run holds.
+pub const MAX_ATTRIBUTES: usize = 32;
+
+/// The longest attribute value, in bytes.
+pub const MAX_ATTRIBUTE_VALUE: usize = 256;
+
+/// Why `key = value` cannot be one of a run's attributes, if it cannot.
+pub fn check_attribute(key: &str, value: &str) -> Result<(), String> {
+    let name_ok = !key.is_empty()
+        && key.len() <= 64
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !name_ok {
+        return Err(format!(
+            "attribute name `{key}` is not 1 to 64 characters of letters, digits, `_`, `.` and `-`"
+        ));
+    }
+    if value.len() > MAX_ATTRIBUTE_VALUE {
+        return Err(format!(
+            "attribute `{key}` has a value of {} bytes, over the limit of {MAX_ATTRIBUTE_VALUE}",
+            value.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Why `attributes` cannot be a run's, if they cannot.
+pub fn check_attributes(attributes: &Attributes) -> Result<(), String> {
+    if attributes.len() > MAX_ATTRIBUTES {
+        return Err(format!(
+            "{} attributes, over the limit of {MAX_ATTRIBUTES}",
+            attributes.len()
+        ));
+    }
+    attributes
+        .iter()
+        .try_for_each(|(k, v)| check_attribute(k, v))
 }
 
 impl crate::codec::Stored for RunRecord {
-    /// 2: `parent_run_id` was added.
+    /// 2: `parent_run_id` and `attributes` were added.
     const VERSION: u16 = 2;
 
     fn decode_earlier(version: u16, bytes: &[u8]) -> Option<Result<Self, postcard::Error>> {
@@ -110,7 +159,8 @@ impl crate::codec::Stored for RunRecord {
     }
 }
 
-/// A run record as keel wrote it before `parent_run_id` (layout 1).
+/// A run record as keel wrote it before `parent_run_id` and `attributes`
+/// (layout 1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct RunRecordV1 {
     run_id: RunId,
@@ -126,7 +176,8 @@ pub(crate) struct RunRecordV1 {
 }
 
 impl RunRecordV1 {
-    /// `run` in the layout before `parent_run_id` (which it loses).
+    /// `run` in the layout before `parent_run_id` and `attributes` (which
+    /// it loses).
     pub(crate) fn of(run: &RunRecord) -> RunRecordV1 {
         RunRecordV1 {
             run_id: run.run_id.clone(),
@@ -157,6 +208,7 @@ impl From<RunRecordV1> for RunRecord {
             updated_at_ms: v1.updated_at_ms,
             wake_at_ms: v1.wake_at_ms,
             parent_run_id: None,
+            attributes: Attributes::new(),
         }
     }
 }
@@ -303,6 +355,7 @@ mod tests {
         let read: RunRecord = codec::decode(&v1, "run record").unwrap();
         assert_eq!(read, run);
         run.parent_run_id = Some("parent".into());
+        run.attributes.insert("tenant".into(), "acme".into());
         let v2 = codec::encode(&run);
         assert_eq!(v2[0], 2, "written with layout 2");
         assert_eq!(codec::decode::<RunRecord>(&v2, "run record").unwrap(), run);
@@ -310,6 +363,24 @@ mod tests {
         v3[0] = 3;
         let err = codec::decode::<RunRecord>(&v3, "run record").unwrap_err();
         assert!(err.to_string().contains("format version 3"), "{err}");
+    }
+
+    #[test]
+    fn attributes_are_bounded_names_with_bounded_values() {
+        assert!(check_attribute("tenant", "acme").is_ok());
+        assert!(check_attribute("order.region-1_a", "").is_ok());
+        for bad in ["", "has space", "é", &"k".repeat(65)] {
+            let err = check_attribute(bad, "v").unwrap_err();
+            assert!(err.contains("attribute name"), "{bad}: {err}");
+        }
+        let err = check_attribute("k", &"v".repeat(257)).unwrap_err();
+        assert!(err.contains("257 bytes"), "{err}");
+        let many: Attributes = (0..33).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert!(
+            check_attributes(&many)
+                .unwrap_err()
+                .contains("33 attributes")
+        );
     }
 
     #[test]

@@ -88,6 +88,7 @@ pub fn run_record(id: &str, status: RunStatus, at_ms: u64) -> RunRecord {
         updated_at_ms: at_ms,
         wake_at_ms: None,
         parent_run_id: None,
+        attributes: Default::default(),
     }
 }
 

@@ -268,6 +268,7 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             | Fact::RunRetried { .. }
             | Fact::CancelRequested { .. }
             | Fact::DeadlineSet { .. }
+            | Fact::AttributeSet { .. }
             | Fact::RunEndedCancelled { .. } => {}
         }
     }

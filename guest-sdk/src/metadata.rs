@@ -32,6 +32,19 @@ fn from_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
+/// Sets the run's searchable attribute `key` to `value`: `keel runs list
+/// --attr KEY=VALUE` finds the run by it. Journaled, so a replay sets the
+/// same. Names are 1 to 64 characters of letters, digits, `_`, `.` and
+/// `-`; values at most 256 bytes; a workflow sets at most 32 keys.
+///
+/// ```ignore
+/// keel_sdk::set_attribute("stage", "charged")?;
+/// ```
+pub fn set_attribute(key: &str, value: &str) -> Result<(), crate::Error> {
+    workflow_context::set_attribute(key, value)
+        .map_err(|reason| crate::Error::Custom(format!("setting attribute `{key}`: {reason}")))
+}
+
 /// The running workflow's metadata. Only callable inside a workflow.
 pub fn workflow_metadata() -> WorkflowMetadata {
     let m = workflow_context::metadata();

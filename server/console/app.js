@@ -75,6 +75,7 @@ function every(ms, fn) {
 function runsPage(params) {
   const status = params.get("status") || "";
   const search = params.get("search") || "";
+  const attrs = params.getAll("attr").join(" ");
   main.innerHTML = `
     <h1>Runs</h1>
     <div class="toolbar">
@@ -83,6 +84,7 @@ function runsPage(params) {
           .map((s) => `<option value="${s}" ${s === status ? "selected" : ""}>${s || "any status"}</option>`).join("")}
       </select>
       <input id="search" type="search" placeholder="Run ID or workflow" value="${esc(search)}" data-testid="search">
+      <input id="attrs" type="search" placeholder="Attributes: tenant=acme region=eu" value="${esc(attrs)}" data-testid="attr-filter">
       <span class="muted" id="count"></span>
     </div>
     <div id="runs"></div>
@@ -93,11 +95,13 @@ function runsPage(params) {
     const text = document.getElementById("search").value.trim();
     if (s) q.set("status", s);
     if (text) q.set("search", text);
+    for (const pair of document.getElementById("attrs").value.split(/\s+/).filter(Boolean)) q.append("attr", pair);
     return q;
   };
   const apply = () => { location.hash = `#/runs?${filters()}`; };
   document.getElementById("status").onchange = apply;
   document.getElementById("search").onkeydown = (e) => { if (e.key === "Enter") apply(); };
+  document.getElementById("attrs").onkeydown = (e) => { if (e.key === "Enter") apply(); };
   let limit = 50;
   document.getElementById("more").onclick = () => { limit += 50; refresh(); };
   const refresh = async () => {
@@ -108,11 +112,11 @@ function runsPage(params) {
       document.getElementById("count").textContent = `${page.runs.length}${page.next_cursor ? "+" : ""} run(s), refreshing live`;
       document.getElementById("more").hidden = !page.next_cursor;
       document.getElementById("runs").innerHTML = page.runs.length === 0
-        ? `<div class="card empty">No runs${q.has("status") || q.has("search") ? " match" : " yet"}.</div>`
+        ? `<div class="card empty">No runs${q.has("status") || q.has("search") || q.has("attr") ? " match" : " yet"}.</div>`
         : `<table data-testid="runs-table"><thead><tr><th>Run</th><th>Workflow</th><th>Status</th><th>Started</th><th>Duration</th><th>Result</th></tr></thead><tbody>
           ${page.runs.map((r) => `<tr data-testid="run-row" data-run-id="${esc(r.run_id)}">
             <td><a class="mono" href="#/runs/${encodeURIComponent(r.run_id)}">${esc(r.run_id)}</a></td>
-            <td>${esc(r.workflow)}</td><td>${badge(r.status)}</td>
+            <td>${esc(r.workflow)}${Object.entries(r.attributes || {}).map(([k, v]) => ` <span class="muted attr" data-testid="attr">${esc(k)}=${esc(v)}</span>`).join("")}</td><td>${badge(r.status)}</td>
             <td title="${time(r.created_at_ms)}">${ago(r.created_at_ms)}</td>
             <td>${duration((ended(r.status) ? r.updated_at_ms : Date.now()) - r.created_at_ms)}</td>
             <td class="mono">${r.error ? `<span class="error">${esc(r.error.kind)}</span>` : esc(r.output === null || r.output === undefined ? "" : JSON.stringify(r.output)).slice(0, 80)}</td>
@@ -184,6 +188,7 @@ function runPage(runId) {
           <dt>Duration</dt><dd>${duration(end - r.created_at_ms)}</dd>
           ${r.wake_at_ms ? `<dt>Wakes</dt><dd>${time(r.wake_at_ms)} (${ago(r.wake_at_ms)})</dd>` : ""}
           ${r.concurrency ? `<dt>Concurrency</dt><dd data-testid="concurrency">${slotText(r.concurrency)}</dd>` : ""}
+          ${Object.keys(r.attributes || {}).length ? `<dt>Attributes</dt><dd data-testid="attributes">${Object.entries(r.attributes).map(([k, v]) => `<span class="mono">${esc(k)}=${esc(v)}</span>`).join(" ")}</dd>` : ""}
           ${r.parent_run_id ? `<dt>Parent</dt><dd class="mono"><a data-testid="parent" href="#/runs/${encodeURIComponent(r.parent_run_id)}">${esc(r.parent_run_id)}</a></dd>` : ""}
         </dl>
         ${ended(r.status) ? "" : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}

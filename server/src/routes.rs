@@ -292,6 +292,26 @@ impl Query {
         }
     }
 
+    /// The attribute filters: `attr=KEY=VALUE` (repeated) and
+    /// `attr.KEY=VALUE`, all of which a run must have.
+    fn attributes(&self) -> ApiResult<keel_core::Attributes> {
+        let mut wanted = keel_core::Attributes::new();
+        for (name, value) in &self.0 {
+            let (key, value) = match name.strip_prefix("attr.") {
+                Some(key) => (key, value.as_str()),
+                None if name == "attr" => value.split_once('=').ok_or_else(|| {
+                    ApiError::invalid(format!(
+                        "`attr` `{value}` is not KEY=VALUE; pass `attr=tenant=acme`"
+                    ))
+                })?,
+                None => continue,
+            };
+            keel_core::records::check_attribute(key, value).map_err(ApiError::invalid)?;
+            wanted.insert(key.to_string(), value.to_string());
+        }
+        Ok(wanted)
+    }
+
     fn number(&self, name: &str) -> ApiResult<Option<u64>> {
         self.one(name)
             .map(|v| {
@@ -483,6 +503,7 @@ pub async fn start(
         start_at_ms,
         priority: request.priority,
         timeout: request.timeout_ms.map(Duration::from_millis),
+        attributes: request.attributes,
         additional_metadata: request.additional_metadata,
         hook: request.hook.map(|hook| StartHook {
             token: hook.token,
@@ -594,6 +615,7 @@ pub async fn list_runs(
         until_ms: q.number("until_ms")?,
         search: q.one("search").filter(|w| !w.is_empty()),
         schedule: q.one("schedule").filter(|s| !s.is_empty()),
+        attributes: q.attributes()?,
     };
     let limit = q.number("limit")?.unwrap_or(50).clamp(1, 1000) as usize;
     let cursor = match q.one("cursor").filter(|c| !c.is_empty()) {

@@ -42,6 +42,9 @@ pub struct RunView {
     /// The run whose workflow started this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_run_id: Option<String>,
+    /// Its searchable attributes.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub attributes: keel_core::Attributes,
     /// The runs its workflow started, in order; given by single-run reads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildView>,
@@ -108,6 +111,7 @@ impl From<&RunRecord> for RunView {
             wake_at_ms: r.wake_at_ms,
             concurrency: None,
             parent_run_id: r.parent_run_id.as_ref().map(|p| p.to_string()),
+            attributes: r.attributes.clone(),
             children: Vec::new(),
         }
     }
@@ -127,6 +131,7 @@ impl From<RunView> for RunRecord {
             updated_at_ms: v.updated_at_ms,
             wake_at_ms: v.wake_at_ms,
             parent_run_id: v.parent_run_id.map(Into::into),
+            attributes: v.attributes,
         }
     }
 }
@@ -306,6 +311,11 @@ pub struct StartRequest {
     /// workflow's own timeout, if it declares one.
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
+    /// The run's searchable attributes (`GET /v1/runs?attr=KEY=VALUE`):
+    /// at most 32, names of 1 to 64 letters, digits, `_`, `.`, `-`,
+    /// values of at most 256 bytes.
+    #[serde(default)]
+    pub attributes: keel_core::Attributes,
 }
 
 /// A run's start token.

@@ -250,6 +250,38 @@ async fn runs_are_listed_newest_first_filtered_and_paged() {
     let future = u64::MAX / 2;
     let (_, none) = s.get(&format!("/v1/runs?since_ms={future}")).await;
     assert!(none["runs"].as_array().unwrap().is_empty());
+
+    // Attributes set at start and by the workflow, in both query forms.
+    for (tenant, plan) in [("acme", "pro"), ("globex", "pro")] {
+        let (status, run) = s
+            .post(
+                "/v1/workflows/tagged/runs",
+                json!({"input": tenant, "attributes": {"plan": plan}, "wait_ms": 10000}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{run}");
+        assert_eq!(run["attributes"]["plan"], plan, "{run}");
+    }
+    for query in [
+        "attr=tenant=acme&attr=plan=pro",
+        "attr.tenant=acme&attr.plan=pro",
+    ] {
+        let (_, found) = s.get(&format!("/v1/runs?{query}")).await;
+        let runs = found["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 1, "{query}: {found}");
+        assert_eq!(runs[0]["attributes"]["stage"], "done");
+    }
+    let (_, pro) = s.get("/v1/runs?attr=plan%3Dpro&workflow=tagged").await;
+    assert_eq!(pro["runs"].as_array().unwrap().len(), 2, "{pro}");
+    let (status, refused) = s.get("/v1/runs?attr=tenant").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not KEY=VALUE"),
+        "{refused}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -251,6 +251,16 @@ impl<S: Store + ?Sized> RunStore for FaultyStore<S> {
     ) -> Result<Vec<RunRecord>> {
         self.inner.runs_before(before, limit).await
     }
+    async fn runs_with_attributes(
+        &self,
+        attributes: &keel_core::Attributes,
+        before: Option<&keel_core::RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
+        self.inner
+            .runs_with_attributes(attributes, before, limit)
+            .await
+    }
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner.live_runs().await
     }

@@ -185,6 +185,16 @@ pub trait RunStore: Send + Sync {
     async fn runs_before(&self, before: Option<&RunCursor>, limit: usize)
     -> Result<Vec<RunRecord>>;
 
+    /// As [`RunStore::runs_before`], only the runs that have every one of
+    /// `attributes` with its value: one page of a listing filtered by
+    /// attributes (through an index, where the store has one).
+    async fn runs_with_attributes(
+        &self,
+        attributes: &keel_core::Attributes,
+        before: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>>;
+
     /// The runs that have not ended, oldest first. A record that cannot be
     /// decoded is an error, never skipped.
     async fn live_runs(&self) -> Result<Vec<RunRecord>>;

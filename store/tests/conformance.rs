@@ -243,7 +243,8 @@ mod postgres {
             .unwrap();
         tokio::spawn(connection);
         // As version 1 left it: no workers, deployments, schedules or
-        // flow-control tables, runs without their admission time.
+        // flow-control tables, runs without their admission time or
+        // attributes.
         client
             .batch_execute(&format!(
                 "DROP TABLE {schema}.workers; DROP TABLE {schema}.deployments;
@@ -253,6 +254,7 @@ mod postgres {
                  DROP TABLE {schema}.step_permits; DROP TABLE {schema}.flow_failed;
                  DROP TABLE {schema}.cancel_requests;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
+                 ALTER TABLE {schema}.runs DROP COLUMN attributes;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))
             .await

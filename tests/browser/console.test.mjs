@@ -103,6 +103,18 @@ try {
   assert.deepEqual(parentView.children.map((c) => [c.run_id, c.close, c.status]), [[childId, "abandon", "waiting"]]);
   assert.equal((await api(`/v1/runs/${childId}`)).parent_run_id, parent.run_id);
 
+  // The runs list filters by attributes, set at start and by the workflow.
+  const tagged = await api("/v1/workflows/tagged/runs", { input: "acme", attributes: { plan: "pro" }, wait_ms: 10000 });
+  assert.equal(tagged.status, "completed");
+  assert.deepEqual(tagged.attributes, { plan: "pro", stage: "done", tenant: "acme" });
+  await api("/v1/workflows/tagged/runs", { input: "globex", attributes: { plan: "pro" }, wait_ms: 10000 });
+  await page.goto(base + "/#/runs");
+  await page.locator("[data-testid=attr-filter]").fill("tenant=acme plan=pro");
+  await page.locator("[data-testid=attr-filter]").press("Enter");
+  await page.locator(`[data-testid=run-row][data-run-id="${tagged.run_id}"]`).waitFor();
+  await page.waitForFunction(() => document.querySelectorAll("[data-testid=run-row]").length === 1);
+  assert.match(await page.locator("[data-testid=run-row]").innerText(), /stage=done/);
+
   // The other pages render what the API holds.
   await page.goto(base + "/#/deployments");
   await page.locator("[data-testid=deployments-table]", { hasText: "testbed" }).waitFor();

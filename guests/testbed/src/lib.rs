@@ -733,6 +733,18 @@ async fn family(booking: Booking) -> Result<String, Error> {
     refundable(booking).await
 }
 
+/// Tags its run with `stage` as it goes: `charged` after a step, then
+/// `done`; and with `tenant` from its input.
+#[workflow]
+async fn tagged(tenant: String) -> Result<u32, Error> {
+    keel_sdk::set_attribute("tenant", &tenant)?;
+    let n = noop(1).await?;
+    keel_sdk::set_attribute("stage", "charged")?;
+    keel_sdk::sleep(Duration::from_millis(10)).await;
+    keel_sdk::set_attribute("stage", "done")?;
+    Ok(n)
+}
+
 /// Waits for a confirmation on hook `confirm:ID` for at most an hour; on
 /// its deadline, says so in a cleanup step.
 #[workflow(timeout = "1h")]
@@ -785,6 +797,7 @@ keel_sdk::component!(
         refundable,
         book_through_child,
         family,
+        tagged,
         budgeted,
         confirm_within_an_hour,
         stubborn,

@@ -346,6 +346,44 @@ impl Activation {
         })
     }
 
+    /// Sets the run's attribute `key` (journaled; the run's record gets it
+    /// with the next flush). Refused, without a command, over the bounds:
+    /// a name or value over theirs, or more than
+    /// [`keel_core::records::MAX_ATTRIBUTES`] keys set by the workflow.
+    pub(super) fn set_attribute(
+        &mut self,
+        key: String,
+        value: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        use keel_core::records::{MAX_ATTRIBUTES, check_attribute};
+        if let Err(e) = check_attribute(&key, &value) {
+            return Ok(Err(e));
+        }
+        let set = self.journal.attributes();
+        if !set.contains_key(&key) && set.len() >= MAX_ATTRIBUTES {
+            return Ok(Err(format!(
+                "the workflow has set {MAX_ATTRIBUTES} attributes, the most it may"
+            )));
+        }
+        let fact = |command| Fact::AttributeSet {
+            command,
+            key: key.clone(),
+            value: value.clone(),
+        };
+        let (command, recorded) = self.match_command(
+            |e| {
+                matches!(e, Fact::AttributeSet { key: k, value: v, .. } if *k == key && *v == value)
+                    .then_some(())
+            },
+            fact,
+        )?;
+        if recorded.is_none() {
+            self.record_command(fact(command))?;
+            self.journal.set_attribute(key, value);
+        }
+        Ok(Ok(()))
+    }
+
     /// Journals the completion of every awaited external command the store
     /// can complete now; true if it completed any.
     pub(super) async fn complete_external(&mut self, ids: &[u32]) -> wasmtime::Result<bool> {

@@ -54,6 +54,9 @@ struct JournalState {
     durable: usize,
     /// A run record to store with the next flush.
     run: Option<RunRecord>,
+    /// The run record as last set, which an attribute the workflow sets
+    /// updates.
+    last_run: Option<RunRecord>,
     /// A task's storage failure, which ends the activation.
     failure: Option<String>,
     /// A task tried to record past the journal's bound.
@@ -96,6 +99,7 @@ impl RunJournal {
                 index,
                 durable,
                 run: None,
+                last_run: None,
                 failure: None,
                 exceeded: false,
             })),
@@ -262,7 +266,25 @@ impl RunJournal {
 
     /// Stores `run` with the next flush.
     pub fn set_run(&self, run: RunRecord) {
-        self.lock().run = Some(run);
+        let mut state = self.lock();
+        state.last_run = Some(run.clone());
+        state.run = Some(run);
+    }
+
+    /// Stores the run record with the attribute the workflow set, with
+    /// the next flush (the attribute's entry is journaled already).
+    pub(super) fn set_attribute(&self, key: String, value: String) {
+        let mut state = self.lock();
+        if let Some(mut run) = state.run.take().or_else(|| state.last_run.clone()) {
+            run.attributes.insert(key, value);
+            state.last_run = Some(run.clone());
+            state.run = Some(run);
+        }
+    }
+
+    /// The attributes the workflow set, as its journal records them.
+    pub fn attributes(&self) -> keel_core::Attributes {
+        self.lock().index.attributes()
     }
 
     /// Writes every entry recorded so far (and a pending run record) to

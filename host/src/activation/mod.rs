@@ -753,4 +753,12 @@ impl WorkflowCalls for Activation {
     ) -> wasmtime::Result<Result<String, wit::StartError>> {
         Activation::start_child(self, workflow, input, options).await
     }
+
+    async fn set_attribute(
+        &mut self,
+        key: String,
+        value: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        Activation::set_attribute(self, key, value)
+    }
 }

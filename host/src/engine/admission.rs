@@ -42,6 +42,8 @@ pub struct StartOptions {
     /// cancelled with `deadline_exceeded`; the workflow's own timeout
     /// (`#[workflow(timeout = ...)]`) if `None`.
     pub timeout: Option<Duration>,
+    /// The run's searchable attributes (`runs list --attr KEY=VALUE`).
+    pub attributes: keel_core::Attributes,
 }
 
 /// The start hook of a run (`start(..., { hook: { token, ... } })`).
@@ -150,6 +152,11 @@ impl Keel {
     ) -> Result<RunRecord> {
         component.check_workflow(workflow)?;
         self.check_capabilities(options)?;
+        keel_core::records::check_attributes(&options.attributes).map_err(|reason| {
+            Error::InvalidInput {
+                reason: format!("the run's attributes: {reason}"),
+            }
+        })?;
         self.inner
             .config
             .limits
@@ -199,6 +206,7 @@ impl Keel {
             updated_at_ms: now,
             wake_at_ms: delayed,
             parent_run_id: parent,
+            attributes: options.attributes.clone(),
         };
         let start_hook = options.hook.as_ref().map(|h| HookRecord {
             token: h.token.as_str().into(),
@@ -508,6 +516,7 @@ impl Keel {
                 min_retention: options.min_retention_ms.map(Duration::from_millis),
                 metadata,
             }),
+            attributes: Default::default(),
         };
         let admitted = self
             .admit(

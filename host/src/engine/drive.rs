@@ -468,6 +468,7 @@ impl Keel {
         journal: &RunJournal,
     ) -> Result<RunRecord> {
         run.updated_at_ms = self.now_ms();
+        run.attributes.extend(journal.attributes());
         // An output over the bound fails the run instead of being stored.
         let ended = match ended {
             Ended::Completed(output) => match self.inner.config.limits.payload(

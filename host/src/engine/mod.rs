@@ -312,7 +312,15 @@ impl Keel {
         let mut runs = Vec::new();
         let mut scanned = 0;
         loop {
-            let page = self.store().runs_before(cursor.as_ref(), batch).await?;
+            let page = if filter.attributes.is_empty() {
+                self.store().runs_before(cursor.as_ref(), batch).await?
+            } else {
+                let attributes = &filter.attributes;
+                let store = self.store();
+                store
+                    .runs_with_attributes(attributes, cursor.as_ref(), batch)
+                    .await?
+            };
             let exhausted = page.len() < batch;
             for run in page {
                 scanned += 1;

@@ -477,6 +477,7 @@ impl Keel {
             start_at_ms: None,
             priority: None,
             timeout: None,
+            attributes: [("schedule".to_string(), record.settings.name.clone())].into(),
         };
         let started = self
             .start_workflow(

@@ -79,6 +79,12 @@ pub trait WorkflowCalls: Send {
         input: String,
         options: ChildOptions,
     ) -> wasmtime::Result<Result<String, wit::StartError>>;
+    /// Sets one of the run's attributes.
+    async fn set_attribute(
+        &mut self,
+        key: String,
+        value: String,
+    ) -> wasmtime::Result<Result<(), String>>;
 }
 
 /// What a step may do to other runs: resume their hooks.
@@ -452,6 +458,15 @@ impl keel::workflow::workflow_context::Host for HostState {
             ..child_options(options.token, options.metadata, options.min_retention_ms)
         };
         self.calls()?.start_child(workflow, input, options).await
+    }
+
+    async fn set_attribute(
+        &mut self,
+        key: String,
+        value: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let _call = self.pulse.keel_call();
+        self.calls()?.set_attribute(key, value).await
     }
 }
 

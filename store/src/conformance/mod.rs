@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use keel_core::journal::Fact;
-use keel_core::{Entry, HookRecord, HookRegistration, RunId, RunRecord, RunStatus};
+use keel_core::{Entry, HookRecord, HookRegistration, RunCursor, RunId, RunRecord, RunStatus};
 
 use keel_core::schedule::{Claim, Overlap, ScheduleRecord, ScheduleSpec, Spec};
 use keel_core::testing::{JournalBuilder, run_record, timer_entry};
@@ -127,6 +127,7 @@ cases!(
     a_failed_runs_slot_is_kept_out_of_its_group_until_a_retry,
     a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it,
     a_child_run_keeps_its_parent_and_wakes_it_when_it_ends,
+    runs_are_found_by_their_attributes_newest_first,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -621,6 +622,106 @@ async fn a_child_run_keeps_its_parent_and_wakes_it_when_it_ends(h: &dyn Harness)
         kept.is_some_and(|r| r.parent_run_id.as_deref() == Some("p")),
         || format!("listed: {kept:?}"),
     )
+}
+
+async fn runs_are_found_by_their_attributes_newest_first(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let attrs = |pairs: &[(&str, &str)]| -> keel_core::Attributes {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let runs = [
+        ("r1", 10, attrs(&[("tenant", "acme"), ("region", "eu")])),
+        ("r2", 20, attrs(&[("tenant", "globex")])),
+        ("r3", 30, attrs(&[("tenant", "acme")])),
+        ("r4", 40, attrs(&[])),
+        ("r5", 50, attrs(&[("tenant", "acme"), ("region", "us")])),
+    ];
+    for (id, at, attributes) in &runs {
+        let mut record = run(id, RunStatus::Pending);
+        record.created_at_ms = *at;
+        record.attributes = attributes.clone();
+        let journal = started(&record.workflow);
+        store
+            .admit(Admission {
+                run: &record,
+                key: None,
+                start_hook: None,
+                journal: &journal,
+                flow: None,
+                now_ms: *at,
+            })
+            .await
+            .map_err(fail("admit"))?;
+    }
+    let ids = |found: Vec<RunRecord>| -> Vec<String> {
+        found.into_iter().map(|r| r.run_id.into_string()).collect()
+    };
+    let find =
+        |pairs: &'static [(&'static str, &'static str)], before: Option<RunCursor>, limit| {
+            let store = store.clone();
+            let wanted = attrs(pairs);
+            async move {
+                store
+                    .runs_with_attributes(&wanted, before.as_ref(), limit)
+                    .await
+                    .map(ids)
+            }
+        };
+    let acme = find(&[("tenant", "acme")], None, 10)
+        .await
+        .map_err(fail("find"))?;
+    check(acme == ["r5", "r3", "r1"], || {
+        format!("tenant=acme: {acme:?}")
+    })?;
+    let both = find(&[("tenant", "acme"), ("region", "eu")], None, 10)
+        .await
+        .map_err(fail("find"))?;
+    check(both == ["r1"], || {
+        format!("tenant=acme, region=eu: {both:?}")
+    })?;
+    let cursor = RunCursor {
+        created_at_ms: 30,
+        run_id: "r3".into(),
+    };
+    let page = find(&[("tenant", "acme")], Some(cursor), 1)
+        .await
+        .map_err(fail("find"))?;
+    check(page == ["r1"], || format!("the next page: {page:?}"))?;
+    let first = find(&[("tenant", "acme")], None, 1)
+        .await
+        .map_err(fail("find"))?;
+    check(first == ["r5"], || format!("a page of one: {first:?}"))?;
+    let none = find(&[("tenant", "initech")], None, 10)
+        .await
+        .map_err(fail("find"))?;
+    check(none.is_empty(), || format!("tenant=initech: {none:?}"))?;
+
+    // An attribute set later (the workflow's) is found once the record
+    // holding it is stored, and the old value no longer is.
+    let mut changed = run("r2", RunStatus::Waiting);
+    changed.created_at_ms = 20;
+    changed.attributes = attrs(&[("tenant", "acme")]);
+    store
+        .append("r2", &[timer_entry(1, 0)], Some(&changed), None)
+        .await
+        .map_err(fail("append"))?;
+    let acme = find(&[("tenant", "acme")], None, 10)
+        .await
+        .map_err(fail("find"))?;
+    check(acme == ["r5", "r3", "r2", "r1"], || {
+        format!("after the change: {acme:?}")
+    })?;
+    let globex = find(&[("tenant", "globex")], None, 10)
+        .await
+        .map_err(fail("find"))?;
+    check(globex.is_empty(), || format!("the old value: {globex:?}"))?;
+    let kept = store.get_run("r2").await.map_err(fail("get_run"))?;
+    check(kept.attributes == changed.attributes, || {
+        format!("{kept:?}")
+    })
 }
 
 async fn a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it(h: &dyn Harness) -> Outcome {

@@ -121,13 +121,15 @@ impl RunStore for PgStore {
             }
             match tx
                 .run(
-                    "INSERT INTO runs (run_id, live, record, created_at_ms) VALUES ($1, $2, $3, $4)
+                    "INSERT INTO runs (run_id, live, record, created_at_ms, attributes)
+                     VALUES ($1, $2, $3, $4, $5::text::jsonb)
                      ON CONFLICT (run_id) DO NOTHING",
                     &[
                         &run.run_id.as_str(),
                         &!run.status.is_final(),
                         &record,
                         &i(run.created_at_ms),
+                        &attributes_json(run),
                     ],
                 )
                 .await
@@ -180,13 +182,15 @@ impl RunStore for PgStore {
         transact!(self, |tx| {
             let inserted = tx
                 .run(
-                    "INSERT INTO runs (run_id, live, record, created_at_ms) VALUES ($1, $2, $3, $4)
+                    "INSERT INTO runs (run_id, live, record, created_at_ms, attributes)
+                     VALUES ($1, $2, $3, $4, $5::text::jsonb)
                      ON CONFLICT (run_id) DO NOTHING",
                     &[
                         &run.run_id.as_str(),
                         &!run.status.is_final(),
                         &record,
                         &i(run.created_at_ms),
+                        &attributes_json(run),
                     ],
                 )
                 .await
@@ -243,6 +247,32 @@ impl RunStore for PgStore {
         }
     }
 
+    async fn runs_with_attributes(
+        &self,
+        attributes: &keel_core::Attributes,
+        before: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
+        let wanted = serde_json::to_string(attributes).expect("attributes encode");
+        let before = before.cloned().unwrap_or(RunCursor {
+            created_at_ms: u64::MAX >> 1,
+            run_id: RunId::default(),
+        });
+        self.records(
+            "SELECT record FROM runs WHERE attributes @> $1::text::jsonb
+                 AND (created_at_ms, run_id) < ($2, $3)
+             ORDER BY created_at_ms DESC, run_id DESC LIMIT $4",
+            &[
+                &wanted,
+                &i(before.created_at_ms),
+                &before.run_id.as_str(),
+                &(limit as i64),
+            ],
+            "run record",
+        )
+        .await
+    }
+
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.records(
             "SELECT record FROM runs WHERE live ORDER BY run_id",
@@ -274,8 +304,8 @@ impl RunStore for PgStore {
                 .map_err(pg)?;
             tx.run(
                 "UPDATE runs SET record = $2, live = false, lease_owner = '',
-                     lease_expires_ms = 0 WHERE run_id = $1",
-                &[&run_id, &record],
+                     lease_expires_ms = 0, attributes = $3::text::jsonb WHERE run_id = $1",
+                &[&run_id, &record, &attributes_json(run)],
             )
             .await
             .map_err(pg)?;
@@ -331,14 +361,15 @@ impl JournalStore for PgStore {
         run: Option<&RunRecord>,
         fence: Option<&Lease>,
     ) -> Result<()> {
-        let record = run.map(|r| (codec::encode(r), !r.status.is_final()));
+        let record = run.map(|r| (codec::encode(r), !r.status.is_final(), attributes_json(r)));
         transact!(self, |tx| {
             check_fence(tx, run_id, fence).await?;
             insert_entries(tx, run_id, entries).await?;
-            if let Some((record, live)) = &record {
+            if let Some((record, live, attributes)) = &record {
                 tx.run(
-                    "UPDATE runs SET record = $2, live = $3 WHERE run_id = $1",
-                    &[&run_id, record, live],
+                    "UPDATE runs SET record = $2, live = $3, attributes = $4::text::jsonb
+                     WHERE run_id = $1",
+                    &[&run_id, record, live, attributes],
                 )
                 .await
                 .map_err(pg)?;
@@ -441,4 +472,9 @@ impl LeaseStore for PgStore {
             })
             .collect())
     }
+}
+
+/// A run's attributes as the `attributes` column's JSON.
+fn attributes_json(run: &RunRecord) -> String {
+    serde_json::to_string(&run.attributes).expect("attributes encode")
 }

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -142,6 +142,12 @@ CREATE TABLE flow_failed (run_id text PRIMARY KEY, record bytea NOT NULL);
     // Cancel requests (`wakes.rs`).
     r#"
 CREATE TABLE cancel_requests (run_id text PRIMARY KEY, record bytea NOT NULL);
+"#,
+    // Run attributes, indexed for `runs list --attr` (`runs.rs`); runs
+    // written before them have none.
+    r#"
+ALTER TABLE runs ADD COLUMN attributes jsonb NOT NULL DEFAULT '{}'::jsonb;
+CREATE INDEX runs_attributes ON runs USING gin (attributes jsonb_path_ops);
 "#,
 ];
 

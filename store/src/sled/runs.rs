@@ -208,6 +208,36 @@ impl RunStore for SledStore {
             .collect()
     }
 
+    /// Scans the runs newest first, reading each record: sled keeps no
+    /// index of attributes.
+    async fn runs_with_attributes(
+        &self,
+        attributes: &keel_core::Attributes,
+        before: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
+        let created = &self.inner.created;
+        let range = match before {
+            Some(cursor) => created.range(..created_key(cursor)),
+            None => created.iter(),
+        };
+        let mut found = Vec::new();
+        for kv in range.rev() {
+            if found.len() == limit {
+                break;
+            }
+            let (key, _) = kv.map_err(backend)?;
+            let run = self.read_run(&String::from_utf8_lossy(&key[8.min(key.len())..]))?;
+            if attributes
+                .iter()
+                .all(|(k, v)| run.attributes.get(k) == Some(v))
+            {
+                found.push(run);
+            }
+        }
+        Ok(found)
+    }
+
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner
             .live
