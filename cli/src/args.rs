@@ -660,9 +660,17 @@ pub enum RunsCommand {
         /// Only runs with this attribute, KEY=VALUE (repeatable: every one).
         #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
         attr: Vec<(String, String)>,
-        /// At most this many runs.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
+        /// At most this many runs (listed a page of at most 1,000 at a
+        /// time); says how to list the next ones when there are more.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
+        /// List the runs below this cursor (the `next_cursor` of a listing).
+        #[arg(long, value_name = "CURSOR")]
+        before: Option<String>,
+        /// Every run that matches, a page at a time (with --json, one JSON
+        /// object per line).
+        #[arg(long, conflicts_with = "limit")]
+        all: bool,
     },
     /// A run's status and output.
     Get {

@@ -12,8 +12,8 @@ use keel_host::core::deployment::Target;
 use keel_host::core::flow::{LimitRow, RunSlot};
 use keel_host::core::journal::Entry;
 use keel_host::core::{
-    Deployment, ErrorKind, ErrorReport, EventRecord, GrantSpec, HookRecord, RunFilter, RunRecord,
-    StepLimits,
+    Deployment, ErrorKind, ErrorReport, EventRecord, GrantSpec, HookRecord, RunCursor, RunFilter,
+    RunRecord, StepLimits,
 };
 use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
 use keel_server::wire::{ChildView, FireView, ScheduleRequest, ScheduleView};
@@ -137,11 +137,14 @@ pub enum Request {
         run_id: String,
         wait: bool,
     },
+    /// One page of runs, below `before` (a cursor) if given.
     ListRuns {
         #[serde(default)]
         filter: RunFilter,
         #[serde(default = "default_limit")]
         limit: usize,
+        #[serde(default)]
+        before: Option<String>,
     },
     /// A run and its journal.
     ShowRun {
@@ -202,7 +205,11 @@ pub enum Reply {
     Run(RunRecord),
     Hook(HookRecord),
     Hooks(Vec<HookRecord>),
-    Runs(Vec<RunRecord>),
+    /// A page of runs, with the cursor of the next page if there is one.
+    Runs {
+        runs: Vec<RunRecord>,
+        next_cursor: Option<String>,
+    },
     Journal {
         run: RunRecord,
         journal: Vec<Entry>,
@@ -357,8 +364,23 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             Reply::Run(keel.drive_acknowledged(&run_id).await?)
         }
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),
-        Request::ListRuns { filter, limit } => {
-            Reply::Runs(keel.runs_page(&filter, None, limit).await?.runs)
+        Request::ListRuns {
+            filter,
+            limit,
+            before,
+        } => {
+            let before = before
+                .map(|c| {
+                    RunCursor::decode(&c).ok_or_else(|| keel_host::Error::InvalidInput {
+                        reason: format!("`{c}` is not a cursor of a runs listing"),
+                    })
+                })
+                .transpose()?;
+            let page = keel.runs_page(&filter, before.as_ref(), limit).await?;
+            Reply::Runs {
+                runs: page.runs,
+                next_cursor: page.next_cursor,
+            }
         }
         Request::Deploy {
             component,

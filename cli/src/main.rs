@@ -29,7 +29,7 @@ mod remote;
 mod request;
 mod scaffold;
 
-use args::{Cli, Command, Format, JournalCommand, StoreCommand, WorkersCommand};
+use args::{Cli, Command, Format, JournalCommand, RunsCommand, StoreCommand, WorkersCommand};
 
 fn main() -> ExitCode {
     // A closed pipe (`keel runs list | head`) ends the process quietly, as
@@ -300,6 +300,9 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Journal {
             command: JournalCommand::Import { file },
         } => import_journal(&local(&cli).await?, file, json).await,
+        Command::Runs {
+            command: RunsCommand::List { limit, all, .. },
+        } => list_runs(&cli, *limit, *all, json).await,
         Command::Deploy { .. }
         | Command::Deployments { .. }
         | Command::Run { .. }
@@ -459,6 +462,54 @@ async fn import_journal(keel: &Keel, file: &Path, json: bool) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
+/// `keel runs list`: pages of at most [`MAX_PAGE`] runs, each below the
+/// last one's cursor, until `limit` runs are listed (then the cursor of
+/// the rest is printed) or, with `all`, every run, printed as each page
+/// arrives.
+///
+/// [`MAX_PAGE`]: keel_host::core::query::MAX_PAGE
+async fn list_runs(cli: &Cli, limit: u64, all: bool, json: bool) -> anyhow::Result<ExitCode> {
+    use keel_host::core::query::MAX_PAGE;
+    refuse_missing_store(cli)?;
+    let Request::ListRuns {
+        filter, mut before, ..
+    } = request::request_of(cli)?
+    else {
+        unreachable!("`runs list` is a listing")
+    };
+    let mut listed = Vec::new();
+    let mut header = !json;
+    loop {
+        let left = usize::try_from(limit).unwrap_or(usize::MAX) - listed.len();
+        let page = if all { MAX_PAGE } else { left.min(MAX_PAGE) };
+        let request = Request::ListRuns {
+            filter: filter.clone(),
+            limit: page,
+            before: before.take(),
+        };
+        let Reply::Runs { runs, next_cursor } = submit(cli, request).await? else {
+            anyhow::bail!("the store answered a listing with something else");
+        };
+        if all {
+            print::stream_runs(&runs, json, &mut header);
+        } else {
+            listed.extend(runs);
+        }
+        before = next_cursor;
+        if before.is_none() || (!all && listed.len() as u64 >= limit) {
+            break;
+        }
+    }
+    if all {
+        if header {
+            println!("no runs");
+        }
+    } else {
+        print::print_run_page(&listed, before.as_deref(), json);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Executes a request on the store, or, when a `keel worker` holds the
 /// store, forwards it to that worker; with `--server`, sends it to that
 /// server's HTTP API.
@@ -510,7 +561,7 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
 
 /// Whether a command only reads the store (and so must not create one).
 fn reads_only(command: &Command) -> bool {
-    use args::{DeploymentsCommand, EventsCommand, HooksCommand, RunsCommand};
+    use args::{DeploymentsCommand, EventsCommand, HooksCommand};
     matches!(
         command,
         Command::Runs {

@@ -81,8 +81,8 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Reply::Runs(runs) => {
-            print_runs(&runs, json);
+        Reply::Runs { runs, next_cursor } => {
+            print_run_page(&runs, next_cursor.as_deref(), json);
             ExitCode::SUCCESS
         }
         Reply::Journal {
@@ -306,20 +306,44 @@ fn print_result(run: &RunRecord, json: bool) {
     }
 }
 
-fn print_runs(runs: &[RunRecord], json: bool) {
+/// A page of runs: a table and, if more runs match, how to list them; as
+/// JSON `{"runs": [...], "next_cursor": ...}`.
+pub fn print_run_page(runs: &[RunRecord], next_cursor: Option<&str>, json: bool) {
     if json {
-        println!("{}", Value::Array(runs.iter().map(run_json).collect()));
+        let runs: Vec<Value> = runs.iter().map(run_json).collect();
+        println!("{}", json!({"runs": runs, "next_cursor": next_cursor}));
         return;
     }
     if runs.is_empty() {
         println!("no runs");
+    } else {
+        let mut header = true;
+        stream_runs(runs, false, &mut header);
+    }
+    if let Some(cursor) = next_cursor {
+        println!("more runs match: list them with `--before {cursor}` (or every one with `--all`)");
+    }
+}
+
+/// Runs as the rows of one table printed page by page (the header before
+/// the first row, while `header` is true), or as JSON lines.
+pub fn stream_runs(runs: &[RunRecord], json: bool, header: &mut bool) {
+    if json {
+        for run in runs {
+            println!("{}", run_json(run));
+        }
         return;
     }
+    if runs.is_empty() {
+        return;
+    }
+    if std::mem::take(header) {
+        println!(
+            "{:<36}  {:<10} {:<24} {:<24} {:>12}",
+            "RUN", "STATUS", "WORKFLOW", "STARTED", "DURATION"
+        );
+    }
     let now = now_ms();
-    println!(
-        "{:<36}  {:<10} {:<24} {:<24} {:>12}",
-        "RUN", "STATUS", "WORKFLOW", "STARTED", "DURATION"
-    );
     for run in runs {
         let end = if run.status.is_final() {
             run.updated_at_ms

@@ -263,8 +263,15 @@ impl Client {
                 let current: RunView = self.get(&["v1", "runs", &run_id], &[]).await?;
                 run(self.until_final(current, wait).await?)
             }
-            Request::ListRuns { filter, limit } => {
+            Request::ListRuns {
+                filter,
+                limit,
+                before,
+            } => {
                 let mut query = vec![("limit", limit.to_string())];
+                if let Some(cursor) = before {
+                    query.push(("cursor", cursor));
+                }
                 for status in &filter.statuses {
                     query.push(("status", status.as_str().to_string()));
                 }
@@ -281,7 +288,10 @@ impl Client {
                     query.push(("attr", format!("{key}={value}")));
                 }
                 let page: RunList = self.get(&["v1", "runs"], &query).await?;
-                Reply::Runs(page.runs.into_iter().map(RunRecord::from).collect())
+                Reply::Runs {
+                    runs: page.runs.into_iter().map(RunRecord::from).collect(),
+                    next_cursor: page.next_cursor,
+                }
             }
             Request::ShowRun { run_id } => {
                 let detail: RunDetail = self.get(&["v1", "runs", &run_id, "detail"], &[]).await?;

@@ -161,6 +161,8 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                     since,
                     attr,
                     limit,
+                    before,
+                    ..
                 },
         } => Request::ListRuns {
             filter: RunFilter {
@@ -175,7 +177,8 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                 }),
                 ..RunFilter::default()
             },
-            limit: *limit,
+            limit: (*limit).min(keel_host::core::query::MAX_PAGE as u64) as usize,
+            before: before.clone(),
         },
         Command::Deploy {
             component,

@@ -48,7 +48,8 @@ fn run_show_and_list_print_the_documented_json() {
     assert_eq!(journal.last().unwrap()["kind"], "run_completed");
 
     let (_, list) = keel(db.path(), &["runs", "list"]);
-    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list["runs"].as_array().unwrap().len(), 1);
+    assert!(list["next_cursor"].is_null(), "{list}");
 
     let (out, worker) = keel(db.path(), &["worker", "--until-idle"]);
     assert!(out.status.success());
@@ -56,7 +57,7 @@ fn run_show_and_list_print_the_documented_json() {
     // are fires of the testbed's hourly schedule, declared by the deploy,
     // when the test crosses the top of an hour.
     let (_, list) = keel(db.path(), &["runs", "list"]);
-    let others: Vec<&str> = list
+    let others: Vec<&str> = list["runs"]
         .as_array()
         .unwrap()
         .iter()
@@ -403,7 +404,7 @@ fn commands_reach_a_running_worker_through_its_socket() {
     let (_, got) = keel(db.path(), &["runs", "get", owner_id]);
     assert_eq!(got["status"], "completed");
     let (_, list) = keel(db.path(), &["runs", "list"]);
-    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list["runs"].as_array().unwrap().len(), 1);
     let (_, shown) = keel(db.path(), &["runs", "show", owner_id]);
     let journal = shown["journal"].as_array().unwrap();
     assert!(journal.iter().any(|e| e["kind"] == "hook_received"));
@@ -559,17 +560,45 @@ fn runs_list_filters_by_status_and_workflow() {
     let (_, trapped) = keel(db.path(), &["run", "testbed", "trap"]);
     assert_eq!(trapped["status"], "failed");
     let (_, failed) = keel(db.path(), &["runs", "list", "--status", "failed"]);
-    let failed = failed.as_array().unwrap();
+    let failed = failed["runs"].as_array().unwrap();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["run_id"], trapped["run_id"]);
     let (_, by_workflow) = keel(db.path(), &["runs", "list", "--workflow", "ten_steps"]);
-    assert_eq!(by_workflow.as_array().unwrap().len(), 1);
+    assert_eq!(by_workflow["runs"].as_array().unwrap().len(), 1);
     let (_, recent) = keel(
         db.path(),
         &["runs", "list", "--since", "1h", "--limit", "1"],
     );
-    assert_eq!(recent.as_array().unwrap().len(), 1);
-    assert_eq!(recent[0]["run_id"], trapped["run_id"], "newest first");
+    assert_eq!(recent["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        recent["runs"][0]["run_id"], trapped["run_id"],
+        "newest first"
+    );
+    // More than a page asks: the rest is named by its cursor, and lists.
+    let cursor = recent["next_cursor"]
+        .as_str()
+        .expect("a cursor to the rest");
+    let (_, rest) = keel(db.path(), &["runs", "list", "--before", cursor]);
+    let rest = rest["runs"].as_array().unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_ne!(rest[0]["run_id"], trapped["run_id"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args([
+            "--db",
+            db.path().to_str().unwrap(),
+            "--json",
+            "runs",
+            "list",
+            "--all",
+        ])
+        .output()
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "one JSON line per run");
+    assert_eq!(lines[0]["run_id"], trapped["run_id"]);
     // Attributes from `--attr` and from the workflow, filtered together.
     for tenant in ["acme", "globex"] {
         let input = format!("\"{tenant}\"");
@@ -593,7 +622,7 @@ fn runs_list_filters_by_status_and_workflow() {
             "plan=pro",
         ],
     );
-    let acme = acme.as_array().unwrap();
+    let acme = acme["runs"].as_array().unwrap();
     assert_eq!(acme.len(), 1, "{acme:?}");
     assert_eq!(acme[0]["attributes"]["stage"], "done");
     let (out, refused) = keel(db.path(), &["runs", "list", "--attr", "tenant"]);
@@ -900,7 +929,7 @@ fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
             "the run was never admitted"
         );
         let (_, runs) = keel(db.path(), &["runs", "list"]);
-        if runs.as_array().is_some_and(|r| !r.is_empty()) {
+        if runs["runs"].as_array().is_some_and(|r| !r.is_empty()) {
             break;
         }
     }

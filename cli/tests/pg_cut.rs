@@ -189,7 +189,7 @@ fn a_commit_that_lands_unheard_never_gives_a_false_answer() {
         &schema,
         &["runs", "list", "--limit", "1000"],
     ));
-    let runs: Vec<&Value> = listed.as_array().expect("runs").iter().collect();
+    let runs: Vec<&Value> = listed["runs"].as_array().expect("runs").iter().collect();
     let mut kinds = Vec::new();
     for (input, answer) in &answers {
         let made: Vec<&&Value> = runs.iter().filter(|r| r["input"] == *input).collect();

@@ -222,7 +222,7 @@ fn the_seed_scenarios_work_through_a_server() {
     assert_eq!(collided["error"]["existing_run_id"], admitted["run_id"]);
 
     let (_, completed) = client(url, &["runs", "list", "--status", "completed"]);
-    let completed = completed.as_array().unwrap();
+    let completed = completed["runs"].as_array().unwrap();
     assert_eq!(completed.len(), 2);
     assert_eq!(completed[0]["run_id"], admitted["run_id"], "newest first");
     let (_, shown) = client(url, &["runs", "show", run_id]);
@@ -250,7 +250,7 @@ fn a_server_with_a_token_refuses_clients_without_it() {
         &[("KEEL_API_TOKEN", "s3cret")],
     );
     assert!(out.status.success(), "{runs}");
-    assert_eq!(runs, json!([]));
+    assert_eq!(runs, json!({"runs": [], "next_cursor": null}));
 }
 
 #[test]

@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 use crate::ids::RunId;
 use crate::records::{RunRecord, RunStatus};
 
+/// The most runs one page of a listing holds; a caller pages on with the
+/// cursor for more.
+pub const MAX_PAGE: usize = 1000;
+
 /// A listing's filters; empty fields match every run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunFilter {

@@ -135,7 +135,7 @@ pub fn document() -> Value {
                 query("search", "Only runs whose ID or workflow contains this text", json!({"type": "string"})),
                 query("schedule", "Only runs this schedule fired", json!({"type": "string"})),
                 query("attr", "Only runs with this attribute, KEY=VALUE (repeated: every one; `attr.KEY=VALUE` too)", json!({"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}=.{0,256}$"}})),
-                query("limit", "Runs per page (default 50; at most 1000 are returned)", u64.clone()),
+                query("limit", "Runs per page: 1 to 1000 (default 50); page on with cursor", json!({"type": "integer", "minimum": 1, "maximum": 1000})),
                 query("cursor", "The next_cursor of the previous page", json!({"type": "string", "pattern": "^$|^[0-9]{1,19}-"})),
             ], None, &[("200", "A page of runs", Some(&runs))], &["400", "503"])},
         "/v1/runs/{run_id}": {"get": op("getRun", "A run", vec![run_id()], None,

@@ -617,7 +617,14 @@ pub async fn list_runs(
         schedule: q.one("schedule").filter(|s| !s.is_empty()),
         attributes: q.attributes()?,
     };
-    let limit = q.number("limit")?.unwrap_or(50).clamp(1, 1000) as usize;
+    let limit = q.number("limit")?.unwrap_or(50);
+    let max = keel_core::query::MAX_PAGE as u64;
+    if !(1..=max).contains(&limit) {
+        return Err(ApiError::invalid(format!(
+            "`limit` {limit} is not 1 to {max}; page on with `cursor` (the `next_cursor` of each page)"
+        )));
+    }
+    let limit = limit as usize;
     let cursor = match q.one("cursor").filter(|c| !c.is_empty()) {
         Some(c) => Some(RunCursor::decode(&c).ok_or_else(|| {
             ApiError::invalid(format!(

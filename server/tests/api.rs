@@ -492,6 +492,13 @@ async fn every_refusal_is_a_json_error_with_its_status() {
         ),
         (
             "GET",
+            "/v1/runs?limit=5000",
+            None,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "GET",
             "/v1/runs/x/result?wait_ms=soon",
             None,
             StatusCode::BAD_REQUEST,

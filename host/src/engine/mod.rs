@@ -301,7 +301,14 @@ impl Keel {
         before: Option<&keel_core::RunCursor>,
         limit: usize,
     ) -> Result<keel_core::RunPage> {
-        let limit = limit.clamp(1, 1000);
+        if !(1..=keel_core::query::MAX_PAGE).contains(&limit) {
+            return Err(Error::InvalidInput {
+                reason: format!(
+                    "a page holds 1 to {} runs, not {limit}; page on with the cursor",
+                    keel_core::query::MAX_PAGE
+                ),
+            });
+        }
         let batch = (limit * 2).clamp(64, 512);
         // A listing `until` starts below that time, unless the cursor is lower.
         let until = filter.until_ms.map(keel_core::RunCursor::before_time);
