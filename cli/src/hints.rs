@@ -57,6 +57,10 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
                 "raise the bound with {flag} if the run really needs it, and `keel runs retry` a run it failed"
             )
         }
+        K::RunLive => format!(
+            "pass --cancel to cancel {} and delete it once it has ended",
+            id("run_id")
+        ),
         K::NotRetryable | K::RunEnded => {
             format!("`keel runs show {}` shows how it ended", id("run_id"))
         }

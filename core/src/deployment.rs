@@ -27,9 +27,49 @@ pub struct Deployment {
     pub size_bytes: u64,
     /// When it was (last) deployed.
     pub deployed_at_ms: u64,
+    /// How long its runs are kept once ended before any worker purges
+    /// them; `None` takes the worker's default (which keeps them unless
+    /// set). Every deployment of a name has the same.
+    #[serde(default)]
+    pub retention_ms: Option<u64>,
 }
 
-impl crate::codec::Stored for Deployment {}
+impl crate::codec::Stored for Deployment {
+    const VERSION: u16 = 2;
+
+    fn decode_earlier(version: u16, bytes: &[u8]) -> Option<Result<Self, postcard::Error>> {
+        (version == 1).then(|| crate::codec::decode_layout::<DeploymentV1>(bytes).map(Into::into))
+    }
+}
+
+/// A deployment as keel wrote it before `retention_ms` (layout 1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DeploymentV1 {
+    name: String,
+    hash: ComponentHash,
+    workflows: Vec<String>,
+    steps: Vec<String>,
+    grants: GrantSpec,
+    limits: StepLimits,
+    size_bytes: u64,
+    deployed_at_ms: u64,
+}
+
+impl From<DeploymentV1> for Deployment {
+    fn from(v1: DeploymentV1) -> Deployment {
+        Deployment {
+            name: v1.name,
+            hash: v1.hash,
+            workflows: v1.workflows,
+            steps: v1.steps,
+            grants: v1.grants,
+            limits: v1.limits,
+            size_bytes: v1.size_bytes,
+            deployed_at_ms: v1.deployed_at_ms,
+            retention_ms: None,
+        }
+    }
+}
 
 /// The capabilities granted to a deployment's steps, as recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -239,6 +279,7 @@ mod tests {
             limits: StepLimits::default(),
             size_bytes: 0,
             deployed_at_ms: at,
+            retention_ms: None,
         }
     }
 
@@ -253,6 +294,31 @@ mod tests {
             ),
             deployment("billing", "cccccccccccccccc03", &["invoice"], 30),
         ]
+    }
+
+    #[test]
+    fn deployments_written_before_retention_are_read_without_one() {
+        let d = deployment("order", "aaaaaaaaaaaaaaaa01", &["process_order"], 10);
+        let v1 = DeploymentV1 {
+            name: d.name.clone(),
+            hash: d.hash.clone(),
+            workflows: d.workflows.clone(),
+            steps: d.steps.clone(),
+            grants: d.grants.clone(),
+            limits: d.limits.clone(),
+            size_bytes: d.size_bytes,
+            deployed_at_ms: d.deployed_at_ms,
+        };
+        let bytes = postcard::to_stdvec(&(1u16, v1)).unwrap();
+        let read: Deployment = crate::codec::decode(&bytes, "deployment").unwrap();
+        assert_eq!(read, d);
+        let kept = Deployment {
+            retention_ms: Some(7),
+            ..d
+        };
+        let again: Deployment =
+            crate::codec::decode(&crate::codec::encode(&kept), "deployment").unwrap();
+        assert_eq!(again.retention_ms, Some(7));
     }
 
     #[test]

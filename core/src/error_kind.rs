@@ -85,6 +85,8 @@ kinds! {
     NotRetryable = "not_retryable",
     /// The run did not end within the wait.
     StillRunning = "still_running",
+    /// The run has not ended, and only ended runs are deleted.
+    RunLive = "run_live",
     /// The run was cancelled.
     Cancelled = "cancelled",
     /// The run passed its deadline and was cancelled.

@@ -23,6 +23,7 @@ pub mod manifest;
 pub mod patch;
 pub mod query;
 pub mod records;
+pub mod retention;
 pub mod schedule;
 pub mod testing;
 pub mod timeline;

@@ -60,6 +60,8 @@ pub struct Config {
     /// Bounds of one run, which keep one run from taking the host's memory
     /// and disk.
     pub limits: RunLimits,
+    /// How long ended runs are kept, and where purged runs are archived.
+    pub retention: crate::engine::RetentionConfig,
 }
 
 /// Bounds of one run. Each, when exceeded, refuses the start (an input)
@@ -206,6 +208,7 @@ impl Config {
             clock: Arc::new(SystemClock),
             observer: Arc::new(Unobserved),
             limits: RunLimits::default(),
+            retention: crate::engine::RetentionConfig::default(),
         }
     }
 }

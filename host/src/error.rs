@@ -230,6 +230,11 @@ pub enum Error {
     )]
     StillRunning { run_id: RunId, waited_ms: u64 },
 
+    #[error(
+        "run {run_id} is {status}: only runs that have ended are deleted, and nothing was deleted"
+    )]
+    RunLive { run_id: RunId, status: String },
+
     #[error(transparent)]
     Store(StoreError),
 
@@ -336,6 +341,7 @@ impl Error {
             Error::Deployment(_) => ErrorKind::UnknownWorkflow,
             Error::InvalidGrant { .. } => ErrorKind::InvalidGrant,
             Error::StillRunning { .. } => ErrorKind::StillRunning,
+            Error::RunLive { .. } => ErrorKind::RunLive,
             Error::NotRetryable { .. } => ErrorKind::NotRetryable,
             Error::BoundExceeded { .. } => ErrorKind::BoundExceeded,
             Error::Store(e) => e.kind(),
@@ -368,6 +374,7 @@ impl Error {
             | Error::Cancelled { run_id }
             | Error::CancelGrace { run_id, .. }
             | Error::StillRunning { run_id, .. }
+            | Error::RunLive { run_id, .. }
             | Error::NotRetryable { run_id, .. }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.to_string())],
             Error::NonDeterminism {

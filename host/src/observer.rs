@@ -69,6 +69,10 @@ pub trait Observer: Send + Sync {
     /// An activation of a run of `workflow` suspended: its instance was
     /// dropped, and the run resumes later by replay.
     fn run_suspended(&self, _workflow: &str) {}
+
+    /// Ended runs were deleted (purged past their retention, or on
+    /// request).
+    fn runs_purged(&self, _deleted: &keel_core::retention::Deleted) {}
 }
 
 /// The observer that ignores everything.

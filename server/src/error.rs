@@ -62,6 +62,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::ScheduleConflict
         | K::NotRetryable
         | K::RunEnded
+        | K::RunLive
         | K::NotCrashTestable => StatusCode::CONFLICT,
         K::PayloadTooLarge | K::BoundExceeded => StatusCode::PAYLOAD_TOO_LARGE,
         K::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

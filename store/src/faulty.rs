@@ -535,6 +535,27 @@ impl<S: Store + ?Sized> crate::CancelStore for FaultyStore<S> {
     }
 }
 
+#[async_trait]
+impl<S: Store + ?Sized> crate::RetentionStore for FaultyStore<S> {
+    async fn ended_runs(
+        &self,
+        created_before_ms: u64,
+        after: Option<&keel_core::RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
+        self.inner.ended_runs(created_before_ms, after, limit).await
+    }
+    async fn delete_runs(&self, run_ids: &[RunId]) -> Result<keel_core::retention::Deleted> {
+        self.confirm(self.inner.delete_runs(run_ids).await)
+    }
+    async fn delete_events_before(&self, before_ms: u64) -> Result<u64> {
+        self.inner.delete_events_before(before_ms).await
+    }
+    async fn stats(&self) -> Result<keel_core::retention::StoreStats> {
+        self.inner.stats().await
+    }
+}
+
 impl<S: Store + ?Sized> Store for FaultyStore<S> {
     fn capabilities(&self) -> Capabilities {
         self.capabilities

@@ -561,6 +561,38 @@ pub trait CancelStore: Send + Sync {
     async fn cancel_request(&self, run_id: &str) -> Result<Option<CancelRequest>>;
 }
 
+/// Retention: the ended runs a purge looks at, their deletion with
+/// everything stored for them, and what the store holds.
+#[async_trait]
+pub trait RetentionStore: Send + Sync {
+    /// Up to `limit` ended runs admitted before `created_before_ms` that
+    /// sort after `after` (from the oldest if `None`), oldest first by
+    /// admission time, then by run ID: the runs a purge decides on, page
+    /// by page (`keel_core::retention::RetentionRules::is_due`).
+    async fn ended_runs(
+        &self,
+        created_before_ms: u64,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>>;
+
+    /// Deletes those of `run_ids` that have ended, each with everything
+    /// stored for it (record, journal, hooks and their payloads and
+    /// claims, wakeups, watches, lease, slots, cancel request), atomically
+    /// per call and durably; returns what was deleted. A live run, an
+    /// unknown ID and (on a store processes share) a run another process
+    /// is deleting at the same time are left out, so that two purges never
+    /// delete one run twice. Idempotency keys stay until their window
+    /// passes (`KeyStore::purge_expired_keys`).
+    async fn delete_runs(&self, run_ids: &[RunId]) -> Result<keel_core::retention::Deleted>;
+
+    /// Deletes the events ingested before `before_ms`; how many.
+    async fn delete_events_before(&self, before_ms: u64) -> Result<u64>;
+
+    /// What the store holds, counted now.
+    async fn stats(&self) -> Result<keel_core::retention::StoreStats>;
+}
+
 /// A store: every part, and what it supports.
 pub trait Store:
     RunStore
@@ -577,6 +609,7 @@ pub trait Store:
     + FlowStore
     + RateStore
     + CancelStore
+    + RetentionStore
 {
     /// What this store supports; a start needing more is refused before
     /// anything is written.

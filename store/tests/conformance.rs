@@ -244,7 +244,7 @@ mod postgres {
         tokio::spawn(connection);
         // As version 1 left it: no workers, deployments, schedules or
         // flow-control tables, runs without their admission time or
-        // attributes.
+        // attributes, no retention indexes.
         client
             .batch_execute(&format!(
                 "DROP TABLE {schema}.workers; DROP TABLE {schema}.deployments;
@@ -253,6 +253,7 @@ mod postgres {
                  DROP SEQUENCE {schema}.flow_seq; DROP TABLE {schema}.rate_windows;
                  DROP TABLE {schema}.step_permits; DROP TABLE {schema}.flow_failed;
                  DROP TABLE {schema}.cancel_requests;
+                 DROP INDEX {schema}.watchers_watcher;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  ALTER TABLE {schema}.runs DROP COLUMN attributes;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"

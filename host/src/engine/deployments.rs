@@ -23,6 +23,10 @@ pub struct DeploySpec {
     pub name: Option<String>,
     pub grants: GrantSpec,
     pub limits: StepLimits,
+    /// How long its runs are kept once ended. Set, it becomes the
+    /// retention of every deployment of the name; unset, the name's
+    /// latest deployment's is kept.
+    pub retention_ms: Option<u64>,
 }
 
 impl Keel {
@@ -69,13 +73,37 @@ impl Keel {
             limits: spec.limits,
             size_bytes: bytes.len() as u64,
             deployed_at_ms: self.now_ms(),
+            retention_ms: None,
         };
-        self.store().put_deployment(&deployment).await?;
+        let deployment = self.set_retention(deployment, spec.retention_ms).await?;
         self.forget_deployments();
         tracing::info!(name = %deployment.name, hash = %deployment.hash, "component deployed");
         self.declare_schedules(&deployment.name, &loaded.manifest)
             .await?;
         Ok((deployment, loaded))
+    }
+
+    /// Stores `deployment` with the retention of its name: `retention_ms`
+    /// if given (written to every other deployment of the name too), else
+    /// the one its name's latest deployment has.
+    async fn set_retention(
+        &self,
+        mut deployment: Deployment,
+        retention_ms: Option<u64>,
+    ) -> Result<Deployment> {
+        let mut named = self.store().deployments().await?;
+        named.retain(|d| d.name == deployment.name);
+        named.sort_by_key(|d| std::cmp::Reverse(d.deployed_at_ms));
+        deployment.retention_ms = retention_ms.or(named.first().and_then(|d| d.retention_ms));
+        if retention_ms.is_some() {
+            let others = named.into_iter().filter(|d| d.hash != deployment.hash);
+            for mut other in others.filter(|d| d.retention_ms != retention_ms) {
+                other.retention_ms = retention_ms;
+                self.store().put_deployment(&other).await?;
+            }
+        }
+        self.store().put_deployment(&deployment).await?;
+        Ok(deployment)
     }
 
     /// Deploys the component file at `path`. With `spec` `None`, a

@@ -29,6 +29,7 @@ mod children;
 mod deployments;
 mod drive;
 mod limits;
+mod retention;
 mod schedules;
 mod watch;
 mod worker;
@@ -36,6 +37,7 @@ mod worker;
 pub use admission::{StartHook, StartOptions};
 pub use children::ChildRun;
 pub use deployments::DeploySpec;
+pub use retention::{PURGE_BATCH, Purge, RetentionConfig, archive_path};
 pub use schedules::MAX_BACKFILL;
 pub use watch::Watched;
 pub use worker::WorkSummary;
@@ -59,6 +61,11 @@ pub(crate) struct Inner {
     journaled: tokio::sync::broadcast::Sender<RunId>,
     /// When expired keys and tokens were last deleted.
     last_purge_ms: Mutex<u64>,
+    /// Where the next purge of ended runs goes on from.
+    purge_cursor: Mutex<Option<keel_core::RunCursor>>,
+    /// The worker's purge of ended runs in progress, and when the last
+    /// one started.
+    purging: Mutex<(Option<JoinHandle<()>>, u64)>,
     /// When the worker looks at the schedules next (the earliest fire it
     /// knows of, or a second on, for schedules other processes create; 0
     /// once a schedule changed in this process), and that earliest fire.
@@ -132,6 +139,8 @@ impl Keel {
                 progress: Notify::new(),
                 journaled: tokio::sync::broadcast::channel(1024).0,
                 last_purge_ms: Mutex::default(),
+                purge_cursor: Mutex::default(),
+                purging: Mutex::default(),
                 next_schedule_look_ms: Mutex::default(),
                 stopping: Default::default(),
                 deployments: Mutex::default(),

@@ -10,6 +10,10 @@ use keel_store::WorkerRecord;
 use super::{Keel, lock};
 use crate::Result;
 
+/// How often a worker purges ended runs past their retention, in
+/// milliseconds of the engine's clock.
+pub const PURGE_INTERVAL_MS: u64 = 10_000;
+
 type DriveTasks = tokio::task::JoinSet<(RunId, Result<RunRecord>)>;
 
 /// Logs how a worker's drive ended; returns the run's ID ("" if unknown)
@@ -160,7 +164,29 @@ impl Keel {
         if keys + tokens > 0 {
             tracing::debug!(keys, tokens, "expired keys and tokens deleted");
         }
+        self.spawn_purge(now);
         Ok(())
+    }
+
+    /// Starts a purge of the ended runs past their retention in a task of
+    /// its own (so it never holds up the runs this worker drives), every
+    /// [`PURGE_INTERVAL_MS`] of the engine's clock, unless one is still
+    /// going.
+    fn spawn_purge(&self, now: u64) {
+        let mut purging = lock(&self.inner.purging);
+        let (task, last) = &mut *purging;
+        if task.as_ref().is_some_and(|t| !t.is_finished())
+            || (*last != 0 && now < last.saturating_add(PURGE_INTERVAL_MS))
+        {
+            return;
+        }
+        *last = now.max(1);
+        let keel = self.clone();
+        *task = Some(tokio::spawn(async move {
+            if let Err(e) = keel.purge_ended(usize::MAX).await {
+                tracing::warn!("purging ended runs failed (the next pass tries again): {e}");
+            }
+        }));
     }
 
     /// Drives every run that can make progress now, and waits for them to

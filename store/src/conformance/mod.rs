@@ -23,7 +23,9 @@ use keel_core::testing::{JournalBuilder, run_record, timer_entry};
 use crate::{Admission, HookPayload, KeyClaim, Store, StoreError};
 
 mod flow;
+mod retention;
 use flow::*;
+use retention::*;
 
 /// Makes the stores the suite runs against.
 #[async_trait]
@@ -128,6 +130,10 @@ cases!(
     a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it,
     a_child_run_keeps_its_parent_and_wakes_it_when_it_ends,
     runs_are_found_by_their_attributes_newest_first,
+    ended_runs_are_read_oldest_first_page_by_page,
+    deleting_runs_removes_all_they_stored_and_spares_live_ones,
+    racing_deletions_delete_each_run_once,
+    the_stats_count_what_the_store_holds,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -197,9 +203,12 @@ async fn admit(
         .map(|_| ())
 }
 
+/// Ends `run_id` completed at `now_ms`, its record otherwise as stored.
 async fn end(store: &dyn Store, run_id: &str, now_ms: u64) -> Result<Vec<RunId>, StoreError> {
-    let mut record = run(run_id, RunStatus::Completed);
+    let mut record = store.get_run(run_id).await?;
+    record.status = RunStatus::Completed;
     record.output = Some("1".into());
+    record.updated_at_ms = now_ms;
     let seq = store.journal(run_id).await?.len() as u64;
     let tail = JournalBuilder::continuing(seq, now_ms)
         .then(Fact::RunCompleted { output: "1".into() })
@@ -1177,6 +1186,7 @@ async fn a_deployment_is_replaced_by_its_hash_and_survives_a_reopen(h: &dyn Harn
         limits: keel_core::StepLimits::default(),
         size_bytes: 4,
         deployed_at_ms: 1,
+        retention_ms: Some(86_400_000),
     };
     store
         .put_deployment(&deployment)

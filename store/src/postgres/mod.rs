@@ -41,6 +41,7 @@ mod tx;
 mod catalog;
 mod flow;
 mod hooks;
+mod retention;
 mod runs;
 mod schedules;
 mod schema;

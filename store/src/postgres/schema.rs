@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -148,6 +148,12 @@ CREATE TABLE cancel_requests (run_id text PRIMARY KEY, record bytea NOT NULL);
     r#"
 ALTER TABLE runs ADD COLUMN attributes jsonb NOT NULL DEFAULT '{}'::jsonb;
 CREATE INDEX runs_attributes ON runs USING gin (attributes jsonb_path_ops);
+"#,
+    // Retention (`retention.rs`): ended runs oldest first, and the watches
+    // a deleted run is the watcher in.
+    r#"
+CREATE INDEX runs_ended ON runs (created_at_ms, run_id) WHERE NOT live;
+CREATE INDEX watchers_watcher ON watchers (watcher);
 "#,
 ];
 

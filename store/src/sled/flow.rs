@@ -26,7 +26,7 @@ fn group_key(group: &Group) -> Vec<u8> {
     key
 }
 
-fn slot_index_key(slot: &Slot) -> Vec<u8> {
+pub(super) fn slot_index_key(slot: &Slot) -> Vec<u8> {
     let mut key = group_key(&slot.group());
     key.extend_from_slice(slot.run_id.as_bytes());
     key

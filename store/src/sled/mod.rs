@@ -4,7 +4,8 @@
 //! `live` (IDs of runs that have not ended), `created` (`admission time ++
 //! run ID`, the order of listings), `keys`, `hooks`, `run_hooks`,
 //! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
-//! `components`, `schedules` (name to record), `cancels` (run ID to its
+//! `components`, `schedules` (name to record), `purging` (deleted runs
+//! whose data is being deleted: [`retention`]), `cancels` (run ID to its
 //! cancel request), the flow-control trees
 //! (`slots`, `group_slots`, `groups`, `limits`: see [`flow`]) and `meta`
 //! (the schema version). Writes are made at once
@@ -30,6 +31,7 @@ mod catalog;
 mod commit;
 mod flow;
 mod hooks;
+mod retention;
 mod runs;
 mod schedules;
 mod schema;
@@ -145,6 +147,9 @@ struct Inner {
     failed_slots: sled::Tree,
     /// Step concurrency key to its permits (emptied at open).
     permits: sled::Tree,
+    /// IDs of deleted runs whose data is still being deleted
+    /// ([`retention`]).
+    purging: sled::Tree,
     /// Serializes decisions against concurrency groups (`flow`).
     flow_lock: std::sync::Mutex<()>,
     db: sled::Db,
@@ -223,6 +228,7 @@ impl SledStore {
             rates: open("rates")?,
             permits: open("permits")?,
             failed_slots: open("failed_slots")?,
+            purging: open("purging")?,
             flow_lock: std::sync::Mutex::new(()),
             db: db.clone(),
             committer: GroupCommit::new(db.clone()),
@@ -234,6 +240,7 @@ impl SledStore {
         };
         schema::migrate(&store, &meta, &db)?;
         store.void_leases()?;
+        store.finish_purges()?;
         // No step attempt outlives the process that held the store.
         store.inner.permits.clear().map_err(backend)?;
         Ok(store)
