@@ -111,6 +111,17 @@ pub struct Cli {
     /// run is ended without it.
     #[arg(long, global = true, help_heading = "Limits", default_value_t = keel_host::core::lifecycle::Grace::default().steps)]
     pub cancel_grace_steps: u32,
+    /// How long ended runs are kept before this worker purges them, when
+    /// their deployment sets no retention (`keel deploy --retention`), and
+    /// ingested events:
+    /// `30d`, `12h` [default: keep them].
+    #[arg(long, global = true, help_heading = "Retention", value_parser = parse_duration, value_name = "DURATION")]
+    pub run_retention: Option<std::time::Duration>,
+    /// Write each purged or deleted run's journal file (`RUN_ID.keel`, what
+    /// `keel replay` and `keel journal import` read) into this directory
+    /// before deleting the run.
+    #[arg(long, global = true, help_heading = "Retention", value_name = "DIR")]
+    pub archive: Option<PathBuf>,
     /// Guest instances this process keeps at once (workflow activations
     /// and step attempts). Beyond it runs and steps queue for a slot; they
     /// never fail for it. Each reserves `--max-memory` of address space.
@@ -277,6 +288,12 @@ pub enum Command {
         /// `30s`, `5m` [default: the worker's --step-timeout].
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         attempt_timeout: Option<std::time::Duration>,
+        /// How long its runs are kept once ended before a worker purges
+        /// them: `30d`, `12h`; every deployment of the name gets it
+        /// [default: the name's earlier retention, else the worker's
+        /// --run-retention].
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        retention: Option<std::time::Duration>,
     },
     /// List or show deployments.
     Deployments {
@@ -574,6 +591,12 @@ pub enum StoreCommand {
     /// Apply the schema migrations the store lacks (opening a store applies
     /// them too); refused for a schema newer than this keel.
     Migrate,
+    /// What the store holds: runs by status, journal entries, hooks,
+    /// payloads, events, components, size on disk.
+    Stats,
+    /// Purge the ended runs past their retention now (workers do so every
+    /// few seconds), archived first with --archive.
+    Purge,
 }
 
 #[derive(Subcommand)]
@@ -693,6 +716,17 @@ pub enum RunsCommand {
         /// Return once the cancel is recorded, without waiting for the end.
         #[arg(long)]
         detach: bool,
+    },
+    /// Delete ended runs with everything stored for them (their journal
+    /// archived first with --archive): for data that must be erased.
+    Delete {
+        /// The runs' IDs.
+        #[arg(required = true)]
+        run_ids: Vec<String>,
+        /// End a live run at once (no cleanup) and delete it; without it a
+        /// live run is refused and nothing is deleted.
+        #[arg(long)]
+        cancel: bool,
     },
     /// Retry a failed run from its failed step (fresh attempts, the same
     /// step ID; completed steps keep their results) and drive it until it

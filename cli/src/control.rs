@@ -101,6 +101,8 @@ pub enum Request {
         name: Option<String>,
         grants: GrantSpec,
         limits: StepLimits,
+        #[serde(default)]
+        retention_ms: Option<u64>,
     },
     ListDeployments,
     ShowDeployment {
@@ -132,6 +134,16 @@ pub enum Request {
     Retry {
         run_id: String,
     },
+    /// Delete ended runs (`cancel`: live ones too, ended at once first).
+    DeleteRuns {
+        run_ids: Vec<String>,
+        #[serde(default)]
+        cancel: bool,
+    },
+    /// What the store holds.
+    StoreStats,
+    /// Purge the ended runs past their retention now.
+    Purge,
     /// A run's record once it ends (with `wait`, after driving it there).
     Result {
         run_id: String,
@@ -232,6 +244,10 @@ pub enum Reply {
         limits: Vec<LimitRow>,
         started: Vec<String>,
     },
+    /// What a deletion deleted.
+    Deleted(keel_host::core::retention::Deleted),
+    Stats(keel_host::core::retention::StoreStats),
+    Purged(keel_server::wire::PurgeView),
     Error(RemoteError),
 }
 
@@ -363,6 +379,12 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             keel.retry(&run_id).await?;
             Reply::Run(keel.drive_acknowledged(&run_id).await?)
         }
+        Request::DeleteRuns { run_ids, cancel } => {
+            let run_ids: Vec<_> = run_ids.into_iter().map(Into::into).collect();
+            Reply::Deleted(keel.delete_runs(&run_ids, cancel).await?)
+        }
+        Request::StoreStats => Reply::Stats(keel.store_stats().await?),
+        Request::Purge => Reply::Purged(keel.purge_ended(usize::MAX).await?.into()),
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),
         Request::ListRuns {
             filter,
@@ -387,11 +409,13 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             name,
             grants,
             limits,
+            retention_ms,
         } => {
             let spec = DeploySpec {
                 name,
                 grants,
                 limits,
+                retention_ms,
             };
             Reply::Deployment(keel.deploy_file(&component, Some(spec)).await?.0)
         }

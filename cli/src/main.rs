@@ -218,6 +218,10 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
         dirs: cli.allow_dir.clone(),
         env,
     };
+    config.retention = keel_host::RetentionConfig {
+        default_ms: cli.run_retention.map(|d| d.as_millis() as u64),
+        archive_dir: cli.archive.clone(),
+    };
     Ok(config)
 }
 
@@ -311,6 +315,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Events { .. }
         | Command::Schedules { .. }
         | Command::Limits { .. }
+        | Command::Store { .. }
         | Command::Runs { .. } => {
             refuse_missing_store(&cli)?;
             let request = request::request_of(&cli)?;
@@ -571,6 +576,9 @@ fn reads_only(command: &Command) -> bool {
                 | RunsCommand::Result { .. }
                 | RunsCommand::Cancel { .. }
                 | RunsCommand::Retry { .. }
+                | RunsCommand::Delete { .. }
+        } | Command::Store {
+            command: StoreCommand::Stats | StoreCommand::Purge
         } | Command::Hooks {
             command: HooksCommand::Get { .. } | HooksCommand::List | HooksCommand::Resume { .. }
         } | Command::Events {

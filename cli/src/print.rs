@@ -70,6 +70,32 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_hook(&hook, json);
             ExitCode::SUCCESS
         }
+        Reply::Deleted(deleted) => {
+            print_deleted(&deleted, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Stats(stats) => {
+            print_stats(&stats, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Purged(purge) => {
+            if json {
+                println!("{}", serde_json::to_value(&purge).expect("a purge encodes"));
+            } else {
+                print_deleted(&purge.deleted, false);
+                println!(
+                    "{} ended runs examined, {} archived{}",
+                    purge.examined,
+                    purge.archived,
+                    if purge.complete {
+                        ""
+                    } else {
+                        "; more remain for the next purge"
+                    }
+                );
+            }
+            ExitCode::SUCCESS
+        }
         Reply::Hooks(hooks) => {
             if json {
                 println!("{}", Value::Array(hooks.iter().map(hook_json).collect()));
@@ -761,4 +787,52 @@ fn slot_line(slot: &RunSlot) -> String {
         "key `{}` (limit {}, priority {}): {state}",
         slot.key, slot.limit, slot.priority
     )
+}
+
+/// What a deletion deleted.
+fn print_deleted(deleted: &keel_host::core::retention::Deleted, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_value(deleted).expect("a deletion encodes")
+        );
+        return;
+    }
+    println!(
+        "deleted {} run{} ({} journal entries, {} bytes)",
+        deleted.runs.len(),
+        if deleted.runs.len() == 1 { "" } else { "s" },
+        deleted.journal_entries,
+        deleted.bytes
+    );
+}
+
+/// The store's figures, one per line.
+fn print_stats(stats: &keel_host::core::retention::StoreStats, json: bool) {
+    if json {
+        println!("{}", serde_json::to_value(stats).expect("figures encode"));
+        return;
+    }
+    let runs: u64 = stats.runs_by_status.values().sum();
+    let by_status: Vec<String> = stats
+        .runs_by_status
+        .iter()
+        .map(|(status, n)| format!("{n} {status}"))
+        .collect();
+    println!("runs             {runs} ({})", by_status.join(", "));
+    println!(
+        "journal entries  {} ({} bytes)",
+        stats.journal_entries, stats.journal_bytes
+    );
+    println!("hooks            {}", stats.hooks);
+    println!(
+        "payloads         {} ({} bytes)",
+        stats.payloads, stats.payload_bytes
+    );
+    println!("events           {}", stats.events);
+    println!(
+        "components       {} ({} bytes)",
+        stats.components, stats.component_bytes
+    );
+    println!("size on disk     {} bytes", stats.size_bytes);
 }

@@ -128,6 +128,35 @@ impl Client {
             .1)
     }
 
+    /// Deletes runs one request each, after checking that none is live
+    /// (without `cancel`), so that a refusal deletes nothing, as the
+    /// engine's own deletion does.
+    async fn delete_runs(
+        &self,
+        run_ids: &[String],
+        cancel: bool,
+    ) -> anyhow::Result<keel_host::core::retention::Deleted> {
+        if !cancel {
+            for run_id in run_ids {
+                let run: RunView = self.get(&["v1", "runs", run_id], &[]).await?;
+                if !run.status.is_final() {
+                    return Err(keel_host::Error::RunLive {
+                        run_id: run.run_id.into(),
+                        status: run.status.as_str().into(),
+                    }
+                    .into());
+                }
+            }
+        }
+        let mut deleted = keel_host::core::retention::Deleted::default();
+        let query = [("cancel", cancel.to_string())];
+        for run_id in run_ids {
+            let url = self.url(&["v1", "runs", run_id], &query);
+            deleted.add(self.call(Method::DELETE, url, None).await?.1);
+        }
+        Ok(deleted)
+    }
+
     /// Sends `request` and returns the server's answer as a reply.
     pub async fn send(&self, request: Request) -> anyhow::Result<Reply> {
         let run = |v: RunView| Reply::Run(RunRecord::from(v));
@@ -346,6 +375,7 @@ impl Client {
                 name,
                 grants,
                 limits,
+                retention_ms,
             } => {
                 let mut query: Vec<(&str, String)> = Vec::new();
                 if let Some(name) = name {
@@ -358,8 +388,16 @@ impl Client {
                 if let Some(ms) = limits.step_timeout_ms {
                     query.push(("step_timeout_ms", ms.to_string()));
                 }
+                if let Some(ms) = retention_ms {
+                    query.push(("retention_ms", ms.to_string()));
+                }
                 Reply::Deployment(self.upload(&component, &query).await?)
             }
+            Request::DeleteRuns { run_ids, cancel } => {
+                Reply::Deleted(self.delete_runs(&run_ids, cancel).await?)
+            }
+            Request::StoreStats => Reply::Stats(self.get(&["v1", "store", "stats"], &[]).await?),
+            Request::Purge => Reply::Purged(self.post(&["v1", "store", "purge"], &[], &()).await?),
             Request::ListDeployments => Reply::Deployments(
                 self.get::<DeploymentList>(&["v1", "deployments"], &[])
                     .await?

@@ -10,7 +10,7 @@ use keel_host::core::{Clock, GrantSpec, RunFilter, StepLimits};
 
 use crate::args::{
     Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, LimitsCommand, RunsCommand,
-    ScheduleArgs, SchedulesCommand,
+    ScheduleArgs, SchedulesCommand, StoreCommand,
 };
 use crate::control::{Request, StartSpec};
 use keel_server::wire::ScheduleRequest;
@@ -147,6 +147,18 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             run_id: run_id.clone(),
         },
         Command::Runs {
+            command: RunsCommand::Delete { run_ids, cancel },
+        } => Request::DeleteRuns {
+            run_ids: run_ids.clone(),
+            cancel: *cancel,
+        },
+        Command::Store {
+            command: StoreCommand::Stats,
+        } => Request::StoreStats,
+        Command::Store {
+            command: StoreCommand::Purge,
+        } => Request::Purge,
+        Command::Runs {
             command: RunsCommand::Result { run_id, wait },
         } => Request::Result {
             run_id: run_id.clone(),
@@ -185,6 +197,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             name,
             step_memory,
             attempt_timeout,
+            retention,
         } => Request::Deploy {
             component: std::path::absolute(component)
                 .with_context(|| format!("resolving {}", component.display()))?,
@@ -194,6 +207,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                 max_memory_mib: *step_memory,
                 step_timeout_ms: attempt_timeout.map(|d| d.as_millis() as u64),
             },
+            retention_ms: retention.map(|d| d.as_millis() as u64),
         },
         Command::Deployments {
             command: DeploymentsCommand::List,

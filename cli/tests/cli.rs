@@ -1172,3 +1172,82 @@ fn crashtest_names_a_compensation_that_is_not_idempotent() {
         assert_eq!(point["crash"], "before", "{point}");
     }
 }
+
+#[test]
+fn runs_are_deleted_archived_purged_and_counted_from_the_cli() {
+    let db = tempfile::tempdir().unwrap();
+    let archive = db.path().join("archive");
+    let (_, ended) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "two_steps", "--input", "4"],
+    );
+    let ended_id = ended["run_id"].as_str().unwrap().to_string();
+    let (_, asleep) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "sleeper", "--input", "36000000"],
+    );
+    assert_eq!(asleep["status"], "waiting");
+    let asleep_id = asleep["run_id"].as_str().unwrap();
+
+    let (_, stats) = keel(db.path(), &["store", "stats"]);
+    assert_eq!(stats["runs_by_status"]["completed"], 1, "{stats}");
+    assert_eq!(stats["runs_by_status"]["waiting"], 1, "{stats}");
+    assert!(stats["journal_entries"].as_u64().unwrap() > 4, "{stats}");
+    assert!(stats["size_bytes"].as_u64().unwrap() > 0, "{stats}");
+
+    let (out, refused) = keel(db.path(), &["runs", "delete", &ended_id, asleep_id]);
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "run_live", "{refused}");
+    assert!(
+        refused["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("--cancel"),
+        "{refused}"
+    );
+    let (out, _) = keel(db.path(), &["runs", "get", &ended_id]);
+    assert!(out.status.success(), "a refused deletion deletes nothing");
+
+    // No retention anywhere: a purge keeps everything.
+    let (_, kept) = keel(db.path(), &["store", "purge"]);
+    assert_eq!(kept["deleted"]["runs"], serde_json::json!([]), "{kept}");
+
+    let (out, deleted) = keel(
+        db.path(),
+        &[
+            "--archive",
+            archive.to_str().unwrap(),
+            "runs",
+            "delete",
+            &ended_id,
+        ],
+    );
+    assert!(out.status.success(), "{deleted}");
+    assert_eq!(deleted["runs"], serde_json::json!([ended_id]));
+    let (out, _) = keel(db.path(), &["runs", "get", &ended_id]);
+    assert!(!out.status.success(), "the deleted run is gone");
+    let file = archive.join(format!("{ended_id}.keel"));
+    let (out, reports) = keel(
+        db.path(),
+        &["replay", keel_tests::TESTBED, file.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{reports}");
+    assert_eq!(reports[0]["verdict"], "ok");
+    let (out, imported) = keel(db.path(), &["journal", "import", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{imported}");
+    let (_, back) = keel(db.path(), &["runs", "get", &ended_id]);
+    assert_eq!(back["output"], ended["output"]);
+
+    // A retention of zero: every ended run is due at once.
+    let (_, purged) = keel(db.path(), &["--run-retention", "0s", "store", "purge"]);
+    assert_eq!(
+        purged["deleted"]["runs"],
+        serde_json::json!([ended_id]),
+        "{purged}"
+    );
+    let (out, cancelled) = keel(db.path(), &["runs", "delete", asleep_id, "--cancel"]);
+    assert!(out.status.success(), "{cancelled}");
+    let (_, stats) = keel(db.path(), &["store", "stats"]);
+    assert_eq!(stats["runs_by_status"], serde_json::json!({}), "{stats}");
+    assert_eq!(stats["journal_entries"], 0, "{stats}");
+}

@@ -57,6 +57,8 @@ pub struct Metrics {
     start_wait: Family<WorkflowLabel, Histogram, fn() -> Histogram>,
     queued: Family<WorkflowLabel, Gauge>,
     in_progress: Family<WorkflowLabel, Gauge>,
+    purged: Counter,
+    purged_bytes: Counter,
 }
 
 fn wait_buckets() -> Histogram {
@@ -131,8 +133,22 @@ impl Default for Metrics {
             "Runs that have not ended, by status (pending, scheduled, queued, running, waiting)",
             live.clone(),
         );
+        let purged = Counter::default();
+        registry.register(
+            "runs_purged",
+            "Ended runs deleted, past their retention or on request",
+            purged.clone(),
+        );
+        let purged_bytes = Counter::default();
+        registry.register(
+            "purged_bytes",
+            "Bytes of records, journal entries and payloads the deleted runs freed",
+            purged_bytes.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
+            purged,
+            purged_bytes,
             started,
             ended,
             attempts,
@@ -190,6 +206,11 @@ impl Metrics {
 }
 
 impl Observer for Metrics {
+    fn runs_purged(&self, deleted: &keel_core::retention::Deleted) {
+        self.purged.inc_by(deleted.runs.len() as u64);
+        self.purged_bytes.inc_by(deleted.bytes);
+    }
+
     fn run_started(&self, workflow: &str) {
         self.started
             .get_or_create(&WorkflowLabel {

@@ -42,6 +42,9 @@ pub fn document() -> Value {
     let limit_reset = of::<LimitResetRequest>(&mut g);
     let limit_change = of::<LimitChange>(&mut g);
     let error = of::<ErrorBody>(&mut g);
+    let deleted = of::<keel_core::retention::Deleted>(&mut g);
+    let stats = of::<keel_core::retention::StoreStats>(&mut g);
+    let purged = of::<crate::wire::PurgeView>(&mut g);
     let any = json!({});
     let u64 = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
     let schemas = Value::Object(g.take_definitions(true));
@@ -117,6 +120,7 @@ pub fn document() -> Value {
                     query("allow_env", "An environment variable passed to its steps (repeatable)", json!({"type": "string"})),
                     query("max_memory_mib", "Memory bound of a step instance, MiB", u64.clone()),
                     query("step_timeout_ms", "How long one step attempt may take, ms", u64.clone()),
+                    query("retention_ms", "How long its runs are kept once ended, ms (every deployment of the name gets it; unset keeps the name's)", u64.clone()),
                 ], Some(("application/octet-stream", &json!({"type": "string", "format": "binary"}))),
                 &[("201", "Deployed", Some(&deployment))], &["400", "413", "503", "507"]),
         },
@@ -139,7 +143,14 @@ pub fn document() -> Value {
                 query("cursor", "The next_cursor of the previous page", json!({"type": "string", "pattern": "^$|^[0-9]{1,19}-"})),
             ], None, &[("200", "A page of runs", Some(&runs))], &["400", "503"])},
         "/v1/runs/{run_id}": {"get": op("getRun", "A run", vec![run_id()], None,
-            &[("200", "The run", Some(&run))], &["404", "503"])},
+            &[("200", "The run", Some(&run))], &["404", "503"]),
+            "delete": op("deleteRun", "Delete an ended run with everything stored for it (its journal archived first if the server archives); a live run is refused unless cancel ends it first",
+                vec![run_id(), query("cancel", "End a live run at once (no cleanup), then delete it", json!({"type": "boolean"}))], None,
+                &[("200", "What was deleted", Some(&deleted))], &["400", "404", "409", "503"])},
+        "/v1/store/stats": {"get": op("storeStats", "What the store holds: runs by status, journal entries, hooks, payloads, events, components, size on disk", vec![], None,
+            &[("200", "The store's figures", Some(&stats))], &["503"])},
+        "/v1/store/purge": {"post": op("purgeStore", "Purge the ended runs past their retention now (workers also do so every few seconds)", vec![], None,
+            &[("200", "What the purge did", Some(&purged))], &["503"])},
         "/v1/runs/{run_id}/detail": {"get": op("getRunDetail", "A run with its timeline and journal", vec![run_id()], None,
             &[("200", "The run, its timeline and journal", Some(&detail))], &["404", "503"])},
         "/v1/runs/{run_id}/journal": {"get": op("getJournal", "A run's journal", vec![run_id()], None,

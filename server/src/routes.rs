@@ -97,6 +97,19 @@ pub fn table() -> Vec<Route> {
         ),
         route("/v1/runs/{run_id}", Method::GET, "getRun", get(get_run)),
         route(
+            "/v1/runs/{run_id}",
+            Method::DELETE,
+            "deleteRun",
+            delete(delete_run),
+        ),
+        route(
+            "/v1/store/stats",
+            Method::GET,
+            "storeStats",
+            get(store_stats),
+        ),
+        route("/v1/store/purge", Method::POST, "purgeStore", post(purge)),
+        route(
             "/v1/runs/{run_id}/detail",
             Method::GET,
             "getRunDetail",
@@ -451,6 +464,7 @@ pub async fn deploy(
             max_memory_mib: q.number("max_memory_mib")?,
             step_timeout_ms: q.number("step_timeout_ms")?,
         },
+        retention_ms: q.number("retention_ms")?,
     };
     let origin = FsPath::new("<uploaded component>");
     let (deployment, _) = s.keel.deploy(origin, &body, spec).await?;
@@ -647,6 +661,31 @@ pub async fn get_run(
 ) -> ApiResult<Json<RunView>> {
     let run = s.keel.get_run(&run_id).await?;
     Ok(Json(RunView::read(&s.keel, &run).await?))
+}
+
+/// `DELETE /v1/runs/{run_id}?cancel=true`: deletes an ended run with
+/// everything stored for it (archived first if the server archives); a
+/// live run is refused (409) unless `cancel` ends it first.
+pub async fn delete_run(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<keel_core::retention::Deleted>> {
+    let cancel = Query::parse(raw).flag("cancel")?;
+    Ok(Json(s.keel.delete_runs(&[run_id], cancel).await?))
+}
+
+/// `GET /v1/store/stats`: what the store holds.
+pub async fn store_stats(
+    State(s): State<AppState>,
+) -> ApiResult<Json<keel_core::retention::StoreStats>> {
+    Ok(Json(s.keel.store_stats().await?))
+}
+
+/// `POST /v1/store/purge`: purges the ended runs past their retention now
+/// (the workers do so on their own every few seconds).
+pub async fn purge(State(s): State<AppState>) -> ApiResult<Json<crate::wire::PurgeView>> {
+    Ok(Json(s.keel.purge_ended(usize::MAX).await?.into()))
 }
 
 /// `GET /v1/runs/{run_id}/detail`: the run, its timeline and journal.

@@ -676,3 +676,28 @@ pub struct LimitChange {
     /// The groups and overrides now.
     pub limits: Vec<keel_core::flow::LimitRow>,
 }
+
+/// What a purge of ended runs past their retention did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PurgeView {
+    /// The runs deleted and what they freed.
+    pub deleted: keel_core::retention::Deleted,
+    /// The ended runs read and decided on.
+    pub examined: u64,
+    /// The runs whose journal file was archived first.
+    pub archived: u64,
+    /// Whether every ended run was decided on (false: the pass stopped
+    /// at its budget and the next goes on).
+    pub complete: bool,
+}
+
+impl From<keel_host::Purge> for PurgeView {
+    fn from(p: keel_host::Purge) -> Self {
+        PurgeView {
+            deleted: p.deleted,
+            examined: p.examined,
+            archived: p.archived,
+            complete: p.complete,
+        }
+    }
+}

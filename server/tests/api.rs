@@ -133,6 +133,18 @@ impl Server {
         self.call("POST", path, Some(body)).await
     }
 
+    /// Runs `ten_steps` with input `n` to its end; the run.
+    async fn ten_steps(&self, n: u32) -> Value {
+        let (status, run) = self
+            .post(
+                "/v1/workflows/ten_steps/runs",
+                json!({"input": n, "wait_ms": 10000}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{run}");
+        run
+    }
+
     /// Starts `order_updates` for `order` with its start token, answering
     /// once the run waits for a note.
     async fn start_order(&self, order: &str) -> (StatusCode, Value) {
@@ -682,12 +694,7 @@ async fn components_deploy_over_http_with_their_grants() {
 #[tokio::test(flavor = "multi_thread")]
 async fn live_updates_stream_the_journal_and_the_run_until_it_ends() {
     let s = server(None).await;
-    let (_, run) = s
-        .post(
-            "/v1/workflows/ten_steps/runs",
-            json!({"input": 3, "wait_ms": 10000}),
-        )
-        .await;
+    let run = s.ten_steps(3).await;
     let run_id = run["run_id"].as_str().unwrap();
     let response = s
         .http
@@ -1580,4 +1587,72 @@ async fn queued_runs_show_their_key_and_place_and_limits_change_over_http() {
         metrics.contains(r#"keel_run_start_wait_seconds_count{workflow="one_at_a_time"}"#),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_are_deleted_counted_and_purged_over_http() {
+    let s = server(None).await;
+    let done = s.ten_steps(3).await;
+    let done_id = done["run_id"].as_str().unwrap();
+    let (_, waiting) = s.start_order("del-1").await;
+    assert_eq!(waiting["status"], "waiting", "{waiting}");
+    let waiting_id = waiting["run_id"].as_str().unwrap();
+
+    let (status, stats) = s.get("/v1/store/stats").await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(stats["runs_by_status"]["completed"], 1, "{stats}");
+    assert_eq!(stats["runs_by_status"]["waiting"], 1, "{stats}");
+    assert_eq!(stats["hooks"], 1, "{stats}");
+
+    let (status, refused) = s
+        .call("DELETE", &format!("/v1/runs/{waiting_id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(error_kind(&refused), "run_live");
+    assert_eq!(refused["error"]["ids"]["run_id"], waiting_id);
+
+    let (status, deleted) = s.call("DELETE", &format!("/v1/runs/{done_id}"), None).await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    assert_eq!(deleted["runs"], json!([done_id]));
+    assert!(
+        deleted["journal_entries"].as_u64().unwrap() > 10,
+        "{deleted}"
+    );
+    let (status, gone) = s.get(&format!("/v1/runs/{done_id}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{gone}");
+    let (status, again) = s.call("DELETE", &format!("/v1/runs/{done_id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{again}");
+
+    let (status, cancelled) = s
+        .call(
+            "DELETE",
+            &format!("/v1/runs/{waiting_id}?cancel=true"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    assert_eq!(cancelled["runs"], json!([waiting_id]));
+    // Its token is free again.
+    let (status, restarted) = s.start_order("del-1").await;
+    assert_eq!(status, StatusCode::CREATED, "{restarted}");
+
+    let (status, purged) = s.post("/v1/store/purge", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{purged}");
+    assert_eq!(
+        purged["deleted"]["runs"],
+        json!([]),
+        "no retention keeps every run"
+    );
+    assert_eq!(purged["complete"], true);
+
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("keel_runs_purged_total 2"), "{metrics}");
 }
