@@ -226,3 +226,37 @@ impl SledStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use keel_core::RunStatus;
+    use keel_core::testing::{JournalBuilder, run_record};
+
+    use super::*;
+    use crate::{JournalStore, RunStore};
+
+    #[tokio::test]
+    async fn a_deletion_cut_short_by_a_crash_is_finished_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let run = run_record("gone", RunStatus::Completed, 5);
+        let journal = JournalBuilder::started("w", "null").entries();
+        store.import(&run, &journal).await.unwrap();
+        // The crash: the record is unlinked and marked, the rest not yet
+        // deleted.
+        assert!(store.unlink_run("gone").unwrap().is_some());
+        store.inner.db.flush().unwrap();
+        assert!(!store.journal("gone").await.unwrap().is_empty());
+        drop(store);
+        let store = SledStore::reopen(dir.path()).unwrap();
+        assert!(store.journal("gone").await.unwrap().is_empty());
+        assert!(
+            store.inner.purging.is_empty(),
+            "the mark is gone with the data"
+        );
+        assert!(matches!(
+            store.get_run("gone").await,
+            Err(StoreError::RunNotFound { .. })
+        ));
+    }
+}
