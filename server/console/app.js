@@ -191,7 +191,7 @@ function runPage(runId) {
           ${Object.keys(r.attributes || {}).length ? `<dt>Attributes</dt><dd data-testid="attributes">${Object.entries(r.attributes).map(([k, v]) => `<span class="mono">${esc(k)}=${esc(v)}</span>`).join(" ")}</dd>` : ""}
           ${r.parent_run_id ? `<dt>Parent</dt><dd class="mono"><a data-testid="parent" href="#/runs/${encodeURIComponent(r.parent_run_id)}">${esc(r.parent_run_id)}</a></dd>` : ""}
         </dl>
-        ${ended(r.status) ? "" : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}
+        ${ended(r.status) ? `<p><button class="danger" id="delete" data-testid="delete">Delete run</button></p>` : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}
         ${r.status === "failed" ? `<p><button id="retry" data-testid="retry">Retry from the failed step</button></p>` : ""}
         </div>
         <div class="card"><strong>Input</strong><pre data-testid="input">${json(r.input)}</pre></div>
@@ -229,6 +229,17 @@ function runPage(runId) {
         await api(`/v1/runs/${encodeURIComponent(r.run_id)}/retry`, { method: "POST" });
         toast("Run retried");
         render();
+      } catch (e) { toast(e.message, true); }
+    };
+    const remove = document.getElementById("delete");
+    if (remove) remove.onclick = async () => {
+      // Everything the run stored goes, journal included (archived first
+      // if the server archives).
+      if (!confirm(`Delete run ${r.run_id} and its journal? This cannot be undone.`)) return;
+      try {
+        await api(`/v1/runs/${encodeURIComponent(r.run_id)}`, { method: "DELETE" });
+        toast("Run deleted");
+        location.hash = "#/runs";
       } catch (e) { toast(e.message, true); }
     };
     const cancel = document.getElementById("cancel");

@@ -84,6 +84,13 @@ try {
   assert.equal(after.status, "cancelled");
   assert.equal(after.error.message, "cancelled by api: no longer wanted");
 
+  // An ended run is deleted from its page, after a confirmation.
+  page.once("dialog", (dialog) => dialog.accept());
+  await page.locator("[data-testid=delete]").click();
+  await page.getByText("Run deleted").waitFor();
+  await page.getByRole("heading", { name: "Runs" }).waitFor();
+  assert.equal((await fetch(`${base}/v1/runs/${waiting.run_id}`)).status, 404, "the deleted run is gone");
+
   // A run's children as a tree, with links both ways: `start_order` ends
   // at once and its child, closed by `abandon`, waits on its hook.
   const parent = await api("/v1/workflows/start_order/runs", { input: { order_id: "browser-3", note: "placed" }, wait_ms: 10000 });

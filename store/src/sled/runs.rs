@@ -67,6 +67,23 @@ pub(super) fn inbox_key(run_id: &str, token: &str, index: u64) -> Vec<u8> {
 }
 
 impl SledStore {
+    /// The runs admitted below `before` (every run if `None`), newest
+    /// first: the order of listings.
+    fn newest_first<'a>(
+        &'a self,
+        before: Option<&RunCursor>,
+    ) -> impl Iterator<Item = Result<RunRecord>> + 'a {
+        let created = &self.inner.created;
+        let range = match before {
+            Some(cursor) => created.range(..created_key(cursor)),
+            None => created.iter(),
+        };
+        range.rev().map(move |kv| {
+            let (key, _) = kv.map_err(backend)?;
+            self.read_run(&String::from_utf8_lossy(&key[8.min(key.len())..]))
+        })
+    }
+
     pub(super) fn suffixes(&self, tree: &sled::Tree, prefix: &[u8]) -> Result<Vec<String>> {
         tree.scan_prefix(prefix)
             .keys()
@@ -193,19 +210,7 @@ impl RunStore for SledStore {
         before: Option<&RunCursor>,
         limit: usize,
     ) -> Result<Vec<RunRecord>> {
-        let created = &self.inner.created;
-        let range = match before {
-            Some(cursor) => created.range(..created_key(cursor)),
-            None => created.iter(),
-        };
-        range
-            .rev()
-            .take(limit)
-            .map(|kv| {
-                let (key, _) = kv.map_err(backend)?;
-                self.read_run(&String::from_utf8_lossy(&key[8.min(key.len())..]))
-            })
-            .collect()
+        self.newest_first(before).take(limit).collect()
     }
 
     /// Scans the runs newest first, reading each record: sled keeps no
@@ -216,26 +221,15 @@ impl RunStore for SledStore {
         before: Option<&RunCursor>,
         limit: usize,
     ) -> Result<Vec<RunRecord>> {
-        let created = &self.inner.created;
-        let range = match before {
-            Some(cursor) => created.range(..created_key(cursor)),
-            None => created.iter(),
-        };
-        let mut found = Vec::new();
-        for kv in range.rev() {
-            if found.len() == limit {
-                break;
-            }
-            let (key, _) = kv.map_err(backend)?;
-            let run = self.read_run(&String::from_utf8_lossy(&key[8.min(key.len())..]))?;
-            if attributes
+        let has = |run: &RunRecord| {
+            attributes
                 .iter()
                 .all(|(k, v)| run.attributes.get(k) == Some(v))
-            {
-                found.push(run);
-            }
-        }
-        Ok(found)
+        };
+        self.newest_first(before)
+            .filter(|run| run.as_ref().map_or(true, has))
+            .take(limit)
+            .collect()
     }
 
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
