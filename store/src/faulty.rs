@@ -545,8 +545,12 @@ impl<S: Store + ?Sized> crate::RetentionStore for FaultyStore<S> {
     ) -> Result<Vec<RunRecord>> {
         self.inner.ended_runs(created_before_ms, after, limit).await
     }
-    async fn delete_runs(&self, run_ids: &[RunId]) -> Result<keel_core::retention::Deleted> {
-        self.confirm(self.inner.delete_runs(run_ids).await)
+    async fn delete_runs(
+        &self,
+        run_ids: &[RunId],
+        tokens_at_ms: Option<u64>,
+    ) -> Result<keel_core::retention::Deleted> {
+        self.confirm(self.inner.delete_runs(run_ids, tokens_at_ms).await)
     }
     async fn delete_events_before(&self, before_ms: u64) -> Result<u64> {
         self.inner.delete_events_before(before_ms).await

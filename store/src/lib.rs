@@ -583,8 +583,16 @@ pub trait RetentionStore: Send + Sync {
     /// unknown ID and (on a store processes share) a run another process
     /// is deleting at the same time are left out, so that two purges never
     /// delete one run twice. Idempotency keys stay until their window
-    /// passes (`KeyStore::purge_expired_keys`).
-    async fn delete_runs(&self, run_ids: &[RunId]) -> Result<keel_core::retention::Deleted>;
+    /// passes (`KeyStore::purge_expired_keys`). With `tokens_at_ms`, a
+    /// hook whose token retention runs past that time stays (inactive, its
+    /// token still refused to other runs) until
+    /// `HookStore::purge_expired_hooks`: a purge keeps a start token's
+    /// promise; a deletion on request (`None`) erases it too.
+    async fn delete_runs(
+        &self,
+        run_ids: &[RunId],
+        tokens_at_ms: Option<u64>,
+    ) -> Result<keel_core::retention::Deleted>;
 
     /// Deletes the events ingested before `before_ms`; how many.
     async fn delete_events_before(&self, before_ms: u64) -> Result<u64>;

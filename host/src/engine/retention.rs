@@ -43,7 +43,8 @@ pub struct Purge {
 
 impl Keel {
     /// Purges ended runs kept past their retention (their deployment's,
-    /// else [`RetentionConfig::default_ms`]): at most `max_batches`
+    /// else [`RetentionConfig::default_ms`]), keeping a retained start
+    /// token until its own retention passes: at most `max_batches`
     /// batches of [`PURGE_BATCH`], from where the last pass of this engine
     /// stopped. Each batch is archived (if configured) and then deleted in
     /// one store operation; on a store processes share, a run another
@@ -68,7 +69,9 @@ impl Keel {
             if !due.is_empty() {
                 purge.archived += self.archive(&due).await?;
                 let ids: Vec<RunId> = due.iter().map(|r| r.run_id.clone()).collect();
-                purge.deleted.add(self.store().delete_runs(&ids).await?);
+                purge
+                    .deleted
+                    .add(self.store().delete_runs(&ids, Some(now)).await?);
             }
             cursor = page.last().map(RunCursor::of);
             if page.len() < PURGE_BATCH {
@@ -107,8 +110,8 @@ impl Keel {
         ))
     }
 
-    /// Deletes ended runs on request, each with everything stored for it
-    /// (archived first if configured). A live run is refused
+    /// Deletes ended runs on request, each with everything stored for it,
+    /// retained tokens included (archived first if configured). A live run is refused
     /// ([`Error::RunLive`], nothing deleted) unless `cancel`, which ends it
     /// at once (no cleanup) before it is deleted; an unknown run is
     /// [`Error::RunNotFound`].
@@ -129,7 +132,7 @@ impl Keel {
         }
         let refs: Vec<&RunRecord> = runs.iter().collect();
         self.archive(&refs).await?;
-        let deleted = self.store().delete_runs(run_ids).await?;
+        let deleted = self.store().delete_runs(run_ids, None).await?;
         tracing::info!(runs = deleted.runs.len(), "deleted runs on request");
         self.inner.config.observer.runs_purged(&deleted);
         Ok(deleted)

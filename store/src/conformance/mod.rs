@@ -133,6 +133,7 @@ cases!(
     ended_runs_are_read_oldest_first_page_by_page,
     deleting_runs_removes_all_they_stored_and_spares_live_ones,
     racing_deletions_delete_each_run_once,
+    a_purge_keeps_a_retained_token_until_its_retention_passes,
     the_stats_count_what_the_store_holds,
 );
 

@@ -76,7 +76,7 @@ pub(super) async fn deleting_runs_removes_all_they_stored_and_spares_live_ones(
     store.watch("live", "old").await.map_err(fail("watch"))?;
     let before = store.stats().await.map_err(fail("stats"))?;
     let deleted = store
-        .delete_runs(&["old".into(), "live".into(), "nobody".into()])
+        .delete_runs(&["old".into(), "live".into(), "nobody".into()], None)
         .await
         .map_err(fail("delete"))?;
     check(deleted.runs == ["old"], || {
@@ -140,6 +140,47 @@ pub(super) async fn deleting_runs_removes_all_they_stored_and_spares_live_ones(
     })
 }
 
+pub(super) async fn a_purge_keeps_a_retained_token_until_its_retention_passes(
+    h: &dyn Harness,
+) -> Outcome {
+    let store = h.fresh().await;
+    let start = hook("order:1", "first", None, Some(100));
+    admit(&*store, "first", Some(&start), None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    end(&*store, "first", 10).await.map_err(fail("end"))?;
+    let deleted = store
+        .delete_runs(&["first".into()], Some(50))
+        .await
+        .map_err(fail("delete"))?;
+    check(deleted.runs == ["first"], || format!("{deleted:?}"))?;
+    let again = admit(
+        &*store,
+        "second",
+        Some(&hook("order:1", "second", None, None)),
+        None,
+        60,
+    )
+    .await;
+    check(
+        matches!(again, Err(StoreError::HookConflict { .. })),
+        || format!("a start with the purged run's retained token: {again:?}"),
+    )?;
+    store
+        .purge_expired_hooks(150)
+        .await
+        .map_err(fail("purge hooks"))?;
+    admit(
+        &*store,
+        "third",
+        Some(&hook("order:1", "third", None, None)),
+        None,
+        150,
+    )
+    .await
+    .map_err(fail("the token is still held after its retention"))
+}
+
 pub(super) async fn racing_deletions_delete_each_run_once(h: &dyn Harness) -> Outcome {
     let store = h.fresh().await;
     let mut all: Vec<RunId> = Vec::new();
@@ -154,7 +195,9 @@ pub(super) async fn racing_deletions_delete_each_run_once(h: &dyn Harness) -> Ou
         if reversed {
             ids.reverse();
         }
-        tasks.push(tokio::spawn(async move { store.delete_runs(&ids).await }));
+        tasks.push(tokio::spawn(async move {
+            store.delete_runs(&ids, Some(0)).await
+        }));
     }
     let mut deleted: Vec<RunId> = Vec::new();
     for task in tasks {

@@ -12,9 +12,9 @@ use super::*;
 use crate::RetentionStore;
 
 /// The tables holding rows of a run by `run_id`, beside `runs`, `journal`
-/// and `inbox` (whose sizes a deletion reports).
+/// and `inbox` (whose sizes a deletion reports) and `hooks` (whose
+/// retained tokens a purge keeps).
 const RUN_TABLES: &[&str] = &[
-    "hooks",
     "claims",
     "wakeups",
     "flow_slots",
@@ -44,8 +44,10 @@ impl RetentionStore for PgStore {
         .await
     }
 
-    async fn delete_runs(&self, run_ids: &[RunId]) -> Result<Deleted> {
+    async fn delete_runs(&self, run_ids: &[RunId], tokens_at_ms: Option<u64>) -> Result<Deleted> {
         let wanted: Vec<&str> = run_ids.iter().map(|r| r.as_str()).collect();
+        // Hooks retained past this time stay; `None` keeps none.
+        let kept_after = tokens_at_ms.map_or(i64::MAX, i);
         transact!(self, |tx| {
             let locked = tx
                 .rows(
@@ -95,6 +97,13 @@ impl RetentionStore for PgStore {
                 .await
                 .map_err(pg)?;
             }
+            tx.run(
+                "DELETE FROM hooks WHERE run_id = ANY($1)
+                     AND NOT coalesce(retain_until_ms > $2, false)",
+                &[&ids, &kept_after],
+            )
+            .await
+            .map_err(pg)?;
             tx.run(
                 "DELETE FROM watchers WHERE run_id = ANY($1) OR watcher = ANY($1)",
                 &[&ids],

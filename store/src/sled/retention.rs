@@ -53,7 +53,7 @@ impl RetentionStore for SledStore {
         Ok(found)
     }
 
-    async fn delete_runs(&self, run_ids: &[RunId]) -> Result<Deleted> {
+    async fn delete_runs(&self, run_ids: &[RunId], tokens_at_ms: Option<u64>) -> Result<Deleted> {
         self.finish_purges()?;
         let mut deleted = Deleted::default();
         for run_id in run_ids {
@@ -62,7 +62,7 @@ impl RetentionStore for SledStore {
                 deleted.bytes += record_bytes;
             }
         }
-        let (entries, bytes) = self.drop_runs_data(&deleted.runs)?;
+        let (entries, bytes) = self.drop_runs_data(&deleted.runs, tokens_at_ms)?;
         deleted.journal_entries = entries;
         deleted.bytes += bytes;
         if !deleted.runs.is_empty() {
@@ -146,7 +146,7 @@ impl SledStore {
 
     /// Deletes everything else stored for runs whose records are gone,
     /// then their `purging` marks; the journal entries and bytes deleted.
-    fn drop_runs_data(&self, run_ids: &[RunId]) -> Result<(u64, u64)> {
+    fn drop_runs_data(&self, run_ids: &[RunId], tokens_at_ms: Option<u64>) -> Result<(u64, u64)> {
         let i = &self.inner;
         let (mut entries, mut bytes) = (0, 0);
         for run_id in run_ids {
@@ -173,7 +173,7 @@ impl SledStore {
                 tree.remove(run_id.as_bytes()).map_err(backend)?;
             }
         }
-        self.drop_hooks_and_watches(run_ids)?;
+        self.drop_hooks_and_watches(run_ids, tokens_at_ms)?;
         for run_id in run_ids {
             i.purging.remove(run_id.as_bytes()).map_err(backend)?;
         }
@@ -182,8 +182,9 @@ impl SledStore {
 
     /// Deletes the hooks `run_ids` hold (those retained after a run's end
     /// are no longer under its prefix in `run_hooks`) and the watches they
-    /// are in, either side: one pass over each tree.
-    fn drop_hooks_and_watches(&self, run_ids: &[RunId]) -> Result<()> {
+    /// are in, either side: one pass over each tree. A hook retained past
+    /// `tokens_at_ms` stays (`RetentionStore::delete_runs`).
+    fn drop_hooks_and_watches(&self, run_ids: &[RunId], tokens_at_ms: Option<u64>) -> Result<()> {
         if run_ids.is_empty() {
             return Ok(());
         }
@@ -193,7 +194,9 @@ impl SledStore {
         for kv in i.hooks.iter() {
             let (token, value) = kv.map_err(backend)?;
             let hook: keel_core::HookRecord = codec::decode(&value, "hook")?;
-            if ids.contains(hook.run_id.as_bytes()) {
+            let kept =
+                tokens_at_ms.is_some_and(|at| hook.retain_until_ms.is_some_and(|until| until > at));
+            if ids.contains(hook.run_id.as_bytes()) && !kept {
                 i.hooks.remove(token).map_err(backend)?;
             }
         }
@@ -222,7 +225,9 @@ impl SledStore {
                     .into())
             })
             .collect::<Result<_>>()?;
-        self.drop_runs_data(&marked)?;
+        // The kept tokens of a purge a crash cut short are not known
+        // here: they go with the rest.
+        self.drop_runs_data(&marked, None)?;
         Ok(())
     }
 }
