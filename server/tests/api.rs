@@ -133,6 +133,17 @@ impl Server {
         self.call("POST", path, Some(body)).await
     }
 
+    /// The text of `/metrics`.
+    async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap();
+        response.text().await.unwrap()
+    }
+
     /// Runs `ten_steps` with input `n` to its end; the run.
     async fn ten_steps(&self, n: u32) -> Value {
         let (status, run) = self
@@ -1331,15 +1342,7 @@ async fn schedules_are_created_fired_paused_and_deleted_over_http() {
 
     // Fires are counted by outcome: the trigger and three backfilled
     // started, three found.
-    let metrics = server
-        .http
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     for line in [
         r#"keel_schedule_fires_total{schedule="nightly",outcome="started"} 4"#,
         r#"keel_schedule_fires_total{schedule="nightly",outcome="already_fired"} 3"#,
@@ -1566,15 +1569,7 @@ async fn queued_runs_show_their_key_and_place_and_limits_change_over_http() {
         .call("POST", "/v1/limits/one_at_a_time", Some(json!({})))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
-    let metrics = s
-        .http
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.metrics().await;
     assert!(
         metrics.contains(r#"keel_concurrency_queued{workflow="one_at_a_time"} 1"#),
         "{metrics}"
@@ -1645,14 +1640,6 @@ async fn runs_are_deleted_counted_and_purged_over_http() {
     );
     assert_eq!(purged["complete"], true);
 
-    let metrics = s
-        .http
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.metrics().await;
     assert!(metrics.contains("keel_runs_purged_total 2"), "{metrics}");
 }
