@@ -98,7 +98,9 @@ try {
   const childId = parent.output.started;
   await page.goto(`${base}/#/runs/${parent.run_id}`);
   const child = page.locator(`[data-testid=children] [data-testid=child][data-close=abandon]`);
-  await child.waitFor();
+  // The child is driven at once and may still be running when the page
+  // first draws; the page redraws as it changes.
+  await page.locator(`[data-testid=children] [data-testid=child][data-close=abandon]`, { hasText: "waiting" }).waitFor();
   assert.match(await child.innerText(), /order_updates/);
   assert.match(await child.innerText(), /waiting/);
   assert.match(await child.innerText(), /goes on when this run ends/);
