@@ -119,6 +119,11 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
             id("name")
         ),
         K::ScheduleConflict => "read the schedule again and repeat the change".into(),
+        K::JobNotFound => "`keel jobs list` lists the jobs".into(),
+        K::JobConflict => format!(
+            "a worker is carrying the job out; `keel jobs show {}` shows where it is",
+            id("job_id")
+        ),
         K::InvalidSchedule => {
             "write a cron expression of 5 fields (6 with seconds) and an IANA zone (--tz Europe/Paris), or an interval such as --every 5m".into()
         }

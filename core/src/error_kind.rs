@@ -108,6 +108,12 @@ kinds! {
     /// A cron expression, zone, interval or bound that cannot fire.
     InvalidSchedule = "invalid_schedule",
 
+    // Bulk operations.
+    /// No such job.
+    JobNotFound = "job_not_found",
+    /// Another worker changed the job first (it carries the job out).
+    JobConflict = "job_conflict",
+
     // A run's own failures.
     /// The code no longer matches the journal.
     NonDeterminism = "non_determinism",

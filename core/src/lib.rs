@@ -7,6 +7,7 @@
 //! runtime, no storage engine and no wasm runtime, so every layer above can
 //! use it and its logic is unit-tested here.
 
+pub mod bulk;
 pub mod clock;
 pub mod codec;
 pub mod deployment;

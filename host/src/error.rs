@@ -139,6 +139,12 @@ pub enum Error {
     #[error("schedule `{name}`: {reason}")]
     InvalidSchedule { name: String, reason: String },
 
+    #[error("no job `{job_id}`")]
+    JobNotFound { job_id: String },
+
+    #[error("job `{job_id}` was changed by another writer meanwhile; nothing was changed")]
+    JobConflict { job_id: String },
+
     #[error(
         "the start of run {run_id} could not be confirmed ({reason}); it may or may not have been admitted. Retrying with the same token or key is safe: it becomes the run or is refused naming the run that holds it"
     )]
@@ -276,6 +282,8 @@ impl From<StoreError> for Error {
             StoreError::ScheduleNotFound { name } => Error::ScheduleNotFound { name },
             StoreError::ScheduleExists { name } => Error::ScheduleExists { name },
             StoreError::ScheduleConflict { name } => Error::ScheduleConflict { name },
+            StoreError::JobNotFound { job_id } => Error::JobNotFound { job_id },
+            StoreError::JobConflict { job_id } => Error::JobConflict { job_id },
             StoreError::HookConflict {
                 token,
                 conflicting_run_id,
@@ -326,6 +334,8 @@ impl Error {
             Error::ScheduleExists { .. } => ErrorKind::ScheduleExists,
             Error::ScheduleConflict { .. } => ErrorKind::ScheduleConflict,
             Error::InvalidSchedule { .. } => ErrorKind::InvalidSchedule,
+            Error::JobNotFound { .. } => ErrorKind::JobNotFound,
+            Error::JobConflict { .. } => ErrorKind::JobConflict,
             Error::StartOutcomeUnknown { .. } => ErrorKind::StartOutcomeUnknown,
             Error::DriveInterrupted { .. } => ErrorKind::DriveInterrupted,
             Error::ResumeOutcomeUnknown { .. } => ErrorKind::ResumeOutcomeUnknown,
@@ -359,6 +369,9 @@ impl Error {
             | Error::ScheduleExists { name }
             | Error::ScheduleConflict { name }
             | Error::InvalidSchedule { name, .. } => vec![("name", name.clone())],
+            Error::JobNotFound { job_id } | Error::JobConflict { job_id } => {
+                vec![("job_id", job_id.clone())]
+            }
             Error::RunNotFound { run_id }
             | Error::RunExists { run_id }
             | Error::SandboxViolation { run_id, .. }

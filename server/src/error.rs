@@ -53,6 +53,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::ComponentNotFound
         | K::StoreNotFound
         | K::ScheduleNotFound
+        | K::JobNotFound
         | K::NotFound => StatusCode::NOT_FOUND,
         K::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         K::HookConflict
@@ -60,6 +61,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::RunExists
         | K::ScheduleExists
         | K::ScheduleConflict
+        | K::JobConflict
         | K::NotRetryable
         | K::RunEnded
         | K::RunLive

@@ -73,6 +73,14 @@ pub enum StoreError {
     )]
     ScheduleConflict { name: String },
 
+    #[error("no job `{job_id}` in this store")]
+    JobNotFound { job_id: String },
+
+    #[error(
+        "job `{job_id}` was changed by another writer since it was read; the write was refused"
+    )]
+    JobConflict { job_id: String },
+
     #[error("the store holds a record it cannot decode: {0}")]
     Corrupt(#[from] CodecError),
 
@@ -107,6 +115,8 @@ impl StoreError {
             StoreError::ScheduleNotFound { .. } => ErrorKind::ScheduleNotFound,
             StoreError::ScheduleExists { .. } => ErrorKind::ScheduleExists,
             StoreError::ScheduleConflict { .. } => ErrorKind::ScheduleConflict,
+            StoreError::JobNotFound { .. } => ErrorKind::JobNotFound,
+            StoreError::JobConflict { .. } => ErrorKind::JobConflict,
             StoreError::Corrupt(_) => ErrorKind::CorruptRecord,
             StoreError::Unconfirmed { .. } => ErrorKind::StoreUnconfirmed,
             StoreError::Backend { .. } => ErrorKind::Storage,

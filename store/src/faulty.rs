@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use keel_core::bulk::JobRecord;
 use keel_core::flow::{LimitRow, RunSlot, SlotState};
 use keel_core::schedule::ScheduleRecord;
 use keel_core::{
@@ -39,6 +40,11 @@ pub struct FaultyStore<S: ?Sized> {
     /// The next journal write lands, then waits for a release before its
     /// caller hears of it.
     hold: Hold,
+    /// Job updates made (or attempted) so far.
+    job_updates: AtomicU64,
+    /// From this job update on (counted from 1; 0: never), job updates
+    /// fail as a dead process's would.
+    die_at_job_update: AtomicU64,
     /// Last, so that the wrapper can be unsized to `FaultyStore<dyn Store>`.
     inner: S,
 }
@@ -94,6 +100,8 @@ impl<S: Store> FaultyStore<S> {
             crash: Mutex::new(None),
             crashed: AtomicBool::new(false),
             hold: Hold::default(),
+            job_updates: AtomicU64::new(0),
+            die_at_job_update: AtomicU64::new(0),
         }
     }
 
@@ -170,6 +178,13 @@ impl<S: Store + ?Sized> FaultyStore<S> {
     /// has landed and is held.
     pub async fn write_held(&self) {
         self.hold.held.notified().await;
+    }
+
+    /// From job update `n` on (counted from 1), every job update is lost,
+    /// as if the process carrying the job out died there: the actions it
+    /// took since its last update have landed, its progress has not.
+    pub fn die_at_job_update(&self, n: u64) {
+        self.die_at_job_update.store(n, Ordering::SeqCst);
     }
 
     /// Lets the held write report to its caller.
@@ -457,6 +472,30 @@ impl<S: Store + ?Sized> ScheduleStore for FaultyStore<S> {
     }
     async fn due_schedules(&self, now_ms: u64, limit: usize) -> Result<Vec<ScheduleRecord>> {
         self.inner.due_schedules(now_ms, limit).await
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> crate::JobStore for FaultyStore<S> {
+    async fn create_job(&self, job: &JobRecord) -> Result<()> {
+        self.inner.create_job(job).await
+    }
+    async fn update_job(&self, job: &JobRecord) -> Result<u64> {
+        let n = self.job_updates.fetch_add(1, Ordering::SeqCst) + 1;
+        let die = self.die_at_job_update.load(Ordering::SeqCst);
+        if die != 0 && n >= die {
+            return Err(Self::dead());
+        }
+        self.inner.update_job(job).await
+    }
+    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>> {
+        self.inner.job(job_id).await
+    }
+    async fn jobs(&self, limit: usize) -> Result<Vec<JobRecord>> {
+        self.inner.jobs(limit).await
+    }
+    async fn running_jobs(&self) -> Result<Vec<JobRecord>> {
+        self.inner.running_jobs().await
     }
 }
 

@@ -19,6 +19,7 @@
 //! [`StoreError::Unconfirmed`]: it may or may not have happened.
 
 use async_trait::async_trait;
+use keel_core::bulk::JobRecord;
 use keel_core::flow::{LimitRow, OnLimit, RunSlot, SlotState};
 use keel_core::lifecycle::CancelRequest;
 use keel_core::schedule::ScheduleRecord;
@@ -349,6 +350,32 @@ pub trait ScheduleStore: Send + Sync {
     async fn due_schedules(&self, now_ms: u64, limit: usize) -> Result<Vec<ScheduleRecord>>;
 }
 
+/// Bulk operations' jobs: records any worker carries out page by page.
+/// Writes are atomic and durable; an update is a compare-and-set on the
+/// revision it read, so a worker that lost a job's claim cannot write its
+/// progress over another's.
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// Creates `job` at revision 0; [`StoreError::JobConflict`] if its ID
+    /// is taken.
+    async fn create_job(&self, job: &JobRecord) -> Result<()>;
+
+    /// Writes `job` if the stored one is still at `job.revision`
+    /// ([`StoreError::JobConflict`] if not, [`StoreError::JobNotFound`] if
+    /// it is gone); the stored revision becomes `job.revision + 1`, which
+    /// is returned.
+    async fn update_job(&self, job: &JobRecord) -> Result<u64>;
+
+    /// The job `job_id`, if any.
+    async fn job(&self, job_id: &str) -> Result<Option<JobRecord>>;
+
+    /// Up to `limit` jobs, newest first.
+    async fn jobs(&self, limit: usize) -> Result<Vec<JobRecord>>;
+
+    /// The jobs still running (claimed or not), oldest first.
+    async fn running_jobs(&self) -> Result<Vec<JobRecord>>;
+}
+
 /// Flow control: the concurrency groups, their queues and the operators'
 /// limits. Every write is atomic and durable, and happens in one
 /// transaction with the admissions and ends it decides against, so a
@@ -614,6 +641,7 @@ pub trait Store:
     + DeploymentStore
     + WakeStore
     + ScheduleStore
+    + JobStore
     + FlowStore
     + RateStore
     + CancelStore

@@ -28,6 +28,7 @@ mod admission;
 mod children;
 mod deployments;
 mod drive;
+mod jobs;
 mod limits;
 mod retention;
 mod schedules;
@@ -37,6 +38,7 @@ mod worker;
 pub use admission::{StartHook, StartOptions};
 pub use children::ChildRun;
 pub use deployments::DeploySpec;
+pub use jobs::BulkPreview;
 pub use retention::{PURGE_BATCH, Purge, RetentionConfig, archive_path};
 pub use schedules::MAX_BACKFILL;
 pub use watch::Watched;
@@ -66,6 +68,8 @@ pub(crate) struct Inner {
     /// The worker's purge of ended runs in progress, and when the last
     /// one started.
     purging: Mutex<(Option<JoinHandle<()>>, u64)>,
+    /// The bulk jobs this process is carrying out.
+    jobs: jobs::JobsRunning,
     /// When the worker looks at the schedules next (the earliest fire it
     /// knows of, or a second on, for schedules other processes create; 0
     /// once a schedule changed in this process), and that earliest fire.
@@ -141,6 +145,7 @@ impl Keel {
                 last_purge_ms: Mutex::default(),
                 purge_cursor: Mutex::default(),
                 purging: Mutex::default(),
+                jobs: Mutex::default(),
                 next_schedule_look_ms: Mutex::default(),
                 stopping: Default::default(),
                 deployments: Mutex::default(),

@@ -149,7 +149,8 @@ impl Keel {
 
     /// Deletes expired idempotency keys and retained tokens, at most once a
     /// second of the admission clock (they are already refused by
-    /// admission once expired; this only reclaims the space).
+    /// admission once expired; this only reclaims the space), and starts
+    /// the purge of ended runs and the bulk jobs no worker carries out.
     async fn purge_expired(&self) -> Result<()> {
         let now = self.now_ms();
         {
@@ -165,6 +166,11 @@ impl Keel {
             tracing::debug!(keys, tokens, "expired keys and tokens deleted");
         }
         self.spawn_purge(now);
+        if let Err(e) = self.spawn_jobs().await {
+            tracing::warn!(
+                "the worker cannot read the bulk jobs (it looks again in a second): {e}"
+            );
+        }
         Ok(())
     }
 

@@ -23,8 +23,10 @@ use keel_core::testing::{JournalBuilder, run_record, timer_entry};
 use crate::{Admission, HookPayload, KeyClaim, Store, StoreError};
 
 mod flow;
+mod jobs;
 mod retention;
 use flow::*;
+use jobs::*;
 use retention::*;
 
 /// Makes the stores the suite runs against.
@@ -135,6 +137,9 @@ cases!(
     racing_deletions_delete_each_run_once,
     a_purge_keeps_a_retained_token_until_its_retention_passes,
     the_stats_count_what_the_store_holds,
+    a_job_is_created_once_and_its_progress_survives_a_reopen,
+    a_job_update_is_refused_after_another_writer,
+    jobs_are_listed_newest_first_and_running_ones_found,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.

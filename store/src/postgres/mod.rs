@@ -41,6 +41,7 @@ mod tx;
 mod catalog;
 mod flow;
 mod hooks;
+mod jobs;
 mod retention;
 mod runs;
 mod schedules;

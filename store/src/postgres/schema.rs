@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -154,6 +154,16 @@ CREATE INDEX runs_attributes ON runs USING gin (attributes jsonb_path_ops);
     r#"
 CREATE INDEX runs_ended ON runs (created_at_ms, run_id) WHERE NOT live;
 CREATE INDEX watchers_watcher ON watchers (watcher);
+"#,
+    // Bulk operations' jobs (`jobs.rs`).
+    r#"
+CREATE TABLE jobs (
+    job_id text PRIMARY KEY,
+    revision bigint NOT NULL,
+    running boolean NOT NULL,
+    record bytea NOT NULL
+);
+CREATE INDEX jobs_running ON jobs (job_id) WHERE running;
 "#,
 ];
 

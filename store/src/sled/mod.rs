@@ -4,7 +4,8 @@
 //! `live` (IDs of runs that have not ended), `created` (`admission time ++
 //! run ID`, the order of listings), `keys`, `hooks`, `run_hooks`,
 //! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
-//! `components`, `schedules` (name to record), `purging` (deleted runs
+//! `components`, `schedules` (name to record), `jobs` (job ID to record),
+//! `purging` (deleted runs
 //! whose data is being deleted: [`retention`]), `cancels` (run ID to its
 //! cancel request), the flow-control trees
 //! (`slots`, `group_slots`, `groups`, `limits`: see [`flow`]) and `meta`
@@ -31,6 +32,7 @@ mod catalog;
 mod commit;
 mod flow;
 mod hooks;
+mod jobs;
 mod retention;
 mod runs;
 mod schedules;
@@ -132,6 +134,8 @@ struct Inner {
     workers: sled::Tree,
     /// Schedule name to its record.
     schedules: sled::Tree,
+    /// Job ID (time-sortable) to the bulk operation's record.
+    jobs: sled::Tree,
     /// Run ID to its concurrency slot (`flow`).
     slots: sled::Tree,
     /// Group key ++ run ID to the slot: the slots of each concurrency group.
@@ -221,6 +225,7 @@ impl SledStore {
             leases: open("leases")?,
             workers: open("workers")?,
             schedules: open("schedules")?,
+            jobs: open("jobs")?,
             slots: open("slots")?,
             group_slots: open("group_slots")?,
             groups: open("groups")?,

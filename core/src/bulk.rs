@@ -1,0 +1,424 @@
+//! Bulk operations: one action (cancel, retry, delete) applied to every run
+//! a listing filter selects, carried out as a job that any worker can take
+//! over. The job's record is its progress: where the next page of runs
+//! starts, the runs of the page being acted on, the counts and a sample of
+//! the failures. A worker writes the page's runs into the record before it
+//! acts on them, so a worker that takes over after a crash knows which
+//! runs may already have been acted on and acts on each of them only if
+//! the action has not landed: a run is acted on once. The decisions are
+//! here; the engine acts and the store keeps the records.
+
+use serde::{Deserialize, Serialize};
+
+use crate::query::RunFilter;
+use crate::records::RunStatus;
+use crate::schedule::Claim;
+use crate::{Entry, Fact, RunId};
+
+/// How many runs one page of a job acts on between two writes of its
+/// record.
+pub const JOB_PAGE: usize = 100;
+
+/// How many failed runs a job's record keeps as a sample.
+pub const JOB_ERROR_SAMPLE: usize = 20;
+
+/// What a bulk operation does to each run it selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    /// Ask each live run to cancel (its cleanup runs), or terminate it
+    /// with `force`.
+    Cancel,
+    /// Retry each failed run from its failure.
+    Retry,
+    /// Delete each ended run with everything stored for it; with `force`,
+    /// a live run is terminated first.
+    Delete,
+}
+
+impl BulkAction {
+    /// The action's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BulkAction::Cancel => "cancel",
+            BulkAction::Retry => "retry",
+            BulkAction::Delete => "delete",
+        }
+    }
+
+    /// The action named by [`BulkAction::as_str`].
+    pub fn parse(s: &str) -> Option<BulkAction> {
+        [BulkAction::Cancel, BulkAction::Retry, BulkAction::Delete]
+            .into_iter()
+            .find(|a| a.as_str() == s)
+    }
+
+    /// Why this action passes over a run of `status`, or `None` if it acts
+    /// on it.
+    pub fn passes_over(self, status: RunStatus, force: bool) -> Option<String> {
+        let why = match self {
+            BulkAction::Cancel if status.is_final() => "it has ended",
+            BulkAction::Retry if status != RunStatus::Failed => "only a failed run is retried",
+            BulkAction::Delete if !status.is_final() && !force => {
+                "it is live (delete with force to terminate it first)"
+            }
+            _ => return None,
+        };
+        Some(format!("it is {}: {why}", status.as_str()))
+    }
+
+    /// Whether this action, taken on a run whose journal was `journal_len`
+    /// entries long, has landed, judged from the run's journal since: a
+    /// retry journals `RunRetried`. Cancels and deletions are idempotent
+    /// and need no such check (`false`).
+    pub fn landed_since(self, journal_len: u64, journal: &[Entry]) -> bool {
+        self == BulkAction::Retry
+            && journal
+                .iter()
+                .any(|e| e.seq >= journal_len && matches!(e.fact, Fact::RunRetried { .. }))
+    }
+}
+
+/// What a bulk operation was asked to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkRequest {
+    pub action: BulkAction,
+    /// Which runs; the job acts on the runs admitted before it was
+    /// submitted (its `until_ms`).
+    pub filter: RunFilter,
+    /// Cancel: the reason each run's cleanup sees.
+    pub reason: Option<String>,
+    /// Cancel: terminate without cleanup. Delete: terminate live runs
+    /// first.
+    pub force: bool,
+}
+
+impl BulkRequest {
+    /// Why this request cannot be run, or `None`. A filter that selects
+    /// every run is refused: acting on every run is said with a status.
+    pub fn refusal(&self) -> Option<String> {
+        let f = &self.filter;
+        let selects_all = f.statuses.is_empty()
+            && f.workflow.is_none()
+            && f.since_ms.is_none()
+            && f.until_ms.is_none()
+            && f.search.is_none()
+            && f.schedule.is_none()
+            && f.attributes.is_empty();
+        selects_all.then(|| {
+            format!(
+                "a bulk {} needs a filter (a status, a workflow, a time, an attribute); to act on every run, name the statuses",
+                self.action.as_str()
+            )
+        })
+    }
+}
+
+/// Where a job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Some worker carries it out, or will.
+    Running,
+    /// Every selected run was acted on (or passed over).
+    Completed,
+    /// Stopped on request; the runs acted on stay so.
+    Cancelled,
+}
+
+impl JobState {
+    /// The state's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A run of the page being acted on, with its journal's length when the
+/// page began (so that a worker taking over sees whether a retry landed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlight {
+    pub run_id: RunId,
+    pub journal_len: u64,
+}
+
+/// What a job did, in runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct JobCounts {
+    /// Runs the filter selected so far.
+    pub matched: u64,
+    /// Runs the action was taken on.
+    pub done: u64,
+    /// Runs passed over (the action does not apply to their status any
+    /// more, or they are gone).
+    pub skipped: u64,
+    /// Runs on which the action failed (see the record's `errors`).
+    pub failed: u64,
+}
+
+/// A run the action failed on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct RunFailure {
+    pub run_id: RunId,
+    pub error: String,
+}
+
+/// What became of one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    Done,
+    Skipped,
+    Failed(String),
+}
+
+/// A bulk operation as the store keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Time-sortable, unique.
+    pub job_id: String,
+    pub request: BulkRequest,
+    pub state: JobState,
+    /// Where the next page of runs starts (`RunCursor::encode`); `None`
+    /// before the first page, and after the last.
+    pub cursor: Option<String>,
+    /// The page being acted on holds the last runs the filter selects.
+    pub last_page: bool,
+    /// The runs of the page being acted on; empty between pages.
+    pub in_flight: Vec<InFlight>,
+    pub counts: JobCounts,
+    /// The first [`JOB_ERROR_SAMPLE`] failures.
+    pub errors: Vec<RunFailure>,
+    /// The worker carrying it out, and until when (another takes it over
+    /// once it has expired).
+    pub claim: Option<Claim>,
+    /// Bumped by every write: an update names the revision it read, and
+    /// is refused if another write came first.
+    pub revision: u64,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub finished_at_ms: Option<u64>,
+}
+
+impl crate::codec::Stored for JobRecord {}
+
+impl JobRecord {
+    /// A new job for `request`, submitted at `now_ms`: it selects only runs
+    /// admitted until then, so runs started since are left alone.
+    pub fn new(job_id: String, mut request: BulkRequest, now_ms: u64) -> JobRecord {
+        let until = now_ms.saturating_add(1);
+        request.filter.until_ms = Some(request.filter.until_ms.map_or(until, |u| u.min(until)));
+        JobRecord {
+            job_id,
+            request,
+            state: JobState::Running,
+            cursor: None,
+            last_page: false,
+            in_flight: Vec::new(),
+            counts: JobCounts::default(),
+            errors: Vec::new(),
+            claim: None,
+            revision: 0,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            finished_at_ms: None,
+        }
+    }
+
+    /// Whether `owner` may carry the job out at `now_ms`: it is running
+    /// and unclaimed, claimed by `owner`, or its claim has expired.
+    pub fn is_claimable(&self, owner: &str, now_ms: u64) -> bool {
+        self.state == JobState::Running
+            && self
+                .claim
+                .as_ref()
+                .is_none_or(|c| c.owner == owner || c.until_ms <= now_ms)
+    }
+
+    /// Whether `owner`'s claim has at least `margin_ms` left at `now_ms`.
+    pub fn claim_holds(&self, owner: &str, now_ms: u64, margin_ms: u64) -> bool {
+        self.claim
+            .as_ref()
+            .is_some_and(|c| c.owner == owner && now_ms.saturating_add(margin_ms) < c.until_ms)
+    }
+
+    /// Claims (or renews) the job for `owner` until `now_ms + ttl_ms`.
+    pub fn claim(&mut self, owner: &str, now_ms: u64, ttl_ms: u64) {
+        self.claim = Some(Claim {
+            owner: owner.into(),
+            until_ms: now_ms.saturating_add(ttl_ms),
+        });
+        self.updated_at_ms = now_ms;
+    }
+
+    /// A page of runs is about to be acted on; `next_cursor` is where the
+    /// page after it starts (`None`: it is the last).
+    pub fn begin_page(&mut self, runs: Vec<InFlight>, next_cursor: Option<String>) {
+        self.counts.matched += runs.len() as u64;
+        self.in_flight = runs;
+        self.last_page = next_cursor.is_none();
+        self.cursor = next_cursor;
+    }
+
+    /// Counts what became of `run_id`.
+    pub fn record(&mut self, run_id: &RunId, outcome: RunOutcome) {
+        match outcome {
+            RunOutcome::Done => self.counts.done += 1,
+            RunOutcome::Skipped => self.counts.skipped += 1,
+            RunOutcome::Failed(error) => {
+                self.counts.failed += 1;
+                if self.errors.len() < JOB_ERROR_SAMPLE {
+                    self.errors.push(RunFailure {
+                        run_id: run_id.clone(),
+                        error,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The page's runs were all acted on: the job goes on to the next
+    /// page, or has completed after the last.
+    pub fn end_page(&mut self, now_ms: u64) {
+        self.in_flight.clear();
+        self.updated_at_ms = now_ms;
+        if self.last_page {
+            self.finish(JobState::Completed, now_ms);
+        }
+    }
+
+    /// Ends the job in `state` and drops its claim.
+    pub fn finish(&mut self, state: JobState, now_ms: u64) {
+        self.state = state;
+        self.claim = None;
+        self.in_flight.clear();
+        self.updated_at_ms = now_ms;
+        self.finished_at_ms = Some(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Entry;
+
+    fn request(action: BulkAction) -> BulkRequest {
+        BulkRequest {
+            action,
+            filter: RunFilter {
+                statuses: vec![RunStatus::Failed],
+                ..RunFilter::default()
+            },
+            reason: None,
+            force: false,
+        }
+    }
+
+    #[test]
+    fn a_job_selects_only_runs_admitted_until_it_was_submitted() {
+        let job = JobRecord::new("j".into(), request(BulkAction::Retry), 1_000);
+        assert_eq!(job.request.filter.until_ms, Some(1_001));
+        let mut earlier = request(BulkAction::Retry);
+        earlier.filter.until_ms = Some(500);
+        let job = JobRecord::new("j".into(), earlier, 1_000);
+        assert_eq!(job.request.filter.until_ms, Some(500), "the earlier bound");
+    }
+
+    #[test]
+    fn a_filter_that_selects_every_run_is_refused() {
+        let mut all = request(BulkAction::Delete);
+        all.filter = RunFilter::default();
+        let why = all.refusal().unwrap();
+        assert!(why.contains("bulk delete needs a filter"), "{why}");
+        assert_eq!(request(BulkAction::Delete).refusal(), None);
+    }
+
+    #[test]
+    fn each_action_passes_over_the_runs_it_does_not_apply_to() {
+        use RunStatus::*;
+        let cancel = BulkAction::Cancel;
+        assert_eq!(cancel.passes_over(Waiting, false), None);
+        assert!(
+            cancel
+                .passes_over(Completed, false)
+                .unwrap()
+                .contains("ended")
+        );
+        assert_eq!(BulkAction::Retry.passes_over(Failed, false), None);
+        assert!(BulkAction::Retry.passes_over(Running, false).is_some());
+        assert_eq!(BulkAction::Delete.passes_over(Cancelled, false), None);
+        let live = BulkAction::Delete.passes_over(Running, false).unwrap();
+        assert!(live.contains("force"), "{live}");
+        assert_eq!(BulkAction::Delete.passes_over(Running, true), None);
+    }
+
+    #[test]
+    fn a_retry_has_landed_once_the_journal_records_one_after_the_page_began() {
+        let entry = |seq, fact| Entry {
+            seq,
+            at_ms: 0,
+            fact,
+        };
+        let earlier_retry = entry(3, Fact::RunRetried { from_seq: 2 });
+        let journal = vec![earlier_retry.clone()];
+        assert!(
+            !BulkAction::Retry.landed_since(5, &journal),
+            "an older retry"
+        );
+        let journal = vec![earlier_retry, entry(5, Fact::RunRetried { from_seq: 4 })];
+        assert!(BulkAction::Retry.landed_since(5, &journal));
+        assert!(!BulkAction::Cancel.landed_since(5, &journal));
+    }
+
+    #[test]
+    fn claims_expire_and_pass_to_another_worker() {
+        let mut job = JobRecord::new("j".into(), request(BulkAction::Retry), 0);
+        assert!(job.is_claimable("a", 0));
+        job.claim("a", 0, 100);
+        assert!(job.is_claimable("a", 50) && !job.is_claimable("b", 50));
+        assert!(job.claim_holds("a", 50, 10) && !job.claim_holds("a", 95, 10));
+        assert!(job.is_claimable("b", 100), "expired");
+        job.finish(JobState::Cancelled, 120);
+        assert!(!job.is_claimable("a", 120), "ended");
+        assert_eq!(job.claim, None);
+    }
+
+    #[test]
+    fn pages_count_their_runs_and_the_last_completes_the_job() {
+        let mut job = JobRecord::new("j".into(), request(BulkAction::Retry), 0);
+        let run = |id: &str| InFlight {
+            run_id: id.into(),
+            journal_len: 4,
+        };
+        job.begin_page(vec![run("a"), run("b")], Some("9-b".into()));
+        job.record(&"a".into(), RunOutcome::Done);
+        job.record(&"b".into(), RunOutcome::Failed("boom".into()));
+        job.end_page(10);
+        assert_eq!(job.state, JobState::Running);
+        assert!(job.in_flight.is_empty());
+        job.begin_page(vec![run("c")], None);
+        job.record(&"c".into(), RunOutcome::Skipped);
+        job.end_page(20);
+        assert_eq!(job.state, JobState::Completed);
+        assert_eq!(job.finished_at_ms, Some(20));
+        let c = job.counts;
+        assert_eq!((c.matched, c.done, c.skipped, c.failed), (3, 1, 1, 1));
+        assert_eq!(job.errors[0].run_id, "b");
+    }
+
+    #[test]
+    fn a_job_record_survives_its_encoding() {
+        let job = JobRecord::new("j".into(), request(BulkAction::Cancel), 7);
+        let bytes = crate::codec::encode(&job);
+        assert_eq!(
+            crate::codec::decode::<JobRecord>(&bytes, "job").unwrap(),
+            job
+        );
+    }
+}
