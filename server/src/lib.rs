@@ -21,6 +21,7 @@ mod body;
 mod console;
 pub mod error;
 pub mod guard;
+pub mod jobs;
 pub mod limits;
 pub mod listen;
 pub mod metrics;

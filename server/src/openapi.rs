@@ -45,6 +45,10 @@ pub fn document() -> Value {
     let deleted = of::<keel_core::retention::Deleted>(&mut g);
     let stats = of::<keel_core::retention::StoreStats>(&mut g);
     let purged = of::<crate::wire::PurgeView>(&mut g);
+    let bulk = of::<BulkRequestBody>(&mut g);
+    let preview = of::<BulkPreviewView>(&mut g);
+    let job = of::<JobView>(&mut g);
+    let jobs = of::<JobList>(&mut g);
     let any = json!({});
     let u64 = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
     let schemas = Value::Object(g.take_definitions(true));
@@ -149,6 +153,16 @@ pub fn document() -> Value {
                 &[("200", "What was deleted", Some(&deleted))], &["400", "404", "409", "503"])},
         "/v1/store/stats": {"get": op("storeStats", "What the store holds: runs by status, journal entries, hooks, payloads, events, components, size on disk", vec![], None,
             &[("200", "The store's figures", Some(&stats))], &["503"])},
+        "/v1/runs/bulk": {"post": op("bulkRuns", "Cancel, retry or delete every run a filter selects (admitted before now), as a job any worker carries out and takes over after a crash, acting on each run once; with dry_run, count and show them instead",
+            vec![], Some(("The action and the filter (at least one filter field)", &bulk)),
+            &[("202", "The job, submitted (its Location is /v1/jobs/{job_id})", Some(&job)), ("200", "A dry run: what the job would act on", Some(&preview))],
+            &["400", "413", "415", "503"])},
+        "/v1/jobs": {"get": op("listJobs", "Bulk jobs, newest first", vec![query("limit", "At most this many (1 to 1000, default 50)", json!({"type": "integer", "minimum": 1, "maximum": 1000}))], None,
+            &[("200", "The jobs", Some(&jobs))], &["400", "503"])},
+        "/v1/jobs/{job_id}": {"get": op("getJob", "A bulk job and its progress", vec![path_param("job_id", "The job's ID")], None,
+            &[("200", "The job", Some(&job))], &["404", "503"])},
+        "/v1/jobs/{job_id}/cancel": {"post": op("cancelJob", "Stop a running job; the runs it acted on stay so", vec![path_param("job_id", "The job's ID")], None,
+            &[("200", "The job, cancelled (or as it ended)", Some(&job))], &["404", "503"])},
         "/v1/store/purge": {"post": op("purgeStore", "Purge the ended runs past their retention now (workers also do so every few seconds)", vec![], None,
             &[("200", "What the purge did", Some(&purged))], &["503"])},
         "/v1/runs/{run_id}/detail": {"get": op("getRunDetail", "A run with its timeline and journal", vec![run_id()], None,

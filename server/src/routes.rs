@@ -44,7 +44,7 @@ pub struct Route {
 
 /// Every endpoint of the API (the console's pages are the console's).
 pub fn table() -> Vec<Route> {
-    use crate::{limits, schedules};
+    use crate::{jobs, limits, schedules};
     use axum::http::Method;
     use axum::routing::{delete, get, post, put};
     let route = |path, method: Method, operation, handler| Route {
@@ -82,6 +82,20 @@ pub fn table() -> Vec<Route> {
             post(start),
         ),
         route("/v1/runs", Method::GET, "listRuns", get(list_runs)),
+        route(
+            "/v1/runs/bulk",
+            Method::POST,
+            "bulkRuns",
+            post(jobs::submit),
+        ),
+        route("/v1/jobs", Method::GET, "listJobs", get(jobs::list)),
+        route("/v1/jobs/{job_id}", Method::GET, "getJob", get(jobs::get)),
+        route(
+            "/v1/jobs/{job_id}/cancel",
+            Method::POST,
+            "cancelJob",
+            post(jobs::cancel),
+        ),
         route("/v1/limits", Method::GET, "listLimits", get(limits::list)),
         route(
             "/v1/limits/{workflow}",
@@ -269,10 +283,10 @@ impl<S: Send + Sync> FromRequestParts<S> for RunIdParam {
 }
 
 /// A query string's pairs.
-struct Query(Vec<(String, String)>);
+pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
-    fn parse(raw: Option<String>) -> Query {
+    pub(crate) fn parse(raw: Option<String>) -> Query {
         Query(
             form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
                 .into_owned()
@@ -325,7 +339,7 @@ impl Query {
         Ok(wanted)
     }
 
-    fn number(&self, name: &str) -> ApiResult<Option<u64>> {
+    pub(crate) fn number(&self, name: &str) -> ApiResult<Option<u64>> {
         self.one(name)
             .map(|v| {
                 v.parse::<u64>().map_err(|_| {
@@ -730,7 +744,7 @@ pub async fn result(
 }
 
 /// Longest cancel reason the API takes, in bytes.
-const MAX_REASON: usize = 1024;
+pub(crate) const MAX_REASON: usize = 1024;
 
 /// `POST /v1/runs/{run_id}/cancel?reason=TEXT&force=true&wait_ms=N`: asks
 /// for the run to be cancelled (the workflow runs its cleanup), or with

@@ -1643,3 +1643,111 @@ async fn runs_are_deleted_counted_and_purged_over_http() {
     let metrics = s.metrics().await;
     assert!(metrics.contains("keel_runs_purged_total 2"), "{metrics}");
 }
+
+/// Reads `/v1/jobs/{job_id}` until the job has ended (10 s at most).
+async fn job_ended(s: &Server, job_id: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, job) = s.get(&format!("/v1/jobs/{job_id}")).await;
+        assert_eq!(status, StatusCode::OK, "{job}");
+        if job["state"] != "running" {
+            return job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job did not end: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
+    let s = server(None).await;
+    let mut acme = Vec::new();
+    for tenant in ["acme", "acme", "acme", "other"] {
+        let (_, run) = s
+            .post(
+                "/v1/workflows/trap/runs",
+                json!({"wait_ms": 10000, "attributes": {"tenant": tenant}}),
+            )
+            .await;
+        assert_eq!(run["status"], "failed", "{run}");
+        if tenant == "acme" {
+            acme.push(run["run_id"].as_str().unwrap().to_string());
+        }
+    }
+    let body = |dry_run: bool| {
+        json!({"action": "retry", "dry_run": dry_run,
+               "filter": {"status": ["failed"], "attributes": {"tenant": "acme"}}})
+    };
+    let (status, preview) = s.post("/v1/runs/bulk", body(true)).await;
+    assert_eq!(status, StatusCode::OK, "{preview}");
+    assert_eq!(preview["acted_on"], 3, "{preview}");
+    assert_eq!(preview["sample"].as_array().unwrap().len(), 3);
+    let (_, jobs) = s.get("/v1/jobs").await;
+    assert_eq!(jobs["jobs"], json!([]), "a dry run submits nothing");
+
+    let response = s
+        .http
+        .post(format!("{}/v1/runs/bulk", s.base))
+        .json(&body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    let job: Value = response.json().await.unwrap();
+    let job_id = job["job_id"].as_str().unwrap();
+    assert_eq!(location, format!("/v1/jobs/{job_id}"));
+    assert_eq!(job["action"], "retry");
+    let done = job_ended(&s, job_id).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(
+        done["counts"],
+        json!({"matched": 3, "done": 3, "skipped": 0, "failed": 0})
+    );
+    for run_id in &acme {
+        let (_, journal) = s.get(&format!("/v1/runs/{run_id}/journal")).await;
+        let retries = journal
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "run_retried")
+            .count();
+        assert_eq!(retries, 1, "{run_id}");
+    }
+    let (_, jobs) = s.get("/v1/jobs").await;
+    assert_eq!(jobs["jobs"][0]["job_id"], job_id);
+    let (status, ended) = s
+        .post(&format!("/v1/jobs/{job_id}/cancel"), json!(null))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ended}");
+    assert_eq!(
+        ended["state"], "completed",
+        "an ended job stays as it ended"
+    );
+
+    // Refusals name the problem.
+    let (status, refused) = s
+        .post("/v1/runs/bulk", json!({"action": "delete", "filter": {}}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(error_kind(&refused), "invalid_input");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("needs a filter")
+    );
+    let (status, refused) = s
+        .post(
+            "/v1/runs/bulk",
+            json!({"action": "explode", "filter": {"status": ["failed"]}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let (status, missing) = s.get("/v1/jobs/no-such-job").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+    assert_eq!(error_kind(&missing), "job_not_found");
+}

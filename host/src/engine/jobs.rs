@@ -298,27 +298,34 @@ impl Keel {
     }
 
     /// Starts, each in a task of its own, the running jobs no live claim
-    /// holds (submitted here or elsewhere, or left by a dead worker) and
-    /// that this process is not carrying out already.
+    /// holds (submitted here or elsewhere, or left by a dead worker).
     pub(super) async fn spawn_jobs(&self) -> Result<()> {
         let now = self.now_ms();
-        let owner = &self.inner.config.worker_id;
         for job in self.store().running_jobs().await? {
-            if !job.is_claimable(owner, now) || !lock(&self.inner.jobs).insert(job.job_id.clone()) {
-                continue;
+            if job.is_claimable(&self.inner.config.worker_id, now) {
+                self.spawn_job(job.job_id);
             }
-            let keel = self.clone();
-            tokio::spawn(async move {
-                if let Err(e) = keel.run_job(&job.job_id).await {
-                    tracing::warn!(
-                        job_id = %job.job_id,
-                        "the bulk job stopped (a worker takes it over once its claim expires): {e}"
-                    );
-                }
-                lock(&keel.inner.jobs).remove(&job.job_id);
-            });
         }
         Ok(())
+    }
+
+    /// Carries out the job `job_id` in a task of its own, unless this
+    /// process is carrying it out already ([`Keel::run_job`]); a failure is
+    /// logged, and any worker takes the job over once its claim expires.
+    pub fn spawn_job(&self, job_id: String) {
+        if !lock(&self.inner.jobs).insert(job_id.clone()) {
+            return;
+        }
+        let keel = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = keel.run_job(&job_id).await {
+                tracing::warn!(
+                    %job_id,
+                    "the bulk job stopped (a worker takes it over once its claim expires): {e}"
+                );
+            }
+            lock(&keel.inner.jobs).remove(&job_id);
+        });
     }
 }
 
