@@ -317,6 +317,11 @@ pub enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// Bulk jobs (`runs bulk`): list, show, cancel.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
     /// The workers sharing the store.
     Workers {
         #[command(subcommand)]
@@ -667,22 +672,8 @@ pub enum HooksCommand {
 pub enum RunsCommand {
     /// Runs, newest first, with their times and durations.
     List {
-        /// Only runs with this status (repeatable): pending, scheduled,
-        /// running, waiting, completed, failed, cancelled.
-        #[arg(long, value_parser = parse_status)]
-        status: Vec<keel_host::core::RunStatus>,
-        /// Only runs of this workflow.
-        #[arg(long)]
-        workflow: Option<String>,
-        /// Only runs this schedule fired.
-        #[arg(long, value_name = "NAME")]
-        schedule: Option<String>,
-        /// Only runs started within this long: `1h`, `2 days`.
-        #[arg(long, value_parser = parse_duration)]
-        since: Option<std::time::Duration>,
-        /// Only runs with this attribute, KEY=VALUE (repeatable: every one).
-        #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
-        attr: Vec<(String, String)>,
+        #[command(flatten)]
+        filter: RunFilterArgs,
         /// At most this many runs (listed a page of at most 1,000 at a
         /// time); says how to list the next ones when there are more.
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
@@ -728,6 +719,29 @@ pub enum RunsCommand {
         #[arg(long)]
         cancel: bool,
     },
+    /// Cancel, retry or delete every run the filters select (admitted
+    /// until now), as a job that survives a worker's crash and acts on
+    /// each run once; waits for its end unless --detach (`keel jobs`).
+    Bulk {
+        /// What to do to each run: cancel (live runs), retry (failed runs)
+        /// or delete (ended runs).
+        action: BulkActionArg,
+        #[command(flatten)]
+        filter: RunFilterArgs,
+        /// Count the runs it would act on and show a few; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// cancel: why, recorded with each cancel.
+        #[arg(long)]
+        reason: Option<String>,
+        /// cancel: end each run at once, without its cleanup. delete: end
+        /// live runs at once, then delete them.
+        #[arg(long)]
+        force: bool,
+        /// Return once the job is submitted; a worker carries it out.
+        #[arg(long)]
+        detach: bool,
+    },
     /// Retry a failed run from its failed step (fresh attempts, the same
     /// step ID; completed steps keep their results) and drive it until it
     /// completes, fails or waits.
@@ -750,6 +764,67 @@ pub enum RunsCommand {
     Show {
         /// The run's ID.
         run_id: String,
+    },
+}
+
+/// Which runs a command selects: the filters of `runs list` and `runs
+/// bulk`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct RunFilterArgs {
+    /// Only runs with this status (repeatable): pending, scheduled,
+    /// running, waiting, completed, failed, cancelled.
+    #[arg(long, value_parser = parse_status)]
+    pub status: Vec<keel_host::core::RunStatus>,
+    /// Only runs of this workflow.
+    #[arg(long)]
+    pub workflow: Option<String>,
+    /// Only runs this schedule fired.
+    #[arg(long, value_name = "NAME")]
+    pub schedule: Option<String>,
+    /// Only runs started within this long: `1h`, `2 days`.
+    #[arg(long, value_parser = parse_duration)]
+    pub since: Option<std::time::Duration>,
+    /// Only runs with this attribute, KEY=VALUE (repeatable: every one).
+    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
+    pub attr: Vec<(String, String)>,
+}
+
+/// A bulk action named on the command line.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum BulkActionArg {
+    Cancel,
+    Retry,
+    Delete,
+}
+
+impl From<BulkActionArg> for keel_host::core::bulk::BulkAction {
+    fn from(a: BulkActionArg) -> Self {
+        use keel_host::core::bulk::BulkAction;
+        match a {
+            BulkActionArg::Cancel => BulkAction::Cancel,
+            BulkActionArg::Retry => BulkAction::Retry,
+            BulkActionArg::Delete => BulkAction::Delete,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub enum JobsCommand {
+    /// Bulk jobs, newest first, with their progress.
+    List {
+        /// At most this many.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        limit: u64,
+    },
+    /// A job: its filter, progress, and the runs it failed on.
+    Show {
+        /// The job's ID.
+        job_id: String,
+    },
+    /// Stop a running job; the runs it acted on stay so.
+    Cancel {
+        /// The job's ID.
+        job_id: String,
     },
 }
 

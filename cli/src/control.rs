@@ -140,6 +140,30 @@ pub enum Request {
         #[serde(default)]
         cancel: bool,
     },
+    /// A bulk action on the runs `filter` selects: with `dry_run` counted
+    /// only; with `wait`, carried out to its end before the answer.
+    Bulk {
+        action: keel_host::core::bulk::BulkAction,
+        filter: RunFilter,
+        #[serde(default)]
+        reason: Option<String>,
+        #[serde(default)]
+        force: bool,
+        #[serde(default)]
+        dry_run: bool,
+        #[serde(default)]
+        wait: bool,
+    },
+    ListJobs {
+        #[serde(default = "default_limit")]
+        limit: usize,
+    },
+    ShowJob {
+        job_id: String,
+    },
+    CancelJob {
+        job_id: String,
+    },
     /// What the store holds.
     StoreStats,
     /// Purge the ended runs past their retention now.
@@ -248,6 +272,10 @@ pub enum Reply {
     Deleted(keel_host::core::retention::Deleted),
     Stats(keel_host::core::retention::StoreStats),
     Purged(keel_server::wire::PurgeView),
+    /// What a bulk action would act on.
+    Preview(keel_server::wire::BulkPreviewView),
+    Job(keel_server::wire::JobView),
+    Jobs(Vec<keel_server::wire::JobView>),
     Error(RemoteError),
 }
 
@@ -383,6 +411,37 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             let run_ids: Vec<_> = run_ids.into_iter().map(Into::into).collect();
             Reply::Deleted(keel.delete_runs(&run_ids, cancel).await?)
         }
+        Request::Bulk {
+            action,
+            filter,
+            reason,
+            force,
+            dry_run,
+            wait,
+        } => {
+            let request = keel_host::core::bulk::BulkRequest {
+                action,
+                filter,
+                reason,
+                force,
+            };
+            if dry_run {
+                return Ok(Reply::Preview(preview(keel, &request).await?));
+            }
+            let job = keel.submit_bulk(request).await?;
+            match wait {
+                true => Reply::Job((&keel.run_job(&job.job_id).await?).into()),
+                false => {
+                    keel.spawn_job(job.job_id.clone());
+                    Reply::Job((&job).into())
+                }
+            }
+        }
+        Request::ListJobs { limit } => {
+            Reply::Jobs(keel.jobs(limit).await?.iter().map(Into::into).collect())
+        }
+        Request::ShowJob { job_id } => Reply::Job((&keel.job(&job_id).await?).into()),
+        Request::CancelJob { job_id } => Reply::Job((&keel.cancel_job(&job_id).await?).into()),
         Request::StoreStats => Reply::Stats(keel.store_stats().await?),
         Request::Purge => Reply::Purged(keel.purge_ended(usize::MAX).await?.into()),
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),
@@ -575,4 +634,24 @@ pub async fn forward(db: &Path, request: &Request) -> anyhow::Result<Option<Repl
         return Err(NoAnswer.into());
     }
     Ok(Some(serde_json::from_str(&line)?))
+}
+
+/// How many runs a bulk action's dry run shows.
+pub const BULK_SAMPLE: usize = 10;
+
+/// What a bulk action would act on, as the API shows it.
+async fn preview(
+    keel: &Keel,
+    request: &keel_host::core::bulk::BulkRequest,
+) -> keel_host::Result<keel_server::wire::BulkPreviewView> {
+    let preview = keel.preview_bulk(request, BULK_SAMPLE).await?;
+    Ok(keel_server::wire::BulkPreviewView {
+        acted_on: preview.acted_on,
+        passed_over: preview.passed_over,
+        sample: preview
+            .sample
+            .iter()
+            .map(keel_server::wire::RunView::from)
+            .collect(),
+    })
 }

@@ -316,6 +316,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Schedules { .. }
         | Command::Limits { .. }
         | Command::Store { .. }
+        | Command::Jobs { .. }
         | Command::Runs { .. } => {
             refuse_missing_store(&cli)?;
             let request = request::request_of(&cli)?;
@@ -577,17 +578,26 @@ fn reads_only(command: &Command) -> bool {
                 | RunsCommand::Cancel { .. }
                 | RunsCommand::Retry { .. }
                 | RunsCommand::Delete { .. }
-        } | Command::Store {
-            command: StoreCommand::Stats | StoreCommand::Purge
-        } | Command::Hooks {
-            command: HooksCommand::Get { .. } | HooksCommand::List | HooksCommand::Resume { .. }
-        } | Command::Events {
-            command: EventsCommand::List
-        } | Command::Deployments {
-            command: DeploymentsCommand::List | DeploymentsCommand::Show { .. }
-        } | Command::Schedules {
-            command: args::SchedulesCommand::List | args::SchedulesCommand::Show { .. }
-        } | Command::Workers { .. }
+                | RunsCommand::Bulk { .. }
+        } | Command::Jobs { .. }
+            | Command::Store {
+                command: StoreCommand::Stats | StoreCommand::Purge
+            }
+            | Command::Hooks {
+                command: HooksCommand::Get { .. }
+                    | HooksCommand::List
+                    | HooksCommand::Resume { .. }
+            }
+            | Command::Events {
+                command: EventsCommand::List
+            }
+            | Command::Deployments {
+                command: DeploymentsCommand::List | DeploymentsCommand::Show { .. }
+            }
+            | Command::Schedules {
+                command: args::SchedulesCommand::List | args::SchedulesCommand::Show { .. }
+            }
+            | Command::Workers { .. }
             | Command::Journal {
                 command: JournalCommand::Export { .. }
             }

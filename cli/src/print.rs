@@ -10,7 +10,9 @@ use keel_host::core::journal::{Entry, entry_to_json, excerpt};
 use keel_host::core::schedule::FireOutcome;
 use keel_host::core::timeline::{RowKind, RowStatus, timeline};
 use keel_host::core::{Deployment, EventRecord, HookRecord, RunRecord, RunStatus};
-use keel_server::wire::{ChildView, FireView, HookView, RunView, ScheduleView};
+use keel_server::wire::{
+    BulkPreviewView, ChildView, FireView, HookView, JobView, RunView, ScheduleView,
+};
 use serde_json::{Value, json};
 
 use crate::args::{Command, RunsCommand};
@@ -72,6 +74,21 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
         }
         Reply::Deleted(deleted) => {
             print_deleted(&deleted, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Preview(preview) => {
+            print_preview(command, &preview, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Job(job) => {
+            print_job(&job, json);
+            match job.counts.failed {
+                0 => ExitCode::SUCCESS,
+                _ => ExitCode::FAILURE,
+            }
+        }
+        Reply::Jobs(jobs) => {
+            print_jobs(&jobs, json);
             ExitCode::SUCCESS
         }
         Reply::Stats(stats) => {
@@ -835,4 +852,102 @@ fn print_stats(stats: &keel_host::core::retention::StoreStats, json: bool) {
         stats.components, stats.component_bytes
     );
     println!("size on disk     {} bytes", stats.size_bytes);
+}
+
+/// What a bulk action would act on (`runs bulk --dry-run`).
+fn print_preview(command: &Command, preview: &BulkPreviewView, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_value(preview).expect("a preview encodes")
+        );
+        return;
+    }
+    let action = match command {
+        Command::Runs {
+            command: RunsCommand::Bulk { action, .. },
+        } => keel_host::core::bulk::BulkAction::from(*action).as_str(),
+        _ => "act on",
+    };
+    println!(
+        "would {action} {} run{}{}",
+        preview.acted_on,
+        if preview.acted_on == 1 { "" } else { "s" },
+        match preview.passed_over {
+            0 => String::new(),
+            n => format!(" ({n} more match, but their status does not take it)"),
+        }
+    );
+    let sample: Vec<RunRecord> = preview
+        .sample
+        .iter()
+        .cloned()
+        .map(RunRecord::from)
+        .collect();
+    let mut header = true;
+    stream_runs(&sample, false, &mut header);
+    if (sample.len() as u64) < preview.acted_on {
+        println!("... and {} more", preview.acted_on - sample.len() as u64);
+    }
+}
+
+/// A bulk job and its progress.
+fn print_job(job: &JobView, json: bool) {
+    if json {
+        println!("{}", serde_json::to_value(job).expect("a job encodes"));
+        return;
+    }
+    let c = job.counts;
+    println!("job       {}", job.job_id);
+    println!("action    {}", job.action.as_str());
+    println!("state     {}", job.state.as_str());
+    println!(
+        "runs      {} matched: {} done, {} skipped, {} failed",
+        c.matched, c.done, c.skipped, c.failed
+    );
+    println!("submitted {}", when(job.created_at_ms));
+    if let Some(at) = job.finished_at_ms {
+        println!("ended     {}", when(at));
+    }
+    if let Some(worker) = &job.worker {
+        println!("worker    {worker}");
+    }
+    for failure in &job.errors {
+        println!("failed    {}: {}", failure.run_id, failure.error);
+    }
+    if job.state == keel_host::core::bulk::JobState::Running {
+        println!("`keel jobs show {}` shows its progress", job.job_id);
+    } else if job.action == keel_host::core::bulk::BulkAction::Retry && c.done > 0 {
+        println!("the retried runs are driven by the workers (`keel worker` if none runs)");
+    }
+}
+
+/// Bulk jobs, newest first.
+fn print_jobs(jobs: &[JobView], json: bool) {
+    if json {
+        println!("{}", serde_json::to_value(jobs).expect("jobs encode"));
+        return;
+    }
+    if jobs.is_empty() {
+        println!("no jobs");
+        return;
+    }
+    println!(
+        "{:<36}  {:<7} {:<10} {:>8} {:>8} {:>8} {:>8}  SUBMITTED",
+        "JOB", "ACTION", "STATE", "MATCHED", "DONE", "SKIPPED", "FAILED"
+    );
+    for job in jobs {
+        let c = job.counts;
+        println!(
+            "{:<36}  {:<7} {:<10} {:>8} {:>8} {:>8} {:>8}  {}",
+            job.job_id,
+            job.action.as_str(),
+            job.state.as_str(),
+            c.matched,
+            c.done,
+            c.skipped,
+            c.failed,
+            when(job.created_at_ms)
+        );
+    }
 }

@@ -10,8 +10,8 @@ use keel_host::core::journal::Entry;
 use keel_host::core::{Deployment, RunRecord, RunStatus};
 use keel_server::wire::{
     BackfillRequest, DeploymentList, ErrorBody, EventList, EventView, FireList, HookList, HookView,
-    LimitChange, LimitList, LimitRequest, LimitResetRequest, PauseRequest, RunDetail, RunList,
-    RunView, ScheduleList, StartHookRequest, StartRequest,
+    JobList, JobView, LimitChange, LimitList, LimitRequest, LimitResetRequest, PauseRequest,
+    RunDetail, RunList, RunView, ScheduleList, StartHookRequest, StartRequest,
 };
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
@@ -126,6 +126,17 @@ impl Client {
             .call(Method::POST, self.url(segments, query), Some(body))
             .await?
             .1)
+    }
+
+    /// Reads the job until it has ended (the server carries it out).
+    async fn job_ended(&self, job_id: &str) -> anyhow::Result<JobView> {
+        loop {
+            let job: JobView = self.get(&["v1", "jobs", job_id], &[]).await?;
+            if job.state != keel_host::core::bulk::JobState::Running {
+                return Ok(job);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     }
 
     /// Deletes runs one request each, after checking that none is live
@@ -396,6 +407,44 @@ impl Client {
             Request::DeleteRuns { run_ids, cancel } => {
                 Reply::Deleted(self.delete_runs(&run_ids, cancel).await?)
             }
+            Request::Bulk {
+                action,
+                filter,
+                reason,
+                force,
+                dry_run,
+                wait,
+            } => {
+                let body = keel_server::wire::BulkRequestBody {
+                    action,
+                    filter: (&filter).into(),
+                    reason,
+                    force,
+                    dry_run,
+                };
+                if dry_run {
+                    return Ok(Reply::Preview(
+                        self.post(&["v1", "runs", "bulk"], &[], &body).await?,
+                    ));
+                }
+                let job: JobView = self.post(&["v1", "runs", "bulk"], &[], &body).await?;
+                match wait {
+                    true => Reply::Job(self.job_ended(&job.job_id).await?),
+                    false => Reply::Job(job),
+                }
+            }
+            Request::ListJobs { limit } => Reply::Jobs(
+                self.get::<JobList>(&["v1", "jobs"], &[("limit", limit.to_string())])
+                    .await?
+                    .jobs,
+            ),
+            Request::ShowJob { job_id } => {
+                Reply::Job(self.get(&["v1", "jobs", &job_id], &[]).await?)
+            }
+            Request::CancelJob { job_id } => Reply::Job(
+                self.post(&["v1", "jobs", &job_id, "cancel"], &[], &())
+                    .await?,
+            ),
             Request::StoreStats => Reply::Stats(self.get(&["v1", "store", "stats"], &[]).await?),
             Request::Purge => Reply::Purged(self.post(&["v1", "store", "purge"], &[], &()).await?),
             Request::ListDeployments => Reply::Deployments(

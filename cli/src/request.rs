@@ -9,8 +9,8 @@ use serde_json::Value;
 use keel_host::core::{Clock, GrantSpec, RunFilter, StepLimits};
 
 use crate::args::{
-    Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, LimitsCommand, RunsCommand,
-    ScheduleArgs, SchedulesCommand, StoreCommand,
+    Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, JobsCommand, LimitsCommand,
+    RunFilterArgs, RunsCommand, ScheduleArgs, SchedulesCommand, StoreCommand,
 };
 use crate::control::{Request, StartSpec};
 use keel_server::wire::ScheduleRequest;
@@ -167,30 +167,48 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
         Command::Runs {
             command:
                 RunsCommand::List {
-                    status,
-                    workflow,
-                    schedule,
-                    since,
-                    attr,
+                    filter,
                     limit,
                     before,
                     ..
                 },
         } => Request::ListRuns {
-            filter: RunFilter {
-                statuses: status.clone(),
-                workflow: workflow.clone(),
-                schedule: schedule.clone(),
-                attributes: attr.iter().cloned().collect(),
-                since_ms: since.map(|d| {
-                    keel_host::SystemClock
-                        .now_ms()
-                        .saturating_sub(d.as_millis() as u64)
-                }),
-                ..RunFilter::default()
-            },
+            filter: run_filter(filter),
             limit: (*limit).min(keel_host::core::query::MAX_PAGE as u64) as usize,
             before: before.clone(),
+        },
+        Command::Runs {
+            command:
+                RunsCommand::Bulk {
+                    action,
+                    filter,
+                    dry_run,
+                    reason,
+                    force,
+                    detach,
+                },
+        } => Request::Bulk {
+            action: (*action).into(),
+            filter: run_filter(filter),
+            reason: reason.clone(),
+            force: *force,
+            dry_run: *dry_run,
+            wait: !*detach,
+        },
+        Command::Jobs {
+            command: JobsCommand::List { limit },
+        } => Request::ListJobs {
+            limit: *limit as usize,
+        },
+        Command::Jobs {
+            command: JobsCommand::Show { job_id },
+        } => Request::ShowJob {
+            job_id: job_id.clone(),
+        },
+        Command::Jobs {
+            command: JobsCommand::Cancel { job_id },
+        } => Request::CancelJob {
+            job_id: job_id.clone(),
         },
         Command::Deploy {
             component,
@@ -372,4 +390,20 @@ fn json_arg(flag: &str, value: &Option<String>) -> Result<Option<Value>, keel_ho
         .map_err(|e| keel_host::Error::InvalidInput {
             reason: format!("{flag}: {e}"),
         })
+}
+
+/// The filter the listing flags select; `--since` counts back from now.
+fn run_filter(args: &RunFilterArgs) -> RunFilter {
+    RunFilter {
+        statuses: args.status.clone(),
+        workflow: args.workflow.clone(),
+        schedule: args.schedule.clone(),
+        attributes: args.attr.iter().cloned().collect(),
+        since_ms: args.since.map(|d| {
+            keel_host::SystemClock
+                .now_ms()
+                .saturating_sub(d.as_millis() as u64)
+        }),
+        ..RunFilter::default()
+    }
 }

@@ -1251,3 +1251,72 @@ fn runs_are_deleted_archived_purged_and_counted_from_the_cli() {
     assert_eq!(stats["runs_by_status"], serde_json::json!({}), "{stats}");
     assert_eq!(stats["journal_entries"], 0, "{stats}");
 }
+
+#[test]
+fn failed_runs_are_retried_and_deleted_in_bulk_from_the_cli() {
+    let db = tempfile::tempdir().unwrap();
+    let mut acme = Vec::new();
+    for tenant in ["tenant=acme", "tenant=acme", "tenant=other"] {
+        let (_, run) = keel(
+            db.path(),
+            &["run", keel_tests::TESTBED, "trap", "--attr", tenant],
+        );
+        assert_eq!(run["status"], "failed", "{run}");
+        if tenant.ends_with("acme") {
+            acme.push(run["run_id"].as_str().unwrap().to_string());
+        }
+    }
+    let filter = ["--status", "failed", "--attr", "tenant=acme"];
+    let bulk = |action: &str, extra: &[&str]| {
+        let mut args = vec!["runs", "bulk", action];
+        args.extend(filter);
+        args.extend(extra);
+        keel(db.path(), &args)
+    };
+    let (out, preview) = bulk("retry", &["--dry-run"]);
+    assert!(out.status.success(), "{preview}");
+    assert_eq!(preview["acted_on"], 2, "{preview}");
+    let (_, jobs) = keel(db.path(), &["jobs", "list"]);
+    assert_eq!(jobs, serde_json::json!([]), "a dry run submits nothing");
+
+    let (out, job) = bulk("retry", &[]);
+    assert!(out.status.success(), "{job}");
+    assert_eq!(job["state"], "completed", "{job}");
+    assert_eq!(job["counts"]["done"], 2, "{job}");
+    let job_id = job["job_id"].as_str().unwrap();
+    for run_id in &acme {
+        let (_, run) = keel(db.path(), &["runs", "get", run_id]);
+        assert_eq!(run["status"], "pending", "retried, for a worker: {run}");
+    }
+    let (_, listed) = keel(db.path(), &["jobs", "list"]);
+    assert_eq!(listed[0]["job_id"], job_id, "{listed}");
+    let (_, shown) = keel(db.path(), &["jobs", "show", job_id]);
+    assert_eq!(shown["filter"]["attributes"]["tenant"], "acme", "{shown}");
+
+    // The trap fails again once driven; the failed runs are deleted in bulk.
+    let (out, _) = keel(db.path(), &["worker", "--until-idle"]);
+    assert!(out.status.success());
+    let (out, deleted) = bulk("delete", &[]);
+    assert!(out.status.success(), "{deleted}");
+    assert_eq!(deleted["counts"]["done"], 2, "{deleted}");
+    for run_id in &acme {
+        let (out, _) = keel(db.path(), &["runs", "get", run_id]);
+        assert!(!out.status.success(), "{run_id} is deleted");
+    }
+    let (_, left) = keel(db.path(), &["runs", "list"]);
+    assert_eq!(left["runs"].as_array().unwrap().len(), 1, "{left}");
+
+    let (out, refused) = keel(db.path(), &["runs", "bulk", "delete"]);
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "invalid_request", "{refused}");
+    let (out, missing) = keel(db.path(), &["jobs", "show", "nope"]);
+    assert!(!out.status.success());
+    assert_eq!(missing["error"]["kind"], "job_not_found", "{missing}");
+    assert!(
+        missing["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("keel jobs list"),
+        "{missing}"
+    );
+}

@@ -38,6 +38,11 @@ pub enum Error {
     #[error("the input is not valid JSON: {reason}. Pass a JSON value")]
     InvalidInput { reason: String },
 
+    /// A request that asks for what cannot be done as asked (a page over
+    /// its bound, a bulk action without a filter).
+    #[error("{reason}")]
+    InvalidRequest { reason: String },
+
     /// The input is JSON of another shape than the workflow's input type.
     #[error("the input does not fit workflow `{workflow}`'s input type: {}", problems.join("; "))]
     InputMismatch {
@@ -314,6 +319,7 @@ impl Error {
             Error::UnsupportedImport { .. } => ErrorKind::UnsupportedImport,
             Error::UnknownWorkflow { .. } => ErrorKind::UnknownWorkflow,
             Error::InvalidInput { .. } | Error::InputMismatch { .. } => ErrorKind::InvalidInput,
+            Error::InvalidRequest { .. } => ErrorKind::InvalidRequest,
             Error::RunNotFound { .. } => ErrorKind::RunNotFound,
             Error::NonDeterminism { .. } => ErrorKind::NonDeterminism,
             Error::SandboxViolation { .. } => ErrorKind::SandboxViolation,

@@ -1733,12 +1733,10 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
         .post("/v1/runs/bulk", json!({"action": "delete", "filter": {}}))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
-    assert_eq!(error_kind(&refused), "invalid_input");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("needs a filter")
+    assert_eq!(error_kind(&refused), "invalid_request");
+    assert_eq!(
+        refused["error"]["message"],
+        "a bulk delete needs a filter (a status, a workflow, a time, an attribute); to act on every run, name the statuses"
     );
     let (status, refused) = s
         .post(

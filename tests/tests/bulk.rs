@@ -233,7 +233,7 @@ async fn a_cancelled_job_acts_on_nothing_more_and_an_unfiltered_one_is_refused()
 
     let everything = request(BulkAction::Delete, RunFilter::default());
     let refused = keel.submit_bulk(everything).await.unwrap_err();
-    assert_eq!(refused.kind().as_str(), "invalid_input");
+    assert_eq!(refused.kind().as_str(), "invalid_request");
     assert!(refused.to_string().contains("needs a filter"), "{refused}");
 
     let retry = RunFilter {

@@ -334,7 +334,7 @@ pub(super) type JobsRunning = std::sync::Mutex<HashSet<String>>;
 
 fn refuse_unfiltered(request: &BulkRequest) -> Result<()> {
     match request.refusal() {
-        Some(reason) => Err(Error::InvalidInput { reason }),
+        Some(reason) => Err(Error::InvalidRequest { reason }),
         None => Ok(()),
     }
 }

@@ -316,7 +316,7 @@ impl Keel {
         limit: usize,
     ) -> Result<keel_core::RunPage> {
         if !(1..=keel_core::query::MAX_PAGE).contains(&limit) {
-            return Err(Error::InvalidInput {
+            return Err(Error::InvalidRequest {
                 reason: format!(
                     "a page holds 1 to {} runs, not {limit}; page on with the cursor",
                     keel_core::query::MAX_PAGE
