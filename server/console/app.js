@@ -1,5 +1,5 @@
 // keel console: a page per hash route (#/runs, #/runs/ID, #/schedules,
-// #/schedules/NAME, #/limits, #/hooks, #/events, #/deployments, #/workers), each
+// #/schedules/NAME, #/jobs, #/jobs/ID, #/limits, #/hooks, #/events, #/deployments, #/workers), each
 // rendered from the HTTP API.
 // No build step and no dependencies: the server serves this file as is.
 "use strict";
@@ -87,6 +87,12 @@ function runsPage(params) {
       <input id="attrs" type="search" placeholder="Attributes: tenant=acme region=eu" value="${esc(attrs)}" data-testid="attr-filter">
       <span class="muted" id="count"></span>
     </div>
+    <div class="toolbar" data-testid="bulk">
+      <select id="bulk-action" data-testid="bulk-action">
+        <option value="retry">Retry</option><option value="cancel">Cancel</option><option value="delete">Delete</option>
+      </select>
+      <button id="bulk" data-testid="bulk-apply">every matching run…</button>
+    </div>
     <div id="runs"></div>
     <div class="toolbar"><button class="plain" id="more" hidden>Older runs</button></div>`;
   const filters = () => {
@@ -102,6 +108,7 @@ function runsPage(params) {
   document.getElementById("status").onchange = apply;
   document.getElementById("search").onkeydown = (e) => { if (e.key === "Enter") apply(); };
   document.getElementById("attrs").onkeydown = (e) => { if (e.key === "Enter") apply(); };
+  document.getElementById("bulk").onclick = () => bulkAction(filters(), document.getElementById("bulk-action").value);
   let limit = 50;
   document.getElementById("more").onclick = () => { limit += 50; refresh(); };
   const refresh = async () => {
@@ -124,6 +131,86 @@ function runsPage(params) {
     } catch (e) { toast(e.message, true); }
   };
   return every(2000, refresh);
+}
+
+// ---- bulk jobs ------------------------------------------------------------
+
+// The runs listing's filter as a bulk operation's.
+function bulkFilter(q) {
+  const filter = { status: q.getAll("status"), attributes: {} };
+  if (q.get("search")) filter.search = q.get("search");
+  for (const pair of q.getAll("attr")) {
+    const at = pair.indexOf("=");
+    if (at > 0) filter.attributes[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  return filter;
+}
+
+// Counts what the action would act on, asks, then submits the job and
+// shows its progress.
+async function bulkAction(q, action) {
+  const request = { action, filter: bulkFilter(q) };
+  try {
+    const preview = await api("/v1/runs/bulk", {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...request, dry_run: true }),
+    });
+    if (preview.acted_on === 0) { toast(`No matching run to ${action}`, true); return; }
+    const more = preview.passed_over ? ` (${preview.passed_over} more match but their status does not take it)` : "";
+    if (!confirm(`${action} ${preview.acted_on} run(s)${more}?`)) return;
+    const job = await api("/v1/runs/bulk", {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request),
+    });
+    location.hash = `#/jobs/${encodeURIComponent(job.job_id)}`;
+  } catch (e) { toast(e.message, true); }
+}
+
+const jobLink = (id) => `<a class="mono" href="#/jobs/${encodeURIComponent(id)}">${esc(id)}</a>`;
+
+function jobProgress(j) {
+  const c = j.counts;
+  const settled = c.done + c.skipped + c.failed;
+  const share = c.matched ? Math.round((settled / c.matched) * 100) : (j.state === "running" ? 0 : 100);
+  return `<span class="progress"><span style="width:${share}%"></span></span> <span data-testid="job-counts">${c.done} done, ${c.skipped} skipped, ${c.failed} failed of ${c.matched}</span>`;
+}
+
+function filterText(f) {
+  const parts = [...f.status.map((s) => `status=${s}`), ...Object.entries(f.attributes).map(([k, v]) => `${k}=${v}`)];
+  if (f.workflow) parts.push(`workflow=${f.workflow}`);
+  if (f.search) parts.push(`search=${f.search}`);
+  if (f.schedule) parts.push(`schedule=${f.schedule}`);
+  return parts.map(esc).join(" ");
+}
+
+function jobsPage() {
+  return tablePage("Jobs", "/v1/jobs", (b) => b.jobs,
+    ["Job", "Action", "Filter", "State", "Progress", "Submitted"],
+    (j) => `<tr data-testid="job-row" data-job-id="${esc(j.job_id)}"><td>${jobLink(j.job_id)}</td><td>${esc(j.action)}</td><td class="mono">${filterText(j.filter)}</td>
+      <td>${badge(j.state)}</td><td>${jobProgress(j)}</td><td title="${time(j.created_at_ms)}">${ago(j.created_at_ms)}</td></tr>`,
+    "No bulk job. Select runs on the Runs page and apply an action to every matching one.");
+}
+
+function jobPage(jobId) {
+  main.innerHTML = `<h1>Job <span class="mono">${esc(jobId)}</span></h1><div id="job"><p class="muted">Loading…</p></div>`;
+  return every(1000, async () => {
+    try {
+      const j = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+      document.getElementById("job").innerHTML = `
+        <div class="card"><dl>
+          <dt>Action</dt><dd>${esc(j.action)}${j.force ? " (force)" : ""}${j.reason ? ` <span class="muted">${esc(j.reason)}</span>` : ""}</dd>
+          <dt>Runs</dt><dd class="mono">${filterText(j.filter)}, admitted before ${time(j.filter.until_ms)}</dd>
+          <dt>State</dt><dd data-testid="job-state">${badge(j.state)} ${j.state === "running" ? '<button data-testid="job-cancel" id="job-cancel">Stop</button>' : ""}</dd>
+          <dt>Progress</dt><dd>${jobProgress(j)}</dd>
+          <dt>Submitted</dt><dd>${time(j.created_at_ms)}</dd>
+          ${j.finished_at_ms ? `<dt>Ended</dt><dd>${time(j.finished_at_ms)} (${duration(j.finished_at_ms - j.created_at_ms)})</dd>` : ""}
+          ${j.worker ? `<dt>Worker</dt><dd class="mono">${esc(j.worker)}</dd>` : ""}
+        </dl></div>
+        ${j.errors.length ? `<h2>Failed</h2><table data-testid="job-errors"><tbody>${j.errors.map((e) => `<tr><td>${runLink(e.run_id)}</td><td class="error wrap">${esc(e.error)}</td></tr>`).join("")}</tbody></table>` : ""}`;
+      const cancel = document.getElementById("job-cancel");
+      if (cancel) cancel.onclick = async () => {
+        try { await api(`/v1/jobs/${encodeURIComponent(jobId)}/cancel`, { method: "POST" }); toast("Job stopped"); } catch (e) { toast(e.message, true); }
+      };
+    } catch (e) { toast(e.message, true); }
+  });
 }
 
 // What becomes of a child when its parent ends, in words.
@@ -404,6 +491,8 @@ function route() {
   if (parts[0] === "runs" && parts[1]) stop = runPage(decodeURIComponent(parts.slice(1).join("/")));
   else if (parts[0] === "schedules" && parts[1]) stop = schedulePage(decodeURIComponent(parts.slice(1).join("/")));
   else if (parts[0] === "schedules") stop = schedulesPage();
+  else if (parts[0] === "jobs" && parts[1]) stop = jobPage(decodeURIComponent(parts.slice(1).join("/")));
+  else if (parts[0] === "jobs") stop = jobsPage();
   else if (pages[parts[0]]) stop = pages[parts[0]]();
   else stop = runsPage(params);
 }

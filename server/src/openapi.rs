@@ -154,7 +154,7 @@ pub fn document() -> Value {
         "/v1/store/stats": {"get": op("storeStats", "What the store holds: runs by status, journal entries, hooks, payloads, events, components, size on disk", vec![], None,
             &[("200", "The store's figures", Some(&stats))], &["503"])},
         "/v1/runs/bulk": {"post": op("bulkRuns", "Cancel, retry or delete every run a filter selects (admitted before now), as a job any worker carries out and takes over after a crash, acting on each run once; with dry_run, count and show them instead",
-            vec![], Some(("The action and the filter (at least one filter field)", &bulk)),
+            vec![], Some(("application/json", &bulk)),
             &[("202", "The job, submitted (its Location is /v1/jobs/{job_id})", Some(&job)), ("200", "A dry run: what the job would act on", Some(&preview))],
             &["400", "413", "415", "503"])},
         "/v1/jobs": {"get": op("listJobs", "Bulk jobs, newest first", vec![query("limit", "At most this many (1 to 1000, default 50)", json!({"type": "integer", "minimum": 1, "maximum": 1000}))], None,

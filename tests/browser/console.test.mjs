@@ -124,6 +124,32 @@ try {
   await page.waitForFunction(() => document.querySelectorAll("[data-testid=run-row]").length === 1);
   assert.match(await page.locator("[data-testid=run-row]").innerText(), /stage=done/);
 
+  // A bulk retry from the runs list: the failed runs of one tenant,
+  // counted, confirmed, carried out as a job whose page shows its progress.
+  const bulkRuns = [];
+  for (const tenant of ["bulk-acme", "bulk-acme", "bulk-other"]) {
+    const r = await api("/v1/workflows/trap/runs", { attributes: { tenant }, wait_ms: 10000 });
+    assert.equal(r.status, "failed");
+    if (tenant === "bulk-acme") bulkRuns.push(r.run_id);
+  }
+  await page.goto(base + "/#/runs?status=failed&attr=tenant%3Dbulk-acme");
+  await page.locator(`[data-testid=run-row][data-run-id="${bulkRuns[0]}"]`).waitFor();
+  await page.locator("[data-testid=bulk-action]").selectOption("retry");
+  let asked = "";
+  page.once("dialog", (dialog) => { asked = dialog.message(); dialog.accept(); });
+  await page.locator("[data-testid=bulk-apply]").click();
+  await page.locator("[data-testid=job-state]", { hasText: "completed" }).waitFor();
+  assert.match(asked, /retry 2 run\(s\)/);
+  assert.equal(await page.locator("[data-testid=job-counts]").innerText(), "2 done, 0 skipped, 0 failed of 2");
+  for (const id of bulkRuns) {
+    const journal = await api(`/v1/runs/${id}/journal`);
+    assert.equal(journal.filter((e) => e.kind === "run_retried").length, 1, `${id} was retried once`);
+  }
+  await page.goto(base + "/#/jobs");
+  const jobRow = page.locator("[data-testid=job-row]", { hasText: "tenant=bulk-acme" });
+  await jobRow.waitFor();
+  assert.match(await jobRow.innerText(), /retry/);
+
   // The other pages render what the API holds.
   await page.goto(base + "/#/deployments");
   await page.locator("[data-testid=deployments-table]", { hasText: "testbed" }).waitFor();

@@ -190,10 +190,10 @@ impl Keel {
     async fn act_on_page(&self, job: &mut JobRecord, resumed: bool) -> Result<Option<JobRecord>> {
         let ttl = self.claim_ttl_ms();
         for run in job.in_flight.clone() {
-            if !job.claim_holds(&self.inner.config.worker_id, self.now_ms(), ttl / 3) {
-                if let Some(ended) = self.renew_or_stop(job).await? {
-                    return Ok(Some(ended));
-                }
+            if !job.claim_holds(&self.inner.config.worker_id, self.now_ms(), ttl / 3)
+                && let Some(ended) = self.renew_or_stop(job).await?
+            {
+                return Ok(Some(ended));
             }
             let outcome = self.act_on(job, &run, resumed).await;
             if let RunOutcome::Failed(error) = &outcome {
