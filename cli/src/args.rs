@@ -462,6 +462,17 @@ pub enum DeploymentsCommand {
         /// A deployment's name or component hash.
         name: String,
     },
+    /// Delete the stored components that no deployment and no run names
+    /// (builds run from a `.wasm` path whose runs were purged).
+    Prune {
+        /// Keep a component stored within this long (a start or a deploy
+        /// may be about to name it): `1h`, `0s`.
+        #[arg(long, value_parser = parse_duration, default_value = "1h")]
+        grace: std::time::Duration,
+        /// Say what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand)]

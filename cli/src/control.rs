@@ -164,6 +164,12 @@ pub enum Request {
     CancelJob {
         job_id: String,
     },
+    /// Delete the components nothing names, stored over `grace_ms` ago.
+    PruneComponents {
+        grace_ms: u64,
+        #[serde(default)]
+        dry_run: bool,
+    },
     /// What the store holds.
     StoreStats,
     /// Purge the ended runs past their retention now.
@@ -272,6 +278,7 @@ pub enum Reply {
     Deleted(keel_host::core::retention::Deleted),
     Stats(keel_host::core::retention::StoreStats),
     Purged(keel_server::wire::PurgeView),
+    Pruned(keel_host::core::retention::Pruned),
     /// What a bulk action would act on.
     Preview(keel_server::wire::BulkPreviewView),
     Job(keel_server::wire::JobView),
@@ -442,6 +449,9 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         }
         Request::ShowJob { job_id } => Reply::Job((&keel.job(&job_id).await?).into()),
         Request::CancelJob { job_id } => Reply::Job((&keel.cancel_job(&job_id).await?).into()),
+        Request::PruneComponents { grace_ms, dry_run } => {
+            Reply::Pruned(keel.prune_components(grace_ms, dry_run).await?)
+        }
         Request::StoreStats => Reply::Stats(keel.store_stats().await?),
         Request::Purge => Reply::Purged(keel.purge_ended(usize::MAX).await?.into()),
         Request::Result { run_id, wait } => Reply::Run(keel.result(&run_id, wait).await?),

@@ -592,7 +592,9 @@ fn reads_only(command: &Command) -> bool {
                 command: EventsCommand::List
             }
             | Command::Deployments {
-                command: DeploymentsCommand::List | DeploymentsCommand::Show { .. }
+                command: DeploymentsCommand::List
+                    | DeploymentsCommand::Show { .. }
+                    | DeploymentsCommand::Prune { .. }
             }
             | Command::Schedules {
                 command: args::SchedulesCommand::List | args::SchedulesCommand::Show { .. }

@@ -76,6 +76,10 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_deleted(&deleted, json);
             ExitCode::SUCCESS
         }
+        Reply::Pruned(pruned) => {
+            print_pruned(&pruned, json);
+            ExitCode::SUCCESS
+        }
         Reply::Preview(preview) => {
             print_preview(command, &preview, json);
             ExitCode::SUCCESS
@@ -949,5 +953,33 @@ fn print_jobs(jobs: &[JobView], json: bool) {
             c.failed,
             when(job.created_at_ms)
         );
+    }
+}
+
+/// What a prune of unreferenced components did.
+fn print_pruned(pruned: &keel_host::core::retention::Pruned, json: bool) {
+    if json {
+        println!("{}", serde_json::to_value(pruned).expect("a prune encodes"));
+        return;
+    }
+    let verb = if pruned.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    println!(
+        "{verb} {} component{} ({} bytes); kept {} that a deployment or a run names, {} stored within the grace",
+        pruned.components.len(),
+        if pruned.components.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        pruned.bytes,
+        pruned.referenced,
+        pruned.recent
+    );
+    for hash in &pruned.components {
+        println!("  {hash}");
     }
 }

@@ -445,6 +445,16 @@ impl Client {
                 self.post(&["v1", "jobs", &job_id, "cancel"], &[], &())
                     .await?,
             ),
+            Request::PruneComponents { grace_ms, dry_run } => {
+                let body = keel_server::wire::PruneRequest {
+                    grace_ms: Some(grace_ms),
+                    dry_run,
+                };
+                Reply::Pruned(
+                    self.post(&["v1", "components", "prune"], &[], &body)
+                        .await?,
+                )
+            }
             Request::StoreStats => Reply::Stats(self.get(&["v1", "store", "stats"], &[]).await?),
             Request::Purge => Reply::Purged(self.post(&["v1", "store", "purge"], &[], &()).await?),
             Request::ListDeployments => Reply::Deployments(

@@ -233,6 +233,12 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
         Command::Deployments {
             command: DeploymentsCommand::Show { name },
         } => Request::ShowDeployment { name: name.clone() },
+        Command::Deployments {
+            command: DeploymentsCommand::Prune { grace, dry_run },
+        } => Request::PruneComponents {
+            grace_ms: grace.as_millis() as u64,
+            dry_run: *dry_run,
+        },
         Command::Runs {
             command: RunsCommand::Show { run_id },
         } => Request::ShowRun {

@@ -1320,3 +1320,48 @@ fn failed_runs_are_retried_and_deleted_in_bulk_from_the_cli() {
         "{missing}"
     );
 }
+
+#[test]
+fn superseded_builds_nothing_names_are_pruned_from_the_cli() {
+    let db = tempfile::tempdir().unwrap();
+    let (out, _) = keel(db.path(), &["deploy", keel_tests::TESTBED, "--name", "app"]);
+    assert!(out.status.success());
+    let (_, run) = keel(db.path(), &["run", "app", "two_steps", "--input", "4"]);
+    let run_id = run["run_id"].as_str().unwrap();
+    // A new build of `app`: the first is superseded, but its run names it.
+    let (out, _) = keel(
+        db.path(),
+        &["deploy", keel_tests::ORDER_HOOKS, "--name", "app"],
+    );
+    assert!(out.status.success());
+    let (_, kept) = keel(db.path(), &["deployments", "prune", "--grace", "0s"]);
+    assert_eq!(
+        kept["components"],
+        serde_json::json!([]),
+        "its run names it: {kept}"
+    );
+    assert_eq!(kept["referenced"], 2, "{kept}");
+    let (out, _) = keel(db.path(), &["runs", "delete", run_id]);
+    assert!(out.status.success());
+    let (_, recent) = keel(db.path(), &["deployments", "prune"]);
+    assert_eq!(
+        recent["recent"], 1,
+        "stored within the default hour: {recent}"
+    );
+    let (_, dry) = keel(
+        db.path(),
+        &["deployments", "prune", "--grace", "0s", "--dry-run"],
+    );
+    assert_eq!(dry["components"].as_array().unwrap().len(), 1, "{dry}");
+    assert!(
+        dry["deployments"][0].as_str().unwrap().starts_with("app@"),
+        "{dry}"
+    );
+    let (_, pruned) = keel(db.path(), &["deployments", "prune", "--grace", "0s"]);
+    assert_eq!(pruned["components"], dry["components"], "{pruned}");
+    assert_eq!(pruned["deployments"], dry["deployments"], "{pruned}");
+    let (_, listed) = keel(db.path(), &["deployments", "list"]);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    let (_, stats) = keel(db.path(), &["store", "stats"]);
+    assert_eq!(stats["components"], 1, "{stats}");
+}

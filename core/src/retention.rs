@@ -103,10 +103,73 @@ pub struct StoreStats {
     pub size_bytes: u64,
 }
 
+/// The components a prune may delete: those no deployment and no run
+/// (`referenced`) names, last stored at least `grace_ms` before `now_ms`
+/// (so that a start or a deploy that has just stored one, and is about to
+/// reference it, keeps it). `stored` is each component's hash and when it
+/// was last stored.
+pub fn prunable_components<'a>(
+    stored: impl IntoIterator<Item = (&'a str, u64)>,
+    referenced: &std::collections::BTreeSet<&str>,
+    now_ms: u64,
+    grace_ms: u64,
+) -> Vec<String> {
+    let cutoff = now_ms.saturating_sub(grace_ms);
+    stored
+        .into_iter()
+        .filter(|(hash, at)| !referenced.contains(hash) && *at <= cutoff)
+        .map(|(hash, _)| hash.to_string())
+        .collect()
+}
+
+/// What a prune of unreferenced components did (or, in a dry run, would
+/// do).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Pruned {
+    /// The components deleted (a dry run: that would be), by hash.
+    pub components: Vec<String>,
+    /// The superseded deployments deleted with their components (a newer
+    /// build of the name was deployed and no run names them), as
+    /// `NAME@HASH`.
+    pub deployments: Vec<String>,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Components kept because a deployment's latest build is theirs or a
+    /// run names them.
+    pub referenced: u64,
+    /// Unreferenced components kept because they were stored within the
+    /// grace period.
+    pub recent: u64,
+    /// Nothing was deleted.
+    pub dry_run: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::RunStatus;
+
+    #[test]
+    fn only_unreferenced_components_stored_before_the_grace_are_prunable() {
+        let stored = [
+            ("deployed", 0),
+            ("pinned", 0),
+            ("orphan", 100),
+            ("fresh", 950),
+        ];
+        let referenced = ["deployed", "pinned"].into_iter().collect();
+        assert_eq!(
+            prunable_components(stored, &referenced, 1_000, 900),
+            ["orphan"],
+            "stored at 100, the cutoff is 100"
+        );
+        assert_eq!(
+            prunable_components(stored, &referenced, 1_000, 0),
+            ["orphan", "fresh"]
+        );
+        assert!(prunable_components(stored, &referenced, 1_000, 901).is_empty());
+    }
 
     fn run(hash: &str, status: RunStatus, ended_at: u64) -> RunRecord {
         let mut run = crate::testing::run_record("r", status, ended_at);

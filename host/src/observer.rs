@@ -73,6 +73,10 @@ pub trait Observer: Send + Sync {
     /// Ended runs were deleted (purged past their retention, or on
     /// request).
     fn runs_purged(&self, _deleted: &keel_core::retention::Deleted) {}
+
+    /// The store was counted (a worker does so every few minutes, and
+    /// every `store stats` does): what it holds.
+    fn store_counted(&self, _stats: &keel_core::retention::StoreStats) {}
 }
 
 /// The observer that ignores everything.

@@ -104,6 +104,15 @@ impl Runtime {
             .cloned()
     }
 
+    /// Drops the compiled component of `hash` from memory (it was pruned
+    /// from the store).
+    pub fn forget(&self, hash: &str) {
+        self.components
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(hash);
+    }
+
     /// Runs the workflow of `run` once from the start over `journal`,
     /// reaching beyond the run through `outside`.
     pub(crate) async fn activate(

@@ -59,6 +59,15 @@ pub struct Metrics {
     in_progress: Family<WorkflowLabel, Gauge>,
     purged: Counter,
     purged_bytes: Counter,
+    stored: Family<StoredLabel, Gauge>,
+}
+
+/// What a `keel_store` gauge counts (`runs`, `journal_entries`, ...), with
+/// the runs' status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoredLabel {
+    what: String,
+    status: String,
 }
 
 fn wait_buckets() -> Histogram {
@@ -145,8 +154,15 @@ impl Default for Metrics {
             "Bytes of records, journal entries and payloads the deleted runs freed",
             purged_bytes.clone(),
         );
+        let stored = Family::<StoredLabel, Gauge>::default();
+        registry.register(
+            "store",
+            "What the store holds, as last counted (every few minutes by a worker, and by every `store stats`): runs by status, journal entries and bytes, hooks, payloads and their bytes, events, components and their bytes, size on disk",
+            stored.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
+            stored,
             purged,
             purged_bytes,
             started,
@@ -206,6 +222,39 @@ impl Metrics {
 }
 
 impl Observer for Metrics {
+    fn store_counted(&self, stats: &keel_core::retention::StoreStats) {
+        let set = |what: &str, status: &str, value: u64| {
+            self.stored
+                .get_or_create(&StoredLabel {
+                    what: what.into(),
+                    status: status.into(),
+                })
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        };
+        for status in [
+            RunStatus::Pending,
+            RunStatus::Scheduled,
+            RunStatus::Queued,
+            RunStatus::Running,
+            RunStatus::Waiting,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            let count = stats.runs_by_status.get(status.as_str()).copied();
+            set("runs", status.as_str(), count.unwrap_or(0));
+        }
+        set("journal_entries", "", stats.journal_entries);
+        set("journal_bytes", "", stats.journal_bytes);
+        set("hooks", "", stats.hooks);
+        set("payloads", "", stats.payloads);
+        set("payload_bytes", "", stats.payload_bytes);
+        set("events", "", stats.events);
+        set("components", "", stats.components);
+        set("component_bytes", "", stats.component_bytes);
+        set("size_bytes", "", stats.size_bytes);
+    }
+
     fn runs_purged(&self, deleted: &keel_core::retention::Deleted) {
         self.purged.inc_by(deleted.runs.len() as u64);
         self.purged_bytes.inc_by(deleted.bytes);

@@ -45,6 +45,8 @@ pub fn document() -> Value {
     let deleted = of::<keel_core::retention::Deleted>(&mut g);
     let stats = of::<keel_core::retention::StoreStats>(&mut g);
     let purged = of::<crate::wire::PurgeView>(&mut g);
+    let prune = of::<PruneRequest>(&mut g);
+    let pruned = of::<keel_core::retention::Pruned>(&mut g);
     let bulk = of::<BulkRequestBody>(&mut g);
     let preview = of::<BulkPreviewView>(&mut g);
     let job = of::<JobView>(&mut g);
@@ -163,6 +165,9 @@ pub fn document() -> Value {
             &[("200", "The job", Some(&job))], &["404", "503"])},
         "/v1/jobs/{job_id}/cancel": {"post": op("cancelJob", "Stop a running job; the runs it acted on stay so", vec![path_param("job_id", "The job's ID")], None,
             &[("200", "The job, cancelled (or as it ended)", Some(&job))], &["404", "503"])},
+        "/v1/components/prune": {"post": op("pruneComponents", "Delete the stored components no deployment and no run names, stored before the grace (default an hour); with dry_run, say which",
+            vec![], Some(("application/json", &prune)),
+            &[("200", "What the prune deleted (or would)", Some(&pruned))], &["400", "413", "415", "503"])},
         "/v1/store/purge": {"post": op("purgeStore", "Purge the ended runs past their retention now (workers also do so every few seconds)", vec![], None,
             &[("200", "What the purge did", Some(&purged))], &["503"])},
         "/v1/runs/{run_id}/detail": {"get": op("getRunDetail", "A run with its timeline and journal", vec![run_id()], None,

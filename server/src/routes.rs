@@ -124,6 +124,12 @@ pub fn table() -> Vec<Route> {
         ),
         route("/v1/store/purge", Method::POST, "purgeStore", post(purge)),
         route(
+            "/v1/components/prune",
+            Method::POST,
+            "pruneComponents",
+            post(prune_components),
+        ),
+        route(
             "/v1/runs/{run_id}/detail",
             Method::GET,
             "getRunDetail",
@@ -387,6 +393,7 @@ pub(crate) fn json_object<T: DeserializeOwned + Default>(body: Body<MAX_BODY>) -
 /// milliseconds).
 const INTEGRAL_FIELDS: &[&str] = &[
     "wait_ms",
+    "grace_ms",
     "delay_ms",
     "start_at_ms",
     "end_at_ms",
@@ -700,6 +707,19 @@ pub async fn store_stats(
 /// (the workers do so on their own every few seconds).
 pub async fn purge(State(s): State<AppState>) -> ApiResult<Json<crate::wire::PurgeView>> {
     Ok(Json(s.keel.purge_ended(usize::MAX).await?.into()))
+}
+
+/// `POST /v1/components/prune`: deletes the stored components no
+/// deployment and no run names, stored before the grace.
+pub async fn prune_components(
+    State(s): State<AppState>,
+    body: Body<MAX_BODY>,
+) -> ApiResult<Json<keel_core::retention::Pruned>> {
+    let request: PruneRequest = json_object(body)?;
+    let grace_ms = request.grace_ms.unwrap_or(3_600_000);
+    Ok(Json(
+        s.keel.prune_components(grace_ms, request.dry_run).await?,
+    ))
 }
 
 /// `GET /v1/runs/{run_id}/detail`: the run, its timeline and journal.

@@ -829,3 +829,15 @@ impl From<&JobRecord> for JobView {
 pub struct JobList {
     pub jobs: Vec<JobView>,
 }
+
+/// `POST /v1/components/prune`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PruneRequest {
+    /// Keep a component stored within this many milliseconds (a start or a
+    /// deploy may be about to name it); default an hour.
+    pub grace_ms: Option<u64>,
+    /// Say what would be deleted; delete nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}

@@ -1598,6 +1598,15 @@ async fn runs_are_deleted_counted_and_purged_over_http() {
     assert_eq!(stats["runs_by_status"]["completed"], 1, "{stats}");
     assert_eq!(stats["runs_by_status"]["waiting"], 1, "{stats}");
     assert_eq!(stats["hooks"], 1, "{stats}");
+    // The count is in /metrics too, as last taken.
+    let metrics = s.metrics().await;
+    for line in [
+        r#"keel_store{what="runs",status="completed"} 1"#,
+        r#"keel_store{what="runs",status="waiting"} 1"#,
+        r#"keel_store{what="hooks",status=""} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
 
     let (status, refused) = s
         .call("DELETE", &format!("/v1/runs/{waiting_id}"), None)
@@ -1748,4 +1757,26 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
     let (status, missing) = s.get("/v1/jobs/no-such-job").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
     assert_eq!(error_kind(&missing), "job_not_found");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn components_are_pruned_over_http_and_deployed_ones_kept() {
+    let s = server(None).await;
+    let (status, dry) = s
+        .post(
+            "/v1/components/prune",
+            json!({"grace_ms": 0, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{dry}");
+    assert_eq!(dry["components"], json!([]), "both are deployed: {dry}");
+    assert_eq!(dry["referenced"], 2, "{dry}");
+    assert_eq!(dry["dry_run"], true);
+    let (status, pruned) = s.post("/v1/components/prune", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{pruned}");
+    assert_eq!(pruned["components"], json!([]));
+    let (status, refused) = s
+        .post("/v1/components/prune", json!({"grace_ms": "soon"}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
 }

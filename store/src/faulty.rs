@@ -410,11 +410,21 @@ impl<S: Store + ?Sized> EventStore for FaultyStore<S> {
 
 #[async_trait]
 impl<S: Store + ?Sized> ComponentStore for FaultyStore<S> {
-    async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
-        self.inner.put_component(hash, bytes).await
+    async fn put_component(&self, hash: &str, bytes: &[u8], now_ms: u64) -> Result<()> {
+        self.inner.put_component(hash, bytes, now_ms).await
     }
     async fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
         self.inner.get_component(hash).await
+    }
+    async fn components(&self) -> Result<Vec<crate::StoredComponent>> {
+        self.inner.components().await
+    }
+    async fn delete_components(
+        &self,
+        hashes: &[String],
+        stored_before_ms: u64,
+    ) -> Result<Vec<crate::StoredComponent>> {
+        self.inner.delete_components(hashes, stored_before_ms).await
     }
 }
 
@@ -428,6 +438,9 @@ impl<S: Store + ?Sized> DeploymentStore for FaultyStore<S> {
     }
     async fn deployment(&self, hash: &str) -> Result<Option<Deployment>> {
         self.inner.deployment(hash).await
+    }
+    async fn delete_deployment(&self, hash: &str, deployed_at_ms: u64) -> Result<bool> {
+        self.inner.delete_deployment(hash, deployed_at_ms).await
     }
 }
 

@@ -517,11 +517,36 @@ pub trait EventStore: Send + Sync {
 /// Components, stored by content hash so that any worker can run any run.
 #[async_trait]
 pub trait ComponentStore: Send + Sync {
-    /// Stores a component's bytes under their hash (once); durable.
-    async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()>;
+    /// Stores a component's bytes under their hash (once), and records
+    /// `now_ms` as when it was last stored (every put, so that a prune
+    /// spares a component a start or a deploy is about to reference);
+    /// durable.
+    async fn put_component(&self, hash: &str, bytes: &[u8], now_ms: u64) -> Result<()>;
 
     /// A component's bytes, or [`StoreError::ComponentNotFound`].
     async fn get_component(&self, hash: &str) -> Result<Vec<u8>>;
+
+    /// Every stored component: hash, size, when it was last stored (0 for
+    /// one stored before keel recorded it).
+    async fn components(&self) -> Result<Vec<StoredComponent>>;
+
+    /// Deletes those of `hashes` last stored at or before
+    /// `stored_before_ms` (one stored again since is kept), atomically for
+    /// each; durable. Returns the deleted components.
+    async fn delete_components(
+        &self,
+        hashes: &[String],
+        stored_before_ms: u64,
+    ) -> Result<Vec<StoredComponent>>;
+}
+
+/// A stored component, without its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredComponent {
+    pub hash: String,
+    pub size_bytes: u64,
+    /// When it was last stored ([`ComponentStore::put_component`]).
+    pub stored_at_ms: u64,
 }
 
 /// Deployments: components registered under a name with their grants and
@@ -537,6 +562,11 @@ pub trait DeploymentStore: Send + Sync {
 
     /// The deployment of a component hash, if it was deployed.
     async fn deployment(&self, hash: &str) -> Result<Option<Deployment>>;
+
+    /// Deletes the deployment of `hash` if it is still the one deployed at
+    /// `deployed_at_ms` (a redeploy since keeps it); whether it did;
+    /// durable.
+    async fn delete_deployment(&self, hash: &str, deployed_at_ms: u64) -> Result<bool>;
 }
 
 /// Wakeups: runs that something outside them moved on (a payload, a force

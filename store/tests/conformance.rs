@@ -242,8 +242,8 @@ mod postgres {
             .await
             .unwrap();
         tokio::spawn(connection);
-        // As version 1 left it: no workers, deployments, schedules or
-        // flow-control tables, runs without their admission time or
+        // As version 1 left it: no workers, deployments, schedules, jobs or
+        // flow-control tables, components without their storing time, runs without their admission time or
         // attributes, no retention indexes.
         client
             .batch_execute(&format!(
@@ -252,8 +252,9 @@ mod postgres {
                  DROP TABLE {schema}.flow_slots; DROP TABLE {schema}.flow_limits;
                  DROP SEQUENCE {schema}.flow_seq; DROP TABLE {schema}.rate_windows;
                  DROP TABLE {schema}.step_permits; DROP TABLE {schema}.flow_failed;
-                 DROP TABLE {schema}.cancel_requests;
+                 DROP TABLE {schema}.cancel_requests; DROP TABLE {schema}.jobs;
                  DROP INDEX {schema}.watchers_watcher;
+                 ALTER TABLE {schema}.components DROP COLUMN stored_at_ms;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  ALTER TABLE {schema}.runs DROP COLUMN attributes;
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
@@ -278,6 +279,18 @@ mod postgres {
         assert!(store.deployments().await.unwrap().is_empty());
         assert!(store.list_schedules().await.unwrap().is_empty());
         assert!(store.limit_rows().await.unwrap().is_empty());
+        assert!(
+            keel_store::JobStore::jobs(&store, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            keel_store::ComponentStore::components(&store)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let permit = keel_store::RateStore::take_permit(&store, "k", "r/1", 1, 1000, 0)
             .await
             .unwrap();

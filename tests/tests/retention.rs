@@ -256,3 +256,85 @@ async fn two_engines_purging_one_store_at_once_delete_each_run_once() {
             .is_empty()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn components_no_deployment_or_run_names_are_pruned_after_the_grace() {
+    let store = TestStore::new();
+    let clock = ManualClock::at(T0);
+    let mut config = store.config();
+    config.clock = clock.clone();
+    let (keel, testbed, backend) = open_backend(config, keel_tests::TESTBED).await;
+    let run = keel.run(&testbed, "two_steps", "1").await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    let deploy = |path: &'static str| {
+        let keel = keel.clone();
+        async move {
+            let path = std::path::Path::new(path);
+            let spec = DeploySpec {
+                name: Some("app".into()),
+                ..DeploySpec::default()
+            };
+            keel.deploy(path, &std::fs::read(path).unwrap(), spec)
+                .await
+                .unwrap()
+                .0
+        }
+    };
+    // `app` is deployed twice: its first build is superseded by the second.
+    let first = deploy(keel_tests::ORDER_HOOKS).await;
+    clock.advance(1);
+    let latest = deploy(keel_tests::TESTBED_REORDERED).await;
+    // Run from a path, never deployed, and no run of it.
+    let order = keel.load(keel_tests::ORDER).await.unwrap();
+
+    clock.advance(HOUR);
+    let dry = keel.prune_components(HOUR, true).await.unwrap();
+    let mut expected = vec![order.hash.to_string(), first.hash.to_string()];
+    expected.sort();
+    let mut got = dry.components.clone();
+    got.sort();
+    assert_eq!(got, expected, "{dry:?}");
+    assert_eq!(dry.deployments, [format!("app@{}", first.hash)]);
+    assert_eq!((dry.referenced, dry.recent), (2, 0), "{dry:?}");
+    assert!(dry.bytes > 0 && dry.dry_run);
+    let within = keel.prune_components(2 * HOUR, false).await.unwrap();
+    assert!(within.components.is_empty(), "{within:?}");
+    assert_eq!(within.recent, 2, "stored within the grace: {within:?}");
+
+    // Once its last run is deleted, the testbed is unreferenced too.
+    keel.delete_runs(std::slice::from_ref(&run.run_id), false)
+        .await
+        .unwrap();
+    let pruned = keel.prune_components(HOUR, false).await.unwrap();
+    expected.push(testbed.hash.to_string());
+    expected.sort();
+    let mut got = pruned.components.clone();
+    got.sort();
+    assert_eq!(got, expected, "{pruned:?}");
+    assert_eq!(pruned.deployments, [format!("app@{}", first.hash)]);
+    assert_eq!(pruned.referenced, 1, "the name's latest build: {pruned:?}");
+    for hash in &expected {
+        let gone = keel_host::store::ComponentStore::get_component(&*backend, hash).await;
+        assert!(gone.is_err(), "{hash} is deleted");
+    }
+    let kept =
+        keel_host::store::ComponentStore::get_component(&*backend, latest.hash.as_str()).await;
+    assert!(kept.is_ok(), "the latest build stays");
+    let names: Vec<String> = keel
+        .deployments()
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.hash.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [latest.hash.to_string()],
+        "the superseded record is gone"
+    );
+
+    // A build run again is stored again and runs.
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let again = keel.run(&testbed, "two_steps", "2").await.unwrap();
+    assert_eq!(again.status, RunStatus::Completed, "{again:?}");
+}

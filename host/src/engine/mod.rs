@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     /// The worker's purge of ended runs in progress, and when the last
     /// one started.
     purging: Mutex<(Option<JoinHandle<()>>, u64)>,
+    /// When the worker last counted the store for its metrics.
+    last_stats_ms: Mutex<u64>,
     /// The bulk jobs this process is carrying out.
     jobs: jobs::JobsRunning,
     /// When the worker looks at the schedules next (the earliest fire it
@@ -146,6 +148,7 @@ impl Keel {
                 purge_cursor: Mutex::default(),
                 purging: Mutex::default(),
                 jobs: Mutex::default(),
+                last_stats_ms: Mutex::default(),
                 next_schedule_look_ms: Mutex::default(),
                 stopping: Default::default(),
                 deployments: Mutex::default(),
@@ -272,7 +275,9 @@ impl Keel {
     /// to their events.
     async fn store_component(&self, path: &Path, bytes: &[u8]) -> Result<Arc<Loaded>> {
         let loaded = self.load_bytes(path, bytes).await?;
-        self.store().put_component(&loaded.hash, bytes).await?;
+        self.store()
+            .put_component(&loaded.hash, bytes, self.now_ms())
+            .await?;
         for w in &loaded.manifest.workflows {
             for event in &w.on_events {
                 self.store().subscribe(event, &w.name, &loaded.hash).await?;

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use keel_core::file::JournalFile;
-use keel_core::retention::{Deleted, RetentionRules, StoreStats};
+use std::collections::BTreeSet;
+
+use keel_core::retention::{Deleted, Pruned, RetentionRules, StoreStats, prunable_components};
 use keel_core::{RunCursor, RunId, RunRecord};
 
 use super::{Keel, lock};
@@ -138,9 +140,101 @@ impl Keel {
         Ok(deleted)
     }
 
+    /// Deletes the stored components that no run names and that are not
+    /// the latest build of a deployment name, last stored at least
+    /// `grace_ms` ago (a component a start or a deploy has just stored is
+    /// kept for the reference it is about to get), with the deployment
+    /// records of the superseded builds among them; with `dry_run`, only
+    /// says which.
+    pub async fn prune_components(&self, grace_ms: u64, dry_run: bool) -> Result<Pruned> {
+        self.forget_deployments();
+        let deployments = self.deployments().await?;
+        let runs = self.store().list_runs().await?;
+        // Newest first: the first of each name is its latest build.
+        let mut names = BTreeSet::new();
+        let latest: Vec<&keel_core::Deployment> = deployments
+            .iter()
+            .filter(|d| names.insert(d.name.as_str()))
+            .collect();
+        let referenced: BTreeSet<&str> = latest
+            .iter()
+            .map(|d| d.hash.as_str())
+            .chain(runs.iter().map(|r| r.component_hash.as_str()))
+            .collect();
+        let stored = self.store().components().await?;
+        let now = self.now_ms();
+        let prunable = prunable_components(
+            stored.iter().map(|c| (c.hash.as_str(), c.stored_at_ms)),
+            &referenced,
+            now,
+            grace_ms,
+        );
+        let superseded: Vec<&keel_core::Deployment> = deployments
+            .iter()
+            .filter(|d| prunable.iter().any(|h| h == d.hash.as_str()))
+            .collect();
+        let kept_referenced = stored
+            .iter()
+            .filter(|c| referenced.contains(c.hash.as_str()))
+            .count() as u64;
+        let mut pruned = Pruned {
+            referenced: kept_referenced,
+            recent: stored.len() as u64 - kept_referenced - prunable.len() as u64,
+            dry_run,
+            ..Pruned::default()
+        };
+        if dry_run {
+            pruned.bytes = stored
+                .iter()
+                .filter(|c| prunable.contains(&c.hash))
+                .map(|c| c.size_bytes)
+                .sum();
+            pruned.components = prunable;
+            pruned.deployments = superseded.iter().map(|d| label(d)).collect();
+            return Ok(pruned);
+        }
+        // The records first: a deployment never names missing bytes. One
+        // redeployed since it was read is kept, and so are its bytes.
+        let mut candidates = Vec::new();
+        for hash in &prunable {
+            match superseded.iter().find(|d| d.hash.as_str() == hash) {
+                Some(d) => {
+                    if self
+                        .store()
+                        .delete_deployment(d.hash.as_str(), d.deployed_at_ms)
+                        .await?
+                    {
+                        pruned.deployments.push(label(d));
+                        candidates.push(hash.clone());
+                    }
+                }
+                None => candidates.push(hash.clone()),
+            }
+        }
+        self.forget_deployments();
+        let cutoff = now.saturating_sub(grace_ms);
+        let deleted = self.store().delete_components(&candidates, cutoff).await?;
+        for c in &deleted {
+            self.inner.runtime.forget(&c.hash);
+        }
+        pruned.bytes = deleted.iter().map(|c| c.size_bytes).sum();
+        pruned.components = deleted.into_iter().map(|c| c.hash).collect();
+        if !pruned.components.is_empty() {
+            tracing::info!(
+                components = pruned.components.len(),
+                deployments = pruned.deployments.len(),
+                bytes = pruned.bytes,
+                "pruned components no run names and no deployment runs"
+            );
+        }
+        Ok(pruned)
+    }
+
     /// What the store holds.
     pub async fn store_stats(&self) -> Result<StoreStats> {
-        Ok(self.store().stats().await?)
+        let stats = self.store().stats().await?;
+        self.inner.config.observer.store_counted(&stats);
+        Ok(stats)
     }
 
     /// Writes each run's journal file into the archive directory, if one
@@ -157,6 +251,11 @@ impl Keel {
         sync_dir(dir)?;
         Ok(runs.len() as u64)
     }
+}
+
+/// A deployment as a prune names it: `NAME@HASH`.
+fn label(d: &keel_core::Deployment) -> String {
+    format!("{}@{}", d.name, d.hash)
 }
 
 /// The archive file of `run_id` in `dir`.

@@ -108,12 +108,13 @@ cases!(
     acknowledged_writes_survive_a_reopen,
     expired_keys_and_tokens_are_purged,
     components_are_stored_by_hash,
+    components_are_deleted_unless_stored_again_since,
     one_owner_holds_a_lease_until_it_expires,
     a_write_fenced_by_a_lost_lease_is_refused,
     a_journal_position_is_written_once,
     workers_are_listed_with_the_runs_they_hold,
     runs_are_paged_newest_first,
-    a_deployment_is_replaced_by_its_hash_and_survives_a_reopen,
+    a_deployment_is_replaced_by_its_hash_deleted_as_read_and_survives_a_reopen,
     an_ended_run_is_live_again_after_a_retry_is_appended,
     a_run_id_is_admitted_once,
     a_schedule_is_created_once_and_survives_a_reopen,
@@ -912,11 +913,11 @@ async fn expired_keys_and_tokens_are_purged(h: &dyn Harness) -> Outcome {
 async fn components_are_stored_by_hash(h: &dyn Harness) -> Outcome {
     let store = h.fresh().await;
     store
-        .put_component("abc", b"wasm")
+        .put_component("abc", b"wasm", 10)
         .await
         .map_err(fail("put"))?;
     store
-        .put_component("abc", b"wasm")
+        .put_component("abc", b"wasm", 20)
         .await
         .map_err(fail("put again"))?;
     let bytes = store.get_component("abc").await.map_err(fail("get"))?;
@@ -925,7 +926,58 @@ async fn components_are_stored_by_hash(h: &dyn Harness) -> Outcome {
     check(
         matches!(missing, Err(StoreError::ComponentNotFound { .. })),
         || format!("{missing:?}"),
+    )?;
+    let listed = store.components().await.map_err(fail("components"))?;
+    check(
+        listed
+            == [crate::StoredComponent {
+                hash: "abc".into(),
+                size_bytes: 4,
+                stored_at_ms: 20,
+            }],
+        || format!("stored once, last stored at 20: {listed:?}"),
     )
+}
+
+async fn components_are_deleted_unless_stored_again_since(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    for (hash, at) in [("old", 10), ("touched", 10), ("new", 50)] {
+        store
+            .put_component(hash, b"wasm!", at)
+            .await
+            .map_err(fail("put"))?;
+    }
+    // Stored again after the prune decided: it is kept.
+    store
+        .put_component("touched", b"wasm!", 40)
+        .await
+        .map_err(fail("touch"))?;
+    let all: Vec<String> = ["old", "touched", "new", "never"].map(String::from).into();
+    let deleted = store
+        .delete_components(&all, 30)
+        .await
+        .map_err(fail("delete"))?;
+    let names: Vec<&str> = deleted.iter().map(|c| c.hash.as_str()).collect();
+    check(names == ["old"], || {
+        format!("only the component not stored since 30: {deleted:?}")
+    })?;
+    check(deleted[0].size_bytes == 5, || format!("{deleted:?}"))?;
+    let store = h.reopen(store).await;
+    let gone = store.get_component("old").await;
+    check(
+        matches!(gone, Err(StoreError::ComponentNotFound { .. })),
+        || format!("deleted for good: {gone:?}"),
+    )?;
+    let left: Vec<String> = store
+        .components()
+        .await
+        .map_err(fail("components"))?
+        .into_iter()
+        .map(|c| c.hash)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    check(left == ["new", "touched"], || format!("{left:?}"))
 }
 
 async fn one_owner_holds_a_lease_until_it_expires(h: &dyn Harness) -> Outcome {
@@ -1181,7 +1233,9 @@ async fn runs_are_paged_newest_first(h: &dyn Harness) -> Outcome {
     )
 }
 
-async fn a_deployment_is_replaced_by_its_hash_and_survives_a_reopen(h: &dyn Harness) -> Outcome {
+async fn a_deployment_is_replaced_by_its_hash_deleted_as_read_and_survives_a_reopen(
+    h: &dyn Harness,
+) -> Outcome {
     let store = h.fresh().await;
     let mut deployment = keel_core::Deployment {
         name: "order".into(),
@@ -1216,7 +1270,28 @@ async fn a_deployment_is_replaced_by_its_hash_and_survives_a_reopen(h: &dyn Harn
         format!("h1 after reopen: {found:?}")
     })?;
     let missing = store.deployment("h3").await.map_err(fail("get h3"))?;
-    check(missing.is_none(), || format!("h3: {missing:?}"))
+    check(missing.is_none(), || format!("h3: {missing:?}"))?;
+    // A deletion of the record as deployed at 1 finds it redeployed at 2.
+    let stale = store
+        .delete_deployment("h1", 1)
+        .await
+        .map_err(fail("delete stale"))?;
+    check(!stale, || "a redeployed record is kept".into())?;
+    let deleted = store
+        .delete_deployment("h1", 2)
+        .await
+        .map_err(fail("delete"))?;
+    check(deleted, || "the record as read is deleted".into())?;
+    let again = store
+        .delete_deployment("h1", 2)
+        .await
+        .map_err(fail("delete again"))?;
+    check(!again, || "nothing is left to delete".into())?;
+    let store = h.reopen(store).await;
+    let all = store.deployments().await.map_err(fail("list"))?;
+    check(all.len() == 1 && all[0].hash == "h2", || {
+        format!("after the deletion: {all:?}")
+    })
 }
 
 async fn an_ended_run_is_live_again_after_a_retry_is_appended(h: &dyn Harness) -> Outcome {

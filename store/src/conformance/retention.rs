@@ -225,7 +225,7 @@ pub(super) async fn the_stats_count_what_the_store_holds(h: &dyn Harness) -> Out
     run_with_data(&*store, "done", 1, true).await?;
     run_with_data(&*store, "open", 2, false).await?;
     store
-        .put_component("hash-1", &[0u8; 1000])
+        .put_component("hash-1", &[0u8; 1000], 1)
         .await
         .map_err(fail("component"))?;
     for (id, at) in [("e1", 5), ("e2", 50)] {

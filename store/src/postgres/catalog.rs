@@ -94,15 +94,20 @@ impl EventStore for PgStore {
 
 #[async_trait]
 impl ComponentStore for PgStore {
-    async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
-        let known = self
-            .select_one("SELECT 1 FROM components WHERE hash = $1", &[&hash])
+    async fn put_component(&self, hash: &str, bytes: &[u8], now_ms: u64) -> Result<()> {
+        // A known component is only touched: its bytes are not sent again.
+        let touched = self
+            .exec(
+                "UPDATE components SET stored_at_ms = GREATEST(stored_at_ms, $2) WHERE hash = $1",
+                &[&hash, &i(now_ms)],
+            )
             .await?;
-        if known.is_none() {
+        if touched == 0 {
             self.exec(
-                "INSERT INTO components (hash, bytes) VALUES ($1, $2)
-                 ON CONFLICT (hash) DO NOTHING",
-                &[&hash, &bytes],
+                "INSERT INTO components (hash, bytes, stored_at_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (hash) DO UPDATE
+                 SET stored_at_ms = GREATEST(components.stored_at_ms, EXCLUDED.stored_at_ms)",
+                &[&hash, &bytes, &i(now_ms)],
             )
             .await?;
         }
@@ -114,6 +119,40 @@ impl ComponentStore for PgStore {
             .await?
             .map(|r| r.get(0))
             .ok_or_else(|| StoreError::ComponentNotFound { hash: hash.into() })
+    }
+
+    async fn components(&self) -> Result<Vec<crate::StoredComponent>> {
+        let rows = self
+            .select(
+                "SELECT hash, octet_length(bytes), stored_at_ms FROM components ORDER BY hash",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(stored_component).collect())
+    }
+
+    async fn delete_components(
+        &self,
+        hashes: &[String],
+        stored_before_ms: u64,
+    ) -> Result<Vec<crate::StoredComponent>> {
+        let rows = self
+            .select(
+                "DELETE FROM components WHERE hash = ANY($1) AND stored_at_ms <= $2
+                 RETURNING hash, octet_length(bytes), stored_at_ms",
+                &[&hashes, &i(stored_before_ms)],
+            )
+            .await?;
+        Ok(rows.iter().map(stored_component).collect())
+    }
+}
+
+/// A row of `hash, octet_length(bytes), stored_at_ms`.
+fn stored_component(row: &tokio_postgres::Row) -> crate::StoredComponent {
+    crate::StoredComponent {
+        hash: row.get(0),
+        size_bytes: row.get::<_, i32>(1).max(0) as u64,
+        stored_at_ms: row.get::<_, i64>(2).max(0) as u64,
     }
 }
 
@@ -149,5 +188,27 @@ impl DeploymentStore for PgStore {
             )
             .await?
             .pop())
+    }
+
+    async fn delete_deployment(&self, hash: &str, deployed_at_ms: u64) -> Result<bool> {
+        let Some(row) = self
+            .select_one("SELECT record FROM deployments WHERE hash = $1", &[&hash])
+            .await?
+        else {
+            return Ok(false);
+        };
+        let bytes: Vec<u8> = row.get(0);
+        let read: Deployment = codec::decode(&bytes, "deployment")?;
+        if read.deployed_at_ms != deployed_at_ms {
+            return Ok(false);
+        }
+        // Deleted only if unchanged since read: a redeploy rewrites it.
+        let deleted = self
+            .exec(
+                "DELETE FROM deployments WHERE hash = $1 AND record = $2",
+                &[&hash, &bytes],
+            )
+            .await?;
+        Ok(deleted == 1)
     }
 }

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -164,6 +164,11 @@ CREATE TABLE jobs (
     record bytea NOT NULL
 );
 CREATE INDEX jobs_running ON jobs (job_id) WHERE running;
+"#,
+    // When each component was last stored, for `deployments prune`
+    // (`catalog.rs`); components stored before it count as stored at 0.
+    r#"
+ALTER TABLE components ADD COLUMN stored_at_ms bigint NOT NULL DEFAULT 0;
 "#,
 ];
 

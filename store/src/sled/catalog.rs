@@ -1,6 +1,9 @@
 //! The catalog beside the runs: workers, events and subscriptions,
 //! components by hash, deployments.
 
+use sled::Transactional;
+use sled::transaction::ConflictableTransactionError;
+
 use super::*;
 
 #[async_trait]
@@ -88,14 +91,18 @@ impl EventStore for SledStore {
 
 #[async_trait]
 impl ComponentStore for SledStore {
-    async fn put_component(&self, hash: &str, bytes: &[u8]) -> Result<()> {
+    async fn put_component(&self, hash: &str, bytes: &[u8], now_ms: u64) -> Result<()> {
         self.room()?;
-        let components = &self.inner.components;
-        if !components.contains_key(hash).map_err(backend)? {
-            components.insert(hash, bytes).map_err(backend)?;
-            self.sync().await?;
-        }
-        Ok(())
+        let (components, times) = (&self.inner.components, &self.inner.component_times);
+        (components, times).transaction(|(components, times)| {
+            if components.get(hash)?.is_none() {
+                components.insert(hash, bytes)?;
+            }
+            let stored = times.get(hash)?.map_or(0, |t| be_u64(&t));
+            times.insert(hash, &stored.max(now_ms).to_be_bytes())?;
+            Ok::<_, ConflictableTransactionError<StoreError>>(())
+        })?;
+        self.sync().await
     }
 
     async fn get_component(&self, hash: &str) -> Result<Vec<u8>> {
@@ -106,6 +113,54 @@ impl ComponentStore for SledStore {
             .map(|b| b.to_vec())
             .ok_or_else(|| StoreError::ComponentNotFound { hash: hash.into() })
     }
+
+    async fn components(&self) -> Result<Vec<crate::StoredComponent>> {
+        let mut listed = Vec::new();
+        for kv in self.inner.components.iter() {
+            let (hash, bytes) = kv.map_err(backend)?;
+            let stored = self.inner.component_times.get(&hash).map_err(backend)?;
+            listed.push(crate::StoredComponent {
+                hash: String::from_utf8_lossy(&hash).into_owned(),
+                size_bytes: bytes.len() as u64,
+                stored_at_ms: stored.map_or(0, |t| be_u64(&t)),
+            });
+        }
+        Ok(listed)
+    }
+
+    async fn delete_components(
+        &self,
+        hashes: &[String],
+        stored_before_ms: u64,
+    ) -> Result<Vec<crate::StoredComponent>> {
+        let (components, times) = (&self.inner.components, &self.inner.component_times);
+        let mut deleted = Vec::new();
+        for hash in hashes {
+            let gone = (components, times).transaction(|(components, times)| {
+                let stored = times.get(hash)?.map_or(0, |t| be_u64(&t));
+                if stored > stored_before_ms {
+                    return Ok::<_, ConflictableTransactionError<StoreError>>(None);
+                }
+                let Some(bytes) = components.remove(hash.as_bytes())? else {
+                    return Ok(None);
+                };
+                times.remove(hash.as_bytes())?;
+                Ok(Some(crate::StoredComponent {
+                    hash: hash.clone(),
+                    size_bytes: bytes.len() as u64,
+                    stored_at_ms: stored,
+                }))
+            })?;
+            deleted.extend(gone);
+        }
+        self.sync().await?;
+        Ok(deleted)
+    }
+}
+
+/// A big-endian `u64` stored by this module.
+fn be_u64(bytes: &[u8]) -> u64 {
+    bytes.try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
 #[async_trait]
@@ -132,5 +187,23 @@ impl DeploymentStore for SledStore {
             Some(bytes) => Ok(Some(codec::decode(&bytes, "deployment")?)),
             None => Ok(None),
         }
+    }
+
+    async fn delete_deployment(&self, hash: &str, deployed_at_ms: u64) -> Result<bool> {
+        let Some(bytes) = self.inner.deployments.get(hash).map_err(backend)? else {
+            return Ok(false);
+        };
+        let read: Deployment = codec::decode(&bytes, "deployment")?;
+        if read.deployed_at_ms != deployed_at_ms {
+            return Ok(false);
+        }
+        // Deleted only if unchanged since read: a redeploy rewrites it.
+        let swapped = self
+            .inner
+            .deployments
+            .compare_and_swap(hash, Some(bytes), None::<&[u8]>)
+            .map_err(backend)?;
+        self.sync().await?;
+        Ok(swapped.is_ok())
     }
 }

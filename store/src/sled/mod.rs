@@ -101,6 +101,8 @@ struct Inner {
     runs: sled::Tree,
     journal: sled::Tree,
     components: sled::Tree,
+    /// Component hash to when it was last stored (big-endian ms).
+    component_times: sled::Tree,
     /// Component hash to its deployment.
     deployments: sled::Tree,
     /// `workflow \0 key` to the admitted run and expiry.
@@ -209,6 +211,7 @@ impl SledStore {
             runs: open("runs")?,
             journal: open("journal")?,
             components: open("components")?,
+            component_times: open("component_times")?,
             deployments: open("deployments")?,
             keys: open("keys")?,
             events: open("events")?,
