@@ -170,6 +170,10 @@ pub enum Request {
         #[serde(default)]
         dry_run: bool,
     },
+    /// What a waiting run waits on.
+    WaitingOn {
+        run_id: String,
+    },
     /// What the store holds.
     StoreStats,
     /// Purge the ended runs past their retention now.
@@ -279,6 +283,12 @@ pub enum Reply {
     Stats(keel_host::core::retention::StoreStats),
     Purged(keel_server::wire::PurgeView),
     Pruned(keel_host::core::retention::Pruned),
+    WaitingOn(Vec<keel_host::core::timeline::WaitingOn>),
+    /// A waiting run with what it waits on.
+    RunWaiting {
+        run: RunRecord,
+        waiting_on: Vec<keel_host::core::timeline::WaitingOn>,
+    },
     /// What a bulk action would act on.
     Preview(keel_server::wire::BulkPreviewView),
     Job(keel_server::wire::JobView),
@@ -451,6 +461,9 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         Request::CancelJob { job_id } => Reply::Job((&keel.cancel_job(&job_id).await?).into()),
         Request::PruneComponents { grace_ms, dry_run } => {
             Reply::Pruned(keel.prune_components(grace_ms, dry_run).await?)
+        }
+        Request::WaitingOn { run_id } => {
+            Reply::WaitingOn(keel.waiting_on(&keel.get_run(&run_id).await?).await?)
         }
         Request::StoreStats => Reply::Stats(keel.store_stats().await?),
         Request::Purge => Reply::Purged(keel.purge_ended(usize::MAX).await?.into()),

@@ -320,7 +320,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Runs { .. } => {
             refuse_missing_store(&cli)?;
             let request = request::request_of(&cli)?;
-            let reply = submit(&cli, request).await?;
+            let reply = with_waits(&cli, submit(&cli, request).await?).await;
             Ok(print::print_reply(&cli.command, reply, json))
         }
     }
@@ -514,6 +514,37 @@ async fn list_runs(cli: &Cli, limit: u64, all: bool, json: bool) -> anyhow::Resu
         print::print_run_page(&listed, before.as_deref(), json);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A waiting run that a run, a start, a resume or a get answered, with
+/// what it waits on (its hooks' tokens above all: what resumes it); as it
+/// is if that cannot be read (the answer stands).
+async fn with_waits(cli: &Cli, reply: Reply) -> Reply {
+    use args::HooksCommand;
+    let asks = matches!(
+        cli.command,
+        Command::Run { .. }
+            | Command::Start { .. }
+            | Command::Hooks {
+                command: HooksCommand::Resume { .. }
+            }
+            | Command::Runs {
+                command: RunsCommand::Get { .. }
+            }
+    );
+    let Reply::Run(run) = reply else {
+        return reply;
+    };
+    if !asks || run.status != keel_host::core::RunStatus::Waiting {
+        return Reply::Run(run);
+    }
+    let request = Request::WaitingOn {
+        run_id: run.run_id.to_string(),
+    };
+    match submit(cli, request).await {
+        Ok(Reply::WaitingOn(waiting_on)) => Reply::RunWaiting { run, waiting_on },
+        _ => Reply::Run(run),
+    }
 }
 
 /// Executes a request on the store, or, when a `keel worker` holds the

@@ -76,6 +76,24 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_deleted(&deleted, json);
             ExitCode::SUCCESS
         }
+        Reply::RunWaiting { run, waiting_on } => {
+            if let (false, Command::Hooks { .. }) = (json, command) {
+                println!("delivered to the hook of run {}", run.run_id);
+            }
+            if json {
+                let mut value = run_json(&run);
+                value["waiting_on"] = json!(waiting_on);
+                println!("{value}");
+            } else {
+                print_run_head(&run);
+                print_waits(&waiting_on);
+            }
+            ExitCode::SUCCESS
+        }
+        Reply::WaitingOn(waiting_on) => {
+            println!("{}", json!(waiting_on));
+            ExitCode::SUCCESS
+        }
         Reply::Pruned(pruned) => {
             print_pruned(&pruned, json);
             ExitCode::SUCCESS
@@ -474,6 +492,45 @@ fn print_run(run: &RunRecord, json: bool) {
         println!("{}", run_json(run));
         return;
     }
+    print_run_head(run);
+    match (run.status, run.wake_at_ms) {
+        (RunStatus::Waiting, Some(at)) => println!(
+            "waiting for a timer due in {} ms (or a hook's payload, another run's end); `keel worker` resumes it",
+            at.saturating_sub(now_ms())
+        ),
+        (RunStatus::Waiting, None) => println!(
+            "waiting for a hook's payload or another run's end; `keel hooks resume` or `keel worker` moves it on"
+        ),
+        _ => {}
+    }
+}
+
+/// What a waiting run waits on, a line each, with the command that moves
+/// it on.
+fn print_waits(waiting_on: &[keel_host::core::timeline::WaitingOn]) {
+    use keel_host::core::timeline::WaitingOn;
+    if waiting_on.is_empty() {
+        println!("waiting; `keel worker` moves it on when something is due");
+    }
+    for wait in waiting_on {
+        match wait {
+            WaitingOn::Hook { token } => println!(
+                "waiting on hook {token}: `keel hooks resume {token} --payload JSON` moves it on"
+            ),
+            WaitingOn::Timer { due_at_ms } => println!(
+                "waiting on a timer due {} (in {}); `keel worker` resumes it then",
+                when(*due_at_ms),
+                took(due_at_ms.saturating_sub(now_ms()))
+            ),
+            WaitingOn::Run { run_id } => {
+                println!("waiting on run {run_id}'s end (`keel runs get {run_id}`)")
+            }
+        }
+    }
+}
+
+/// A run's first lines: ID, workflow, status, output or error.
+fn print_run_head(run: &RunRecord) {
     println!(
         "run {} ({}): {}",
         run.run_id,
@@ -488,16 +545,6 @@ fn print_run(run: &RunRecord, json: bool) {
         if let Some(hint) = crate::hints::hint(&crate::hints::run_failure(&run.run_id, error)) {
             println!("hint: {hint}");
         }
-    }
-    match (run.status, run.wake_at_ms) {
-        (RunStatus::Waiting, Some(at)) => println!(
-            "waiting for a timer due in {} ms (or a hook's payload, another run's end); `keel worker` resumes it",
-            at.saturating_sub(now_ms())
-        ),
-        (RunStatus::Waiting, None) => println!(
-            "waiting for a hook's payload or another run's end; `keel hooks resume` or `keel worker` moves it on"
-        ),
-        _ => {}
     }
 }
 

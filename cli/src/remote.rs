@@ -455,6 +455,11 @@ impl Client {
                         .await?,
                 )
             }
+            Request::WaitingOn { run_id } => Reply::WaitingOn(
+                self.get::<RunView>(&["v1", "runs", &run_id], &[])
+                    .await?
+                    .waiting_on,
+            ),
             Request::StoreStats => Reply::Stats(self.get(&["v1", "store", "stats"], &[]).await?),
             Request::Purge => Reply::Purged(self.post(&["v1", "store", "purge"], &[], &()).await?),
             Request::ListDeployments => Reply::Deployments(

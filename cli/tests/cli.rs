@@ -1365,3 +1365,46 @@ fn superseded_builds_nothing_names_are_pruned_from_the_cli() {
     let (_, stats) = keel(db.path(), &["store", "stats"]);
     assert_eq!(stats["components"], 1, "{stats}");
 }
+
+#[test]
+fn a_waiting_run_says_what_it_waits_on() {
+    let db = tempfile::tempdir().unwrap();
+    let input = r#"{"order_id": "w1", "note": "placed"}"#;
+    let (out, started) = keel(
+        db.path(),
+        &[
+            "start",
+            keel_tests::ORDER_HOOKS,
+            "order_updates",
+            "--input",
+            input,
+            "--token",
+            "order:w1",
+        ],
+    );
+    assert!(out.status.success(), "{started}");
+    assert_eq!(started["status"], "waiting");
+    let hook = serde_json::json!([{"kind": "hook", "token": "order:w1"}]);
+    assert_eq!(started["waiting_on"], hook, "the start says so: {started}");
+    let run_id = started["run_id"].as_str().unwrap();
+    let (_, got) = keel(db.path(), &["runs", "get", run_id]);
+    assert_eq!(got["waiting_on"], hook, "{got}");
+    let text = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--db", db.path().to_str().unwrap(), "runs", "get", run_id])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("waiting on hook order:w1: `keel hooks resume order:w1 --payload JSON`"),
+        "{text}"
+    );
+
+    let (_, asleep) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "sleeper", "--input", "36000000"],
+    );
+    assert_eq!(asleep["status"], "waiting");
+    let due = asleep["waiting_on"][0]["due_at_ms"].as_u64().unwrap();
+    assert_eq!(asleep["waiting_on"][0]["kind"], "timer", "{asleep}");
+    assert_eq!(Some(due), asleep["wake_at_ms"].as_u64(), "{asleep}");
+}

@@ -277,6 +277,38 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
 }
 
 /// Ends the row of `command` as completed at `at`.
+/// Something a waiting run waits on: what moves it on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WaitingOn {
+    /// A payload resumed into the hook of this token.
+    Hook { token: String },
+    /// A timer, due then.
+    Timer { due_at_ms: u64 },
+    /// Another run's end (a child, or a run it awaits).
+    Run { run_id: String },
+}
+
+/// What the open rows of a run's timeline wait on: its open hooks (their
+/// tokens), its timers not yet fired and the runs it awaits, in command
+/// order. A step in flight is no wait: its run is running.
+pub fn waiting_on(rows: &[Row]) -> Vec<WaitingOn> {
+    rows.iter()
+        .filter(|r| r.status == RowStatus::Open)
+        .filter_map(|r| match r.kind {
+            RowKind::Hook => Some(WaitingOn::Hook {
+                token: r.name.clone(),
+            }),
+            RowKind::Timer => r.due_at_ms.map(|due_at_ms| WaitingOn::Timer { due_at_ms }),
+            RowKind::Child | RowKind::AwaitRun => {
+                r.run_id.clone().map(|run_id| WaitingOn::Run { run_id })
+            }
+            RowKind::Step | RowKind::Patch => None,
+        })
+        .collect()
+}
+
 fn end(rows: &mut [Row], command: u32, at: u64, output: Option<String>) {
     if let Some(r) = rows.iter_mut().find(|r| r.command == command) {
         r.status = RowStatus::Completed;
@@ -290,6 +322,77 @@ fn end(rows: &mut [Row], command: u32, at: u64, output: Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::HookRegistration;
+
+    #[test]
+    fn a_run_waits_on_its_open_hooks_timers_and_awaited_runs() {
+        let entry = |seq, fact| Entry {
+            seq,
+            at_ms: 10,
+            fact,
+        };
+        let journal = vec![
+            entry(
+                0,
+                Fact::HookCreated {
+                    command: 0,
+                    token: "approve:1".into(),
+                    force: false,
+                    registration: HookRegistration::Registered,
+                },
+            ),
+            entry(
+                1,
+                Fact::TimerScheduled {
+                    command: 1,
+                    fire_at_ms: 500,
+                },
+            ),
+            entry(
+                2,
+                Fact::TimerScheduled {
+                    command: 2,
+                    fire_at_ms: 900,
+                },
+            ),
+            entry(3, Fact::TimerFired { command: 2 }),
+            entry(
+                4,
+                Fact::HookCreated {
+                    command: 3,
+                    token: "gone".into(),
+                    force: false,
+                    registration: HookRegistration::Registered,
+                },
+            ),
+            entry(
+                5,
+                Fact::HookDisposed {
+                    command: 4,
+                    hook: 3,
+                },
+            ),
+            entry(
+                6,
+                Fact::RunAwaited {
+                    command: 5,
+                    run_id: "other".into(),
+                },
+            ),
+        ];
+        assert_eq!(
+            waiting_on(&timeline(&journal)),
+            [
+                WaitingOn::Hook {
+                    token: "approve:1".into()
+                },
+                WaitingOn::Timer { due_at_ms: 500 },
+                WaitingOn::Run {
+                    run_id: "other".into()
+                },
+            ]
+        );
+    }
     use crate::testing::JournalBuilder;
 
     /// A journal of `(time, fact)` pairs, in order.

@@ -219,6 +219,14 @@ function closeText(close) {
     : close === "wait" ? "this run's end waits for it" : "cancelled when this run ends";
 }
 
+// What a waiting run waits on, in words: a hook's token with how to
+// resume it, a timer's due time, another run.
+function waitText(w) {
+  if (w.kind === "hook") return `hook <code data-testid="waiting-token">${esc(w.token)}</code> <span class="muted">resume: <code>POST /v1/hooks/${esc(encodeURIComponent(w.token))}/resume</code></span>`;
+  if (w.kind === "timer") return `a timer due ${time(w.due_at_ms)} (${ago(w.due_at_ms)})`;
+  return `run ${runLink(w.run_id)}`;
+}
+
 // A run's place in its concurrency group, in words.
 function slotText(c) {
   const state = c.state === "queued" ? `queued, ${c.position} in line`
@@ -274,6 +282,7 @@ function runPage(runId) {
           <dt>${ended(r.status) ? "Ended" : "Updated"}</dt><dd>${time(r.updated_at_ms)}</dd>
           <dt>Duration</dt><dd>${duration(end - r.created_at_ms)}</dd>
           ${r.wake_at_ms ? `<dt>Wakes</dt><dd>${time(r.wake_at_ms)} (${ago(r.wake_at_ms)})</dd>` : ""}
+          ${(r.waiting_on || []).length ? `<dt>Waiting on</dt><dd data-testid="waiting-on">${r.waiting_on.map(waitText).join("<br>")}</dd>` : ""}
           ${r.concurrency ? `<dt>Concurrency</dt><dd data-testid="concurrency">${slotText(r.concurrency)}</dd>` : ""}
           ${Object.keys(r.attributes || {}).length ? `<dt>Attributes</dt><dd data-testid="attributes">${Object.entries(r.attributes).map(([k, v]) => `<span class="mono">${esc(k)}=${esc(v)}</span>`).join(" ")}</dd>` : ""}
           ${r.parent_run_id ? `<dt>Parent</dt><dd class="mono"><a data-testid="parent" href="#/runs/${encodeURIComponent(r.parent_run_id)}">${esc(r.parent_run_id)}</a></dd>` : ""}

@@ -817,9 +817,8 @@ pub async fn retry(
         return_on_wait: q.flag("return_on_wait")?,
     };
     let run = s.keel.retry(&run_id).await?;
-    Ok(Json(RunView::from(
-        &drive_and_wait(&s.keel, run, wait).await?,
-    )))
+    let run = drive_and_wait(&s.keel, run, wait).await?;
+    Ok(Json(moved_on(&s.keel, &run).await))
 }
 
 /// `GET /v1/runs/{run_id}/events`: server-sent events, `entry` for each
@@ -888,9 +887,17 @@ pub async fn resume(
             reason: e.to_string(),
         })
     })?;
-    Ok(Json(RunView::from(
-        &drive_and_wait(&s.keel, run, wait).await?,
-    )))
+    let run = drive_and_wait(&s.keel, run, wait).await?;
+    Ok(Json(moved_on(&s.keel, &run).await))
+}
+
+/// The view of a run that an acknowledged change (a retry, a payload)
+/// moved on, with what it waits on; that is left out if it cannot be read,
+/// since the change stands.
+async fn moved_on(keel: &Keel, run: &RunRecord) -> RunView {
+    let mut view = RunView::from(run);
+    view.waiting_on = keel.waiting_on(run).await.unwrap_or_default();
+    view
 }
 
 /// `POST /v1/events/{key}`.

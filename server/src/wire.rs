@@ -49,6 +49,10 @@ pub struct RunView {
     /// The runs its workflow started, in order; given by single-run reads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildView>,
+    /// What a waiting run waits on (its open hooks' tokens, its timers,
+    /// the runs it awaits); given by single-run reads, starts and resumes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_on: Vec<keel_core::timeline::WaitingOn>,
 }
 
 /// A run that a run's workflow started.
@@ -83,6 +87,7 @@ impl RunView {
         let mut view = RunView::from(run);
         if !run.status.is_final() {
             view.concurrency = keel.run_slot(&run.run_id).await?;
+            view.waiting_on = keel.waiting_on(run).await?;
         }
         Ok(view)
     }
@@ -114,6 +119,7 @@ impl From<&RunRecord> for RunView {
             parent_run_id: r.parent_run_id.as_ref().map(|p| p.to_string()),
             attributes: r.attributes.clone(),
             children: Vec::new(),
+            waiting_on: Vec::new(),
         }
     }
 }

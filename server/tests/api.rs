@@ -1780,3 +1780,37 @@ async fn components_are_pruned_over_http_and_deployed_ones_kept() {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_run_says_over_http_which_hook_resumes_it() {
+    let s = server(None).await;
+    let (status, run) = s
+        .post(
+            "/v1/workflows/order_updates/runs",
+            json!({"input": {"order_id": "w-1", "note": "placed"}, "hook": {"token": "order:w-1"},
+                   "wait_ms": 10000, "return_on_wait": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_eq!(run["status"], "waiting");
+    let hook = json!([{"kind": "hook", "token": "order:w-1"}]);
+    assert_eq!(run["waiting_on"], hook, "the start says so: {run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let (_, got) = s.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(got["waiting_on"], hook, "{got}");
+    let (_, detail) = s.get(&format!("/v1/runs/{run_id}/detail")).await;
+    assert_eq!(detail["run"]["waiting_on"], hook, "{detail}");
+    let (status, resumed) = s
+        .post(
+            "/v1/hooks/order:w-1/resume?wait_ms=10000&return_on_wait=true",
+            json!({"note": "paid", "done": false}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resumed}");
+    assert_eq!(resumed["waiting_on"], hook, "still its inbox: {resumed}");
+    let (_, listed) = s.get("/v1/runs?status=waiting").await;
+    assert!(
+        listed["runs"][0].get("waiting_on").is_none(),
+        "lists leave it out"
+    );
+}

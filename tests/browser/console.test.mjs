@@ -158,6 +158,9 @@ try {
     input: { order_id: "browser-2", note: "placed" }, hook: { token: "order:browser-2" }, wait_ms: 10000, return_on_wait: true,
   });
   assert.equal(holder.status, "waiting");
+  // Its page says which hook resumes it.
+  await page.goto(base + `/#/runs/${holder.run_id}`);
+  await page.locator("[data-testid=waiting-token]", { hasText: "order:browser-2" }).waitFor();
   await page.goto(base + "/#/hooks");
   const held = page.locator("tr", { hasText: "order:browser-2" });
   await held.waitFor();

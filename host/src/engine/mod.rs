@@ -392,6 +392,17 @@ impl Keel {
         lock(&self.inner.active).len()
     }
 
+    /// What `run` waits on, if it is waiting: its open hooks' tokens, its
+    /// timers and the runs it awaits (from its journal).
+    pub async fn waiting_on(&self, run: &RunRecord) -> Result<Vec<keel_core::timeline::WaitingOn>> {
+        if run.status != keel_core::RunStatus::Waiting {
+            return Ok(Vec::new());
+        }
+        let journal = self.store().journal(&run.run_id).await?;
+        let rows = keel_core::timeline::timeline(&journal);
+        Ok(keel_core::timeline::waiting_on(&rows))
+    }
+
     /// A run's journal, in order.
     pub async fn journal(&self, run_id: &str) -> Result<Vec<Entry>> {
         self.store().get_run(run_id).await?;
