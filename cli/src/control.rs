@@ -411,10 +411,9 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             force,
             wait,
         } => {
-            let run = match force {
-                true => keel.terminate(&run_id).await?,
-                false => keel.cancel(&run_id, &reason, "cli").await?,
-            };
+            let run = keel
+                .cancel_on_request(&run_id, &reason, "cli", force)
+                .await?;
             match wait && !run.status.is_final() {
                 true => Reply::Run(keel.result(&run_id, true).await?),
                 false => Reply::Run(run),

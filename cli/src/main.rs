@@ -300,7 +300,10 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     output,
                     format,
                 },
-        } => export_journal(&local(&cli).await?, run_id, output.as_deref(), *format).await,
+        } => {
+            let keel = local(&cli).await?;
+            export_journal(&keel, run_id, output.as_deref(), *format, json).await
+        }
         Command::Journal {
             command: JournalCommand::Import { file },
         } => import_journal(&local(&cli).await?, file, json).await,
@@ -429,8 +432,10 @@ async fn export_journal(
     run_id: &str,
     output: Option<&Path>,
     format: Format,
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
     let file = JournalFile::new(&keel.get_run(run_id).await?, keel.journal(run_id).await?);
+    let entries = file.entries.len();
     if output.is_none()
         && matches!(format, Format::Postcard)
         && std::io::IsTerminal::is_terminal(&std::io::stdout())
@@ -444,8 +449,23 @@ async fn export_journal(
         Format::Json => file.to_json().into_bytes(),
     };
     match output {
+        // Written to a file: say what was written (the journal itself
+        // goes to standard output only without -o).
         Some(path) => {
-            std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?
+            std::fs::write(path, &bytes).with_context(|| format!("writing {}", path.display()))?;
+            if json {
+                println!(
+                    "{}",
+                    json!({"run_id": run_id, "entries": entries, "bytes": bytes.len(), "file": path})
+                );
+            } else {
+                println!(
+                    "exported run {run_id}: {entries} journal entries ({} bytes) to {}; `keel replay COMPONENT {}` checks a build against it",
+                    bytes.len(),
+                    path.display(),
+                    path.display()
+                );
+            }
         }
         None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
     }

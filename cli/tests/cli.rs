@@ -162,6 +162,17 @@ fn journal_export_then_replay_reports_ok_or_the_divergence() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with(&format!("exported run {run_id}: ")) && said.contains("journal entries"),
+        "an export says what it wrote: {said}"
+    );
+    let (_, exported) = keel(
+        db.path(),
+        &["journal", "export", run_id, "-o", file.to_str().unwrap()],
+    );
+    assert_eq!(exported["run_id"], run_id, "{exported}");
+    assert!(exported["entries"].as_u64().unwrap() > 4, "{exported}");
 
     let (out, reports) = keel(
         db.path(),
@@ -547,6 +558,25 @@ fn cancelling_a_run_that_already_ended_fails() {
             .as_str()
             .unwrap()
             .contains("completed")
+    );
+    // Cancelled once, a second cancel is refused too.
+    let (_, asleep) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "sleeper", "--input", "36000000"],
+    );
+    let asleep_id = asleep["run_id"].as_str().unwrap();
+    let (out, cancelled) = keel(db.path(), &["runs", "cancel", asleep_id]);
+    assert!(out.status.success(), "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled");
+    let (out, again) = keel(db.path(), &["runs", "cancel", asleep_id]);
+    assert!(!out.status.success(), "{again}");
+    assert_eq!(again["error"]["kind"], "run_ended", "{again}");
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(cancelled)"),
+        "{again}"
     );
 }
 

@@ -246,6 +246,9 @@ pub enum Error {
     )]
     RunLive { run_id: RunId, status: String },
 
+    #[error("run {run_id} had already ended ({status}); nothing was cancelled")]
+    RunEnded { run_id: RunId, status: String },
+
     #[error(transparent)]
     Store(StoreError),
 
@@ -358,6 +361,7 @@ impl Error {
             Error::InvalidGrant { .. } => ErrorKind::InvalidGrant,
             Error::StillRunning { .. } => ErrorKind::StillRunning,
             Error::RunLive { .. } => ErrorKind::RunLive,
+            Error::RunEnded { .. } => ErrorKind::RunEnded,
             Error::NotRetryable { .. } => ErrorKind::NotRetryable,
             Error::BoundExceeded { .. } => ErrorKind::BoundExceeded,
             Error::Store(e) => e.kind(),
@@ -394,6 +398,7 @@ impl Error {
             | Error::CancelGrace { run_id, .. }
             | Error::StillRunning { run_id, .. }
             | Error::RunLive { run_id, .. }
+            | Error::RunEnded { run_id, .. }
             | Error::NotRetryable { run_id, .. }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.to_string())],
             Error::NonDeterminism {

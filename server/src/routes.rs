@@ -787,10 +787,11 @@ pub async fn cancel(
         ms: wait_ms(q.number("wait_ms")?)?,
         return_on_wait: false,
     };
-    let run = match q.flag("force")? {
-        true => s.keel.terminate(&run_id).await?,
-        false => s.keel.cancel(&run_id, &reason, "api").await?,
-    };
+    let force = q.flag("force")?;
+    let run = s
+        .keel
+        .cancel_on_request(&run_id, &reason, "api", force)
+        .await?;
     // Driven here unless a worker drives it: its cleanup runs now.
     let run = match run.status.is_final() {
         true => run,

@@ -1814,3 +1814,42 @@ async fn a_waiting_run_says_over_http_which_hook_resumes_it() {
         "lists leave it out"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_run_that_had_ended_is_refused_over_http_as_from_the_cli() {
+    let s = server(None).await;
+    let done = s.ten_steps(2).await;
+    let done_id = done["run_id"].as_str().unwrap();
+    let (status, refused) = s
+        .post(&format!("/v1/runs/{done_id}/cancel"), json!(null))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(error_kind(&refused), "run_ended");
+    assert_eq!(
+        refused["error"]["message"],
+        format!("run {done_id} had already ended (completed); nothing was cancelled")
+    );
+    assert_eq!(refused["error"]["ids"]["run_id"], done_id);
+    // A waiting run is cancelled once; a second cancel is refused.
+    let (_, waiting) = s.start_order("twice-1").await;
+    let waiting_id = waiting["run_id"].as_str().unwrap();
+    let (status, cancelled) = s
+        .post(
+            &format!("/v1/runs/{waiting_id}/cancel?wait_ms=10000"),
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled");
+    let (status, again) = s
+        .post(&format!("/v1/runs/{waiting_id}/cancel"), json!(null))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{again}");
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(cancelled)"),
+        "{again}"
+    );
+}

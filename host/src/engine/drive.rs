@@ -117,6 +117,30 @@ impl Keel {
             .map_err(|e| unconfirmed(e, run_id, "cancel"))
     }
 
+    /// A cancel someone asked for (the API, the CLI): as [`Keel::cancel`],
+    /// or [`Keel::terminate`] with `force`, but a run that had already
+    /// ended is refused with [`Error::RunEnded`] naming its status, since
+    /// nothing was cancelled.
+    pub async fn cancel_on_request(
+        &self,
+        run_id: &str,
+        reason: &str,
+        by: &str,
+        force: bool,
+    ) -> Result<RunRecord> {
+        let run = self.get_run(run_id).await?;
+        if run.status.is_final() {
+            return Err(Error::RunEnded {
+                run_id: run.run_id,
+                status: run.status.as_str().into(),
+            });
+        }
+        match force {
+            true => self.terminate(run_id).await,
+            false => self.cancel(run_id, reason, by).await,
+        }
+    }
+
     async fn cancel_inner(&self, run_id: &str, reason: &str, by: &str) -> Result<RunRecord> {
         let run = self.get_run(run_id).await?;
         if run.status.is_final() {
