@@ -41,13 +41,18 @@ fn main() -> ExitCode {
     // Everything keel writes (the store, compiled code, sockets) is this
     // user's alone, whatever the umask it was started with.
     // SAFETY: setting the process's file mode mask has no memory effects.
-    unsafe {
-        libc::umask(0o077);
-    }
+    let user_umask = unsafe { libc::umask(0o077) };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    // A new crate is the user's source code, made as their umask says.
+    if matches!(cli.command, Command::New { .. }) {
+        // SAFETY: as above, before any thread starts.
+        unsafe {
+            libc::umask(user_umask);
+        }
+    }
     init_logs(&cli.command);
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let json = cli.json;

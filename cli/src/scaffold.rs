@@ -109,7 +109,25 @@ pub fn new_crate(name: &str, parent: &Path, sdk: &Sdk) -> anyhow::Result<PathBuf
             .with_context(|| format!("writing {}", path.display()))?;
     }
     std::fs::create_dir_all(dir.join("journals"))?;
+    git_init(&dir);
     Ok(dir)
+}
+
+/// Makes `dir` a git repository, as `cargo new` does, unless it is inside
+/// one already or git is not installed (then it stays a plain folder).
+fn git_init(dir: &Path) {
+    let quiet = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !quiet(&["rev-parse", "--is-inside-work-tree"]) {
+        quiet(&["init", "-q"]);
+    }
 }
 
 /// A scenario of `tests/runs/`: a workflow run and what it must give.

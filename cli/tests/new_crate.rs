@@ -51,6 +51,33 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
     }
     let again = keel(parent.path(), &["new", "hello-keel"]);
     assert!(!again.status.success(), "an existing folder is refused");
+    assert!(
+        dir.join(".git").is_dir(),
+        "a git repository, as cargo new makes"
+    );
+
+    // The crate's files are made as the user's umask says, not private
+    // like the store.
+    let shared = parent.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"umask 022 && exec "$0" new shared-keel"#)
+        .arg(env!("CARGO_BIN_EXE_keel"))
+        .current_dir(&shared)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &str| {
+        std::fs::metadata(shared.join("shared-keel").join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("Cargo.toml"), 0o644);
+    assert_eq!(mode("src"), 0o755);
 
     // A plain `cargo build` produces the component.
     let build = Command::new("cargo")
