@@ -812,18 +812,20 @@ pub fn inspect(loaded: &keel_host::Loaded, json: bool) {
 }
 
 /// `keel workers list`.
-pub fn workers(workers: &[(keel_host::store::WorkerRecord, usize)], json: bool) {
+pub fn workers(workers: &[keel_host::WorkerState], json: bool) {
     if json {
         let list: Vec<Value> = workers
             .iter()
-            .map(|(w, runs)| {
+            .map(|w| {
+                let r = &w.record;
                 json!({
-                    "worker_id": w.worker_id,
-                    "host": w.host,
-                    "pid": w.pid,
-                    "started_at_ms": w.started_at_ms,
-                    "heartbeat_at_ms": w.heartbeat_at_ms,
-                    "runs_held": runs,
+                    "worker_id": r.worker_id,
+                    "host": r.host,
+                    "pid": r.pid,
+                    "started_at_ms": r.started_at_ms,
+                    "heartbeat_at_ms": r.heartbeat_at_ms,
+                    "runs_held": w.runs,
+                    "gone": w.gone,
                 })
             })
             .collect();
@@ -831,13 +833,20 @@ pub fn workers(workers: &[(keel_host::store::WorkerRecord, usize)], json: bool) 
         return;
     }
     let now = now_ms();
-    for (w, runs) in workers {
+    for w in workers {
+        let r = &w.record;
         println!(
-            "{:<40} host {:<16} pid {:<8} heartbeat {:.1} s ago  runs held {runs}",
-            w.worker_id,
-            w.host,
-            w.pid,
-            now.saturating_sub(w.heartbeat_at_ms) as f64 / 1000.0
+            "{:<40} host {:<16} pid {:<8} heartbeat {:.1} s ago  runs held {}{}",
+            r.worker_id,
+            r.host,
+            r.pid,
+            now.saturating_sub(r.heartbeat_at_ms) as f64 / 1000.0,
+            w.runs,
+            if w.gone {
+                "  GONE (no heartbeat for 3 lease times: killed or cut off; forgotten after an hour)"
+            } else {
+                ""
+            }
         );
     }
 }

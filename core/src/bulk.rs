@@ -99,6 +99,9 @@ impl BulkRequest {
     /// every run is refused: acting on every run is said with a status.
     pub fn refusal(&self) -> Option<String> {
         let f = &self.filter;
+        if let Err(why) = crate::records::check_attributes(&f.attributes) {
+            return Some(format!("the filter's attributes: {why}"));
+        }
         let selects_all = f.statuses.is_empty()
             && f.workflow.is_none()
             && f.since_ms.is_none()
@@ -337,6 +340,10 @@ mod tests {
         let why = all.refusal().unwrap();
         assert!(why.contains("bulk delete needs a filter"), "{why}");
         assert_eq!(request(BulkAction::Delete).refusal(), None);
+        let mut nul = request(BulkAction::Delete);
+        nul.filter.attributes.insert("tenant".into(), "a\0b".into());
+        let why = nul.refusal().unwrap();
+        assert!(why.contains("NUL"), "{why}");
     }
 
     #[test]

@@ -134,6 +134,11 @@ pub fn check_attribute(key: &str, value: &str) -> Result<(), String> {
             value.len()
         ));
     }
+    if value.contains('\0') {
+        return Err(format!(
+            "attribute `{key}` has a value holding a NUL character, which no store keeps"
+        ));
+    }
     Ok(())
 }
 
@@ -373,6 +378,8 @@ mod tests {
             let err = check_attribute(bad, "v").unwrap_err();
             assert!(err.contains("attribute name"), "{bad}: {err}");
         }
+        let err = check_attribute("k", "a\0b").unwrap_err();
+        assert!(err.contains("NUL"), "{err}");
         let err = check_attribute("k", &"v".repeat(257)).unwrap_err();
         assert!(err.contains("257 bytes"), "{err}");
         let many: Attributes = (0..33).map(|i| (format!("k{i}"), "v".into())).collect();

@@ -407,8 +407,9 @@ const pages = {
         : `<button data-limit="pause" data-workflow="${esc(l.workflow)}" data-key="${esc(l.key ?? "")}">Pause</button>`}</td></tr>`,
     "No concurrency group yet. A workflow declares one with <code>#[workflow(concurrency(key = ..., limit = N))]</code>."),
   workers: () => tablePage("Workers", "/v1/workers", (b) => b.workers,
-    ["Worker", "Host", "PID", "Started", "Last heartbeat", "Runs held"],
-    (w) => `<tr><td class="mono">${esc(w.worker_id)}</td><td>${esc(w.host)}</td><td>${w.pid}</td><td>${ago(w.started_at_ms)}</td><td>${ago(w.heartbeat_at_ms)}</td><td>${w.runs}</td></tr>`,
+    ["Worker", "Host", "PID", "Started", "Last heartbeat", "Runs held", "State"],
+    (w) => `<tr><td class="mono">${esc(w.worker_id)}</td><td>${esc(w.host)}</td><td>${w.pid}</td><td>${ago(w.started_at_ms)}</td><td>${ago(w.heartbeat_at_ms)}</td><td>${w.runs}</td>
+      <td>${w.gone ? '<span class="badge failed" title="no heartbeat for 3 lease times: killed, or cut off from the store">gone</span>' : '<span class="badge completed">alive</span>'}</td></tr>`,
     "No worker announced itself."),
 };
 

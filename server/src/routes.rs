@@ -942,13 +942,14 @@ pub async fn workers(State(s): State<AppState>) -> ApiResult<Json<WorkerList>> {
         .workers()
         .await?
         .into_iter()
-        .map(|(w, runs)| WorkerView {
-            worker_id: w.worker_id,
-            host: w.host,
-            pid: w.pid,
-            started_at_ms: w.started_at_ms,
-            heartbeat_at_ms: w.heartbeat_at_ms,
-            runs,
+        .map(|w| WorkerView {
+            worker_id: w.record.worker_id,
+            host: w.record.host,
+            pid: w.record.pid,
+            started_at_ms: w.record.started_at_ms,
+            heartbeat_at_ms: w.record.heartbeat_at_ms,
+            runs: w.runs,
+            gone: w.gone,
         })
         .collect();
     Ok(Json(WorkerList { workers }))

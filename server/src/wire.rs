@@ -409,6 +409,9 @@ pub struct WorkerView {
     pub heartbeat_at_ms: u64,
     /// Runs whose leases it holds.
     pub runs: usize,
+    /// It has not heartbeaten for three lease times (killed, or cut off
+    /// from the store); it is forgotten an hour later.
+    pub gone: bool,
 }
 
 /// The workers sharing the store.
@@ -841,7 +844,8 @@ pub struct JobList {
 #[serde(deny_unknown_fields)]
 pub struct PruneRequest {
     /// Keep a component stored within this many milliseconds (a start or a
-    /// deploy may be about to name it); default an hour.
+    /// deploy may be about to name it); default an hour; at most a century.
+    #[schemars(range(max = 3_153_600_000_000u64))]
     pub grace_ms: Option<u64>,
     /// Say what would be deleted; delete nothing.
     #[serde(default)]

@@ -1754,6 +1754,19 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let (status, refused) = s
+        .post(
+            "/v1/runs/bulk",
+            json!({"action": "cancel", "filter": {"attributes": {"tenant": "a\0b"}}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert!(
+        refused["error"]["message"].as_str().unwrap().contains("NUL"),
+        "{refused}"
+    );
+    let (status, refused) = s.get("/v1/runs?attr=tenant%3Da%00b").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
     let (status, missing) = s.get("/v1/jobs/no-such-job").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
     assert_eq!(error_kind(&missing), "job_not_found");

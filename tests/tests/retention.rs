@@ -338,3 +338,36 @@ async fn components_no_deployment_or_run_names_are_pruned_after_the_grace() {
     let again = keel.run(&testbed, "two_steps", "2").await.unwrap();
     assert_eq!(again.status, RunStatus::Completed, "{again:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_stops_heartbeating_is_shown_gone_then_forgotten() {
+    use keel_host::store::{WorkerRecord, WorkerStore};
+    let store = TestStore::new();
+    let clock = ManualClock::at(T0);
+    let mut config = store.config();
+    config.clock = clock.clone();
+    let lease_ms = config.lease_ttl.as_millis() as u64;
+    let (keel, _, backend) = open_backend(config, keel_tests::TESTBED).await;
+    // A worker that announced itself and was killed: it never signs off.
+    let killed = WorkerRecord {
+        worker_id: "killed".into(),
+        host: "elsewhere".into(),
+        pid: 7,
+        started_at_ms: T0,
+        heartbeat_at_ms: T0,
+    };
+    backend.heartbeat(&killed).await.unwrap();
+    clock.advance(keel_host::GONE_AFTER_LEASES * lease_ms);
+    let workers = keel.workers().await.unwrap();
+    assert_eq!(workers.len(), 1);
+    assert!(!workers[0].gone, "not yet: {workers:?}");
+    clock.advance(1);
+    assert!(
+        keel.workers().await.unwrap()[0].gone,
+        "no heartbeat for 3 leases"
+    );
+    assert_eq!(keel.forget_gone_workers().await.unwrap(), 0, "kept an hour");
+    clock.advance(keel_host::FORGET_GONE_AFTER_MS);
+    assert_eq!(keel.forget_gone_workers().await.unwrap(), 1);
+    assert!(keel.workers().await.unwrap().is_empty());
+}

@@ -42,7 +42,7 @@ pub use jobs::BulkPreview;
 pub use retention::{PURGE_BATCH, Purge, RetentionConfig, archive_path};
 pub use schedules::MAX_BACKFILL;
 pub use watch::Watched;
-pub use worker::WorkSummary;
+pub use worker::{FORGET_GONE_AFTER_MS, GONE_AFTER_LEASES, WorkSummary, WorkerState};
 
 use crate::config::Config;
 

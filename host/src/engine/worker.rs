@@ -18,6 +18,28 @@ pub const PURGE_INTERVAL_MS: u64 = 10_000;
 /// milliseconds of the engine's clock (a count reads every record).
 pub const STATS_INTERVAL_MS: u64 = 300_000;
 
+/// A worker is shown gone once it has not heartbeaten for this many lease
+/// times (it heartbeats every third of one).
+pub const GONE_AFTER_LEASES: u64 = 3;
+
+/// A gone worker is forgotten this long after it was first shown gone.
+pub const FORGET_GONE_AFTER_MS: u64 = 3_600_000;
+
+/// A worker sharing the store, as the operators see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerState {
+    pub record: WorkerRecord,
+    /// Runs whose leases it holds now.
+    pub runs: usize,
+    /// It has not heartbeaten for [`GONE_AFTER_LEASES`] lease times.
+    pub gone: bool,
+}
+
+/// Whether a worker last heard of at `heartbeat_at_ms` is gone at `now_ms`.
+fn is_gone(heartbeat_at_ms: u64, now_ms: u64, lease_ms: u64) -> bool {
+    heartbeat_at_ms.saturating_add(GONE_AFTER_LEASES * lease_ms) < now_ms
+}
+
 type DriveTasks = tokio::task::JoinSet<(RunId, Result<RunRecord>)>;
 
 /// Logs how a worker's drive ended; returns the run's ID ("" if unknown)
@@ -207,6 +229,9 @@ impl Keel {
             if count && let Err(e) = keel.store_stats().await {
                 tracing::warn!("counting the store failed (the next count tries again): {e}");
             }
+            if let Err(e) = keel.forget_gone_workers().await {
+                tracing::warn!("forgetting gone workers failed (the next pass tries again): {e}");
+            }
         }));
     }
 
@@ -370,9 +395,40 @@ impl Keel {
     }
 
     /// The workers sharing the store (those that announced themselves and
-    /// did not sign off), with how many runs each holds now.
-    pub async fn workers(&self) -> Result<Vec<(WorkerRecord, usize)>> {
-        Ok(self.store().list_workers(self.now_ms()).await?)
+    /// did not sign off), with how many runs each holds now and whether
+    /// each is gone (no heartbeat for [`GONE_AFTER_LEASES`] lease times: it
+    /// was killed, or lost the store).
+    pub async fn workers(&self) -> Result<Vec<WorkerState>> {
+        let now = self.now_ms();
+        let lease_ms = self.inner.config.lease_ttl.as_millis() as u64;
+        Ok(self
+            .store()
+            .list_workers(now)
+            .await?
+            .into_iter()
+            .map(|(record, runs)| WorkerState {
+                gone: is_gone(record.heartbeat_at_ms, now, lease_ms),
+                record,
+                runs,
+            })
+            .collect())
+    }
+
+    /// Forgets the workers gone for longer than [`FORGET_GONE_AFTER_MS`]
+    /// (a killed worker never signs off); how many.
+    pub async fn forget_gone_workers(&self) -> Result<usize> {
+        let now = self.now_ms();
+        let lease_ms = self.inner.config.lease_ttl.as_millis() as u64;
+        let mut forgotten = 0;
+        for (worker, _) in self.store().list_workers(now).await? {
+            let long_gone = now.saturating_sub(FORGET_GONE_AFTER_MS);
+            if is_gone(worker.heartbeat_at_ms, long_gone, lease_ms) {
+                self.store().remove_worker(&worker.worker_id).await?;
+                tracing::info!(worker_id = %worker.worker_id, "forgot a worker gone for an hour");
+                forgotten += 1;
+            }
+        }
+        Ok(forgotten)
     }
 
     /// When the next waiting run is due, if any.
@@ -391,6 +447,13 @@ impl Keel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_is_gone_after_three_lease_times_without_a_heartbeat() {
+        assert!(!is_gone(1_000, 1_000 + 3 * 30_000, 30_000));
+        assert!(is_gone(1_000, 1_001 + 3 * 30_000, 30_000));
+        assert!(!is_gone(5_000, 1_000, 30_000), "a heartbeat after now");
+    }
 
     #[test]
     fn failed_runs_wait_longer_after_each_failure_up_to_a_minute() {
