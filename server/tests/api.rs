@@ -1762,7 +1762,10 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
     assert!(
-        refused["error"]["message"].as_str().unwrap().contains("NUL"),
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("NUL"),
         "{refused}"
     );
     let (status, refused) = s.get("/v1/runs?attr=tenant%3Da%00b").await;
