@@ -290,6 +290,22 @@ async fn run_scenario(
     let result = async {
         let keel = Keel::open_sled(config, &keel_host::store::sled::SledOptions::new(&store))?;
         let loaded = keel.load(wasm).await?;
+        let exported: Vec<&str> = loaded
+            .manifest
+            .workflows
+            .iter()
+            .map(|w| w.name.as_str())
+            .collect();
+        anyhow::ensure!(
+            exported.contains(&s.workflow.as_str()),
+            "the crate exports no workflow `{}`; name one of {} in the scenario's `workflow`",
+            s.workflow,
+            exported
+                .iter()
+                .map(|w| format!("`{w}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let run = keel.run(&loaded, &s.workflow, &s.input.to_string()).await?;
         let output = run
             .output

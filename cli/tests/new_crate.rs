@@ -143,6 +143,19 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
         text(&second)
     );
 
+    // A scenario naming a workflow the crate does not export is told so.
+    let typo = dir.join("tests/runs/typo.json");
+    std::fs::write(&typo, r#"{"workflow": "greett", "input": null}"#).unwrap();
+    let wrong = keel(&dir, &["test"]);
+    assert!(!wrong.status.success());
+    let report = text(&wrong);
+    assert!(
+        report.contains("the crate exports no workflow `greett`; name one of `greet`"),
+        "{report}"
+    );
+    assert!(!report.contains("deploy"), "no deployment advice: {report}");
+    std::fs::remove_file(&typo).unwrap();
+
     // Steps called in another order: recorded runs would break.
     let lib = dir.join("src/lib.rs");
     let code = std::fs::read_to_string(&lib).unwrap().replace(

@@ -99,8 +99,10 @@ impl BulkRequest {
     /// every run is refused: acting on every run is said with a status.
     pub fn refusal(&self) -> Option<String> {
         let f = &self.filter;
-        if let Err(why) = crate::records::check_attributes(&f.attributes) {
-            return Some(format!("the filter's attributes: {why}"));
+        for (key, value) in &f.attributes {
+            if let Err(why) = crate::records::check_attribute_filter(key, value) {
+                return Some(format!("the filter's attributes: {why}"));
+            }
         }
         let selects_all = f.statuses.is_empty()
             && f.workflow.is_none()
@@ -340,10 +342,10 @@ mod tests {
         let why = all.refusal().unwrap();
         assert!(why.contains("bulk delete needs a filter"), "{why}");
         assert_eq!(request(BulkAction::Delete).refusal(), None);
-        let mut nul = request(BulkAction::Delete);
-        nul.filter.attributes.insert("tenant".into(), "a\0b".into());
-        let why = nul.refusal().unwrap();
-        assert!(why.contains("NUL"), "{why}");
+        let mut bad = request(BulkAction::Delete);
+        bad.filter.attributes.insert("ten ant".into(), "a".into());
+        let why = bad.refusal().unwrap();
+        assert!(why.contains("attribute name `ten ant`"), "{why}");
     }
 
     #[test]

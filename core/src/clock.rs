@@ -12,3 +12,27 @@ impl std::fmt::Debug for dyn Clock {
         write!(f, "Clock({})", self.now_ms())
     }
 }
+
+/// `ms` (since the Unix epoch) as people read a time in reports:
+/// `2026-12-02T16:35:55.394Z`.
+pub fn timestamp(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || format!("{ms} ms after the epoch"),
+            |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamps_read_as_utc_times() {
+        assert_eq!(
+            super::timestamp(1_796_230_555_394),
+            "2026-12-02T16:55:55.394Z"
+        );
+        assert_eq!(super::timestamp(0), "1970-01-01T00:00:00.000Z");
+    }
+}

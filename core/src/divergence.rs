@@ -34,7 +34,8 @@ impl CommandView {
                 excerpt(input, 120),
             ),
             Fact::TimerScheduled { fire_at_ms, .. } => {
-                ("timer", None, None, format!("due at {fire_at_ms} ms"))
+                let due = crate::clock::timestamp(*fire_at_ms);
+                ("timer", None, None, format!("due at {due}"))
             }
             Fact::PatchMarker { change_id, .. } => ("patch_marker", None, None, change_id.clone()),
             other => (other.name(), None, None, other.describe()),
@@ -227,6 +228,19 @@ mod tests {
 
     fn entries(facts: Vec<Fact>) -> Vec<Entry> {
         JournalBuilder::at(0).facts(facts).entries()
+    }
+
+    #[test]
+    fn a_timer_reads_with_its_due_time_as_a_time() {
+        let timer = Fact::TimerScheduled {
+            command: 0,
+            fire_at_ms: 1_796_230_555_394,
+        };
+        assert_eq!(
+            CommandView::of(&timer).excerpt,
+            "due at 2026-12-02T16:55:55.394Z"
+        );
+        assert_eq!(timer.describe(), "a timer due at 2026-12-02T16:55:55.394Z");
     }
 
     fn step(command: u32, name: &str) -> Fact {

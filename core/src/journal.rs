@@ -301,7 +301,9 @@ impl Fact {
             Fact::StepScheduled { name, input, .. } => {
                 format!("step `{name}` with input {}", excerpt(input, 80))
             }
-            Fact::TimerScheduled { fire_at_ms, .. } => format!("a timer due at {fire_at_ms} ms"),
+            Fact::TimerScheduled { fire_at_ms, .. } => {
+                format!("a timer due at {}", crate::clock::timestamp(*fire_at_ms))
+            }
             Fact::PatchMarker { change_id, .. } => format!("patch marker `{change_id}`"),
             Fact::HookCreated { token, force, .. } => {
                 let force = if *force { " with force" } else { "" };

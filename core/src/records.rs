@@ -118,6 +118,19 @@ pub const MAX_ATTRIBUTE_VALUE: usize = 256;
 
 /// Why `key = value` cannot be one of a run's attributes, if it cannot.
 pub fn check_attribute(key: &str, value: &str) -> Result<(), String> {
+    check_attribute_filter(key, value)?;
+    if !can_hold(value) {
+        return Err(format!(
+            "attribute `{key}` has a value holding a NUL character, which no store keeps"
+        ));
+    }
+    Ok(())
+}
+
+/// Why `key = value` cannot filter runs by attribute, if it cannot: a
+/// name or a size no attribute has. A value no attribute can hold (a NUL)
+/// is a filter that matches no run ([`can_hold`]).
+pub fn check_attribute_filter(key: &str, value: &str) -> Result<(), String> {
     let name_ok = !key.is_empty()
         && key.len() <= 64
         && key
@@ -134,12 +147,12 @@ pub fn check_attribute(key: &str, value: &str) -> Result<(), String> {
             value.len()
         ));
     }
-    if value.contains('\0') {
-        return Err(format!(
-            "attribute `{key}` has a value holding a NUL character, which no store keeps"
-        ));
-    }
     Ok(())
+}
+
+/// Whether a run's attributes can hold `value` (a store keeps no NUL).
+pub fn can_hold(value: &str) -> bool {
+    !value.contains('\0')
 }
 
 /// Why `attributes` cannot be a run's, if they cannot.

@@ -82,6 +82,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
     // The hook each `HookNext` command waits on.
     let mut waits = std::collections::HashMap::new();
+    // The hooks the run's end closed.
+    let mut closed_by_end = Vec::new();
     for entry in journal {
         let at = entry.at_ms;
         let open = |command: u32, kind: RowKind, name: &str| Row {
@@ -261,15 +263,33 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                 }
                 rows.push(child);
             }
-            Fact::RunStarted { .. }
-            | Fact::RunCompleted { .. }
+            // A run's end closes its hooks (their tokens are released, or
+            // only retained); a retry opens them again.
+            Fact::RunCompleted { .. }
             | Fact::RunFailed { .. }
             | Fact::RunCancelled
-            | Fact::RunRetried { .. }
+            | Fact::RunEndedCancelled { .. } => {
+                for r in rows
+                    .iter_mut()
+                    .filter(|r| r.kind == RowKind::Hook && r.status == RowStatus::Open)
+                {
+                    r.status = RowStatus::Completed;
+                    r.ended_at_ms = Some(at);
+                    closed_by_end.push(r.command);
+                }
+            }
+            Fact::RunRetried { .. } => {
+                for command in closed_by_end.drain(..) {
+                    if let Some(i) = row(&mut rows, command) {
+                        rows[i].status = RowStatus::Open;
+                        rows[i].ended_at_ms = None;
+                    }
+                }
+            }
+            Fact::RunStarted { .. }
             | Fact::CancelRequested { .. }
             | Fact::DeadlineSet { .. }
-            | Fact::AttributeSet { .. }
-            | Fact::RunEndedCancelled { .. } => {}
+            | Fact::AttributeSet { .. } => {}
         }
     }
     rows.sort_by_key(|r| r.command);
@@ -323,6 +343,31 @@ fn end(rows: &mut [Row], command: u32, at: u64, output: Option<String>) {
 mod tests {
     use super::*;
     use crate::journal::HookRegistration;
+
+    #[test]
+    fn a_run_s_end_closes_its_open_hooks() {
+        let entry = |seq, fact| Entry {
+            seq,
+            at_ms: 10 + seq,
+            fact,
+        };
+        let journal = vec![
+            entry(
+                0,
+                Fact::HookCreated {
+                    command: 0,
+                    token: "approve:1".into(),
+                    force: false,
+                    registration: HookRegistration::Registered,
+                },
+            ),
+            entry(1, Fact::RunCancelled),
+        ];
+        let rows = timeline(&journal);
+        assert_eq!(rows[0].status, RowStatus::Completed, "{rows:?}");
+        assert_eq!(rows[0].ended_at_ms, Some(11));
+        assert!(waiting_on(&rows).is_empty());
+    }
 
     #[test]
     fn a_run_waits_on_its_open_hooks_timers_and_awaited_runs() {

@@ -307,7 +307,7 @@ function runPage(runId) {
         <td>${row.throttled_ms ? `<div class="muted" data-testid="throttled">waited ${duration(row.throttled_ms)} for its step limits</div>` : ""}${row.error ? `<span class="error">${esc(row.error)}</span>` : ""}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
       </tr>`).join("")}</tbody></table>`}
       ${hooks.length ? `<h2>Hooks</h2><table data-testid="hooks"><thead><tr><th>Token</th><th>Status</th><th>Created</th><th>Payloads, in order</th></tr></thead><tbody>
-        ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>
+        ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status === "completed" ? "closed" : h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>
           <td class="mono">${payloads(d.journal, h.command).map((p) => `<div>${esc(time(p.at_ms))} · ${esc(p.payload)}</div>`).join("") || '<span class="muted">none yet</span>'}</td></tr>`).join("")}</tbody></table>` : ""}
       ${r.children && r.children.length ? `<h2>Child runs</h2><ul class="tree" data-testid="children">
         ${r.children.map((c) => `<li data-testid="child" data-close="${esc(c.close)}"><a class="mono" href="#/runs/${encodeURIComponent(c.run_id)}">${esc(c.run_id)}</a>
@@ -379,7 +379,7 @@ const runLink = (id) => id ? `<a class="mono" href="#/runs/${encodeURIComponent(
 const pages = {
   hooks: () => tablePage("Hooks", "/v1/hooks", (b) => b.hooks,
     ["Token", "Run", "Kind", "Active", "Payloads", "Created", "Retained until", "Metadata"],
-    (h) => `<tr><td class="mono">${esc(h.token)}</td><td>${runLink(h.run_id)}</td><td>${h.command === null || h.command === undefined ? "start token" : `command ${h.command}`}</td>
+    (h) => `<tr><td class="mono">${esc(h.token)}</td><td>${runLink(h.run_id)}</td><td>${h.command === null || h.command === undefined ? "start token" : "created by the workflow"}</td>
       <td>${h.active ? "yes" : "no"}</td><td>${h.payloads}</td><td title="${time(h.created_at_ms)}">${ago(h.created_at_ms)}</td>
       <td>${h.retain_until_ms ? time(h.retain_until_ms) : ""}</td><td class="mono">${h.metadata === null || h.metadata === undefined ? "" : esc(JSON.stringify(h.metadata))}</td></tr>`,
     "No token is held."),
@@ -388,9 +388,16 @@ const pages = {
     (e) => `<tr><td class="mono">${esc(e.key)}</td><td title="${time(e.at_ms)}">${ago(e.at_ms)}</td><td class="mono">${esc(JSON.stringify(e.payload))}</td>
       <td>${e.outcomes.map((o) => `${esc(o.workflow)}: ${o.run_id ? runLink(o.run_id) : ""}${o.deduplicated ? " (deduplicated)" : ""}${o.error ? ` <span class="error">${esc(o.error)}</span>` : ""}`).join("<br>")}</td></tr>`,
     "No event was pushed."),
-  deployments: () => tablePage("Deployments", "/v1/deployments", (b) => b.deployments,
-    ["Name", "Hash", "Workflows", "Steps", "Grants", "Limits", "Size", "Deployed"],
-    (d) => `<tr><td><strong>${esc(d.name)}</strong></td><td class="mono" title="${esc(d.hash)}">${esc(d.hash.slice(0, 16))}…</td>
+  // Newest first: the first build of each name is the one its starts run.
+  deployments: () => tablePage("Deployments", "/v1/deployments", (b) => {
+    const seen = new Set();
+    return b.deployments.map((d) => ({ ...d, current: !seen.has(d.name) && seen.add(d.name) }))
+      .sort((x, y) => x.name.localeCompare(y.name) || y.deployed_at_ms - x.deployed_at_ms);
+  },
+    ["Name", "Build", "Hash", "Workflows", "Steps", "Grants", "Limits", "Size", "Deployed"],
+    (d) => `<tr data-testid="deployment-row" data-name="${esc(d.name)}" class="${d.current ? "" : "muted"}"><td><strong>${esc(d.name)}</strong></td>
+      <td data-testid="build">${d.current ? '<span class="badge completed">current</span>' : '<span class="badge cancelled" title="a newer build of the name was deployed; runs pinned to this one still run on it">superseded</span>'}</td>
+      <td class="mono" title="${esc(d.hash)}">${esc(d.hash.slice(0, 16))}…</td>
       <td>${d.workflows.map(esc).join("<br>")}</td><td>${d.steps.map(esc).join("<br>")}</td>
       <td class="mono">${[...d.grants.http.map((h) => `http ${h}`), ...d.grants.dirs.map((x) => `dir ${x}`), ...d.grants.env.map((x) => `env ${x}`)].map(esc).join("<br>") || '<span class="muted">none</span>'}</td>
       <td>${d.limits.max_memory_mib ? `${d.limits.max_memory_mib} MiB` : ""} ${d.limits.step_timeout_ms ? `${duration(d.limits.step_timeout_ms)} / attempt` : ""}</td>

@@ -339,7 +339,7 @@ impl Query {
                 })?,
                 None => continue,
             };
-            keel_core::records::check_attribute(key, value).map_err(ApiError::invalid)?;
+            keel_core::records::check_attribute_filter(key, value).map_err(ApiError::invalid)?;
             wanted.insert(key.to_string(), value.to_string());
         }
         Ok(wanted)
@@ -533,6 +533,11 @@ pub async fn start(
         (Some(delay), None) => Some(s.keel.clock_ms().saturating_add(delay)),
         (None, at) => at,
     };
+    if request.timeout_ms == Some(0) {
+        return Err(ApiError::invalid(
+            "`timeout_ms` is at least 1; leave it out for the workflow's own timeout",
+        ));
+    }
     let options = StartOptions {
         run_id,
         start_at_ms,
@@ -717,6 +722,11 @@ pub async fn prune_components(
 ) -> ApiResult<Json<keel_core::retention::Pruned>> {
     let request: PruneRequest = json_object(body)?;
     let grace_ms = request.grace_ms.unwrap_or(3_600_000);
+    if grace_ms > MAX_GRACE_MS {
+        return Err(ApiError::invalid(format!(
+            "`grace_ms` {grace_ms} is over a century ({MAX_GRACE_MS})"
+        )));
+    }
     Ok(Json(
         s.keel.prune_components(grace_ms, request.dry_run).await?,
     ))

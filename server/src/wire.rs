@@ -839,13 +839,16 @@ pub struct JobList {
     pub jobs: Vec<JobView>,
 }
 
+/// The longest grace a prune takes: a century, in milliseconds.
+pub const MAX_GRACE_MS: u64 = 3_153_600_000_000;
+
 /// `POST /v1/components/prune`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PruneRequest {
     /// Keep a component stored within this many milliseconds (a start or a
     /// deploy may be about to name it); default an hour; at most a century.
-    #[schemars(range(max = 3_153_600_000_000u64))]
+    #[schemars(range(max = MAX_GRACE_MS))]
     pub grace_ms: Option<u64>,
     /// Say what would be deleted; delete nothing.
     #[serde(default)]

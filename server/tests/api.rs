@@ -1754,13 +1754,31 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
-    let (status, refused) = s
+    // A value no run can hold (a NUL) matches no run: PostgreSQL's JSONB
+    // is never asked about it.
+    let (status, none) = s
         .post(
             "/v1/runs/bulk",
-            json!({"action": "cancel", "filter": {"attributes": {"tenant": "a\0b"}}}),
+            json!({"action": "cancel", "dry_run": true,
+                   "filter": {"attributes": {"tenant": "a\0b"}}}),
         )
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(status, StatusCode::OK, "{none}");
+    assert_eq!(none["acted_on"], 0, "{none}");
+    let (status, none) = s.get("/v1/runs?attr=tenant%3Da%00b").await;
+    assert_eq!(status, StatusCode::OK, "{none}");
+    assert_eq!(none["runs"], json!([]));
+    let (status, refused) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 1, "attributes": {"tenant": "a\0b"}}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a start cannot store one: {refused}"
+    );
     assert!(
         refused["error"]["message"]
             .as_str()
@@ -1768,7 +1786,19 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
             .contains("NUL"),
         "{refused}"
     );
-    let (status, refused) = s.get("/v1/runs?attr=tenant%3Da%00b").await;
+    let (status, refused) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 1, "timeout_ms": 0}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let (status, refused) = s
+        .post(
+            "/v1/components/prune",
+            json!({"grace_ms": 3_153_600_000_001u64}),
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
     let (status, missing) = s.get("/v1/jobs/no-such-job").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");

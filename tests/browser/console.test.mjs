@@ -62,6 +62,9 @@ try {
 
   // A failed run is retried from its page: the journal records the retry.
   await page.goto(`${base}/#/runs/${failed.run_id}`);
+  // A long error wraps instead of being cut.
+  const wraps = await page.locator("[data-testid=error]").evaluate((e) => getComputedStyle(e).whiteSpace);
+  assert.equal(wraps, "pre-wrap");
   await page.locator("[data-testid=retry]").click();
   await page.getByText("Run retried").waitFor();
   const retriedJournal = await api(`/v1/runs/${failed.run_id}/journal`);
@@ -80,6 +83,8 @@ try {
   await page.locator("[data-testid=cancel]").click();
   await page.locator("h1 [data-testid=status]", { hasText: "cancelled" }).waitFor();
   await page.locator("[data-testid=error]", { hasText: "cancelled by api: no longer wanted" }).waitFor();
+  // Its hook closed with it.
+  await page.locator("[data-testid=hooks]", { hasText: "closed" }).waitFor();
   const after = await api(`/v1/runs/${waiting.run_id}`);
   assert.equal(after.status, "cancelled");
   assert.equal(after.error.message, "cancelled by api: no longer wanted");
@@ -153,6 +158,9 @@ try {
   // The other pages render what the API holds.
   await page.goto(base + "/#/deployments");
   await page.locator("[data-testid=deployments-table]", { hasText: "testbed" }).waitFor();
+  const testbedRow = page.locator('[data-testid=deployment-row][data-name="testbed"]');
+  assert.equal(await testbedRow.count(), 1);
+  assert.equal(await testbedRow.locator("[data-testid=build]").innerText(), "current");
   // A held token is listed with its run; a token nobody holds is not.
   const holder = await api("/v1/workflows/order_updates/runs", {
     input: { order_id: "browser-2", note: "placed" }, hook: { token: "order:browser-2" }, wait_ms: 10000, return_on_wait: true,
@@ -165,6 +173,7 @@ try {
   const held = page.locator("tr", { hasText: "order:browser-2" });
   await held.waitFor();
   assert.ok((await held.innerText()).includes(holder.run_id), "the hook's row names its run");
+  assert.ok(!(await held.innerText()).includes("command"), "no internal jargon");
   assert.equal(await page.getByText("order:browser-1", { exact: true }).count(), 0, "a cancelled run's token is not held");
   // The schedules page: a schedule with its spec in words, paused and
   // resumed from the page; its own page lists the next fire times, and a

@@ -378,7 +378,10 @@ impl Activation {
             .filter_map(|id| self.external.get(id).map(External::describe))
             .collect();
         if let Some(at) = wake_at_ms {
-            on.push(format!("a timer due at {at} ms"));
+            on.push(format!(
+                "a timer due at {}",
+                keel_core::clock::timestamp(at)
+            ));
         }
         if on.is_empty() {
             // Only a guest that bypasses keel-sdk gets here.

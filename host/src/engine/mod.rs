@@ -328,6 +328,14 @@ impl Keel {
                 ),
             });
         }
+        // A value no run can hold (a NUL) matches no run; no store is asked.
+        if !filter
+            .attributes
+            .values()
+            .all(|v| keel_core::records::can_hold(v))
+        {
+            return Ok(keel_core::RunPage::default());
+        }
         let batch = (limit * 2).clamp(64, 512);
         // A listing `until` starts below that time, unless the cursor is lower.
         let until = filter.until_ms.map(keel_core::RunCursor::before_time);
