@@ -344,23 +344,29 @@ mod tests {
     use super::*;
     use crate::journal::HookRegistration;
 
-    #[test]
-    fn a_run_s_end_closes_its_open_hooks() {
-        let entry = |seq, fact| Entry {
+    /// Entry `seq` of a journal, at `10 + seq` ms.
+    fn entry(seq: u64, fact: Fact) -> Entry {
+        Entry {
             seq,
             at_ms: 10 + seq,
             fact,
-        };
+        }
+    }
+
+    /// The workflow's command `command` created the hook of `token`.
+    fn hook_created(command: u32, token: &str) -> Fact {
+        Fact::HookCreated {
+            command,
+            token: token.into(),
+            force: false,
+            registration: HookRegistration::Registered,
+        }
+    }
+
+    #[test]
+    fn a_run_s_end_closes_its_open_hooks() {
         let journal = vec![
-            entry(
-                0,
-                Fact::HookCreated {
-                    command: 0,
-                    token: "approve:1".into(),
-                    force: false,
-                    registration: HookRegistration::Registered,
-                },
-            ),
+            entry(0, hook_created(0, "approve:1")),
             entry(1, Fact::RunCancelled),
         ];
         let rows = timeline(&journal);
@@ -371,21 +377,8 @@ mod tests {
 
     #[test]
     fn a_run_waits_on_its_open_hooks_timers_and_awaited_runs() {
-        let entry = |seq, fact| Entry {
-            seq,
-            at_ms: 10,
-            fact,
-        };
         let journal = vec![
-            entry(
-                0,
-                Fact::HookCreated {
-                    command: 0,
-                    token: "approve:1".into(),
-                    force: false,
-                    registration: HookRegistration::Registered,
-                },
-            ),
+            entry(0, hook_created(0, "approve:1")),
             entry(
                 1,
                 Fact::TimerScheduled {
@@ -401,15 +394,7 @@ mod tests {
                 },
             ),
             entry(3, Fact::TimerFired { command: 2 }),
-            entry(
-                4,
-                Fact::HookCreated {
-                    command: 3,
-                    token: "gone".into(),
-                    force: false,
-                    registration: HookRegistration::Registered,
-                },
-            ),
+            entry(4, hook_created(3, "gone")),
             entry(
                 5,
                 Fact::HookDisposed {
