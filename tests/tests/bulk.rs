@@ -253,3 +253,37 @@ async fn a_cancelled_job_acts_on_nothing_more_and_an_unfiltered_one_is_refused()
     let missing = keel.job("no-such-job").await.unwrap_err();
     assert_eq!(missing.kind().as_str(), "job_not_found");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_workers_racing_for_a_job_retry_each_run_once() {
+    let store = TestStore::new();
+    let config = store.config();
+    let (shared, _) = common::open_store(&config).await;
+    let keel = Keel::open(config.engine.clone(), shared.clone()).unwrap();
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let mut failed = Vec::new();
+    for _ in 0..20 {
+        let run = keel.run(&testbed, "trap", "null").await.unwrap();
+        assert_eq!(run.status, RunStatus::Failed);
+        failed.push(run.run_id);
+    }
+    let mut other_config = config.engine.clone();
+    other_config.worker_id = "racing-worker".into();
+    let other = Keel::open(other_config, shared).unwrap();
+    let retry = RunFilter {
+        statuses: vec![RunStatus::Failed],
+        ..RunFilter::default()
+    };
+    let job = keel
+        .submit_bulk(request(BulkAction::Retry, retry))
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(keel.run_job(&job.job_id), other.run_job(&job.job_id));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let done = keel.job(&job.job_id).await.unwrap();
+    assert_eq!(done.state, JobState::Completed, "{a:?} {b:?}");
+    assert_eq!(done.counts.done, 20, "{done:?}");
+    for id in &failed {
+        assert_eq!(retries(&keel, id).await, 1, "{id} was retried once");
+    }
+}

@@ -135,7 +135,11 @@ impl Keel {
         if !job.is_claimable(&owner, self.now_ms()) {
             return Ok(job);
         }
-        self.renew_claim(&mut job).await?;
+        // Two workers may find it unclaimed at once: the other took it.
+        match self.renew_claim(&mut job).await {
+            Err(Error::JobConflict { .. }) => return self.job(job_id).await,
+            claimed => claimed?,
+        }
         let mut resumed = !job.in_flight.is_empty();
         loop {
             if !job.in_flight.is_empty() {
