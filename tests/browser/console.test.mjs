@@ -63,8 +63,12 @@ try {
   // A failed run is retried from its page: the journal records the retry.
   await page.goto(`${base}/#/runs/${failed.run_id}`);
   // A long error wraps instead of being cut.
-  const wraps = await page.locator("[data-testid=error]").evaluate((e) => getComputedStyle(e).whiteSpace);
-  assert.equal(wraps, "pre-wrap");
+  // Found and measured in one task: the page re-renders, and a detached element has no style.
+  const wraps = await page.waitForFunction(() => {
+    const e = document.querySelector("pre[data-testid=error]");
+    return e && e.isConnected && getComputedStyle(e).whiteSpace;
+  });
+  assert.equal(await wraps.jsonValue(), "pre-wrap");
   await page.locator("[data-testid=retry]").click();
   await page.getByText("Run retried").waitFor();
   const retriedJournal = await api(`/v1/runs/${failed.run_id}/journal`);
