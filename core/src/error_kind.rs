@@ -97,6 +97,10 @@ kinds! {
     JournalFile = "journal_file",
     /// The run cannot be crash-tested.
     NotCrashTestable = "not_crash_testable",
+    /// A write to a run's stream was refused (closed, over the bound).
+    StreamRefused = "stream_refused",
+    /// No payload of that ID was delivered to the hook.
+    PayloadNotFound = "payload_not_found",
 
     // Schedules.
     /// No such schedule.

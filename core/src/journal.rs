@@ -200,6 +200,28 @@ pub enum Fact {
         key: String,
         value: String,
     },
+    /// The workflow wrote `value` (JSON) to its run's stream `stream`; the
+    /// store stores the chunk with this entry (`crate::stream`).
+    StreamWritten {
+        command: u32,
+        stream: String,
+        value: String,
+    },
+    /// The workflow closed its run's stream `stream`.
+    StreamClosed {
+        command: u32,
+        stream: String,
+    },
+    /// The workflow replied `reply` (JSON) to the `index`-th payload of
+    /// hook `token`, which it received by command `request`: the answer a
+    /// resume waiting for a reply gets.
+    HookReplied {
+        command: u32,
+        request: u32,
+        token: String,
+        index: u64,
+        reply: String,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -243,7 +265,10 @@ impl Fact {
             | Fact::RunAwaited { command, .. }
             | Fact::WorkflowStarted { command, .. }
             | Fact::ChildStarted { command, .. }
-            | Fact::AttributeSet { command, .. } => Some(*command),
+            | Fact::AttributeSet { command, .. }
+            | Fact::StreamWritten { command, .. }
+            | Fact::StreamClosed { command, .. }
+            | Fact::HookReplied { command, .. } => Some(*command),
             _ => None,
         }
     }
@@ -292,6 +317,9 @@ impl Fact {
             Fact::RunEndedCancelled { .. } => "run_ended_cancelled",
             Fact::ChildStarted { .. } => "child_started",
             Fact::AttributeSet { .. } => "attribute_set",
+            Fact::StreamWritten { .. } => "stream_written",
+            Fact::StreamClosed { .. } => "stream_closed",
+            Fact::HookReplied { .. } => "hook_replied",
         }
     }
 
@@ -319,6 +347,19 @@ impl Fact {
             Fact::AttributeSet { key, value, .. } => {
                 format!("attribute `{key}` set to {}", excerpt(value, 80))
             }
+            Fact::StreamWritten { stream, value, .. } => {
+                format!("a write of {} to stream `{stream}`", excerpt(value, 80))
+            }
+            Fact::StreamClosed { stream, .. } => format!("the close of stream `{stream}`"),
+            Fact::HookReplied {
+                token,
+                index,
+                reply,
+                ..
+            } => format!(
+                "a reply of {} to payload {index} of hook `{token}`",
+                excerpt(reply, 80)
+            ),
             Fact::ChildStarted {
                 workflow,
                 deployment,

@@ -26,6 +26,7 @@ pub mod query;
 pub mod records;
 pub mod retention;
 pub mod schedule;
+pub mod stream;
 pub mod testing;
 pub mod timeline;
 

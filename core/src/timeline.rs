@@ -289,7 +289,11 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             Fact::RunStarted { .. }
             | Fact::CancelRequested { .. }
             | Fact::DeadlineSet { .. }
-            | Fact::AttributeSet { .. } => {}
+            | Fact::AttributeSet { .. }
+            // A run's streams are read as streams, not rows.
+            | Fact::StreamWritten { .. }
+            | Fact::StreamClosed { .. }
+            | Fact::HookReplied { .. } => {}
         }
     }
     rows.sort_by_key(|r| r.command);

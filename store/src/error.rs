@@ -81,6 +81,12 @@ pub enum StoreError {
     )]
     JobConflict { job_id: String },
 
+    #[error("run {run_id}: {refusal}")]
+    StreamRefused {
+        run_id: RunId,
+        refusal: keel_core::stream::StreamRefusal,
+    },
+
     #[error("the store holds a record it cannot decode: {0}")]
     Corrupt(#[from] CodecError),
 
@@ -117,6 +123,7 @@ impl StoreError {
             StoreError::ScheduleConflict { .. } => ErrorKind::ScheduleConflict,
             StoreError::JobNotFound { .. } => ErrorKind::JobNotFound,
             StoreError::JobConflict { .. } => ErrorKind::JobConflict,
+            StoreError::StreamRefused { .. } => ErrorKind::StreamRefused,
             StoreError::Corrupt(_) => ErrorKind::CorruptRecord,
             StoreError::Unconfirmed { .. } => ErrorKind::StoreUnconfirmed,
             StoreError::Backend { .. } => ErrorKind::Storage,

@@ -356,8 +356,16 @@ impl<S: Store + ?Sized> HookStore for FaultyStore<S> {
     ) -> Result<Registered> {
         self.confirm(self.inner.register_hook(hook, force, now_ms).await)
     }
-    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
-        self.confirm(self.inner.resume_hook(token, payload).await)
+    async fn deliver(
+        &self,
+        token: &str,
+        payload: &str,
+        payload_id: Option<&str>,
+    ) -> Result<crate::Resumed> {
+        self.confirm(self.inner.deliver(token, payload, payload_id).await)
+    }
+    async fn delivered(&self, run_id: &str, token: &str, payload_id: &str) -> Result<Option<u64>> {
+        self.inner.delivered(run_id, token, payload_id).await
     }
     async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord> {
         self.inner.get_hook(token, now_ms).await
@@ -609,6 +617,50 @@ impl<S: Store + ?Sized> crate::RetentionStore for FaultyStore<S> {
     }
     async fn stats(&self) -> Result<keel_core::retention::StoreStats> {
         self.inner.stats().await
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> crate::StreamStore for FaultyStore<S> {
+    async fn write_stream(
+        &self,
+        run_id: &str,
+        stream: &str,
+        origin: &keel_core::stream::Origin,
+        body: keel_core::stream::ChunkBody,
+        now_ms: u64,
+        max_run_bytes: u64,
+    ) -> Result<Vec<keel_core::stream::Chunk>> {
+        self.confirm(
+            self.inner
+                .write_stream(run_id, stream, origin, body, now_ms, max_run_bytes)
+                .await,
+        )
+    }
+    async fn begin_attempt(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        attempt: u32,
+        now_ms: u64,
+    ) -> Result<Vec<keel_core::stream::Chunk>> {
+        self.inner
+            .begin_attempt(run_id, step_id, attempt, now_ms)
+            .await
+    }
+    async fn chunks(
+        &self,
+        run_id: &str,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<keel_core::stream::Chunk>> {
+        self.readable()?;
+        self.inner.chunks(run_id, stream, from, limit).await
+    }
+    async fn streams(&self, run_id: &str) -> Result<Vec<keel_core::stream::StreamInfo>> {
+        self.readable()?;
+        self.inner.streams(run_id).await
     }
 }
 

@@ -23,6 +23,7 @@ use keel_core::bulk::JobRecord;
 use keel_core::flow::{LimitRow, OnLimit, RunSlot, SlotState};
 use keel_core::lifecycle::CancelRequest;
 use keel_core::schedule::ScheduleRecord;
+use keel_core::stream::{Chunk, ChunkBody, Origin, StreamInfo};
 use keel_core::{
     Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunCursor,
     RunId, RunRecord,
@@ -111,6 +112,17 @@ pub enum HookPayload {
     ForceClaimed(RunId),
     /// Nothing yet.
     Pending,
+}
+
+/// Where [`HookStore::deliver`] delivered a payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    /// The run that holds the hook.
+    pub run_id: RunId,
+    /// The payload's place among the hook's payloads, from 0.
+    pub index: u64,
+    /// A payload of the same ID was delivered before; this one was not.
+    pub duplicate: bool,
 }
 
 /// A worker's exclusive right to drive a run until `expires_at_ms`. Every
@@ -301,7 +313,24 @@ pub trait HookStore: Send + Sync {
     /// Delivers a payload to the active hook holding `token`, after the
     /// payloads before it, and wakes its run; atomic and durable. Returns
     /// the owner, or [`StoreError::HookNotFound`].
-    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId>;
+    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+        Ok(self.deliver(token, payload, None).await?.run_id)
+    }
+
+    /// As [`HookStore::resume_hook`], and says where the payload went.
+    /// With `payload_id`, a payload of that ID already delivered to the
+    /// hook's run on `token` is not delivered again: the answer names the
+    /// first delivery (`duplicate`), and nothing is written.
+    async fn deliver(
+        &self,
+        token: &str,
+        payload: &str,
+        payload_id: Option<&str>,
+    ) -> Result<Resumed>;
+
+    /// The index of the payload of ID `payload_id` delivered to `run_id`'s
+    /// hook on `token`, if one was.
+    async fn delivered(&self, run_id: &str, token: &str, payload_id: &str) -> Result<Option<u64>>;
 
     /// The hook holding `token` at `now_ms` (active, or retained after its
     /// run ended), or [`StoreError::HookNotFound`].
@@ -618,6 +647,53 @@ pub trait CancelStore: Send + Sync {
     async fn cancel_request(&self, run_id: &str) -> Result<Option<CancelRequest>>;
 }
 
+/// Streams a run writes (`keel_core::stream`). A workflow's writes are
+/// stored with the journal entries that record them, by
+/// [`JournalStore::append`] (and [`RunStore::import`]) in the same atomic
+/// write; a step attempt's are stored here as it makes them.
+#[async_trait]
+pub trait StreamStore: Send + Sync {
+    /// Stores a step attempt's write of `body` to `run_id`'s stream
+    /// `stream` (after a restart marker, when an earlier attempt of the
+    /// step wrote to it: `StreamState::accept`), atomically and durably;
+    /// returns the chunks stored. Refused with [`StoreError::StreamRefused`]
+    /// on a closed stream, past `max_run_bytes` of the run's streams, or a
+    /// new stream past the most a run may have.
+    async fn write_stream(
+        &self,
+        run_id: &str,
+        stream: &str,
+        origin: &Origin,
+        body: ChunkBody,
+        now_ms: u64,
+        max_run_bytes: u64,
+    ) -> Result<Vec<Chunk>>;
+
+    /// Attempt `attempt` of step `step_id` of `run_id` begins: each of the
+    /// run's streams an earlier attempt of the step wrote to gets a restart
+    /// marker; durable. Returns the markers stored.
+    async fn begin_attempt(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        attempt: u32,
+        now_ms: u64,
+    ) -> Result<Vec<Chunk>>;
+
+    /// Up to `limit` chunks of `run_id`'s stream `stream` from index
+    /// `from`, in order (none for an unknown run or stream).
+    async fn chunks(
+        &self,
+        run_id: &str,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Chunk>>;
+
+    /// The streams of `run_id`, by name.
+    async fn streams(&self, run_id: &str) -> Result<Vec<StreamInfo>>;
+}
+
 /// Retention: the ended runs a purge looks at, their deletion with
 /// everything stored for them, and what the store holds.
 #[async_trait]
@@ -676,6 +752,7 @@ pub trait Store:
     + RateStore
     + CancelStore
     + RetentionStore
+    + StreamStore
 {
     /// What this store supports; a start needing more is refused before
     /// anything is written.

@@ -242,8 +242,8 @@ mod postgres {
             .await
             .unwrap();
         tokio::spawn(connection);
-        // As version 1 left it: no workers, deployments, schedules, jobs or
-        // flow-control tables, components without their storing time, runs without their admission time or
+        // As version 1 left it: no workers, deployments, schedules, jobs,
+        // streams or flow-control tables, no payload IDs, components without their storing time, runs without their admission time or
         // attributes, no retention indexes.
         client
             .batch_execute(&format!(
@@ -253,6 +253,8 @@ mod postgres {
                  DROP SEQUENCE {schema}.flow_seq; DROP TABLE {schema}.rate_windows;
                  DROP TABLE {schema}.step_permits; DROP TABLE {schema}.flow_failed;
                  DROP TABLE {schema}.cancel_requests; DROP TABLE {schema}.jobs;
+                 DROP TABLE {schema}.streams; DROP TABLE {schema}.chunks;
+                 ALTER TABLE {schema}.inbox DROP COLUMN payload_id;
                  DROP INDEX {schema}.watchers_watcher;
                  ALTER TABLE {schema}.components DROP COLUMN stored_at_ms;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
@@ -276,6 +278,12 @@ mod postgres {
         assert_eq!(from, 1);
         let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();
         assert!(store.list_workers(0).await.unwrap().is_empty());
+        assert!(
+            keel_store::StreamStore::streams(&store, "zz-older")
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert!(store.deployments().await.unwrap().is_empty());
         assert!(store.list_schedules().await.unwrap().is_empty());
         assert!(store.limit_rows().await.unwrap().is_empty());

@@ -25,9 +25,11 @@ use crate::{Admission, HookPayload, KeyClaim, Store, StoreError};
 mod flow;
 mod jobs;
 mod retention;
+mod streams;
 use flow::*;
 use jobs::*;
 use retention::*;
+use streams::*;
 
 /// Makes the stores the suite runs against.
 #[async_trait]
@@ -141,6 +143,11 @@ cases!(
     a_job_is_created_once_and_its_progress_survives_a_reopen,
     a_job_update_is_refused_after_another_writer,
     jobs_are_listed_newest_first_and_running_ones_found,
+    a_workflows_stream_writes_are_stored_with_their_entries_once,
+    a_steps_writes_are_numbered_marked_on_restart_and_bounded,
+    racing_writers_of_one_stream_get_distinct_indexes,
+    a_runs_streams_are_deleted_with_it,
+    a_payload_id_is_delivered_once,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.

@@ -2,6 +2,7 @@
 //! the order of the hook's lock, disposal, expiry.
 
 use super::*;
+use crate::Resumed;
 
 pub(super) fn hook_of(row: &tokio_postgres::Row) -> HookRecord {
     HookRecord {
@@ -114,39 +115,77 @@ impl HookStore for PgStore {
         })
     }
 
-    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+    async fn deliver(
+        &self,
+        token: &str,
+        payload: &str,
+        payload_id: Option<&str>,
+    ) -> Result<Resumed> {
         transact!(self, |tx| {
-            let row = tx
-                .row(
-                    "UPDATE hooks SET next_payload = next_payload + 1
-                     WHERE token = $1 AND active RETURNING run_id, next_payload - 1",
-                    &[&token],
-                )
-                .await
-                .map_err(pg)?;
-            let Some(row) = row else {
+            let Some(hook) = lock_hook(tx, token).await?.filter(|h| h.active) else {
                 return Err(StoreError::HookNotFound {
                     token: token.into(),
                 });
             };
-            let owner: String = row.get(0);
-            let index: i64 = row.get(1);
+            if let Some(id) = payload_id {
+                let first = tx
+                    .row(
+                        "SELECT idx FROM inbox WHERE run_id = $1 AND token = $2 AND payload_id = $3",
+                        &[&hook.run_id.as_str(), &token, &id],
+                    )
+                    .await
+                    .map_err(pg)?;
+                if let Some(row) = first {
+                    return Ok(Attempt::Done(Resumed {
+                        run_id: hook.run_id,
+                        index: u(row.get(0)),
+                        duplicate: true,
+                    }));
+                }
+            }
+            let index = hook.next_payload;
             tx.run(
-                "INSERT INTO inbox (run_id, token, idx, payload) VALUES ($1, $2, $3, $4)",
-                &[&owner, &token, &index, &payload],
+                "UPDATE hooks SET next_payload = next_payload + 1 WHERE token = $1",
+                &[&token],
+            )
+            .await
+            .map_err(pg)?;
+            tx.run(
+                "INSERT INTO inbox (run_id, token, idx, payload, payload_id)
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &hook.run_id.as_str(),
+                    &token,
+                    &i(index),
+                    &payload,
+                    &payload_id,
+                ],
             )
             .await
             .map_err(pg)?;
             tx.run(
                 "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
-                &[&owner],
+                &[&hook.run_id.as_str()],
             )
             .await
             .map_err(pg)?;
-            let owner = RunId::from(owner);
-            self.notify(tx, &Wake::Run(owner.clone())).await?;
-            Ok(Attempt::Done(owner))
+            self.notify(tx, &Wake::Run(hook.run_id.clone())).await?;
+            Ok(Attempt::Done(Resumed {
+                run_id: hook.run_id,
+                index,
+                duplicate: false,
+            }))
         })
+    }
+
+    async fn delivered(&self, run_id: &str, token: &str, payload_id: &str) -> Result<Option<u64>> {
+        Ok(self
+            .select_one(
+                "SELECT idx FROM inbox WHERE run_id = $1 AND token = $2 AND payload_id = $3",
+                &[&run_id, &token, &payload_id],
+            )
+            .await?
+            .map(|row| u(row.get(0))))
     }
 
     async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord> {

@@ -46,6 +46,7 @@ mod retention;
 mod runs;
 mod schedules;
 mod schema;
+mod streams;
 mod tls;
 mod wakes;
 

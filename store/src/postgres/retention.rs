@@ -11,8 +11,8 @@ use keel_core::retention::{Deleted, StoreStats};
 use super::*;
 use crate::RetentionStore;
 
-/// The tables holding rows of a run by `run_id`, beside `runs`, `journal`
-/// and `inbox` (whose sizes a deletion reports) and `hooks` (whose
+/// The tables holding rows of a run by `run_id`, beside `runs`, `journal`,
+/// `inbox` and `chunks` (whose sizes a deletion reports) and `hooks` (whose
 /// retained tokens a purge keeps).
 const RUN_TABLES: &[&str] = &[
     "claims",
@@ -20,6 +20,7 @@ const RUN_TABLES: &[&str] = &[
     "flow_slots",
     "flow_failed",
     "cancel_requests",
+    "streams",
 ];
 
 #[async_trait]
@@ -85,8 +86,12 @@ impl RetentionStore for PgStore {
                 .row(&sized("inbox", "payload"), &[&ids])
                 .await
                 .map_err(pg)?;
+            let chunks = tx
+                .row(&sized("chunks", "chunk"), &[&ids])
+                .await
+                .map_err(pg)?;
             deleted.journal_entries = journal.as_ref().map_or(0, |r| u(r.get(0)));
-            for row in [journal, inbox].into_iter().flatten() {
+            for row in [journal, inbox, chunks].into_iter().flatten() {
                 deleted.bytes += u(row.get(1));
             }
             for table in RUN_TABLES {

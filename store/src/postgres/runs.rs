@@ -22,7 +22,7 @@ pub(super) async fn insert_entries(
         )
         .await;
     match inserted {
-        Ok(_) => Ok(()),
+        Ok(_) => super::streams::write_journaled(tx, run_id, entries).await,
         Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
             Err(StoreError::JournalConflict {
                 run_id: run_id.into(),

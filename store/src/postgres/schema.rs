@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -169,6 +169,27 @@ CREATE INDEX jobs_running ON jobs (job_id) WHERE running;
     // (`catalog.rs`); components stored before it count as stored at 0.
     r#"
 ALTER TABLE components ADD COLUMN stored_at_ms bigint NOT NULL DEFAULT 0;
+"#,
+    // Streams a run writes (`streams.rs`), and payload IDs, which a
+    // resume retried with the same ID finds its first delivery by.
+    r#"
+CREATE TABLE streams (
+    run_id text NOT NULL,
+    stream text NOT NULL,
+    state bytea NOT NULL,
+    bytes bigint NOT NULL,
+    PRIMARY KEY (run_id, stream)
+);
+CREATE TABLE chunks (
+    run_id text NOT NULL,
+    stream text NOT NULL,
+    idx bigint NOT NULL,
+    chunk bytea NOT NULL,
+    PRIMARY KEY (run_id, stream, idx)
+);
+ALTER TABLE inbox ADD COLUMN payload_id text;
+CREATE UNIQUE INDEX inbox_payload_id ON inbox (run_id, token, payload_id)
+    WHERE payload_id IS NOT NULL;
 "#,
 ];
 

@@ -3,10 +3,10 @@
 
 use async_trait::async_trait;
 use keel_core::codec;
-use keel_core::{HookRecord, HookRegistration, KeyHold, Registration, RunId};
+use keel_core::{HookRecord, HookRegistration, KeyHold, Registration};
 use sled::Transactional;
 
-use crate::{HookPayload, HookStore, Registered, Result, StoreError};
+use crate::{HookPayload, HookStore, Registered, Result, Resumed, StoreError};
 
 use super::*;
 
@@ -47,26 +47,58 @@ impl HookStore for SledStore {
         Ok(registered)
     }
 
-    async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
+    async fn deliver(
+        &self,
+        token: &str,
+        payload: &str,
+        payload_id: Option<&str>,
+    ) -> Result<Resumed> {
         self.room()?;
         let i = &self.inner;
-        let owner = (&i.hooks, &i.inbox, &i.wakeups).transaction(|(hooks, inbox, wakeups)| {
+        let trees = (&i.hooks, &i.inbox, &i.wakeups, &i.payload_ids);
+        let resumed = trees.transaction(|(hooks, inbox, wakeups, ids)| {
             let Some(mut hook) = read_hook(hooks, token)?.filter(|h| h.active) else {
                 return abort(StoreError::HookNotFound {
                     token: token.into(),
                 });
             };
-            inbox.insert(
-                inbox_key(&hook.run_id, token, hook.next_payload),
-                payload.as_bytes(),
-            )?;
+            let id_key = payload_id.map(|id| payload_id_key(&hook.run_id, token, id));
+            if let Some(key) = &id_key
+                && let Some(index) = ids.get(key)?
+            {
+                return Ok(Resumed {
+                    run_id: hook.run_id,
+                    index: index_of(&index),
+                    duplicate: true,
+                });
+            }
+            let index = hook.next_payload;
+            inbox.insert(inbox_key(&hook.run_id, token, index), payload.as_bytes())?;
+            if let Some(key) = id_key {
+                ids.insert(key, &index.to_be_bytes())?;
+            }
             hook.next_payload += 1;
             hooks.insert(token.as_bytes(), codec::encode(&hook))?;
             wakeups.insert(hook.run_id.as_bytes(), &[])?;
-            Ok(hook.run_id)
+            Ok(Resumed {
+                run_id: hook.run_id,
+                index,
+                duplicate: false,
+            })
         })?;
-        self.sync().await?;
-        Ok(owner)
+        if !resumed.duplicate {
+            self.sync().await?;
+        }
+        Ok(resumed)
+    }
+
+    async fn delivered(&self, run_id: &str, token: &str, payload_id: &str) -> Result<Option<u64>> {
+        Ok(self
+            .inner
+            .payload_ids
+            .get(payload_id_key(run_id, token, payload_id))
+            .map_err(backend)?
+            .map(|index| index_of(&index)))
     }
 
     async fn get_hook(&self, token: &str, now_ms: u64) -> Result<HookRecord> {
@@ -150,4 +182,17 @@ impl KeyStore for SledStore {
             h.expires_at_ms <= now_ms
         })
     }
+}
+
+/// The key of a payload ID: `run \0 token \0 payload ID`.
+fn payload_id_key(run_id: &str, token: &str, payload_id: &str) -> Vec<u8> {
+    let mut key = key_of(run_id, token);
+    key.push(0);
+    key.extend_from_slice(payload_id.as_bytes());
+    key
+}
+
+/// A payload index as `payload_ids` stores it (big-endian).
+fn index_of(bytes: &[u8]) -> u64 {
+    u64::from_be_bytes(bytes.try_into().unwrap_or([0; 8]))
 }

@@ -5,6 +5,7 @@
 //! run ID`, the order of listings), `keys`, `hooks`, `run_hooks`,
 //! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
 //! `components`, `schedules` (name to record), `jobs` (job ID to record),
+//! `streams` and `chunks` (a run's streams: [`streams`]), `payload_ids`,
 //! `purging` (deleted runs
 //! whose data is being deleted: [`retention`]), `cancels` (run ID to its
 //! cancel request), the flow-control trees
@@ -37,6 +38,7 @@ mod retention;
 mod runs;
 mod schedules;
 mod schema;
+mod streams;
 mod wakes;
 
 use runs::*;
@@ -148,6 +150,13 @@ struct Inner {
     limits: sled::Tree,
     /// Rate-limit key to its window of grants.
     rates: sled::Tree,
+    /// `run \0 stream` to the stream's state (`streams`).
+    streams: sled::Tree,
+    /// `run \0 stream \0 index` to a chunk.
+    chunks: sled::Tree,
+    /// `run \0 token \0 payload ID` to the index of the payload delivered
+    /// with that ID.
+    payload_ids: sled::Tree,
     /// Run ID to the slot it held when it failed, out of its group until a
     /// retry (`FlowStore::rearm_slot`).
     failed_slots: sled::Tree,
@@ -234,6 +243,9 @@ impl SledStore {
             groups: open("groups")?,
             limits: open("limits")?,
             rates: open("rates")?,
+            streams: open("streams")?,
+            chunks: open("chunks")?,
+            payload_ids: open("payload_ids")?,
             permits: open("permits")?,
             failed_slots: open("failed_slots")?,
             purging: open("purging")?,

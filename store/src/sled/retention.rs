@@ -162,8 +162,10 @@ impl SledStore {
                 bytes += value.len() as u64;
                 i.inbox.remove(key).map_err(backend)?;
             }
+            bytes += self.drop_streams(run_id)?;
             self.drop_prefix(&i.run_hooks, &prefix)?;
             self.drop_prefix(&i.claims, &prefix)?;
+            self.drop_prefix(&i.payload_ids, &prefix)?;
             if let Some(slot) = self.slot_of(run_id)? {
                 i.group_slots
                     .remove(super::flow::slot_index_key(&slot))

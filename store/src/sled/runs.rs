@@ -179,14 +179,20 @@ impl RunStore for SledStore {
         let i = &self.inner;
         let record = codec::encode(run);
         let created_key = created_key(&RunCursor::of(run));
-        let trees = (&i.runs, &i.live, &i.journal, &i.created);
-        trees.transaction(|(runs, live, journal, created)| {
+        let writes: Vec<super::streams::Write<'_>> = keel_core::stream::journaled_writes(entries)
+            .map(|(stream, origin, body, at)| (stream, origin, Some(body), at))
+            .collect();
+        let trees = (
+            &i.runs, &i.live, &i.journal, &i.created, &i.streams, &i.chunks,
+        );
+        trees.transaction(|(runs, live, journal, created, streams, chunks)| {
             if runs.get(run.run_id.as_bytes())?.is_some() {
                 return abort(StoreError::RunExists {
                     run_id: run.run_id.clone(),
                 });
             }
             write_entries(journal, &run.run_id, entries)?;
+            super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
             if !run.status.is_final() {
                 live.insert(run.run_id.as_bytes(), &[])?;
             }
@@ -328,7 +334,14 @@ impl JournalStore for SledStore {
         self.check_fence(fence)?;
         // sled recovers a prefix of its writes: entries first, then the
         // record, so a record never describes entries that were lost.
-        self.write_entries(run_id, entries)?;
+        if keel_core::stream::journaled_writes(entries)
+            .next()
+            .is_some()
+        {
+            self.write_entries_and_chunks(run_id, entries)?;
+        } else {
+            self.write_entries(run_id, entries)?;
+        }
         if let Some(run) = run {
             self.write_run(run)?;
         }
