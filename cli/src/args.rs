@@ -103,6 +103,9 @@ pub struct Cli {
     /// Most entries one run's journal may hold.
     #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_JOURNAL_ENTRIES)]
     pub max_journal_entries: usize,
+    /// Most data a run's steps may write to its streams, in MiB.
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_STREAM_MIB)]
+    pub max_stream_mib: usize,
     /// How long a cancelled run's cleanup may run, in seconds, before the
     /// run is ended without it.
     #[arg(long, global = true, help_heading = "Limits", default_value_t = keel_host::core::lifecycle::Grace::default().ms / 1000)]

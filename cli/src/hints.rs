@@ -120,6 +120,15 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
         ),
         K::ScheduleConflict => "read the schedule again and repeat the change".into(),
         K::JobNotFound => "`keel jobs list` lists the jobs".into(),
+        K::StreamRefused if error.message.contains("max_stream_bytes") => {
+            "raise the bound with --max-stream-mib, and `keel runs retry` the run".into()
+        }
+        K::StreamRefused => "`keel runs streams RUN_ID` lists the run's streams and which are closed".into(),
+        K::PayloadNotFound => format!(
+            "resume the hook with --payload-id {} to deliver it; `keel hooks get {}` shows the hook",
+            id("payload_id"),
+            id("token")
+        ),
         K::JobConflict => format!(
             "a worker is carrying the job out; `keel jobs show {}` shows where it is",
             id("job_id")

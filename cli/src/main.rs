@@ -204,6 +204,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
         max_payload_bytes: cli.max_payload_kib.saturating_mul(1024),
         max_steps_in_flight: cli.max_steps_in_flight.max(1),
         max_journal_entries: cli.max_journal_entries.max(1),
+        max_stream_bytes: cli.max_stream_mib.saturating_mul(1 << 20),
         cancel_grace: keel_host::core::lifecycle::Grace {
             ms: cli.cancel_grace.saturating_mul(1000),
             steps: cli.cancel_grace_steps,

@@ -279,7 +279,7 @@ where
             "the step's input does not match its arguments: {e}"
         ))
     })?;
-    match block_on_step(f(args)) {
+    match crate::stream::in_step(|| block_on_step(f(args))) {
         Ok(out) => serde_json::to_string(&out).map_err(|e| {
             types::StepError::Fatal(format!("the step's output does not serialize: {e}"))
         }),

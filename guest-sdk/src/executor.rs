@@ -140,6 +140,11 @@ impl Command {
         Command { id: None }
     }
 
+    /// The command's ID, once scheduled.
+    pub(crate) fn id(&self) -> Option<u32> {
+        self.id
+    }
+
     /// Polls the command, scheduling it first; `Err(Cancelled)` once the
     /// run is cancelled, unless the command completed before the cancel
     /// or is polled inside [`non_cancellable`].

@@ -178,10 +178,34 @@ impl<T> Hook<T> {
 impl<T: DeserializeOwned> Hook<T> {
     /// The next payload, in the order they were resumed.
     pub async fn next(&mut self) -> Result<T, Error> {
-        std::future::poll_fn(|cx| self.poll_payload(cx)).await
+        std::future::poll_fn(|cx| self.poll_payload(cx).map(|p| p.map(|(payload, _)| payload)))
+            .await
     }
 
-    fn poll_payload(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
+    /// The next payload with a [`Reply`] to answer it by: request/reply on
+    /// a hook. A client resuming with `wait_reply_ms` (`keel hooks resume
+    /// --wait-reply`) gets the reply in the same request, or fetches it
+    /// later by its payload ID.
+    ///
+    /// ```ignore
+    /// let mut approvals = create_hook::<Approval>(format!("approve:{id}"))?.keep();
+    /// let (approval, reply) = approvals.next_request().await?;
+    /// let result = run_tool(approval).await?;
+    /// reply.send(&result)?;
+    /// ```
+    pub async fn next_request(&mut self) -> Result<(T, Reply), Error> {
+        let (payload, request) = std::future::poll_fn(|cx| self.poll_payload(cx)).await?;
+        Ok((
+            payload,
+            Reply {
+                request,
+                token: self.token.clone(),
+            },
+        ))
+    }
+
+    /// The next payload and the ID of the command that received it.
+    fn poll_payload(&mut self, cx: &mut Context<'_>) -> Poll<Result<(T, u32), Error>> {
         if let Some(owner) = &self.conflict {
             return Poll::Ready(Err(Error::HookConflict {
                 token: self.token.clone(),
@@ -190,14 +214,17 @@ impl<T: DeserializeOwned> Hook<T> {
         }
         let handle = self.handle;
         let outcome = ready!(self.pending.poll(cx, || host::hook_next(handle)));
+        let request = self.pending.id().unwrap_or_default();
         self.pending = Command::new();
         Poll::Ready(match outcome? {
-            Outcome::HookPayload(json) => serde_json::from_str(&json).map_err(|e| {
-                Error::Payload(format!(
-                    "a payload of hook `{}` does not decode: {e}",
-                    self.token
-                ))
-            }),
+            Outcome::HookPayload(json) => serde_json::from_str(&json)
+                .map(|payload| (payload, request))
+                .map_err(|e| {
+                    Error::Payload(format!(
+                        "a payload of hook `{}` does not decode: {e}",
+                        self.token
+                    ))
+                }),
             Outcome::HookRejected(types::HookRejection::ForceClaimed(by)) => {
                 Err(Error::HookForceClaimed {
                     token: self.token.clone(),
@@ -215,7 +242,28 @@ impl<T: DeserializeOwned> Stream for Hook<T> {
     type Item = Result<T, Error>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().poll_payload(cx).map(Some)
+        self.get_mut()
+            .poll_payload(cx)
+            .map(|p| Some(p.map(|(payload, _)| payload)))
+    }
+}
+
+/// The answer to one payload of a hook, from [`Hook::next_request`].
+#[must_use = "a request waits for its reply until `send` is called"]
+#[derive(Debug)]
+pub struct Reply {
+    /// The command that received the payload.
+    request: u32,
+    token: String,
+}
+
+impl Reply {
+    /// Sends `value` (as JSON) as the reply: journaled and durable on
+    /// return, once per payload.
+    pub fn send<R: Serialize + ?Sized>(self, value: &R) -> Result<(), Error> {
+        let json = serde_json::to_string(value)?;
+        host::hook_reply(self.request, &json)
+            .map_err(|e| Error::Custom(format!("replying on hook `{}`: {e}", self.token)))
     }
 }
 

@@ -44,6 +44,7 @@ mod executor;
 mod hooks;
 mod metadata;
 mod saga;
+mod stream;
 
 #[doc(hidden)]
 pub mod __private;
@@ -54,8 +55,8 @@ pub use executor::{
 };
 pub use futures::{self, future, join, select_biased, try_join};
 pub use hooks::{
-    ClosePolicy, Hook, HookOptions, ReturnValue, RunHandle, RunStatus, StartOptions, create_hook,
-    resume_hook, start,
+    ClosePolicy, Hook, HookOptions, Reply, ReturnValue, RunHandle, RunStatus, StartOptions,
+    create_hook, resume_hook, start,
 };
 pub use keel_sdk_macros::{component, step, workflow};
 pub use metadata::{
@@ -63,6 +64,7 @@ pub use metadata::{
     workflow_metadata,
 };
 pub use saga::Saga;
+pub use stream::{StreamWriter, stream};
 
 /// How a step is retried; set with `#[step(...)]` settings.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -75,6 +75,9 @@ pub struct RunLimits {
     pub max_steps_in_flight: usize,
     /// Most entries a run's journal may hold.
     pub max_journal_entries: usize,
+    /// Most bytes of data a run's steps may write to its streams (a
+    /// workflow's writes are journal entries, bounded with the journal).
+    pub max_stream_bytes: usize,
     /// How long, and for how many steps, a cancelled run's cleanup may go
     /// on before the run is ended without it.
     pub cancel_grace: keel_core::lifecycle::Grace,
@@ -86,6 +89,7 @@ impl Default for RunLimits {
             max_payload_bytes: defaults::MAX_PAYLOAD_KIB << 10,
             max_steps_in_flight: defaults::MAX_STEPS_IN_FLIGHT,
             max_journal_entries: defaults::MAX_JOURNAL_ENTRIES,
+            max_stream_bytes: defaults::MAX_STREAM_MIB << 20,
             cancel_grace: keel_core::lifecycle::Grace::default(),
         }
     }
@@ -114,6 +118,7 @@ impl RunLimits {
             max_payload_bytes: usize::MAX,
             max_steps_in_flight: usize::MAX,
             max_journal_entries: usize::MAX,
+            max_stream_bytes: usize::MAX,
             cancel_grace: keel_core::lifecycle::Grace {
                 ms: u64::MAX,
                 steps: u32::MAX,
@@ -151,6 +156,8 @@ pub mod defaults {
     pub const MAX_STEPS_IN_FLIGHT: usize = 10_000;
     /// Most entries one run's journal may hold.
     pub const MAX_JOURNAL_ENTRIES: usize = 100_000;
+    /// Most data a run's steps may write to its streams, in MiB.
+    pub const MAX_STREAM_MIB: usize = 64;
 }
 
 /// Refuses `size` over `limit`, naming the bound and what went over it.

@@ -132,6 +132,14 @@ pub enum Error {
     )]
     HookNotFound { token: HookToken },
 
+    #[error(
+        "hook `{token}` was delivered no payload with ID `{payload_id}` (its run may have ended and released the token)"
+    )]
+    PayloadNotFound {
+        token: HookToken,
+        payload_id: String,
+    },
+
     #[error("no schedule `{name}`")]
     ScheduleNotFound { name: String },
 
@@ -339,6 +347,7 @@ impl Error {
             Error::JournalWrite { .. } => ErrorKind::JournalWrite,
             Error::HookConflict { .. } => ErrorKind::HookConflict,
             Error::HookNotFound { .. } => ErrorKind::HookNotFound,
+            Error::PayloadNotFound { .. } => ErrorKind::PayloadNotFound,
             Error::ScheduleNotFound { .. } => ErrorKind::ScheduleNotFound,
             Error::ScheduleExists { .. } => ErrorKind::ScheduleExists,
             Error::ScheduleConflict { .. } => ErrorKind::ScheduleConflict,
@@ -425,6 +434,10 @@ impl Error {
             Error::HookNotFound { token } | Error::ResumeOutcomeUnknown { token, .. } => {
                 vec![("token", token.to_string())]
             }
+            Error::PayloadNotFound { token, payload_id } => vec![
+                ("payload_id", payload_id.clone()),
+                ("token", token.to_string()),
+            ],
             Error::InvalidName(e) => vec![("field", e.what.to_string())],
             Error::EventUnrecorded { key, started, .. } => vec![
                 ("key", key.clone()),

@@ -11,7 +11,7 @@ use keel_core::manifest::RetryPolicy;
 use tracing::Instrument;
 
 use crate::activation::StepCall;
-use crate::sandbox::{Grants, GuestLog, HostState, ResumeHooks, StepContext, wit};
+use crate::sandbox::{Grants, GuestLog, HostState, StepContext, StepOutside, wit};
 use keel_store::Grant;
 
 /// What every step attempt of an engine runs with.
@@ -204,12 +204,12 @@ impl StepRunner {
         self: Arc<Self>,
         call: StepCall,
         settings: Arc<StepSettings>,
-        hooks: Arc<dyn ResumeHooks>,
+        outside: Arc<dyn StepOutside>,
     ) {
         let span = tracing::info_span!("step", run_id = %call.run_id, step_id = %call.step_id, step = %call.name);
         let journal = call.journal.clone();
         if let Err(e) = self
-            .attempts(&call, &settings, hooks)
+            .attempts(&call, &settings, outside)
             .instrument(span)
             .await
         {
@@ -221,7 +221,7 @@ impl StepRunner {
         &self,
         call: &StepCall,
         settings: &StepSettings,
-        hooks: Arc<dyn ResumeHooks>,
+        outside: Arc<dyn StepOutside>,
     ) -> crate::Result<()> {
         if let Some(at) = call.not_before_ms {
             let wait = at.saturating_sub(self.clock.now_ms());
@@ -242,10 +242,16 @@ impl StepRunner {
                     attempt,
                 })
                 .await?;
+            if attempt > 1 {
+                // Readers drop what the step's earlier attempts streamed.
+                outside
+                    .begin_attempt(&call.run_id, call.step_id.as_str(), attempt)
+                    .await?;
+            }
             self.observer
                 .step_started(&call.run_id, &call.name, attempt);
             let outcome = self
-                .execute(call, settings, attempt, started.at_ms, &hooks, &grant)
+                .execute(call, settings, attempt, started.at_ms, &outside, &grant)
                 .await;
             drop(slot);
             drop(permit);
@@ -406,7 +412,7 @@ impl StepRunner {
         settings: &StepSettings,
         attempt: u32,
         started_at_ms: u64,
-        hooks: &Arc<dyn ResumeHooks>,
+        outside: &Arc<dyn StepOutside>,
         grant: &Option<(String, u64)>,
     ) -> Attempt {
         let ctx = StepContext {
@@ -417,7 +423,7 @@ impl StepRunner {
                 run_id: call.run_id.to_string(),
                 attempt_started_at_ms: started_at_ms,
             },
-            hooks: hooks.clone(),
+            outside: outside.clone(),
         };
         let log = GuestLog::new(&call.run_id);
         let state = match HostState::step(ctx, &settings.grants, log.clone(), settings.max_memory) {

@@ -54,6 +54,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::StoreNotFound
         | K::ScheduleNotFound
         | K::JobNotFound
+        | K::PayloadNotFound
         | K::NotFound => StatusCode::NOT_FOUND,
         K::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         K::HookConflict
@@ -65,6 +66,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::NotRetryable
         | K::RunEnded
         | K::RunLive
+        | K::StreamRefused
         | K::NotCrashTestable => StatusCode::CONFLICT,
         K::PayloadTooLarge | K::BoundExceeded => StatusCode::PAYLOAD_TOO_LARGE,
         K::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

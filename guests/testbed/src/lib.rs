@@ -792,6 +792,78 @@ async fn stubborn(mode: String) -> Result<u32, Error> {
     }
 }
 
+/// What `streamer` writes.
+#[derive(Deserialize)]
+struct StreamPlan {
+    /// Chunks written in all.
+    count: u32,
+    /// After this many chunks, waits for a payload on hook `token`.
+    pause_at: Option<u32>,
+    token: Option<String>,
+}
+
+/// Writes `count` chunks `{"i": i}` to stream `progress` from the workflow
+/// (journaled), pausing on a hook midway if asked, then closes it.
+#[workflow]
+async fn streamer(plan: StreamPlan) -> Result<u32, Error> {
+    let progress = keel_sdk::stream::<Value>("progress");
+    for i in 0..plan.count {
+        if Some(i) == plan.pause_at {
+            let token = plan.token.clone().unwrap_or_else(|| "go".into());
+            let mut go = keel_sdk::create_hook::<Value>(token)?;
+            go.next().await?;
+        }
+        progress.write(&json!({ "i": i }))?;
+    }
+    progress.close()?;
+    // A closed stream refuses further writes.
+    if progress.write(&json!({ "late": true })).is_ok() {
+        return Err(Error::msg("a write after the close was taken"));
+    }
+    Ok(plan.count)
+}
+
+/// Streams tokens: attempt 1 writes two and fails, attempt 2 writes three
+/// and succeeds.
+#[step(max_retries = 2, initial_backoff = "10ms")]
+async fn tokens() -> Result<String, StepError> {
+    let a = attempt().attempt;
+    let out = keel_sdk::stream::<String>("tokens");
+    let count = if a == 1 { 2 } else { 3 };
+    let mut text = String::new();
+    for i in 0..count {
+        let token = format!("a{a}-{i}");
+        out.write(&token)?;
+        text.push_str(&token);
+    }
+    if a == 1 {
+        return Err(StepError::retryable("the model went away"));
+    }
+    out.close()?;
+    Ok(text)
+}
+
+#[workflow]
+async fn step_stream() -> Result<String, Error> {
+    tokens().await
+}
+
+/// Answers each request on hook `token` with `{"echo": payload, "n": n}`
+/// until a payload is `"stop"`; returns how many it answered.
+#[workflow]
+async fn replier(token: String) -> Result<u32, Error> {
+    let mut requests = keel_sdk::create_hook::<Value>(token)?.keep();
+    let mut n = 0;
+    loop {
+        let (payload, reply) = requests.next_request().await?;
+        n += 1;
+        reply.send(&json!({ "echo": payload, "n": n }))?;
+        if payload == json!("stop") {
+            return Ok(n);
+        }
+    }
+}
+
 keel_sdk::component!(
     workflows = [
         refundable,
@@ -841,8 +913,12 @@ keel_sdk::component!(
         metadata_in_workflow,
         deep,
         wait_twice,
+        streamer,
+        step_stream,
+        replier,
     ],
     steps = [
+        tokens,
         out_of_budget,
         call_limited,
         call_guarded,

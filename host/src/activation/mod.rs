@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 mod hooks;
 mod journal;
 mod outside;
+mod streams;
 
 use hooks::{External, OpenHook, wit_status};
 pub use journal::RunJournal;
@@ -94,6 +95,8 @@ pub struct Activation {
     grace: Grace,
     /// Keel calls the workflow refused itself because the run is cancelled.
     refused_calls: u32,
+    /// What its streams and replies have done.
+    written: streams::Written,
 }
 
 /// Most keel calls a cancelled workflow may refuse itself before the run
@@ -142,6 +145,7 @@ impl Activation {
             slots,
             divergence: None,
             refused_calls: 0,
+            written: streams::Written::default(),
         }
     }
 
@@ -763,5 +767,25 @@ impl WorkflowCalls for Activation {
         value: String,
     ) -> wasmtime::Result<Result<(), String>> {
         Activation::set_attribute(self, key, value)
+    }
+
+    async fn stream_write(
+        &mut self,
+        stream: String,
+        value: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        Activation::stream_write(self, stream, value)
+    }
+
+    async fn stream_close(&mut self, stream: String) -> wasmtime::Result<Result<(), String>> {
+        Activation::stream_close(self, stream)
+    }
+
+    async fn hook_reply(
+        &mut self,
+        request: u32,
+        reply: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        Activation::hook_reply(self, request, reply).await
     }
 }

@@ -357,26 +357,7 @@ impl Keel {
     /// yet; durable on return. Returns the owner's run ID (drive it, or let
     /// a worker), or `HookNotFound` when no active hook holds the token.
     pub async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
-        self.inner.config.limits.payload(
-            payload.len(),
-            || format!("the payload for hook `{token}`"),
-            None,
-        )?;
-        let value = parse_json(payload)?;
-        let run_id = self
-            .store()
-            .resume_hook(token, &value.to_string())
-            .await
-            .map_err(|e| match Error::from(e) {
-                e if e.outcome_unknown() => Error::ResumeOutcomeUnknown {
-                    token: token.into(),
-                    reason: e.to_string(),
-                },
-                e => e,
-            })?;
-        tracing::info!(%run_id, token, "hook resumed");
-        self.poke(&run_id);
-        Ok(run_id)
+        Ok(self.deliver(token, payload, None).await?.run_id)
     }
 
     /// Every token held now, by an active hook or for a retention.
@@ -580,7 +561,7 @@ impl Keel {
 }
 
 /// Parses a JSON argument, or fails with `InvalidInput`.
-fn parse_json(s: &str) -> Result<serde_json::Value> {
+pub(super) fn parse_json(s: &str) -> Result<serde_json::Value> {
     serde_json::from_str(s).map_err(|e| Error::InvalidInput {
         reason: e.to_string(),
     })

@@ -2,7 +2,7 @@
 //! runs ([`admission`]), drives them through activations and finishes them
 //! ([`drive`]), and finds the runs that can make progress ([`worker`]). It
 //! is what activations reach through [`Outside`] and steps through
-//! [`ResumeHooks`].
+//! [`StepOutside`].
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::activation::{ChildStart, Outside, RunJournal, StepCall};
 use crate::component::Loaded;
 use crate::runtime::Runtime;
-use crate::sandbox::ResumeHooks;
+use crate::sandbox::StepOutside;
 use crate::steps::StepRunner;
 use crate::{Error, Result};
 
@@ -32,6 +32,7 @@ mod jobs;
 mod limits;
 mod retention;
 mod schedules;
+mod streams;
 mod watch;
 mod worker;
 
@@ -41,6 +42,7 @@ pub use deployments::DeploySpec;
 pub use jobs::BulkPreview;
 pub use retention::{PURGE_BATCH, Purge, RetentionConfig, archive_path};
 pub use schedules::MAX_BACKFILL;
+pub use streams::{CHUNK_PAGE, MAX_PAYLOAD_ID, Reply};
 pub use watch::Watched;
 pub use worker::{FORGET_GONE_AFTER_MS, GONE_AFTER_LEASES, WorkSummary, WorkerState};
 
@@ -453,10 +455,10 @@ impl Outside for Keel {
     }
 
     fn spawn_step(&self, step: StepCall) -> Result<JoinHandle<()>> {
-        let hooks: Arc<dyn ResumeHooks> = Arc::new(self.clone());
+        let outside: Arc<dyn StepOutside> = Arc::new(self.clone());
         let settings = self.step_settings(&step.component.hash);
         Ok(tokio::spawn(
-            self.inner.steps.clone().run(step, settings, hooks),
+            self.inner.steps.clone().run(step, settings, outside),
         ))
     }
 
@@ -466,8 +468,41 @@ impl Outside for Keel {
 }
 
 #[async_trait]
-impl ResumeHooks for Keel {
+impl StepOutside for Keel {
     async fn resume_hook(&self, token: &str, payload: &str) -> Result<RunId> {
         Keel::resume_hook(self, token, payload).await
+    }
+
+    async fn write_stream(
+        &self,
+        run_id: &RunId,
+        stream: &str,
+        step_id: &str,
+        attempt: u32,
+        body: keel_core::stream::ChunkBody,
+    ) -> Result<()> {
+        let origin = keel_core::stream::Origin::Step {
+            step_id: step_id.into(),
+            attempt,
+        };
+        let now = self.clock().now_ms();
+        let bound = self.inner.config.limits.max_stream_bytes as u64;
+        self.store()
+            .write_stream(run_id, stream, &origin, body, now, bound)
+            .await?;
+        let _ = self.inner.journaled.send(run_id.clone());
+        Ok(())
+    }
+
+    async fn begin_attempt(&self, run_id: &RunId, step_id: &str, attempt: u32) -> Result<()> {
+        let now = self.clock().now_ms();
+        let marked = self
+            .store()
+            .begin_attempt(run_id, step_id, attempt, now)
+            .await?;
+        if !marked.is_empty() {
+            let _ = self.inner.journaled.send(run_id.clone());
+        }
+        Ok(())
     }
 }

@@ -1,8 +1,8 @@
 //! Watching a run: each journal entry once it is durable and each change of
 //! the run's record, until the run ends. A watcher follows this process's
-//! journal writes and the wakes the store announces, so it hears of a
-//! write at once; it looks again every `Config::watch_poll` only for the
-//! writes of other processes that announce nothing.
+//! journal writes and the wakes the store announces ([`Changes`]), so it
+//! hears of a write at once; it looks again every `Config::watch_poll`
+//! only for the writes of other processes that announce nothing.
 
 use std::collections::VecDeque;
 
@@ -23,6 +23,62 @@ pub enum Watched {
     Run(RunRecord),
 }
 
+/// Hears that a run may have changed: this process's journal and stream
+/// writes, the wakes the store announces, and, for writes of other
+/// processes that announce nothing, the passing of `Config::watch_poll`.
+pub(super) struct Changes {
+    run_id: RunId,
+    poll: std::time::Duration,
+    journaled: broadcast::Receiver<RunId>,
+    wakes: Option<broadcast::Receiver<Wake>>,
+}
+
+impl Changes {
+    /// Subscribed now: a write after this call is heard.
+    pub(super) fn of(keel: &Keel, run_id: &RunId) -> Changes {
+        Changes {
+            run_id: run_id.clone(),
+            poll: keel.inner.config.watch_poll,
+            journaled: keel.inner.journaled.subscribe(),
+            wakes: keel.store().wake_stream(),
+        }
+    }
+
+    /// Waits until something may have changed the run.
+    pub(super) async fn next(&mut self) {
+        let run_id = &self.run_id;
+        let journaled = async {
+            loop {
+                match self.journaled.recv().await {
+                    Ok(id) if id == *run_id => return,
+                    Ok(_) => {}
+                    // Missed some: look, in case this run was among them.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                }
+            }
+        };
+        let woken = async {
+            let Some(wakes) = self.wakes.as_mut() else {
+                return std::future::pending().await;
+            };
+            loop {
+                match wakes.recv().await {
+                    Ok(Wake::Run(id) | Wake::Cancel(id)) if id == *run_id => return,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                }
+            }
+        };
+        tokio::select! {
+            () = journaled => {}
+            () = woken => {}
+            () = tokio::time::sleep(self.poll) => {}
+        }
+    }
+}
+
 /// A watcher's place in a run.
 struct Watcher {
     keel: Keel,
@@ -32,8 +88,7 @@ struct Watcher {
     last: Option<RunRecord>,
     ended: bool,
     pending: VecDeque<Watched>,
-    journaled: broadcast::Receiver<RunId>,
-    wakes: Option<broadcast::Receiver<Wake>>,
+    changes: Changes,
 }
 
 impl Watcher {
@@ -52,40 +107,6 @@ impl Watcher {
         }
         Ok(())
     }
-
-    /// Waits until something may have changed the run.
-    async fn until_changed(&mut self) {
-        let poll = self.keel.inner.config.watch_poll;
-        let journaled = async {
-            loop {
-                match self.journaled.recv().await {
-                    Ok(id) if id == self.run_id => return,
-                    Ok(_) => {}
-                    // Missed some: look, in case this run was among them.
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-                }
-            }
-        };
-        let woken = async {
-            let Some(wakes) = self.wakes.as_mut() else {
-                return std::future::pending().await;
-            };
-            loop {
-                match wakes.recv().await {
-                    Ok(Wake::Run(id) | Wake::Cancel(id)) if id == self.run_id => return,
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-                }
-            }
-        };
-        tokio::select! {
-            () = journaled => {}
-            () = woken => {}
-            () = tokio::time::sleep(poll) => {}
-        }
-    }
 }
 
 impl Keel {
@@ -101,8 +122,7 @@ impl Keel {
             ended: false,
             pending: VecDeque::new(),
             // Subscribed before the first look: a write after it is heard.
-            journaled: self.inner.journaled.subscribe(),
-            wakes: self.store().wake_stream(),
+            changes: Changes::of(self, run_id),
         };
         futures::stream::unfold(watcher, |mut w| async move {
             loop {
@@ -117,7 +137,7 @@ impl Keel {
                     return Some((Err(e), w));
                 }
                 if w.pending.is_empty() && !w.ended {
-                    w.until_changed().await;
+                    w.changes.next().await;
                 }
             }
         })

@@ -85,13 +85,44 @@ pub trait WorkflowCalls: Send {
         key: String,
         value: String,
     ) -> wasmtime::Result<Result<(), String>>;
+    /// Writes a chunk to one of the run's streams.
+    async fn stream_write(
+        &mut self,
+        stream: String,
+        value: String,
+    ) -> wasmtime::Result<Result<(), String>>;
+    /// Closes one of the run's streams.
+    async fn stream_close(&mut self, stream: String) -> wasmtime::Result<Result<(), String>>;
+    /// Replies to the payload a `hook-next` command received.
+    async fn hook_reply(
+        &mut self,
+        request: u32,
+        reply: String,
+    ) -> wasmtime::Result<Result<(), String>>;
 }
 
-/// What a step may do to other runs: resume their hooks.
+/// What a step may do beyond its grants: resume other runs' hooks, write
+/// its own run's streams.
 #[async_trait]
-pub trait ResumeHooks: Send + Sync {
+pub trait StepOutside: Send + Sync {
     /// Delivers `payload` to the active hook holding `token`; the owner.
     async fn resume_hook(&self, token: &str, payload: &str) -> crate::Result<RunId>;
+
+    /// Stores `body` in the run's stream `stream`, written by attempt
+    /// `attempt` of step `step_id` (`keel_store::StreamStore::write_stream`).
+    async fn write_stream(
+        &self,
+        run_id: &RunId,
+        stream: &str,
+        step_id: &str,
+        attempt: u32,
+        body: keel_core::stream::ChunkBody,
+    ) -> crate::Result<()>;
+
+    /// Attempt `attempt` (after the first) of step `step_id` begins: the
+    /// streams its earlier attempts wrote get a restart marker.
+    async fn begin_attempt(&self, run_id: &RunId, step_id: &str, attempt: u32)
+    -> crate::Result<()>;
 }
 
 /// What a step attempt learns about itself through `step_metadata()`, and
@@ -99,8 +130,8 @@ pub trait ResumeHooks: Send + Sync {
 #[derive(Clone)]
 pub struct StepContext {
     pub metadata: wit::StepMetadata,
-    /// Resumes hooks on the step's behalf.
-    pub hooks: Arc<dyn ResumeHooks>,
+    /// Acts on the step's behalf.
+    pub outside: Arc<dyn StepOutside>,
 }
 
 /// Which side of the contract a store's guest is on.
@@ -327,22 +358,55 @@ impl keel::workflow::step_context::Host for HostState {
         token: String,
         payload: String,
     ) -> wasmtime::Result<Result<String, wit::ResumeError>> {
-        let hooks = self.step_context()?.hooks.clone();
-        Ok(match hooks.resume_hook(&token, &payload).await {
+        let outside = self.step_context()?.outside.clone();
+        Ok(match outside.resume_hook(&token, &payload).await {
             Ok(run_id) => Ok(run_id.into_string()),
             Err(crate::Error::HookNotFound { .. }) => Err(wit::ResumeError::HookNotFound),
             Err(e) => Err(wit::ResumeError::Failed(e.to_string())),
         })
     }
+
+    async fn stream_write(
+        &mut self,
+        name: String,
+        chunk: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        self.step_stream(&name, keel_core::stream::ChunkBody::Data(chunk))
+            .await
+    }
+
+    async fn stream_close(&mut self, name: String) -> wasmtime::Result<Result<(), String>> {
+        self.step_stream(&name, keel_core::stream::ChunkBody::Closed)
+            .await
+    }
 }
 
 impl HostState {
+    /// A step's write of `body` to its run's stream `stream`; an error
+    /// the guest gets names the refusal.
+    async fn step_stream(
+        &mut self,
+        stream: &str,
+        body: keel_core::stream::ChunkBody,
+    ) -> wasmtime::Result<Result<(), String>> {
+        if let Err(e) = keel_core::stream::check_stream_name(stream) {
+            return Ok(Err(e));
+        }
+        let ctx = self.step_context()?;
+        let (outside, m) = (ctx.outside.clone(), ctx.metadata.clone());
+        let run_id = RunId::from(m.run_id.as_str());
+        Ok(outside
+            .write_stream(&run_id, stream, &m.step_id, m.attempt, body)
+            .await
+            .map_err(|e| e.to_string()))
+    }
+
     fn step_context(&self) -> wasmtime::Result<&StepContext> {
         match &self.role {
             Role::Step(ctx) => Ok(ctx),
             Role::Workflow(w) => Err(wasmtime::Error::new(crate::Error::SandboxViolation {
                 run_id: w.run_id().clone(),
-                reason: "called step_metadata() or resume_hook(), which only steps may call; in a workflow use workflow_metadata(), and hooks to wait for payloads".into(),
+                reason: "called step_metadata(), resume_hook() or a step's stream, which only steps may call; in a workflow use workflow_metadata(), hooks to wait for payloads, and keel_sdk::stream (which journals the workflow's writes)".into(),
             })),
             _ => Err(wasmtime::Error::msg(
                 "a step function (step_metadata, resume_hook) was called outside a step; inside a workflow use workflow_metadata() and hooks",
@@ -467,6 +531,29 @@ impl keel::workflow::workflow_context::Host for HostState {
     ) -> wasmtime::Result<Result<(), String>> {
         let _call = self.pulse.keel_call();
         self.calls()?.set_attribute(key, value).await
+    }
+
+    async fn stream_write(
+        &mut self,
+        name: String,
+        chunk: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let _call = self.pulse.keel_call();
+        self.calls()?.stream_write(name, chunk).await
+    }
+
+    async fn stream_close(&mut self, name: String) -> wasmtime::Result<Result<(), String>> {
+        let _call = self.pulse.keel_call();
+        self.calls()?.stream_close(name).await
+    }
+
+    async fn hook_reply(
+        &mut self,
+        request: u32,
+        reply: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let _call = self.pulse.keel_call();
+        self.calls()?.hook_reply(request, reply).await
     }
 }
 

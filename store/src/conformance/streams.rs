@@ -84,6 +84,29 @@ pub(super) async fn a_workflows_stream_writes_are_stored_with_their_entries_once
         streams.len() == 1 && streams[0].chunks == 3 && streams[0].closed && streams[0].bytes == 6,
         || format!("the run's streams: {streams:?}"),
     )?;
+    // A write journaled with the run's end is stored with it too.
+    let mut record = store.get_run("r").await.map_err(fail("get"))?;
+    record.status = RunStatus::Completed;
+    record.output = Some("1".into());
+    let tail = JournalBuilder::continuing(4, 7)
+        .then(Fact::StreamWritten {
+            command: 3,
+            stream: "summary".into(),
+            value: "\"done\"".into(),
+        })
+        .then(Fact::RunCompleted { output: "1".into() })
+        .entries();
+    store
+        .end_run(&record, &tail, 7, None)
+        .await
+        .map_err(fail("end"))?;
+    let summary = store
+        .chunks("r", "summary", 0, 10)
+        .await
+        .map_err(fail("chunks"))?;
+    check(bodies(&summary) == [(0, data("\"done\""))], || {
+        format!("the write journaled with the end: {summary:?}")
+    })?;
     let late = store
         .write_stream("r", "tokens", &step(1), data("1"), 6, u64::MAX)
         .await;

@@ -272,9 +272,14 @@ impl RunStore for SledStore {
             &i.group_slots,
             &i.groups,
             &i.failed_slots,
+            &i.streams,
+            &i.chunks,
         );
+        let writes: Vec<super::streams::Write<'_>> = keel_core::stream::journaled_writes(entries)
+            .map(|(stream, origin, body, at)| (stream, origin, Some(body), at))
+            .collect();
         trees.transaction(
-            |(runs, hooks, live, journal, slots, index, groups, failed)| {
+            |(runs, hooks, live, journal, slots, index, groups, failed, streams, chunks)| {
                 for token in &tokens {
                     let Some(mut hook) = read_hook(hooks, token)? else {
                         continue;
@@ -292,6 +297,7 @@ impl RunStore for SledStore {
                 live.remove(run.run_id.as_bytes())?;
                 runs.insert(run.run_id.as_bytes(), record.as_slice())?;
                 write_entries(journal, &run.run_id, entries)?;
+                super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
                 flow.apply(slots, index, groups)?;
                 flow.park_in(failed)?;
                 flow.promote(runs, now_ms)?;

@@ -1,0 +1,247 @@
+//! What a client reads of a run beyond its result: its streams, page by
+//! page or followed as they grow, and the replies its workflow journals to
+//! payloads delivered with an ID (request/reply on hooks).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use futures::Stream;
+use keel_core::journal::Fact;
+use keel_core::stream::{Chunk, ChunkBody, StreamInfo};
+use keel_core::{HookToken, RunId};
+use keel_store::Resumed;
+
+use super::Keel;
+use super::watch::Changes;
+use crate::{Error, Result};
+
+/// How many chunks one read of a stream takes.
+pub const CHUNK_PAGE: usize = 100;
+
+/// Longest payload ID, in bytes.
+pub const MAX_PAYLOAD_ID: usize = 128;
+
+/// A reply to a payload delivered with an ID, as far as it has come.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The run whose hook received the payload.
+    pub run_id: RunId,
+    pub token: HookToken,
+    pub payload_id: String,
+    /// The payload's place among the hook's payloads.
+    pub index: u64,
+    /// The workflow's reply (JSON), once journaled.
+    pub reply: Option<String>,
+}
+
+/// A follower's place in a stream.
+struct Follower {
+    keel: Keel,
+    run_id: RunId,
+    stream: String,
+    next: u64,
+    pending: VecDeque<Chunk>,
+    /// The stream was closed, or the run ended with nothing more written.
+    done: bool,
+    changes: Changes,
+}
+
+impl Follower {
+    /// Reads what is new; at the stream's end, decides whether more can come.
+    async fn look(&mut self) -> Result<()> {
+        let store = self.keel.store();
+        let mut chunks = store
+            .chunks(&self.run_id, &self.stream, self.next, CHUNK_PAGE)
+            .await?;
+        if chunks.is_empty() {
+            // The run's end comes after its last write: a write before
+            // the end read here is found by the second read.
+            if !self.keel.get_run(&self.run_id).await?.status.is_final() {
+                return Ok(());
+            }
+            chunks = store
+                .chunks(&self.run_id, &self.stream, self.next, CHUNK_PAGE)
+                .await?;
+            self.done = chunks.is_empty();
+        }
+        if let Some(last) = chunks.last() {
+            self.next = last.index + 1;
+            self.done = last.body == ChunkBody::Closed;
+        }
+        self.pending.extend(chunks);
+        Ok(())
+    }
+}
+
+/// Refuses a payload ID that is empty, too long, or not printable ASCII.
+fn check_payload_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MAX_PAYLOAD_ID || !id.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(Error::InvalidRequest {
+            reason: format!(
+                "a payload ID is 1 to {MAX_PAYLOAD_ID} printable ASCII characters, not {:?}",
+                id.escape_debug().to_string()
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl Keel {
+    /// The streams `run_id` wrote, by name; `RunNotFound` for an unknown run.
+    pub async fn streams(&self, run_id: &str) -> Result<Vec<StreamInfo>> {
+        self.get_run(run_id).await?;
+        Ok(self.store().streams(run_id).await?)
+    }
+
+    /// Up to `limit` chunks of `run_id`'s stream `stream` from index `from`.
+    pub async fn chunks(
+        &self,
+        run_id: &str,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Chunk>> {
+        Ok(self.store().chunks(run_id, stream, from, limit).await?)
+    }
+
+    /// The chunks of `run_id`'s stream `stream` from index `from`, each
+    /// once it is stored, until the stream is closed or the run has ended
+    /// (a stream not written yet is awaited too). An error (the run
+    /// unknown, the store failing) is the stream's last item.
+    pub fn follow_stream(
+        &self,
+        run_id: &RunId,
+        stream: &str,
+        from: u64,
+    ) -> impl Stream<Item = Result<Chunk>> + Send + use<> {
+        let follower = Follower {
+            keel: self.clone(),
+            run_id: run_id.clone(),
+            stream: stream.to_string(),
+            next: from,
+            pending: VecDeque::new(),
+            done: false,
+            changes: Changes::of(self, run_id),
+        };
+        futures::stream::unfold(follower, |mut f| async move {
+            loop {
+                if let Some(chunk) = f.pending.pop_front() {
+                    return Some((Ok(chunk), f));
+                }
+                if f.done {
+                    return None;
+                }
+                if let Err(e) = f.look().await {
+                    f.done = true;
+                    return Some((Err(e), f));
+                }
+                if f.pending.is_empty() && !f.done {
+                    f.changes.next().await;
+                }
+            }
+        })
+    }
+
+    /// Delivers `payload` to the active hook holding `token`, as
+    /// [`Keel::resume_hook`] does, and says where it went. With
+    /// `payload_id`, a payload of that ID delivered before is not delivered
+    /// again (`duplicate`): a client that retries a resume whose answer it
+    /// lost delivers it once.
+    pub async fn deliver(
+        &self,
+        token: &str,
+        payload: &str,
+        payload_id: Option<&str>,
+    ) -> Result<Resumed> {
+        if let Some(id) = payload_id {
+            check_payload_id(id)?;
+        }
+        self.inner.config.limits.payload(
+            payload.len(),
+            || format!("the payload for hook `{token}`"),
+            None,
+        )?;
+        let value = super::admission::parse_json(payload)?;
+        let resumed = self
+            .store()
+            .deliver(token, &value.to_string(), payload_id)
+            .await
+            .map_err(|e| match Error::from(e) {
+                e if e.outcome_unknown() => Error::ResumeOutcomeUnknown {
+                    token: token.into(),
+                    reason: e.to_string(),
+                },
+                e => e,
+            })?;
+        let run_id = &resumed.run_id;
+        if resumed.duplicate {
+            tracing::info!(%run_id, token, payload_id, "payload delivered before; not again");
+        } else {
+            tracing::info!(%run_id, token, "hook resumed");
+            self.poke(run_id);
+        }
+        Ok(resumed)
+    }
+
+    /// The reply to the payload of ID `payload_id` delivered to the hook
+    /// holding `token` (`reply` `None` until the workflow journals it).
+    /// `HookNotFound` once no run holds the token; `PayloadNotFound` if its
+    /// run was delivered no payload of that ID.
+    pub async fn reply(&self, token: &str, payload_id: &str) -> Result<Reply> {
+        check_payload_id(payload_id)?;
+        let hook = self.store().get_hook(token, self.now_ms()).await?;
+        let not_found = || Error::PayloadNotFound {
+            token: token.into(),
+            payload_id: payload_id.into(),
+        };
+        let index = self
+            .store()
+            .delivered(&hook.run_id, token, payload_id)
+            .await?
+            .ok_or_else(not_found)?;
+        let reply = self
+            .journal(&hook.run_id)
+            .await?
+            .into_iter()
+            .find_map(|e| match e.fact {
+                Fact::HookReplied {
+                    token: t,
+                    index: i,
+                    reply,
+                    ..
+                } if t == token && i == index => Some(reply),
+                _ => None,
+            });
+        Ok(Reply {
+            run_id: hook.run_id,
+            token: token.into(),
+            payload_id: payload_id.into(),
+            index,
+            reply,
+        })
+    }
+
+    /// [`Keel::reply`], waiting up to `wait` for the workflow to reply;
+    /// the reply may still be `None` when the wait passes.
+    pub async fn wait_reply(&self, token: &str, payload_id: &str, wait: Duration) -> Result<Reply> {
+        let first = self.reply(token, payload_id).await?;
+        if first.reply.is_some() || wait.is_zero() {
+            return Ok(first);
+        }
+        let mut changes = Changes::of(self, &first.run_id);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Subscribed before the read: a reply journaled after it is heard.
+            let reply = self.reply(token, payload_id).await?;
+            if reply.reply.is_some() {
+                return Ok(reply);
+            }
+            if tokio::time::timeout_at(deadline, changes.next())
+                .await
+                .is_err()
+            {
+                return Ok(reply);
+            }
+        }
+    }
+}
