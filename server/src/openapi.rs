@@ -51,6 +51,9 @@ pub fn document() -> Value {
     let preview = of::<BulkPreviewView>(&mut g);
     let job = of::<JobView>(&mut g);
     let jobs = of::<JobList>(&mut g);
+    let streams = of::<StreamList>(&mut g);
+    let chunk = of::<ChunkView>(&mut g);
+    let reply = of::<ReplyView>(&mut g);
     let any = json!({});
     let u64 = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
     let schemas = Value::Object(g.take_definitions(true));
@@ -97,6 +100,25 @@ pub fn document() -> Value {
     let run_id = || json!({"name": "run_id", "in": "path", "required": true, "description": "The run's ID", "schema": {"type": "string", "pattern": keel_core::ids::NAME_PATTERN}});
     let token = || path_param("token", "The hook's token");
 
+    let follow_stream = json!({
+    "operationId": "followStream",
+    "summary": "A run's stream as server-sent events, from index `from` or after `Last-Event-ID`: each chunk's event is its kind (`data`, `restart`, `closed`), its `id` its index; ends when the stream is closed or the run has ended",
+    "parameters": [run_id(), path_param("name", "The stream's name"),
+        query("from", "The index of the first chunk to send", u64.clone()),
+        {"name": "Last-Event-ID", "in": "header", "required": false, "description": "The index of the last chunk received: sending resumes after it", "schema": {"type": "string"}}],
+    "responses": {
+        "200": {"description": "An event stream of chunks", "content": {"text/event-stream": {"schema": {
+            "type": "object",
+            "description": "One server-sent event: `data`, `restart` or `closed` (data: a chunk), `error` (data: a message)",
+            "properties": {"event": {"enum": ["data", "restart", "closed", "error"]}, "id": {"type": "string"}, "data": {"type": "string"}},
+            "required": ["data"],
+            "x-chunk": chunk
+        }}}},
+        "400": {"description": reason("400"), "content": {"application/json": {"schema": error}}},
+        "401": {"description": reason("401"), "content": {"application/json": {"schema": error}}},
+        "404": {"description": reason("404"), "content": {"application/json": {"schema": error}}},
+        "default": {"description": "An error", "content": {"application/json": {"schema": error}}}
+    }});
     let paths = json!({
         "/healthz": {"get": op("health", "Whether the server and its store answer", vec![], None,
             &[("200", "Healthy", Some(&health))], &["503"])},
@@ -206,9 +228,20 @@ pub fn document() -> Value {
             &[("200", "The hooks", Some(&hooks))], &["503"])},
         "/v1/hooks/{token}": {"get": op("getHook", "The hook holding a token", vec![token()], None,
             &[("200", "The hook", Some(&hook))], &["404", "503"])},
-        "/v1/hooks/{token}/resume": {"post": op("resumeHook", "Deliver a payload (the body, any JSON) to the active hook holding a token",
-            vec![token(), wait, query("return_on_wait", "With wait_ms: answer as soon as the run waits again", json!({"type": "boolean"}))], Some(("application/json", &any)),
-            &[("200", "The hook's run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "413", "503", "507"])},
+        "/v1/hooks/{token}/resume": {"post": op("resumeHook", "Deliver a payload (the body, any JSON) to the active hook holding a token; with wait_reply_ms, answer with the workflow's reply",
+            vec![token(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits again", json!({"type": "boolean"})),
+                query("payload_id", "The payload's ID (keel chooses one if none): a resume retried with it delivers the payload once and gets the same reply", json!({"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[!-~]+$"})),
+                query("wait_reply_ms", "Wait up to this many milliseconds (at most 60000) for the workflow's reply (`Hook::next_request`)", json!({"type": "integer", "minimum": 0, "maximum": 60000}))],
+            Some(("application/json", &any)),
+            &[("200", "The hook's run (ended if it did within wait_ms), its payload ID, and the reply if asked for", Some(&run)),
+              ("202", "Delivered; the reply did not come within wait_reply_ms: fetch it at the Location", Some(&run))],
+            &["400", "404", "413", "503", "507"])},
+        "/v1/hooks/{token}/replies/{payload_id}": {"get": op("getReply", "The workflow's reply to a payload delivered with an ID, waiting for it up to wait_ms",
+            vec![token(), path_param("payload_id", "The payload's ID"), wait.clone()], None,
+            &[("200", "The reply", Some(&reply)), ("202", "No reply yet", Some(&reply))], &["400", "404", "503"])},
+        "/v1/runs/{run_id}/streams": {"get": op("listStreams", "The streams a run wrote", vec![run_id()], None,
+            &[("200", "The streams, by name", Some(&streams))], &["400", "404", "503"])},
+        "/v1/runs/{run_id}/streams/{name}": {"get": follow_stream},
         "/v1/events": {"get": op("listEvents", "Every ingested event, newest first", vec![], None,
             &[("200", "The events", Some(&events))], &["503"])},
         "/v1/events/{key}": {"post": op("pushEvent", "Push an event: start every workflow subscribed to its key",

@@ -173,6 +173,24 @@ pub fn table() -> Vec<Route> {
             "resumeHook",
             post(resume),
         ),
+        route(
+            "/v1/hooks/{token}/replies/{payload_id}",
+            Method::GET,
+            "getReply",
+            get(get_reply),
+        ),
+        route(
+            "/v1/runs/{run_id}/streams",
+            Method::GET,
+            "listStreams",
+            get(list_streams),
+        ),
+        route(
+            "/v1/runs/{run_id}/streams/{name}",
+            Method::GET,
+            "followStream",
+            get(follow_stream),
+        ),
         route("/v1/events", Method::GET, "listEvents", get(list_events)),
         route(
             "/v1/events/{key}",
@@ -262,6 +280,27 @@ impl<S: Send + Sync> FromRequestParts<S> for Param {
     ) -> Result<Self, ApiError> {
         match Path::<String>::from_request_parts(parts, state).await {
             Ok(Path(value)) => Ok(Param(value)),
+            Err(e) => Err(ApiError::invalid(format!(
+                "the path `{}` is not valid: {}",
+                parts.uri.path(),
+                e.body_text()
+            ))),
+        }
+    }
+}
+
+/// Two path parameters, refused as [`Param`] refuses one.
+pub struct Params(pub String, pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Params {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match Path::<(String, String)>::from_request_parts(parts, state).await {
+            Ok(Path((a, b))) => Ok(Params(a, b)),
             Err(e) => Err(ApiError::invalid(format!(
                 "the path `{}` is not valid: {}",
                 parts.uri.path(),
@@ -875,31 +914,158 @@ pub async fn get_hook(State(s): State<AppState>, Param(token): Param) -> ApiResu
     Ok(Json(HookView::from(&s.keel.get_hook(&token).await?)))
 }
 
-/// `POST /v1/hooks/{token}/resume?wait_ms=N`: the body is the payload (any
-/// JSON; empty is `null`). Answers with the hook's run, after waiting up
-/// to `wait_ms` for it to end.
+/// `POST /v1/hooks/{token}/resume?wait_ms=N&payload_id=ID&wait_reply_ms=N`:
+/// the body is the payload (any JSON; empty is `null`). Answers with the
+/// hook's run, after waiting up to `wait_ms` for it to end; with
+/// `wait_reply_ms`, with the workflow's reply too, or 202 and where to
+/// fetch it once the wait passes. A resume retried with the same
+/// `payload_id` delivers nothing twice.
 pub async fn resume(
     State(s): State<AppState>,
     Param(token): Param,
     RawQuery(raw): RawQuery,
     body: Body<MAX_BODY>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<axum::response::Response> {
     let q = Query::parse(raw);
     let wait = Wait {
         ms: wait_ms(q.number("wait_ms")?)?,
         return_on_wait: q.flag("return_on_wait")?,
     };
+    let wait_reply = q
+        .number("wait_reply_ms")?
+        .map(|ms| wait_ms(Some(ms)))
+        .transpose()?;
+    let payload_id = q
+        .one("payload_id")
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let payload = json_body(body)?.unwrap_or(serde_json::Value::Null);
-    let run_id = s.keel.resume_hook(&token, &payload.to_string()).await?;
+    let resumed = s
+        .keel
+        .deliver(&token, &payload.to_string(), Some(&payload_id))
+        .await?;
+    let run_id = resumed.run_id;
     // Delivered: from here on, a failure to read the run is no refusal.
-    let run = s.keel.get_run(&run_id).await.map_err(|e| {
+    let interrupted = |e: keel_host::Error| {
         ApiError::from(keel_host::Error::DriveInterrupted {
             run_id: run_id.clone(),
             reason: e.to_string(),
         })
-    })?;
-    let run = drive_and_wait(&s.keel, run, wait).await?;
-    Ok(Json(moved_on(&s.keel, &run).await))
+    };
+    let run = s.keel.get_run(&run_id).await.map_err(interrupted)?;
+    let mut reply = None;
+    let run = match wait_reply {
+        Some(ms) => {
+            // The run is driven meanwhile; the reply ends the wait.
+            let (keel, id) = (s.keel.clone(), run_id.clone());
+            tokio::spawn(async move { keel.drive(&id).await });
+            let got = s
+                .keel
+                .wait_reply(&token, &payload_id, Duration::from_millis(ms))
+                .await
+                .map_err(interrupted)?;
+            reply = got.reply;
+            s.keel.get_run(&run_id).await.map_err(interrupted)?
+        }
+        None => drive_and_wait(&s.keel, run, wait).await?,
+    };
+    let mut view = moved_on(&s.keel, &run).await;
+    view.payload_id = Some(payload_id.clone());
+    view.reply = reply.as_deref().map(crate::wire::value_of);
+    if wait_reply.is_some() && reply.is_none() {
+        let location = format!(
+            "/v1/hooks/{}/replies/{}",
+            encode_path(&token),
+            encode_path(&payload_id)
+        );
+        return Ok((
+            StatusCode::ACCEPTED,
+            [(axum::http::header::LOCATION, location)],
+            Json(view),
+        )
+            .into_response());
+    }
+    Ok(Json(view).into_response())
+}
+
+/// A path segment, percent-encoded.
+fn encode_path(segment: &str) -> String {
+    form_urlencoded::byte_serialize(segment.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+/// `GET /v1/hooks/{token}/replies/{payload_id}?wait_ms=N`: the workflow's
+/// reply to a payload delivered with that ID, waiting up to `wait_ms` for
+/// it; 202 while it has not replied.
+pub async fn get_reply(
+    State(s): State<AppState>,
+    Params(token, payload_id): Params,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<(StatusCode, Json<ReplyView>)> {
+    let q = Query::parse(raw);
+    let ms = wait_ms(q.number("wait_ms")?)?;
+    let reply = s
+        .keel
+        .wait_reply(&token, &payload_id, Duration::from_millis(ms))
+        .await?;
+    let status = if reply.reply.is_some() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(ReplyView::from(&reply))))
+}
+
+/// `GET /v1/runs/{run_id}/streams`.
+pub async fn list_streams(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+) -> ApiResult<Json<StreamList>> {
+    let streams = s.keel.streams(&run_id).await?;
+    Ok(Json(StreamList {
+        streams: streams.iter().map(StreamView::from).collect(),
+    }))
+}
+
+/// `GET /v1/runs/{run_id}/streams/{name}?from=N`: the stream's chunks as
+/// server-sent events, from index `from` (or after the `Last-Event-ID` a
+/// reconnecting client sends), each with its index as the event's `id`;
+/// ends when the stream is closed or the run has ended.
+pub async fn follow_stream(
+    State(s): State<AppState>,
+    Params(run_id, name): Params,
+    RawQuery(raw): RawQuery,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let run_id = RunId::parse(&run_id).map_err(|e| ApiError::invalid(e.to_string()))?;
+    keel_core::stream::check_stream_name(&name).map_err(ApiError::invalid)?;
+    let q = Query::parse(raw);
+    let last_seen = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    ApiError::invalid("`Last-Event-ID` is the index of the last chunk received")
+                })?,
+        ),
+        None => None,
+    };
+    let from = match last_seen {
+        Some(index) => index.saturating_add(1),
+        None => q.number("from")?.unwrap_or(0),
+    };
+    s.keel.get_run(&run_id).await?;
+    let stream = futures::StreamExt::map(s.keel.follow_stream(&run_id, &name, from), |chunk| {
+        Ok(match chunk {
+            Ok(chunk) => {
+                let view = ChunkView::from(&chunk);
+                sse_json(&view.kind, &view).id(chunk.index.to_string())
+            }
+            Err(e) => Event::default().event("error").data(e.to_string()),
+        })
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
 /// The view of a run that an acknowledged change (a retry, a payload)

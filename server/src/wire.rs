@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// JSON text as a value; text that is not JSON stays a string.
-fn value_of(text: &str) -> Value {
+pub(crate) fn value_of(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()))
 }
 
@@ -53,6 +53,15 @@ pub struct RunView {
     /// the runs it awaits); given by single-run reads, starts and resumes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_on: Vec<keel_core::timeline::WaitingOn>,
+    /// A resume's payload ID (the one given, or one keel chose): a resume
+    /// retried with it delivers nothing twice, and its reply is at
+    /// `/v1/hooks/{token}/replies/{payload_id}`. Given by resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_id: Option<String>,
+    /// The workflow's reply to the payload, when the resume asked to wait
+    /// for it (`wait_reply_ms`) and it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<Value>,
 }
 
 /// A run that a run's workflow started.
@@ -120,6 +129,8 @@ impl From<&RunRecord> for RunView {
             attributes: r.attributes.clone(),
             children: Vec::new(),
             waiting_on: Vec::new(),
+            payload_id: None,
+            reply: None,
         }
     }
 }
@@ -186,6 +197,108 @@ impl JournalEntry {
     pub fn to_entry(&self) -> Result<Entry, String> {
         let value = serde_json::to_value(self).map_err(|e| e.to_string())?;
         keel_core::journal::entry_from_json(&value)
+    }
+}
+
+/// A stream a run wrote.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamView {
+    pub name: String,
+    /// How many chunks it holds (the next chunk's index).
+    pub chunks: u64,
+    /// No chunk comes after its last.
+    pub closed: bool,
+    /// Bytes of data it holds.
+    pub bytes: u64,
+}
+
+impl From<&keel_core::stream::StreamInfo> for StreamView {
+    fn from(s: &keel_core::stream::StreamInfo) -> Self {
+        StreamView {
+            name: s.name.clone(),
+            chunks: s.chunks,
+            closed: s.closed,
+            bytes: s.bytes,
+        }
+    }
+}
+
+/// A run's streams.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamList {
+    pub streams: Vec<StreamView>,
+}
+
+/// One chunk of a stream, as the `data` of its server-sent event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ChunkView {
+    /// Its place in the stream (also the event's `id`).
+    pub index: u64,
+    pub at_ms: u64,
+    /// `data`, `restart` or `closed` (also the event's name).
+    pub kind: String,
+    /// A data chunk's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// The step that wrote it (or restarts), if a step did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<String>,
+    /// That step's attempt: a `restart` drops the step's chunks of
+    /// earlier attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+}
+
+impl From<&keel_core::stream::Chunk> for ChunkView {
+    fn from(c: &keel_core::stream::Chunk) -> Self {
+        use keel_core::stream::{ChunkBody, Origin};
+        let (mut step_id, mut attempt) = match &c.origin {
+            Origin::Step { step_id, attempt } => (Some(step_id.clone()), Some(*attempt)),
+            Origin::Workflow { .. } => (None, None),
+        };
+        let (kind, value) = match &c.body {
+            ChunkBody::Data(json) => ("data", Some(value_of(json))),
+            ChunkBody::Restart {
+                step_id: s,
+                attempt: a,
+            } => {
+                (step_id, attempt) = (Some(s.clone()), Some(*a));
+                ("restart", None)
+            }
+            ChunkBody::Closed => ("closed", None),
+        };
+        ChunkView {
+            index: c.index,
+            at_ms: c.at_ms,
+            kind: kind.into(),
+            value,
+            step_id,
+            attempt,
+        }
+    }
+}
+
+/// A reply to a payload delivered with an ID.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplyView {
+    pub run_id: String,
+    pub token: String,
+    pub payload_id: String,
+    /// The payload's place among the hook's payloads.
+    pub index: u64,
+    /// The workflow's reply, once it sent one.
+    pub reply: Option<Value>,
+}
+
+impl From<&keel_host::Reply> for ReplyView {
+    fn from(r: &keel_host::Reply) -> Self {
+        ReplyView {
+            run_id: r.run_id.to_string(),
+            token: r.token.to_string(),
+            payload_id: r.payload_id.clone(),
+            index: r.index,
+            reply: r.reply.as_deref().map(value_of),
+        }
     }
 }
 

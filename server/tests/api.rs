@@ -1899,3 +1899,180 @@ async fn cancelling_a_run_that_had_ended_is_refused_over_http_as_from_the_cli() 
         "{again}"
     );
 }
+
+/// The `(id, event, data)` of each complete server-sent event in `text`.
+fn sse_events(text: &str) -> Vec<(Option<u64>, String, Value)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+            };
+            let data = field("data:")?;
+            Some((
+                field("id:").and_then(|id| id.parse().ok()),
+                field("event:").unwrap_or_default(),
+                serde_json::from_str(&data).ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_reader_that_reconnects_after_chunk_37_gets_the_rest_once() {
+    use futures::StreamExt;
+    let s = server(None).await;
+    let (status, run) = s
+        .post(
+            "/v1/workflows/streamer/runs",
+            json!({"input": {"count": 60}, "wait_ms": 10000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let (status, listed) = s.get(&format!("/v1/runs/{run_id}/streams")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        listed,
+        json!({"streams": [{"name": "progress", "chunks": 61, "closed": true, "bytes": 10 * 7 + 50 * 8}]})
+    );
+    let url = format!("{}/v1/runs/{run_id}/streams/progress", s.base);
+    // Read until chunk 37, then drop the connection.
+    let response = s.http.get(&url).send().await.unwrap();
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    let first = loop {
+        let bytes = body.next().await.expect("more events").unwrap();
+        text.push_str(std::str::from_utf8(&bytes).unwrap());
+        let events = sse_events(&text);
+        if events.iter().any(|(id, _, _)| *id == Some(37)) {
+            break events;
+        }
+    };
+    drop(body);
+    let first: Vec<_> = first
+        .into_iter()
+        .filter(|(id, _, _)| *id <= Some(37))
+        .collect();
+    assert_eq!(
+        first
+            .iter()
+            .map(|(id, _, _)| id.unwrap())
+            .collect::<Vec<_>>(),
+        (0..=37).collect::<Vec<_>>()
+    );
+    assert_eq!(first[37].1, "data");
+    assert_eq!(first[37].2["value"], json!({"i": 37}));
+    // Reconnect as an EventSource does: after the last event it got.
+    let rest = s
+        .http
+        .get(&url)
+        .header("Last-Event-ID", "37")
+        .send()
+        .await
+        .unwrap();
+    let text = tokio::time::timeout(Duration::from_secs(20), rest.text())
+        .await
+        .expect("the stream ends at its close")
+        .unwrap();
+    let events = sse_events(&text);
+    assert_eq!(
+        events
+            .iter()
+            .map(|(id, _, _)| id.unwrap())
+            .collect::<Vec<_>>(),
+        (38..=60).collect::<Vec<_>>(),
+        "no gap and no duplicate"
+    );
+    assert_eq!(events[0].2["value"], json!({"i": 38}));
+    assert_eq!(events.last().unwrap().1, "closed");
+    // `from` does what Last-Event-ID does, from an index.
+    let from = s.http.get(format!("{url}?from=59")).send().await.unwrap();
+    let ids: Vec<u64> = sse_events(&from.text().await.unwrap())
+        .iter()
+        .map(|(id, _, _)| id.unwrap())
+        .collect();
+    assert_eq!(ids, [59, 60]);
+    // Bad reads are refused as JSON.
+    let bad = s
+        .http
+        .get(&url)
+        .header("Last-Event-ID", "x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let (status, body) = s.get("/v1/runs/nobody/streams/progress").await;
+    assert_eq!(
+        (status, error_kind(&body)),
+        (StatusCode::NOT_FOUND, "run_not_found")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resume_gets_the_workflows_reply_and_a_retry_with_its_payload_id_the_same_one() {
+    let s = server(None).await;
+    let (status, run) = s
+        .post(
+            "/v1/workflows/replier/runs",
+            json!({"input": "ask:http", "wait_ms": 10000, "return_on_wait": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_eq!(run["status"], "waiting");
+    let resume = "/v1/hooks/ask:http/resume?payload_id=q-1&wait_reply_ms=10000";
+    let (status, answered) = s.post(resume, json!({"q": "hello"})).await;
+    assert_eq!(status, StatusCode::OK, "{answered}");
+    assert_eq!(answered["payload_id"], "q-1");
+    assert_eq!(answered["reply"], json!({"echo": {"q": "hello"}, "n": 1}));
+    // The client lost that answer and retries: the same reply, one payload.
+    let (status, again) = s.post(resume, json!({"q": "hello"})).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["reply"], answered["reply"]);
+    let (_, journal) = s
+        .get(&format!(
+            "/v1/runs/{}/journal",
+            run["run_id"].as_str().unwrap()
+        ))
+        .await;
+    let received = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "hook_received")
+        .count();
+    assert_eq!(received, 1, "the payload was applied once");
+    let (status, reply) = s.get("/v1/hooks/ask:http/replies/q-1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(reply["reply"], answered["reply"]);
+    assert_eq!(reply["index"], 0);
+    // No payload of that ID; a bad ID.
+    let (status, body) = s.get("/v1/hooks/ask:http/replies/q-9").await;
+    assert_eq!(
+        (status, error_kind(&body)),
+        (StatusCode::NOT_FOUND, "payload_not_found")
+    );
+    let (status, body) = s
+        .post("/v1/hooks/ask:http/resume?payload_id=%20", json!(1))
+        .await;
+    assert_eq!(
+        (status, error_kind(&body)),
+        (StatusCode::BAD_REQUEST, "invalid_request")
+    );
+    // Without a wait for the reply, the answer names the payload's ID.
+    let (status, plain) = s.post("/v1/hooks/ask:http/resume", json!("stop")).await;
+    assert_eq!(status, StatusCode::OK, "{plain}");
+    assert!(
+        plain["payload_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty())
+    );
+    assert!(plain.get("reply").is_none());
+}
