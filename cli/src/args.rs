@@ -672,6 +672,14 @@ pub enum HooksCommand {
         /// The payload, as JSON; `@FILE` or `-` (standard input) for a large one.
         #[arg(long, default_value = "null")]
         payload: String,
+        /// The payload's ID: a resume retried with the same ID delivers
+        /// the payload once (and gets the same reply).
+        #[arg(long, value_name = "ID")]
+        payload_id: Option<String>,
+        /// Wait up to DURATION for the workflow's reply (`next_request`)
+        /// and print it.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        wait_reply: Option<std::time::Duration>,
     },
     /// The hook holding TOKEN: owner, whether active, metadata, retention.
     Get {
@@ -704,6 +712,22 @@ pub enum RunsCommand {
     Get {
         /// The run's ID.
         run_id: String,
+    },
+    /// The streams a run wrote: chunks, whether closed, size.
+    Streams {
+        /// The run's ID.
+        run_id: String,
+    },
+    /// Print a run's stream NAME as it is written, until it is closed or
+    /// the run ends (one JSON line per chunk with --json).
+    Stream {
+        /// The run's ID.
+        run_id: String,
+        /// The stream's name.
+        name: String,
+        /// The index of the first chunk to print.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
     },
     /// Cancel a run: the workflow receives the cancel at its next wait and
     /// runs its cleanup (compensations) within the cancel grace, then ends

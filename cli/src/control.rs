@@ -108,10 +108,26 @@ pub enum Request {
     ShowDeployment {
         name: String,
     },
-    /// Resume a hook and drive its run on.
+    /// Resume a hook and drive its run on; with `wait_reply_ms`, answer
+    /// with the workflow's reply.
     Resume {
         token: String,
         payload: String,
+        #[serde(default)]
+        payload_id: Option<String>,
+        #[serde(default)]
+        wait_reply_ms: Option<u64>,
+    },
+    /// The streams a run wrote.
+    Streams {
+        run_id: String,
+    },
+    /// The next chunks of a run's stream from `from`, waiting a while for
+    /// the first (a long poll).
+    Chunks {
+        run_id: String,
+        stream: String,
+        from: u64,
     },
     GetHook {
         token: String,
@@ -244,6 +260,9 @@ fn default_limit() -> usize {
     50
 }
 
+/// How long one `Chunks` request waits for a stream's next chunk.
+pub(crate) const CHUNK_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The answer to a [`Request`].
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -284,6 +303,19 @@ pub enum Reply {
     Purged(keel_server::wire::PurgeView),
     Pruned(keel_host::core::retention::Pruned),
     WaitingOn(Vec<keel_host::core::timeline::WaitingOn>),
+    Streams(Vec<keel_server::wire::StreamView>),
+    /// Chunks of a stream; `done` once it is closed or its run ended.
+    Chunks {
+        chunks: Vec<keel_server::wire::ChunkView>,
+        done: bool,
+    },
+    /// A resume that waited for the workflow's reply.
+    Replied {
+        run: RunRecord,
+        payload_id: String,
+        /// The reply (JSON), if it came within the wait.
+        reply: Option<String>,
+    },
     /// A waiting run with what it waits on.
     RunWaiting {
         run: RunRecord,
@@ -398,9 +430,77 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 Reply::Run(keel.drive_acknowledged(&run.run_id).await?)
             }
         }
-        Request::Resume { token, payload } => {
-            let run_id = keel.resume_hook(&token, &payload).await?;
+        Request::Resume {
+            token,
+            payload,
+            payload_id,
+            wait_reply_ms: None,
+        } => {
+            let run_id = keel
+                .deliver(&token, &payload, payload_id.as_deref())
+                .await?
+                .run_id;
             Reply::Run(keel.drive_acknowledged(&run_id).await?)
+        }
+        Request::Resume {
+            token,
+            payload,
+            payload_id,
+            wait_reply_ms: Some(ms),
+        } => {
+            let payload_id = payload_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+            let run_id = keel
+                .deliver(&token, &payload, Some(&payload_id))
+                .await?
+                .run_id;
+            let run = keel.drive_acknowledged(&run_id).await?;
+            let wait = std::time::Duration::from_millis(ms);
+            let reply = keel.wait_reply(&token, &payload_id, wait).await?.reply;
+            Reply::Replied {
+                run,
+                payload_id,
+                reply,
+            }
+        }
+        Request::Streams { run_id } => Reply::Streams(
+            keel.streams(&run_id)
+                .await?
+                .iter()
+                .map(keel_server::wire::StreamView::from)
+                .collect(),
+        ),
+        Request::Chunks {
+            run_id,
+            stream,
+            from,
+        } => {
+            use futures::StreamExt;
+            keel.get_run(&run_id).await?;
+            let run_id = keel_host::core::RunId::from(run_id.as_str());
+            let mut follower = Box::pin(keel.follow_stream(&run_id, &stream, from));
+            let mut chunks = Vec::new();
+            let mut done = false;
+            // The first chunk, waited for a while; then what is there.
+            let first = tokio::time::timeout(CHUNK_POLL, follower.next()).await;
+            match first {
+                Ok(Some(chunk)) => chunks.push(chunk?),
+                Ok(None) => done = true,
+                Err(_) => {}
+            }
+            while !done && chunks.len() < keel_host::CHUNK_PAGE {
+                match futures::FutureExt::now_or_never(follower.next()) {
+                    Some(Some(chunk)) => chunks.push(chunk?),
+                    Some(None) => done = true,
+                    None => break,
+                }
+            }
+            Reply::Chunks {
+                chunks: chunks
+                    .iter()
+                    .map(keel_server::wire::ChunkView::from)
+                    .collect(),
+                done,
+            }
         }
         Request::GetHook { token } => Reply::Hook(keel.get_hook(&token).await?),
         Request::ListHooks => Reply::Hooks(keel.list_hooks().await?),

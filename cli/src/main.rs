@@ -316,6 +316,12 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs {
             command: RunsCommand::List { limit, all, .. },
         } => list_runs(&cli, *limit, *all, json).await,
+        Command::Runs {
+            command: RunsCommand::Stream { .. },
+        } => {
+            refuse_missing_store(&cli)?;
+            follow_stream(&cli, json).await
+        }
         Command::Deploy { .. }
         | Command::Deployments { .. }
         | Command::Run { .. }
@@ -542,6 +548,36 @@ async fn list_runs(cli: &Cli, limit: u64, all: bool, json: bool) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
+/// `keel runs stream`: prints the stream's chunks as they come, batch by
+/// batch (each a long poll), until it is closed or its run has ended.
+async fn follow_stream(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
+    let Request::Chunks {
+        run_id,
+        stream,
+        mut from,
+    } = request::request_of(cli)?
+    else {
+        unreachable!("`runs stream` asks for chunks");
+    };
+    loop {
+        let request = Request::Chunks {
+            run_id: run_id.clone(),
+            stream: stream.clone(),
+            from,
+        };
+        let Reply::Chunks { chunks, done } = submit(cli, request).await? else {
+            anyhow::bail!("the answer to a stream read was not chunks");
+        };
+        for chunk in &chunks {
+            print::print_chunk(chunk, json);
+            from = chunk.index + 1;
+        }
+        if done {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
 /// A waiting run that a run, a start, a resume or a get answered, with
 /// what it waits on (its hooks' tokens above all: what resumes it); as it
 /// is if that cannot be read (the answer stands).
@@ -636,6 +672,8 @@ fn reads_only(command: &Command) -> bool {
                 | RunsCommand::Retry { .. }
                 | RunsCommand::Delete { .. }
                 | RunsCommand::Bulk { .. }
+                | RunsCommand::Streams { .. }
+                | RunsCommand::Stream { .. }
         } | Command::Jobs { .. }
             | Command::Store {
                 command: StoreCommand::Stats | StoreCommand::Purge

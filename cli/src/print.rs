@@ -94,6 +94,45 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             println!("{}", json!(waiting_on));
             ExitCode::SUCCESS
         }
+        Reply::Streams(streams) => {
+            print_streams(&streams, json);
+            ExitCode::SUCCESS
+        }
+        Reply::Chunks { chunks, .. } => {
+            for chunk in &chunks {
+                print_chunk(chunk, json);
+            }
+            ExitCode::SUCCESS
+        }
+        Reply::Replied {
+            run,
+            payload_id,
+            reply,
+        } => {
+            let reply = reply.as_deref().map(|r| {
+                serde_json::from_str::<Value>(r).unwrap_or_else(|_| Value::String(r.into()))
+            });
+            if json {
+                let mut value = run_json(&run);
+                value["payload_id"] = json!(payload_id);
+                value["reply"] = json!(reply);
+                println!("{value}");
+            } else {
+                print_run_head(&run);
+                println!("payload ID: {payload_id}");
+                match &reply {
+                    Some(reply) => println!("reply: {reply}"),
+                    None => println!(
+                        "no reply yet; ask again with the same --payload-id {payload_id} (it is not delivered twice)"
+                    ),
+                }
+            }
+            if reply.is_some() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            }
+        }
         Reply::Pruned(pruned) => {
             print_pruned(&pruned, json);
             ExitCode::SUCCESS
@@ -1037,5 +1076,41 @@ fn print_pruned(pruned: &keel_host::core::retention::Pruned, json: bool) {
     );
     for hash in &pruned.components {
         println!("  {hash}");
+    }
+}
+
+/// A run's streams: one line each.
+fn print_streams(streams: &[keel_server::wire::StreamView], json: bool) {
+    if json {
+        println!("{}", json!(streams));
+        return;
+    }
+    if streams.is_empty() {
+        println!("no streams");
+        return;
+    }
+    println!("{:<32} {:>8} {:>10}  STATE", "STREAM", "CHUNKS", "BYTES");
+    for s in streams {
+        let state = if s.closed { "closed" } else { "open" };
+        println!("{:<32} {:>8} {:>10}  {state}", s.name, s.chunks, s.bytes);
+    }
+}
+
+/// One chunk of a stream: its JSON line, or its value (a string as is) and
+/// a line for a restart.
+pub fn print_chunk(chunk: &keel_server::wire::ChunkView, json: bool) {
+    if json {
+        println!("{}", json!(chunk));
+        return;
+    }
+    match (chunk.kind.as_str(), &chunk.value) {
+        ("data", Some(Value::String(text))) => println!("{text}"),
+        ("data", Some(value)) => println!("{value}"),
+        ("restart", _) => println!(
+            "-- step {} restarts (attempt {}): drop what its earlier attempts wrote above --",
+            chunk.step_id.as_deref().unwrap_or("?"),
+            chunk.attempt.unwrap_or_default()
+        ),
+        _ => {}
     }
 }

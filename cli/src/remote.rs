@@ -17,7 +17,8 @@ use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::control::{RemoteError, Reply, Request, StartSpec};
+use crate::control::{CHUNK_POLL, RemoteError, Reply, Request, StartSpec};
+use std::time::Duration;
 
 /// How long one call waits for a run on the server (its longest wait).
 const WAIT_MS: u64 = 60_000;
@@ -126,6 +127,63 @@ impl Client {
             .call(Method::POST, self.url(segments, query), Some(body))
             .await?
             .1)
+    }
+
+    /// The next chunks of a run's stream from `from`: the server-sent
+    /// events that arrive within a while of the first (or of asking), and
+    /// whether the stream ended (the server closed the event stream).
+    async fn chunks(
+        &self,
+        run_id: &str,
+        stream: &str,
+        from: u64,
+    ) -> anyhow::Result<(Vec<keel_server::wire::ChunkView>, bool)> {
+        let url = self.url(
+            &["v1", "runs", run_id, "streams", stream],
+            &[("from", from.to_string())],
+        );
+        let mut request = self.http.get(url.clone());
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = request.send().await.with_context(|| {
+            format!(
+                "cannot reach the keel server at {}; is `keel serve` running there?",
+                self.base
+            )
+        })?;
+        if !response.status().is_success() {
+            // The refusal, as every other call reads it.
+            let (_, refused): (StatusCode, Value) = self.call(Method::GET, url, None).await?;
+            anyhow::bail!("the server refused the stream: {refused}");
+        }
+        let mut text = String::new();
+        let mut chunks = Vec::new();
+        loop {
+            let wait = if chunks.is_empty() {
+                CHUNK_POLL
+            } else {
+                Duration::from_millis(50)
+            };
+            let next = match tokio::time::timeout(wait, response.chunk()).await {
+                Ok(next) => next?,
+                Err(_) => return Ok((chunks, false)),
+            };
+            let Some(bytes) = next else {
+                return Ok((chunks, true));
+            };
+            text.push_str(&String::from_utf8_lossy(&bytes));
+            while let Some(end) = text.find("\n\n") {
+                let block: String = text.drain(..end + 2).collect();
+                let data = block.lines().find_map(|l| l.strip_prefix("data:"));
+                let event = block.lines().find_map(|l| l.strip_prefix("event:"));
+                match (event.map(str::trim), data) {
+                    (Some("error"), Some(message)) => anyhow::bail!("{}", message.trim()),
+                    (_, Some(data)) => chunks.push(serde_json::from_str(data.trim())?),
+                    _ => {}
+                }
+            }
+        }
     }
 
     /// Reads the job until it has ended (the server carries it out).
@@ -245,19 +303,50 @@ impl Client {
                     Reply::Run(self.until_it_waits(started).await?)
                 }
             }
-            Request::Resume { token, payload } => {
+            Request::Resume {
+                token,
+                payload,
+                payload_id,
+                wait_reply_ms,
+            } => {
                 let payload: Value =
                     serde_json::from_str(&payload).map_err(|e| keel_host::Error::InvalidInput {
                         reason: format!("--payload: {e}"),
                     })?;
-                let query = [
+                let mut query = vec![
                     ("wait_ms", WAIT_MS.to_string()),
                     ("return_on_wait", "true".into()),
                 ];
+                if let Some(id) = &payload_id {
+                    query.push(("payload_id", id.clone()));
+                }
+                if let Some(ms) = wait_reply_ms {
+                    query.push(("wait_reply_ms", ms.min(WAIT_MS).to_string()));
+                }
                 let resumed: RunView = self
                     .post(&["v1", "hooks", &token, "resume"], &query, &payload)
                     .await?;
-                Reply::Run(self.until_it_waits(resumed).await?)
+                match wait_reply_ms {
+                    Some(_) => Reply::Replied {
+                        payload_id: resumed.payload_id.clone().unwrap_or_default(),
+                        reply: resumed.reply.as_ref().map(Value::to_string),
+                        run: resumed.into(),
+                    },
+                    None => Reply::Run(self.until_it_waits(resumed).await?),
+                }
+            }
+            Request::Streams { run_id } => {
+                let list: keel_server::wire::StreamList =
+                    self.get(&["v1", "runs", &run_id, "streams"], &[]).await?;
+                Reply::Streams(list.streams)
+            }
+            Request::Chunks {
+                run_id,
+                stream,
+                from,
+            } => {
+                let (chunks, done) = self.chunks(&run_id, &stream, from).await?;
+                Reply::Chunks { chunks, done }
             }
             Request::GetHook { token } => Reply::Hook(
                 self.get::<HookView>(&["v1", "hooks", &token], &[])

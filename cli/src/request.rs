@@ -109,10 +109,30 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             })
         }
         Command::Hooks {
-            command: HooksCommand::Resume { token, payload },
+            command:
+                HooksCommand::Resume {
+                    token,
+                    payload,
+                    payload_id,
+                    wait_reply,
+                },
         } => Request::Resume {
             token: token.clone(),
             payload: text_arg("--payload", payload)?,
+            payload_id: payload_id.clone(),
+            wait_reply_ms: wait_reply.map(|d| d.as_millis() as u64),
+        },
+        Command::Runs {
+            command: RunsCommand::Streams { run_id },
+        } => Request::Streams {
+            run_id: run_id.clone(),
+        },
+        Command::Runs {
+            command: RunsCommand::Stream { run_id, name, from },
+        } => Request::Chunks {
+            run_id: run_id.clone(),
+            stream: name.clone(),
+            from: *from,
         },
         Command::Hooks {
             command: HooksCommand::Get { token },

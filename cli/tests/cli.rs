@@ -1438,3 +1438,80 @@ fn a_waiting_run_says_what_it_waits_on() {
     assert_eq!(asleep["waiting_on"][0]["kind"], "timer", "{asleep}");
     assert_eq!(Some(due), asleep["wake_at_ms"].as_u64(), "{asleep}");
 }
+
+#[test]
+fn streams_are_listed_and_printed_and_a_resume_prints_the_workflows_reply() {
+    let db = tempfile::tempdir().unwrap();
+    let (out, run) = keel(
+        db.path(),
+        &[
+            "run",
+            keel_tests::TESTBED,
+            "streamer",
+            "--input",
+            r#"{"count": 3}"#,
+        ],
+    );
+    assert!(out.status.success(), "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let (out, streams) = keel(db.path(), &["runs", "streams", run_id]);
+    assert!(out.status.success());
+    assert_eq!(
+        streams,
+        serde_json::json!([{"name": "progress", "chunks": 4, "closed": true, "bytes": 21}])
+    );
+    let printed = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db.path())
+        .args([
+            "--json", "runs", "stream", run_id, "progress", "--from", "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(printed.status.success());
+    let lines: Vec<Value> = String::from_utf8_lossy(&printed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<(u64, &str)> = lines
+        .iter()
+        .map(|l| (l["index"].as_u64().unwrap(), l["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [(1, "data"), (2, "data"), (3, "closed")]);
+    assert_eq!(lines[0]["value"], serde_json::json!({"i": 1}));
+
+    let (out, waiting) = keel(
+        db.path(),
+        &[
+            "start",
+            keel_tests::TESTBED,
+            "replier",
+            "--input",
+            "\"ask:cli\"",
+        ],
+    );
+    assert!(out.status.success());
+    assert_eq!(waiting["status"], "waiting");
+    let resume = [
+        "hooks",
+        "resume",
+        "ask:cli",
+        "--payload",
+        r#"{"q": 1}"#,
+        "--payload-id",
+        "p-1",
+        "--wait-reply",
+        "10s",
+    ];
+    let (out, replied) = keel(db.path(), &resume);
+    assert!(out.status.success(), "{replied}");
+    assert_eq!(replied["payload_id"], "p-1");
+    assert_eq!(
+        replied["reply"],
+        serde_json::json!({"echo": {"q": 1}, "n": 1})
+    );
+    // Retried with the same ID: the same reply, delivered once.
+    let (out, again) = keel(db.path(), &resume);
+    assert!(out.status.success(), "{again}");
+    assert_eq!(again["reply"], replied["reply"]);
+}
