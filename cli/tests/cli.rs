@@ -1001,6 +1001,8 @@ fn crashtest_passes_idempotent_workflows() {
         ("sum_of_squares", "3"),
         // Sets attributes (journaled) between its steps and timer.
         ("tagged", "\"acme\""),
+        // Writes and closes a stream from the workflow (journaled).
+        ("streamer", r#"{"count": 3, "pause_at": 1}"#),
     ] {
         let (out, report) =
             crashtest(&["crashtest", keel_tests::TESTBED, workflow, "--input", input]);

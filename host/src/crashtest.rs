@@ -78,6 +78,8 @@ pub struct CleanRun {
     pub steps: Vec<(String, String)>,
     /// The outputs of its steps that completed, by step ID.
     pub outputs: std::collections::BTreeMap<String, String>,
+    /// What its workflow wrote to each stream (journaled: exactly once).
+    pub streams: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// One crash point and what recovery from it did.
@@ -232,6 +234,7 @@ async fn clean_run(test: &CrashTest, root: &Path, run_id: &str) -> Result<(Clean
         journal_writes: store.journal_writes(),
         steps: steps(&trial, &journal),
         outputs: outputs(&trial, &journal),
+        streams: workflow_streams(&keel, &trial).await?,
     };
     Ok((clean, keel))
 }
@@ -284,6 +287,13 @@ async fn crash_point(
         ));
     }
     violations.extend(outputs_differ(clean, &got_steps, &outputs(trial, &journal)));
+    let streams = workflow_streams(&keel, trial).await?;
+    if streams != clean.streams {
+        violations.push(format!(
+            "its workflow's stream writes are {streams:?}, the clean run's {:?}: a write was lost or made twice",
+            clean.streams
+        ));
+    }
     let verdict = keel.replay(&trial.run_id, None).await?;
     if !verdict.is_ok() {
         violations.push(format!("its journal does not replay: {verdict:?}"));
@@ -344,6 +354,34 @@ fn steps(trial: &Trial, journal: &[Entry]) -> Vec<(String, String)> {
             _ => None,
         })
         .collect()
+}
+
+/// What the run's workflow wrote to each of its streams, in order (a
+/// close as `<closed>`); a step's writes are left out, since a step that
+/// runs again writes again (after a restart marker).
+async fn workflow_streams(
+    keel: &Keel,
+    trial: &Trial,
+) -> Result<std::collections::BTreeMap<String, Vec<String>>> {
+    use keel_core::stream::{ChunkBody, Origin};
+    let mut streams = std::collections::BTreeMap::new();
+    for stream in keel.streams(&trial.run_id).await? {
+        let chunks = keel
+            .chunks(&trial.run_id, &stream.name, 0, usize::MAX)
+            .await?;
+        let written = chunks
+            .iter()
+            .filter(|c| matches!(c.origin, Origin::Workflow { .. }))
+            .map(|c| match &c.body {
+                ChunkBody::Data(json) => trial.anonymous(json),
+                _ => "<closed>".to_string(),
+            })
+            .collect::<Vec<_>>();
+        if !written.is_empty() {
+            streams.insert(stream.name, written);
+        }
+    }
+    Ok(streams)
 }
 
 /// The outputs of the steps that completed, by step ID (anonymous).

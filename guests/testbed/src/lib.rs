@@ -797,7 +797,8 @@ async fn stubborn(mode: String) -> Result<u32, Error> {
 struct StreamPlan {
     /// Chunks written in all.
     count: u32,
-    /// After this many chunks, waits for a payload on hook `token`.
+    /// After this many chunks, waits for a payload on hook `token` (or,
+    /// without one, sleeps a millisecond).
     pause_at: Option<u32>,
     token: Option<String>,
 }
@@ -809,9 +810,13 @@ async fn streamer(plan: StreamPlan) -> Result<u32, Error> {
     let progress = keel_sdk::stream::<Value>("progress");
     for i in 0..plan.count {
         if Some(i) == plan.pause_at {
-            let token = plan.token.clone().unwrap_or_else(|| "go".into());
-            let mut go = keel_sdk::create_hook::<Value>(token)?;
-            go.next().await?;
+            match &plan.token {
+                Some(token) => {
+                    let mut go = keel_sdk::create_hook::<Value>(token.as_str())?;
+                    go.next().await?;
+                }
+                None => keel_sdk::sleep(Duration::from_millis(1)).await,
+            }
         }
         progress.write(&json!({ "i": i }))?;
     }
