@@ -246,16 +246,59 @@ function payloads(journal, hook) {
   return journal.filter((e) => e.kind === "hook_received" && waits.has(e.command));
 }
 
+// What a stream shows: its data in order (a string as is, anything else
+// as a JSON line); a restart drops what the step's earlier attempts wrote.
+function streamText(chunks) {
+  const kept = [];
+  for (const c of chunks) {
+    if (c.kind === "restart") {
+      for (let i = kept.length - 1; i >= 0; i--) {
+        if (kept[i].step_id === c.step_id && kept[i].attempt < c.attempt) kept.splice(i, 1);
+      }
+      kept.push({ ...c, note: `[step ${c.step_id} restarted: attempt ${c.attempt}]\n` });
+    } else if (c.kind === "data") kept.push(c);
+  }
+  return kept.map((c) => c.note ?? (typeof c.value === "string" ? c.value : JSON.stringify(c.value) + "\n")).join("");
+}
+
 function runPage(runId) {
   main.innerHTML = `<p class="muted">Loading run…</p>`;
   let source = null;
   let pending = false;
+  // The run's streams, each followed live: name -> { chunks, closed, source }.
+  const streams = new Map();
+  const follow = (name) => {
+    const s = { chunks: [], closed: false, source: null };
+    streams.set(name, s);
+    s.source = new EventSource(`/v1/runs/${encodeURIComponent(runId)}/streams/${encodeURIComponent(name)}`);
+    const take = (e) => {
+      const chunk = JSON.parse(e.data);
+      if (s.chunks.length && s.chunks[s.chunks.length - 1].index >= chunk.index) return;
+      s.chunks.push(chunk);
+      if (chunk.kind === "closed") s.closed = true;
+      drawStream(name);
+    };
+    for (const kind of ["data", "restart", "closed"]) s.source.addEventListener(kind, take);
+    // The server ends the stream at its close or the run's end.
+    s.source.onerror = () => { s.source.close(); s.done = true; drawStream(name); };
+  };
+  const drawStream = (name) => {
+    const s = streams.get(name);
+    const el = main.querySelector(`[data-testid=stream][data-stream="${CSS.escape(name)}"]`);
+    if (!s || !el) return;
+    el.textContent = streamText(s.chunks);
+    const state = main.querySelector(`[data-testid=stream-state][data-stream="${CSS.escape(name)}"]`);
+    if (state) state.textContent = s.closed ? "closed" : s.done ? "ended" : "live";
+  };
   const render = async () => {
     if (pending) return;
     pending = true;
     try {
       const d = await api(`/v1/runs/${encodeURIComponent(runId)}/detail`);
+      const listed = await api(`/v1/runs/${encodeURIComponent(runId)}/streams`);
+      for (const s of listed.streams) if (!streams.has(s.name)) follow(s.name);
       draw(d);
+      for (const name of streams.keys()) drawStream(name);
     } catch (e) {
       main.innerHTML = `<div class="card error">${esc(e.message)}</div>`;
     } finally { pending = false; }
@@ -309,6 +352,9 @@ function runPage(runId) {
       ${hooks.length ? `<h2>Hooks</h2><table data-testid="hooks"><thead><tr><th>Token</th><th>Status</th><th>Created</th><th>Payloads, in order</th></tr></thead><tbody>
         ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status === "completed" ? "closed" : h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>
           <td class="mono">${payloads(d.journal, h.command).map((p) => `<div>${esc(time(p.at_ms))} · ${esc(p.payload)}</div>`).join("") || '<span class="muted">none yet</span>'}</td></tr>`).join("")}</tbody></table>` : ""}
+      ${streams.size ? `<h2>Streams</h2><div class="grid">${[...streams.keys()].map((name) => `<div class="card">
+        <strong class="mono">${esc(name)}</strong> <span class="muted" data-testid="stream-state" data-stream="${esc(name)}"></span>
+        <pre class="wrap" data-testid="stream" data-stream="${esc(name)}"></pre></div>`).join("")}</div>` : ""}
       ${r.children && r.children.length ? `<h2>Child runs</h2><ul class="tree" data-testid="children">
         ${r.children.map((c) => `<li data-testid="child" data-close="${esc(c.close)}"><a class="mono" href="#/runs/${encodeURIComponent(c.run_id)}">${esc(c.run_id)}</a>
           <strong>${esc(c.workflow)}</strong>${c.deployment ? ` <span class="muted">on ${esc(c.deployment)}</span>` : ""}
@@ -359,7 +405,11 @@ function runPage(runId) {
   source.addEventListener("run", () => render());
   source.onerror = () => { if (source.readyState === EventSource.CLOSED) source = null; };
   const clock = setInterval(() => { if (!pending) render(); }, 5000);
-  return () => { if (source) source.close(); clearInterval(clock); };
+  return () => {
+    if (source) source.close();
+    for (const s of streams.values()) s.source.close();
+    clearInterval(clock);
+  };
 }
 
 function tablePage(title, path, pick, columns, row, empty) {

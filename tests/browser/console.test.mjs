@@ -100,6 +100,30 @@ try {
   await page.getByRole("heading", { name: "Runs" }).waitFor();
   assert.equal((await fetch(`${base}/v1/runs/${waiting.run_id}`)).status, 404, "the deleted run is gone");
 
+  // A run's streams show on its page: a step's tokens without the chunks
+  // of its failed first attempt, and a workflow's stream growing live.
+  const streamed = await api("/v1/workflows/step_stream/runs", { input: null, wait_ms: 10000 });
+  assert.equal(streamed.status, "completed");
+  await page.goto(`${base}/#/runs/${streamed.run_id}`);
+  const tokens = page.locator('[data-testid=stream][data-stream="tokens"]');
+  await page.locator('[data-testid=stream-state][data-stream="tokens"]', { hasText: "closed" }).waitFor();
+  const text = await tokens.innerText();
+  assert.match(text, /restarted: attempt 2/);
+  assert.match(text, /a2-0a2-1a2-2/);
+  assert.doesNotMatch(text, /a1-/, "the failed attempt's chunks are dropped");
+  const live = await api("/v1/workflows/streamer/runs", {
+    input: { count: 6, pause_at: 3, token: "go:browser" }, wait_ms: 10000, return_on_wait: true,
+  });
+  assert.equal(live.status, "waiting");
+  await page.goto(`${base}/#/runs/${live.run_id}`);
+  const progress = page.locator('[data-testid=stream][data-stream="progress"]');
+  await progress.filter({ hasText: '{"i":2}' }).waitFor();
+  assert.doesNotMatch(await progress.innerText(), /"i":3/);
+  await api("/v1/hooks/go:browser/resume?wait_ms=10000", true);
+  // The page follows the stream as the run writes the rest, to its close.
+  await progress.filter({ hasText: '{"i":5}' }).waitFor();
+  await page.locator('[data-testid=stream-state][data-stream="progress"]', { hasText: "closed" }).waitFor();
+
   // A run's children as a tree, with links both ways: `start_order` ends
   // at once and its child, closed by `abandon`, waits on its hook.
   const parent = await api("/v1/workflows/start_order/runs", { input: { order_id: "browser-3", note: "placed" }, wait_ms: 10000 });
