@@ -105,7 +105,7 @@ pub fn document() -> Value {
     "summary": "A run's stream as server-sent events, from index `from` or after `Last-Event-ID`: each chunk's event is its kind (`data`, `restart`, `closed`), its `id` its index; ends when the stream is closed or the run has ended",
     "parameters": [run_id(), path_param("name", "The stream's name"),
         query("from", "The index of the first chunk to send", u64.clone()),
-        {"name": "Last-Event-ID", "in": "header", "required": false, "description": "The index of the last chunk received: sending resumes after it", "schema": {"type": "string"}}],
+        {"name": "Last-Event-ID", "in": "header", "required": false, "description": "The index of the last chunk received: sending resumes after it", "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}}],
     "responses": {
         "200": {"description": "An event stream of chunks", "content": {"text/event-stream": {"schema": {
             "type": "object",
@@ -237,7 +237,7 @@ pub fn document() -> Value {
               ("202", "Delivered; the reply did not come within wait_reply_ms: fetch it at the Location", Some(&run))],
             &["400", "404", "413", "503", "507"])},
         "/v1/hooks/{token}/replies/{payload_id}": {"get": op("getReply", "The workflow's reply to a payload delivered with an ID, waiting for it up to wait_ms",
-            vec![token(), path_param("payload_id", "The payload's ID"), wait.clone()], None,
+            vec![token(), json!({"name": "payload_id", "in": "path", "required": true, "description": "The payload's ID", "schema": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[!-~]+$"}}), wait.clone()], None,
             &[("200", "The reply", Some(&reply)), ("202", "No reply yet", Some(&reply))], &["400", "404", "503"])},
         "/v1/runs/{run_id}/streams": {"get": op("listStreams", "The streams a run wrote", vec![run_id()], None,
             &[("200", "The streams, by name", Some(&streams))], &["400", "404", "503"])},

@@ -1051,9 +1051,10 @@ pub async fn follow_stream(
         ),
         None => None,
     };
+    let from = q.number("from")?;
     let from = match last_seen {
         Some(index) => index.saturating_add(1),
-        None => q.number("from")?.unwrap_or(0),
+        None => from.unwrap_or(0),
     };
     s.keel.get_run(&run_id).await?;
     let stream = futures::StreamExt::map(s.keel.follow_stream(&run_id, &name, from), |chunk| {
