@@ -798,7 +798,7 @@ struct StreamPlan {
     /// Chunks written in all.
     count: u32,
     /// After this many chunks, waits for a payload on hook `token` (or,
-    /// without one, sleeps a millisecond).
+    /// without one, runs a step: the run's journal is written between).
     pause_at: Option<u32>,
     token: Option<String>,
 }
@@ -815,7 +815,9 @@ async fn streamer(plan: StreamPlan) -> Result<u32, Error> {
                     let mut go = keel_sdk::create_hook::<Value>(token.as_str())?;
                     go.next().await?;
                 }
-                None => keel_sdk::sleep(Duration::from_millis(1)).await,
+                None => {
+                    noop(i).await?;
+                }
             }
         }
         progress.write(&json!({ "i": i }))?;
