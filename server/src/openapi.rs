@@ -103,7 +103,7 @@ pub fn document() -> Value {
     let follow_stream = json!({
     "operationId": "followStream",
     "summary": "A run's stream as server-sent events, from index `from` or after `Last-Event-ID`: each chunk's event is its kind (`data`, `restart`, `closed`), its `id` its index; ends when the stream is closed or the run has ended",
-    "parameters": [run_id(), path_param("name", "The stream's name"),
+    "parameters": [run_id(), json!({"name": "name", "in": "path", "required": true, "description": "The stream's name", "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"}}),
         query("from", "The index of the first chunk to send", u64.clone()),
         {"name": "Last-Event-ID", "in": "header", "required": false, "description": "The index of the last chunk received: sending resumes after it", "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}}],
     "responses": {
