@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 const GUESTS: &[&str] = &[
     "order",
     "order-hooks",
+    "chat-agent",
     "order-v2-compatible",
     "order-v2-incompatible",
     "testbed",

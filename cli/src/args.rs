@@ -681,6 +681,17 @@ pub enum HooksCommand {
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         wait_reply: Option<std::time::Duration>,
     },
+    /// The workflow's reply to the payload of ID PAYLOAD_ID delivered to
+    /// TOKEN (none yet if the workflow has not sent it).
+    Reply {
+        /// The hook's token.
+        token: String,
+        /// The ID the payload was delivered with.
+        payload_id: String,
+        /// Wait up to DURATION for the reply.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        wait: Option<std::time::Duration>,
+    },
     /// The hook holding TOKEN: owner, whether active, metadata, retention.
     Get {
         /// The hook's token.

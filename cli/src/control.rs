@@ -118,6 +118,14 @@ pub enum Request {
         #[serde(default)]
         wait_reply_ms: Option<u64>,
     },
+    /// The reply to a payload delivered with an ID, waiting up to
+    /// `wait_ms` for it.
+    HookReply {
+        token: String,
+        payload_id: String,
+        #[serde(default)]
+        wait_ms: u64,
+    },
     /// The streams a run wrote.
     Streams {
         run_id: String,
@@ -304,6 +312,8 @@ pub enum Reply {
     Pruned(keel_host::core::retention::Pruned),
     WaitingOn(Vec<keel_host::core::timeline::WaitingOn>),
     Streams(Vec<keel_server::wire::StreamView>),
+    /// A reply to a payload delivered with an ID.
+    Answer(keel_server::wire::ReplyView),
     /// Chunks of a stream; `done` once it is closed or its run ended.
     Chunks {
         chunks: Vec<keel_server::wire::ChunkView>,
@@ -461,6 +471,15 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 payload_id,
                 reply,
             }
+        }
+        Request::HookReply {
+            token,
+            payload_id,
+            wait_ms,
+        } => {
+            let wait = std::time::Duration::from_millis(wait_ms);
+            let reply = keel.wait_reply(&token, &payload_id, wait).await?;
+            Reply::Answer(keel_server::wire::ReplyView::from(&reply))
         }
         Request::Streams { run_id } => Reply::Streams(
             keel.streams(&run_id)

@@ -104,6 +104,13 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Reply::Answer(reply) => {
+            print_hook_reply(&reply, json);
+            match reply.reply {
+                Some(_) => ExitCode::SUCCESS,
+                None => ExitCode::from(2),
+            }
+        }
         Reply::Replied {
             run,
             payload_id,
@@ -1093,6 +1100,25 @@ fn print_streams(streams: &[keel_server::wire::StreamView], json: bool) {
     for s in streams {
         let state = if s.closed { "closed" } else { "open" };
         println!("{:<32} {:>8} {:>10}  {state}", s.name, s.chunks, s.bytes);
+    }
+}
+
+/// A reply to a payload delivered with an ID, or that there is none yet.
+fn print_hook_reply(reply: &keel_server::wire::ReplyView, json: bool) {
+    if json {
+        println!("{}", json!(reply));
+        return;
+    }
+    println!("run: {}", reply.run_id);
+    println!(
+        "payload ID: {} (payload {} of hook {})",
+        reply.payload_id, reply.index, reply.token
+    );
+    match &reply.reply {
+        Some(value) => println!("reply: {value}"),
+        None => {
+            println!("reply: none yet (the workflow has not replied; wait with --wait DURATION)")
+        }
     }
 }
 

@@ -335,6 +335,15 @@ impl Client {
                     None => Reply::Run(self.until_it_waits(resumed).await?),
                 }
             }
+            Request::HookReply {
+                token,
+                payload_id,
+                wait_ms,
+            } => {
+                let query = [("wait_ms", wait_ms.min(WAIT_MS).to_string())];
+                let path = ["v1", "hooks", &token, "replies", &payload_id];
+                Reply::Answer(self.get(&path, &query).await?)
+            }
             Request::Streams { run_id } => {
                 let list: keel_server::wire::StreamList =
                     self.get(&["v1", "runs", &run_id, "streams"], &[]).await?;

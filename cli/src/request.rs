@@ -122,6 +122,18 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             payload_id: payload_id.clone(),
             wait_reply_ms: wait_reply.map(|d| d.as_millis() as u64),
         },
+        Command::Hooks {
+            command:
+                HooksCommand::Reply {
+                    token,
+                    payload_id,
+                    wait,
+                },
+        } => Request::HookReply {
+            token: token.clone(),
+            payload_id: payload_id.clone(),
+            wait_ms: wait.map_or(0, |d| d.as_millis() as u64),
+        },
         Command::Runs {
             command: RunsCommand::Streams { run_id },
         } => Request::Streams {

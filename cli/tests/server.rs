@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 struct Served {
     child: Child,
     url: String,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Served {
@@ -37,6 +37,19 @@ fn serve(args: &[&str], envs: &[(&str, &str)]) -> Served {
 /// to `max_fds` if given.
 fn serve_under(max_fds: Option<u32>, args: &[&str], envs: &[(&str, &str)]) -> Served {
     let dir = tempfile::tempdir().unwrap();
+    let mut served = serve_in(dir.path(), max_fds, args, envs);
+    served._dir = Some(dir);
+    served
+}
+
+/// [`serve_under`] on the store in `dir` (kept when the server goes), so
+/// another server can open it after this one is killed.
+fn serve_in(
+    dir: &std::path::Path,
+    max_fds: Option<u32>,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Served {
     let keel = env!("CARGO_BIN_EXE_keel");
     let mut command = match max_fds {
         None => Command::new(keel),
@@ -48,7 +61,7 @@ fn serve_under(max_fds: Option<u32>, args: &[&str], envs: &[(&str, &str)]) -> Se
     };
     let mut child = command
         .arg("--db")
-        .arg(dir.path().join("db"))
+        .arg(dir.join("db"))
         .args(["serve", "--http", "127.0.0.1:0"])
         .args(args)
         .envs(envs.iter().copied())
@@ -72,7 +85,7 @@ fn serve_under(max_fds: Option<u32>, args: &[&str], envs: &[(&str, &str)]) -> Se
     Served {
         child,
         url,
-        _dir: dir,
+        _dir: None,
     }
 }
 
@@ -464,4 +477,147 @@ fn a_schedule_fires_on_a_server_each_second_once_and_is_managed_from_the_cli() {
             .contains("schedules list"),
         "{gone}"
     );
+}
+
+/// Kills `server` with SIGKILL and waits for it to be gone.
+fn kill_9(mut server: Served) {
+    server.child.kill().expect("SIGKILL");
+    server.child.wait().expect("the server is gone");
+}
+
+/// `keel --server URL --json runs stream RUN NAME --from FROM`, read to
+/// the stream's end: one JSON value per chunk.
+fn read_stream(url: &str, run_id: &str, name: &str, from: u64) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--server", url, "--json", "runs", "stream", run_id, name])
+        .args(["--from", &from.to_string()])
+        .env_remove("KEEL_API_TOKEN")
+        .output()
+        .expect("running keel runs stream");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[test]
+fn a_stream_half_written_when_the_server_is_killed_goes_on_after_the_same_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve_in(dir.path(), None, &[], &[]);
+    let (out, _) = client(&server.url, &["deploy", keel_tests::TESTBED]);
+    assert!(out.status.success());
+    let plan = r#"{"count": 10, "pause_at": 5, "token": "go:k9"}"#;
+    let (out, run) = client(
+        &server.url,
+        &["run", "testbed", "streamer", "--input", plan],
+    );
+    assert!(out.status.success(), "{run}");
+    assert_eq!(run["status"], "waiting", "{run}");
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    // A reader follows the stream; it has the first half when the server
+    // is killed.
+    let mut reader = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--server", &server.url, "--json", "runs", "stream"])
+        .args([run_id.as_str(), "progress"])
+        .env_remove("KEEL_API_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(reader.stdout.take().unwrap()).lines();
+    let before: Vec<Value> = (0..5)
+        .map(|_| serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap())
+        .collect();
+    kill_9(server);
+    // The reader is told its server went away: it ends, and not as a
+    // stream that ended well.
+    assert!(!reader.wait().unwrap().success());
+
+    let server = serve_in(dir.path(), None, &[], &[]);
+    let (out, resumed) = client(
+        &server.url,
+        &["hooks", "resume", "go:k9", "--payload", "true"],
+    );
+    assert!(out.status.success(), "{resumed}");
+    let (out, result) = client(&server.url, &["runs", "result", &run_id, "--wait"]);
+    assert!(out.status.success(), "{result}");
+    assert_eq!(
+        (&result["status"], &result["output"]),
+        (&json!("completed"), &json!(10))
+    );
+    // Read again from the start: the chunks before the kill are the same
+    // chunks, and the stream goes on after them to its close.
+    let after = read_stream(&server.url, &run_id, "progress", 0);
+    assert_eq!(after.len(), 11, "{after:?}");
+    assert_eq!(after[..5], before[..]);
+    let values: Vec<&Value> = after[..10].iter().map(|c| &c["value"]).collect();
+    let expected: Vec<Value> = (0..10).map(|i| json!({ "i": i })).collect();
+    assert_eq!(values, expected.iter().collect::<Vec<_>>());
+    assert_eq!(after[10]["kind"], "closed");
+    // A reader that had the first five resumes after them.
+    let rest = read_stream(&server.url, &run_id, "progress", 5);
+    assert_eq!(rest[..], after[5..]);
+}
+
+#[test]
+fn a_reply_journaled_before_the_server_is_killed_is_the_answer_to_the_retried_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve_in(dir.path(), None, &[], &[]);
+    let (out, _) = client(&server.url, &["deploy", keel_tests::TESTBED]);
+    assert!(out.status.success());
+    let (out, run) = client(
+        &server.url,
+        &["run", "testbed", "replier", "--input", "\"ask:k9\""],
+    );
+    assert_eq!(run["status"], "waiting", "{run}");
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    assert!(out.status.success());
+    // The resumer's payload is acknowledged; its answer never reaches it.
+    let resume = [
+        "hooks",
+        "resume",
+        "ask:k9",
+        "--payload",
+        r#"{"q": "k9"}"#,
+        "--payload-id",
+        "p-k9",
+    ];
+    let (out, acknowledged) = client(&server.url, &resume);
+    assert!(out.status.success(), "{acknowledged}");
+    // The worker journals the reply (seen through the API), then dies
+    // before anyone answers the resumer with it.
+    let (out, journaled) = client(
+        &server.url,
+        &["hooks", "reply", "ask:k9", "p-k9", "--wait", "30s"],
+    );
+    assert!(out.status.success(), "{journaled}");
+    let expected = json!({"echo": {"q": "k9"}, "n": 1});
+    assert_eq!(journaled["reply"], expected);
+    kill_9(server);
+
+    // The resumer retries with the same payload ID: the same reply, and
+    // the workflow saw the payload once.
+    let server = serve_in(dir.path(), None, &[], &[]);
+    let mut retried = resume.to_vec();
+    retried.extend(["--wait-reply", "30s"]);
+    let (out, again) = client(&server.url, &retried);
+    assert!(out.status.success(), "{again}");
+    assert_eq!(again["payload_id"], "p-k9");
+    assert_eq!(again["reply"], expected);
+    drop(server);
+    let exported = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .args(["journal", "export", &run_id, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(exported.status.success());
+    let journal = String::from_utf8_lossy(&exported.stdout);
+    let received = journal.matches(r#""kind": "hook_received""#).count();
+    assert_eq!(received, 1, "the payload was applied once: {journal}");
 }

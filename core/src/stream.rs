@@ -99,6 +99,14 @@ pub enum StreamRefusal {
     TooLarge { would_hold: u64, limit: u64 },
     #[error("the run has {MAX_STREAMS_PER_RUN} streams, the most it may")]
     TooMany,
+    /// A step attempt wrote after a later attempt of its step began (a
+    /// worker that lost the run and had not heard yet).
+    #[error("attempt {attempt} of step `{step_id}` was superseded by attempt {current}")]
+    Superseded {
+        step_id: String,
+        attempt: u32,
+        current: u32,
+    },
 }
 
 /// What a store keeps about one stream besides its chunks.
@@ -148,6 +156,15 @@ impl StreamState {
                         limit: max_run_bytes,
                     });
                 }
+            }
+            if let Some(&current) = self.writers.get(step_id)
+                && current > *attempt
+            {
+                return Err(StreamRefusal::Superseded {
+                    step_id: step_id.clone(),
+                    attempt: *attempt,
+                    current,
+                });
             }
             let earlier = self.writers.get(step_id).is_some_and(|a| a < attempt);
             if earlier && !self.closed {
@@ -280,6 +297,18 @@ mod tests {
         let written = s.accept("t", step(2), data("b"), 3, 0, 100).unwrap();
         assert_eq!(written.len(), 1);
         assert_eq!(written[0].index, 2);
+        // The first attempt, still running on a worker that lost the run,
+        // writes late: refused, and nothing changes.
+        let late = s.accept("t", step(1), data("z"), 3, 0, 100).unwrap_err();
+        assert_eq!(
+            late,
+            StreamRefusal::Superseded {
+                step_id: "r-0".into(),
+                attempt: 1,
+                current: 2
+            }
+        );
+        assert_eq!((s.next_index, s.writers["r-0"]), (3, 2));
         // A third attempt whose beginning was not marked gets one at its
         // first write.
         let third = s.accept("t", step(3), data("c"), 4, 0, 100).unwrap();

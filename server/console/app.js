@@ -265,6 +265,9 @@ function runPage(runId) {
   main.innerHTML = `<p class="muted">Loading run…</p>`;
   let source = null;
   let pending = false;
+  // Set once the page is left: a render still awaiting the API then draws
+  // nothing and follows nothing.
+  let gone = false;
   // The run's streams, each followed live: name -> { chunks, closed, source }.
   const streams = new Map();
   const follow = (name) => {
@@ -296,11 +299,12 @@ function runPage(runId) {
     try {
       const d = await api(`/v1/runs/${encodeURIComponent(runId)}/detail`);
       const listed = await api(`/v1/runs/${encodeURIComponent(runId)}/streams`);
+      if (gone) return;
       for (const s of listed.streams) if (!streams.has(s.name)) follow(s.name);
       draw(d);
       for (const name of streams.keys()) drawStream(name);
     } catch (e) {
-      main.innerHTML = `<div class="card error">${esc(e.message)}</div>`;
+      if (!gone) main.innerHTML = `<div class="card error">${esc(e.message)}</div>`;
     } finally { pending = false; }
   };
   const draw = (d) => {
@@ -406,6 +410,7 @@ function runPage(runId) {
   source.onerror = () => { if (source.readyState === EventSource.CLOSED) source = null; };
   const clock = setInterval(() => { if (!pending) render(); }, 5000);
   return () => {
+    gone = true;
     if (source) source.close();
     for (const s of streams.values()) s.source.close();
     clearInterval(clock);

@@ -210,3 +210,176 @@ async fn a_reply_reaches_the_resumer_and_a_retried_payload_id_is_delivered_once(
     let verdict = keel.replay(&run.run_id, None).await.unwrap();
     assert!(matches!(verdict, Verdict::Ok { .. }), "{verdict:?}");
 }
+
+/// The tokens of answer `turn` as the README's reader contract has a
+/// reader keep them: on a restart marker, the chunks the restarted step's
+/// earlier attempts wrote are dropped.
+fn answer_read(chunks: &[Chunk], turn: u64) -> String {
+    let mut kept: Vec<&Chunk> = Vec::new();
+    for chunk in chunks {
+        match &chunk.body {
+            ChunkBody::Restart { step_id, .. } => kept
+                .retain(|c| !matches!(&c.origin, Origin::Step { step_id: s, .. } if s == step_id)),
+            ChunkBody::Data(_) => kept.push(chunk),
+            ChunkBody::Closed => {}
+        }
+    }
+    kept.iter()
+        .filter_map(|c| match &c.body {
+            ChunkBody::Data(j) => Some(json(j)),
+            _ => None,
+        })
+        .filter(|t| t["turn"] == turn)
+        .map(|t| t["token"].as_str().expect("a token").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chat_agent_streams_its_answers_live_and_refunds_once_a_person_approves() {
+    use keel_model_api::{HELD_AFTER, ModelApi, Options};
+    let model = ModelApi::start(Options {
+        token_delay: Duration::ZERO,
+        cut_first_answer: true,
+    })
+    .await
+    .unwrap();
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = keel_host::Grants {
+        http: vec![model.addr.to_string()],
+        ..keel_host::Grants::default()
+    };
+    let (keel, agent) = common::open_with(config, keel_tests::CHAT_AGENT).await;
+    let input = serde_json::json!({"conversation": "c1", "model_url": model.url("")});
+    let run = keel
+        .start(&agent, "chat", &input.to_string())
+        .await
+        .unwrap();
+    let run_id = run.run_id.clone();
+    assert_eq!(
+        keel.drive(&run_id).await.unwrap().status,
+        RunStatus::Waiting
+    );
+    let drive = |keel: &keel_host::Keel| {
+        let (keel, run_id) = (keel.clone(), run_id.clone());
+        tokio::spawn(async move { keel.drive(&run_id).await })
+    };
+
+    // The model stops after its first tokens: they are readable while the
+    // step is still running, before any reply.
+    model.hold();
+    keel.deliver("chat:c1", "\"hello there\"", Some("q-1"))
+        .await
+        .unwrap();
+    let driver = drive(&keel);
+    let first: Vec<Chunk> = keel
+        .follow_stream(&run_id, "tokens", 0)
+        .take(HELD_AFTER)
+        .map(|c| c.unwrap())
+        .collect()
+        .await;
+    assert_eq!(answer_read(&first, 1), "You said: hello");
+    assert!(!driver.is_finished(), "the step is still answering");
+    assert_eq!(keel.reply("chat:c1", "q-1").await.unwrap().reply, None);
+    model.release();
+    assert_eq!(driver.await.unwrap().unwrap().status, RunStatus::Waiting);
+    let reply = keel
+        .wait_reply("chat:c1", "q-1", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let reply = json(reply.reply.as_deref().expect("the reply"));
+    let said = "You said: hello there. I am a stand-in for a model, so I say it back to you, word by word.";
+    assert_eq!(
+        reply,
+        serde_json::json!({"answer": said, "awaiting_approval": null})
+    );
+    // The first answer was cut off halfway and retried: the reader saw the
+    // cut-off tokens, a restart marker, then the whole answer.
+    let chunks = keel.chunks(&run_id, "tokens", 0, 1000).await.unwrap();
+    let restarts = chunks
+        .iter()
+        .filter(|c| matches!(c.body, ChunkBody::Restart { attempt: 2, .. }))
+        .count();
+    assert_eq!(restarts, 1, "{chunks:?}");
+    let of_attempt = |n: u32| {
+        chunks
+            .iter()
+            .filter(|c| matches!(c.origin, Origin::Step { attempt, .. } if attempt == n))
+            .filter(|c| matches!(c.body, ChunkBody::Data(_)))
+            .count()
+    };
+    // The connection drops after at most half the tokens (hyper may drop
+    // the last before sending it); the held ones were read.
+    let words = said.split(' ').count();
+    assert!(
+        (HELD_AFTER..=words / 2).contains(&of_attempt(1)),
+        "{chunks:?}"
+    );
+    assert_eq!(of_attempt(2), words, "{chunks:?}");
+    assert_eq!(answer_read(&chunks, 1), said);
+
+    // A refund is asked for; nothing is refunded until a person approves.
+    keel.deliver("chat:c1", "\"Please refund order A-17.\"", Some("q-2"))
+        .await
+        .unwrap();
+    drive(&keel).await.unwrap().unwrap();
+    let asked = keel
+        .wait_reply("chat:c1", "q-2", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        json(asked.reply.as_deref().unwrap())["awaiting_approval"],
+        serde_json::json!({"name": "refund", "arguments": {"order": "A-17"}})
+    );
+    assert!(model.refunds().is_empty(), "no refund before the approval");
+    let chunks = keel.chunks(&run_id, "tokens", 0, 1000).await.unwrap();
+    assert_eq!(
+        answer_read(&chunks, 2),
+        "I can refund order A-17. A person must approve it first."
+    );
+
+    keel.deliver("approve:c1", r#"{"approved": true}"#, Some("a-1"))
+        .await
+        .unwrap();
+    drive(&keel).await.unwrap().unwrap();
+    let approved = keel.reply("approve:c1", "a-1").await.unwrap();
+    let outcome = json(approved.reply.as_deref().expect("the approver's answer"));
+    assert!(
+        outcome
+            .as_str()
+            .unwrap()
+            .starts_with("refunded as rf_1_A-17"),
+        "{outcome}"
+    );
+    // The approver lost the answer and asks again: the same answer, and
+    // still one refund.
+    let again = keel
+        .deliver("approve:c1", r#"{"approved": true}"#, Some("a-1"))
+        .await
+        .unwrap();
+    assert!(again.duplicate);
+    drive(&keel).await.unwrap().unwrap();
+    assert_eq!(
+        keel.reply("approve:c1", "a-1").await.unwrap().reply,
+        approved.reply
+    );
+    assert_eq!(model.refunds().len(), 1);
+
+    keel.deliver("chat:c1", "\"bye\"", Some("q-3"))
+        .await
+        .unwrap();
+    let ended = drive(&keel).await.unwrap().unwrap();
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+    let roles: Vec<String> = json(ended.output.as_deref().unwrap())
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant", "tool"]);
+    let streams = keel.streams(&run_id).await.unwrap();
+    assert!(streams[0].closed, "bye closes the stream: {streams:?}");
+    let verdict = keel.replay(&run_id, None).await.unwrap();
+    assert!(matches!(verdict, Verdict::Ok { .. }), "{verdict:?}");
+    assert_eq!(model.refunds().len(), 1, "replay refunds nothing");
+}
