@@ -297,6 +297,14 @@ pub enum Command {
         /// --run-retention].
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         retention: Option<std::time::Duration>,
+        /// Grant nothing. Without it and without any --allow-*, a deploy
+        /// keeps the grants of the name's latest deployment.
+        #[arg(long)]
+        no_grants: bool,
+        /// Deploy a build the name had before a later one even so, moving
+        /// the name back to it (starts by the name then run it).
+        #[arg(long)]
+        force: bool,
     },
     /// List or show deployments.
     Deployments {
@@ -464,6 +472,17 @@ pub enum DeploymentsCommand {
     Show {
         /// A deployment's name or component hash.
         name: String,
+    },
+    /// Add the --allow-http/--allow-dir/--allow-env grants to every build
+    /// of deployment NAME, or the one build of a hash, without deploying
+    /// again; runs pinned to them (a run that failed for want of a grant,
+    /// then retried) get them at their next activation.
+    Grant {
+        /// A deployment name (every build of it) or component hash (that build).
+        name: String,
+        /// Set exactly the grants given (none: revoke all) instead of adding them.
+        #[arg(long)]
+        replace: bool,
     },
     /// Delete the stored components that no deployment and no run names
     /// (builds run from a `.wasm` path whose runs were purged).

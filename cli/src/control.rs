@@ -99,10 +99,20 @@ pub enum Request {
     Deploy {
         component: PathBuf,
         name: Option<String>,
-        grants: GrantSpec,
+        /// `None` keeps the name's grants.
+        grants: Option<GrantSpec>,
         limits: StepLimits,
         #[serde(default)]
         retention_ms: Option<u64>,
+        #[serde(default)]
+        force: bool,
+    },
+    /// Add (or with `replace`, set) grants on a deployment name's builds
+    /// or one build.
+    Grant {
+        target: String,
+        grants: GrantSpec,
+        replace: bool,
     },
     ListDeployments,
     ShowDeployment {
@@ -418,7 +428,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             let run = match (component, deployment) {
                 (Some(path), _) => {
                     let spec = grants.map(|grants| DeploySpec {
-                        grants,
+                        grants: Some(grants),
                         ..DeploySpec::default()
                     });
                     let (_, loaded) = keel.deploy_file(&path, spec).await?;
@@ -610,15 +620,22 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             grants,
             limits,
             retention_ms,
+            force,
         } => {
             let spec = DeploySpec {
                 name,
                 grants,
                 limits,
                 retention_ms,
+                force,
             };
             Reply::Deployment(keel.deploy_file(&component, Some(spec)).await?.0)
         }
+        Request::Grant {
+            target,
+            grants,
+            replace,
+        } => Reply::Deployments(keel.grant(&target, &grants, replace).await?),
         Request::ListDeployments => Reply::Deployments(keel.deployments().await?.as_ref().clone()),
         Request::ShowDeployment { name } => Reply::Deployment(keel.deployment(&name).await?),
         Request::CreateSchedule(request) => Reply::Schedule(ScheduleView::of(

@@ -30,10 +30,13 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
             "a step ran out of time: raise --step-timeout, or the deployment's --attempt-timeout, and `keel runs retry` the run".into()
         }
         K::SandboxViolation => {
-            "steps get capabilities from their deployment: `keel deploy COMPONENT --allow-http HOST --allow-dir DIR --allow-env NAME`".into()
+            "steps get capabilities from their deployment: `keel deployments grant NAME --allow-http HOST --allow-dir DIR --allow-env NAME` grants them where it stands, and `keel runs retry RUN_ID` retries a run that failed for want of one".into()
         }
         K::UnknownWorkflow | K::DeploymentNotFound => {
             "`keel deployments list` shows what is deployed; deploy with `keel deploy COMPONENT.wasm`, or start from a .wasm path".into()
+        }
+        K::OlderBuild => {
+            "deploy it anyway with --force (starts by the name then run this older build), or change its grants where it stands with `keel deployments grant NAME|HASH --allow-http HOST`".into()
         }
         K::InvalidGrant => "write --allow-http as HOST or HOST:PORT, for example --allow-http api.example.com".into(),
         K::InvalidLimit => {

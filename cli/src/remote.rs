@@ -485,12 +485,20 @@ impl Client {
                 grants,
                 limits,
                 retention_ms,
+                force,
             } => {
                 let mut query: Vec<(&str, String)> = Vec::new();
                 if let Some(name) = name {
                     query.push(("name", name));
                 }
-                query.extend(grant_query(grants));
+                match grants {
+                    Some(grants) if grants.is_empty() => query.push(("no_grants", "true".into())),
+                    Some(grants) => query.extend(grant_query(grants)),
+                    None => {}
+                }
+                if force {
+                    query.push(("force", "true".into()));
+                }
                 if let Some(mib) = limits.max_memory_mib {
                     query.push(("max_memory_mib", mib.to_string()));
                 }
@@ -501,6 +509,22 @@ impl Client {
                     query.push(("retention_ms", ms.to_string()));
                 }
                 Reply::Deployment(self.upload(&component, &query).await?)
+            }
+            Request::Grant {
+                target,
+                grants,
+                replace,
+            } => {
+                let body = keel_server::wire::GrantRequest {
+                    http: grants.http,
+                    dirs: grants.dirs,
+                    env: grants.env,
+                    replace,
+                };
+                let changed: keel_server::wire::DeploymentList = self
+                    .post(&["v1", "deployments", &target, "grants"], &[], &body)
+                    .await?;
+                Reply::Deployments(changed.deployments)
             }
             Request::DeleteRuns { run_ids, cancel } => {
                 Reply::Deleted(self.delete_runs(&run_ids, cancel).await?)

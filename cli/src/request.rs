@@ -248,11 +248,21 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             step_memory,
             attempt_timeout,
             retention,
+            no_grants,
+            force,
         } => Request::Deploy {
             component: std::path::absolute(component)
                 .with_context(|| format!("resolving {}", component.display()))?,
             name: name.clone(),
-            grants,
+            grants: match (*no_grants, grants.is_empty()) {
+                (true, false) => anyhow::bail!(
+                    "--no-grants and --allow-* ask for opposite things; give one or the other"
+                ),
+                (true, true) => Some(GrantSpec::default()),
+                (false, true) => None,
+                (false, false) => Some(grants),
+            },
+            force: *force,
             limits: StepLimits {
                 max_memory_mib: *step_memory,
                 step_timeout_ms: attempt_timeout.map(|d| d.as_millis() as u64),
@@ -265,6 +275,13 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
         Command::Deployments {
             command: DeploymentsCommand::Show { name },
         } => Request::ShowDeployment { name: name.clone() },
+        Command::Deployments {
+            command: DeploymentsCommand::Grant { name, replace },
+        } => Request::Grant {
+            target: name.clone(),
+            grants,
+            replace: *replace,
+        },
         Command::Deployments {
             command: DeploymentsCommand::Prune { grace, dry_run },
         } => Request::PruneComponents {

@@ -140,8 +140,12 @@ fn grants_recorded_with_a_deployment_reach_steps_of_runs_started_without_them() 
     assert_eq!(run["output"]["env"], "worker-value");
     assert_eq!(run["output"]["file"], "from the granted dir");
 
+    // Redeployed without grant flags: the name's grants are kept.
+    let (out, kept) = client(&server.url, &["deploy", keel_tests::TESTBED]);
+    assert!(out.status.success(), "{kept}");
+    assert_eq!(kept["grants"]["env"], json!(["KEEL_TEST_GRANT"]));
     // Redeployed with nothing granted: the next run's steps get nothing.
-    let (out, _) = client(&server.url, &["deploy", keel_tests::TESTBED]);
+    let (out, _) = client(&server.url, &["deploy", keel_tests::TESTBED, "--no-grants"]);
     assert!(out.status.success());
     let (_, run) = client(
         &server.url,
@@ -149,6 +153,41 @@ fn grants_recorded_with_a_deployment_reach_steps_of_runs_started_without_them() 
     );
     assert_eq!(run["output"]["env"], Value::Null, "{run}");
     assert_eq!(run["output"]["file"], Value::Null, "{run}");
+    // Granted where it stands, without a deploy: the next run gets it.
+    let (out, changed) = client(
+        &server.url,
+        &[
+            "deployments",
+            "grant",
+            "testbed",
+            "--allow-env",
+            "KEEL_TEST_GRANT",
+        ],
+    );
+    assert!(out.status.success(), "{changed}");
+    assert_eq!(changed[0]["grants"]["env"], json!(["KEEL_TEST_GRANT"]));
+    let (_, run) = client(
+        &server.url,
+        &["run", "testbed", "grants", "--input", &input],
+    );
+    assert_eq!(run["output"]["env"], "worker-value", "{run}");
+    assert_eq!(run["output"]["file"], Value::Null, "{run}");
+    let (out, refused) = client(
+        &server.url,
+        &[
+            "deploy",
+            keel_tests::TESTBED,
+            "--no-grants",
+            "--allow-env",
+            "X",
+        ],
+    );
+    assert!(!out.status.success(), "{refused}");
+    let (out, replaced) = client(
+        &server.url,
+        &["deployments", "grant", "testbed", "--replace"],
+    );
+    assert!(out.status.success(), "{replaced}");
 
     let (_, listed) = client(&server.url, &["deployments", "list"]);
     assert_eq!(

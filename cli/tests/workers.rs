@@ -661,10 +661,18 @@ async fn two_workers_hold_each_tenant_to_its_limit_of_two() {
         assert_eq!(ended(&keel, &run.run_id).await.status, RunStatus::Completed);
     }
     drop(workers);
-    assert_eq!(
-        recorder.most_at_once(),
-        HashMap::from([("a".into(), 2), ("b".into(), 2), ("c".into(), 2)]),
-        "two workers together held each tenant to two calls at once, and reached it"
+    // Never over the limit; reached by some tenant (each reaches it on an
+    // idle machine, but on a loaded one a tenant's calls may happen never
+    // to overlap, which is no fault of the limit).
+    let most = recorder.most_at_once();
+    assert_eq!(most.len(), 3, "{most:?}");
+    assert!(
+        most.values().all(|&n| n <= 2),
+        "two workers together held each tenant to two calls at once: {most:?}"
+    );
+    assert!(
+        most.values().any(|&n| n == 2),
+        "the limit is reached, not one at a time: {most:?}"
     );
     let finished = recorder.finished();
     for x in ["a", "b", "c"] {

@@ -103,6 +103,24 @@ impl GrantSpec {
         }
         Ok(())
     }
+
+    /// These grants and `more`'s, each once, in the order first granted.
+    pub fn with(&self, more: &GrantSpec) -> GrantSpec {
+        let union = |a: &[String], b: &[String]| {
+            let mut all = a.to_vec();
+            for x in b {
+                if !all.contains(x) {
+                    all.push(x.clone());
+                }
+            }
+            all
+        };
+        GrantSpec {
+            http: union(&self.http, &more.http),
+            dirs: union(&self.dirs, &more.dirs),
+            env: union(&self.env, &more.env),
+        }
+    }
 }
 
 /// Bounds of a deployment's steps.
@@ -268,6 +286,25 @@ pub fn resolve<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grants_added_are_kept_once_in_the_order_first_granted() {
+        let had = GrantSpec {
+            http: vec!["a:1".into(), "b".into()],
+            dirs: vec![],
+            env: vec!["KEY".into()],
+        };
+        let more = GrantSpec {
+            http: vec!["b".into(), "c:2".into()],
+            dirs: vec!["/data".into()],
+            env: vec!["KEY".into()],
+        };
+        let both = had.with(&more);
+        assert_eq!(both.http, ["a:1", "b", "c:2"]);
+        assert_eq!(both.dirs, ["/data"]);
+        assert_eq!(both.env, ["KEY"]);
+        assert_eq!(had.with(&GrantSpec::default()), had);
+    }
 
     fn deployment(name: &str, hash: &str, workflows: &[&str], at: u64) -> Deployment {
         Deployment {

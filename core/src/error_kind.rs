@@ -47,6 +47,9 @@ kinds! {
     InvalidGrant = "invalid_grant",
     /// A deployment limit out of its range.
     InvalidLimit = "invalid_limit",
+    /// A deploy of a build its name had before, which would move the name
+    /// back to older code.
+    OlderBuild = "older_build",
     /// A run ID or a name outside the safe set.
     InvalidName = "invalid_name",
     /// The compiled-component cache is unsafe to load from.

@@ -227,6 +227,17 @@ pub enum Error {
     #[error("invalid grant: {reason}")]
     InvalidGrant { reason: String },
 
+    /// A deploy of a build its name had before another, which would make
+    /// starts by the name run the older build.
+    #[error(
+        "build {hash} was deployed as `{name}` before build {latest}, the name's latest; deploying it again would move `{name}` back to older code"
+    )]
+    OlderBuild {
+        name: String,
+        hash: String,
+        latest: String,
+    },
+
     /// Something a run asked for is over one of its bounds.
     #[error("{what} is over the `{bound}` bound of {limit} (it needs {size}){}", run_id.as_ref().map(|r| format!("; run {r}")).unwrap_or_default())]
     BoundExceeded {
@@ -368,6 +379,7 @@ impl Error {
             }) => ErrorKind::DeploymentNotFound,
             Error::Deployment(_) => ErrorKind::UnknownWorkflow,
             Error::InvalidGrant { .. } => ErrorKind::InvalidGrant,
+            Error::OlderBuild { .. } => ErrorKind::OlderBuild,
             Error::StillRunning { .. } => ErrorKind::StillRunning,
             Error::RunLive { .. } => ErrorKind::RunLive,
             Error::RunEnded { .. } => ErrorKind::RunEnded,

@@ -118,6 +118,9 @@ pub(crate) struct StepSettings {
     pub timeout: Duration,
     /// Largest output a step may return, in bytes of JSON.
     pub max_output: usize,
+    /// The deployment the grants come from, as (name, hash); `None` for a
+    /// component never deployed (the worker's own grants).
+    pub deployment: Option<(String, String)>,
 }
 
 /// How one attempt ended.
@@ -491,7 +494,7 @@ impl StepRunner {
             )),
             other => other,
         };
-        let outcome = with_denials(outcome, store.data().denied_http());
+        let outcome = with_denials(outcome, store.data().denied_http(), &settings.deployment);
         with_missing_dirs(outcome, &settings.grants.dirs)
     }
 }
@@ -523,19 +526,37 @@ fn with_missing_dirs(outcome: Attempt, granted: &[std::path::PathBuf]) -> Attemp
     }
 }
 
-/// A failed attempt's message, with the HTTP requests the host denied it
-/// (the likely cause: a grant its deployment lacks).
-fn with_denials(outcome: Attempt, denied: &[String]) -> Attempt {
-    if denied.is_empty() {
-        return outcome;
-    }
+/// A failed attempt that was denied HTTP requests: fatal, since no retry
+/// gets a grant the deployment lacks, with the hosts denied, the build
+/// that lacks them and the grant that would let them through.
+fn with_denials(
+    outcome: Attempt,
+    denied: &[String],
+    deployment: &Option<(String, String)>,
+) -> Attempt {
+    let message = match outcome {
+        Attempt::Fatal(message) | Attempt::Retryable { message, .. } if !denied.is_empty() => {
+            message
+        }
+        other => return other,
+    };
     let mut hosts = denied.to_vec();
+    hosts.sort();
     hosts.dedup();
-    let note = format!(
-        " (the host denied HTTP requests to {}: the component's deployment grants no HTTP access there)",
-        hosts.join(", ")
-    );
-    annotate(outcome, &note)
+    let hosts = hosts.join(", ");
+    let lacking = match deployment {
+        Some((name, hash)) => format!(
+            "deployment `{name}` (build {}) grants no HTTP access there; grant it (`keel deployments grant {name} --allow-http {}`, or `POST /v1/deployments/{name}/grants`) and retry the run",
+            &hash[..hash.len().min(12)],
+            hosts.replace(", ", " --allow-http ")
+        ),
+        None => format!(
+            "this component is not deployed and the worker grants no HTTP access there; grant {hosts} to the worker or deploy the component with it"
+        ),
+    };
+    Attempt::Fatal(format!(
+        "{message} (the host denied HTTP requests to {hosts}: {lacking})"
+    ))
 }
 
 /// A failed attempt with `note` added to its message; a success as it is.
@@ -562,20 +583,30 @@ mod tests {
     };
 
     #[test]
-    fn a_failed_attempt_names_the_hosts_it_was_denied() {
+    fn a_denied_attempt_is_fatal_and_names_the_build_and_the_grant() {
         let denied = ["127.0.0.1:9".to_string(), "127.0.0.1:9".to_string()];
-        let Attempt::Retryable { message, .. } = with_denials(retryable(None), &denied) else {
-            panic!("still retryable");
+        let order = Some(("order".to_string(), "0123456789abcdef".to_string()));
+        let Attempt::Fatal(message) = with_denials(retryable(None), &denied, &order) else {
+            panic!("a denied attempt is not retried");
         };
         assert_eq!(
             message,
-            "e (the host denied HTTP requests to 127.0.0.1:9: the component's deployment grants no HTTP access there)"
+            "e (the host denied HTTP requests to 127.0.0.1:9: deployment `order` (build 0123456789ab) grants no HTTP access there; grant it (`keel deployments grant order --allow-http 127.0.0.1:9`, or `POST /v1/deployments/order/grants`) and retry the run)"
         );
+        let Attempt::Fatal(message) = with_denials(retryable(None), &denied, &None) else {
+            panic!("fatal");
+        };
+        assert!(
+            message.contains("this component is not deployed"),
+            "{message}"
+        );
+        // A step that was denied and still succeeded, or was denied
+        // nothing, is as it was.
         assert_eq!(
-            with_denials(Attempt::Ok("1".into()), &denied),
+            with_denials(Attempt::Ok("1".into()), &denied, &order),
             Attempt::Ok("1".into())
         );
-        assert_eq!(with_denials(retryable(None), &[]), retryable(None));
+        assert_eq!(with_denials(retryable(None), &[], &order), retryable(None));
     }
 
     #[test]

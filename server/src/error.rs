@@ -67,6 +67,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::RunEnded
         | K::RunLive
         | K::StreamRefused
+        | K::OlderBuild
         | K::NotCrashTestable => StatusCode::CONFLICT,
         K::PayloadTooLarge | K::BoundExceeded => StatusCode::PAYLOAD_TOO_LARGE,
         K::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -28,6 +28,7 @@ pub fn document() -> Value {
     let push = of::<PushEventRequest>(&mut g);
     let deployment = of::<keel_core::Deployment>(&mut g);
     let deployments = of::<DeploymentList>(&mut g);
+    let grant_request = of::<GrantRequest>(&mut g);
     let workers = of::<WorkerList>(&mut g);
     let health = of::<Health>(&mut g);
     let schedule_request = of::<ScheduleRequest>(&mut g);
@@ -100,6 +101,14 @@ pub fn document() -> Value {
     let run_id = || json!({"name": "run_id", "in": "path", "required": true, "description": "The run's ID", "schema": {"type": "string", "pattern": keel_core::ids::NAME_PATTERN}});
     let token = || path_param("token", "The hook's token");
 
+    let grant_deployment = op(
+        "grantDeployment",
+        "Add grants to every build of a deployment name, or the one build of a hash (replace: set them); runs pinned to them get them at their next activation",
+        vec![path_param("name", "A deployment name or component hash")],
+        Some(("application/json", &grant_request)),
+        &[("200", "The deployments changed", Some(&deployments))],
+        &["400", "404", "413", "415", "503"],
+    );
     let follow_stream = json!({
     "operationId": "followStream",
     "summary": "A run's stream as server-sent events, from index `from` or after `Last-Event-ID`: each chunk's event is its kind (`data`, `restart`, `closed`), its `id` its index; ends when the stream is closed or the run has ended",
@@ -119,7 +128,7 @@ pub fn document() -> Value {
         "404": {"description": reason("404"), "content": {"application/json": {"schema": error}}},
         "default": {"description": "An error", "content": {"application/json": {"schema": error}}}
     }});
-    let paths = json!({
+    let mut paths = json!({
         "/healthz": {"get": op("health", "Whether the server and its store answer", vec![], None,
             &[("200", "Healthy", Some(&health))], &["503"])},
         "/openapi.json": {"get": {
@@ -146,11 +155,13 @@ pub fn document() -> Value {
                     query("allow_http", "A host (`host` or `host:port`) its steps may reach over HTTP (repeatable)", json!({"type": "string"})),
                     query("allow_dir", "A host directory preopened for its steps (repeatable)", json!({"type": "string"})),
                     query("allow_env", "An environment variable passed to its steps (repeatable)", json!({"type": "string"})),
+                    query("no_grants", "Grant nothing (without any allow_*, a deploy keeps the grants of the name's latest deployment)", json!({"type": "boolean"})),
+                    query("force", "Deploy a build the name had before a later one even so, moving the name back to it", json!({"type": "boolean"})),
                     query("max_memory_mib", "Memory bound of a step instance, MiB", u64.clone()),
                     query("step_timeout_ms", "How long one step attempt may take, ms", u64.clone()),
                     query("retention_ms", "How long its runs are kept once ended, ms (every deployment of the name gets it; unset keeps the name's)", u64.clone()),
                 ], Some(("application/octet-stream", &json!({"type": "string", "format": "binary"}))),
-                &[("201", "Deployed", Some(&deployment))], &["400", "413", "503", "507"]),
+                &[("201", "Deployed", Some(&deployment))], &["400", "409", "413", "503", "507"]),
         },
         "/v1/deployments/{name}": {"get": op("getDeployment", "A deployment, by name (its latest) or component hash",
             vec![path_param("name", "A deployment name or component hash")], None,
@@ -241,7 +252,6 @@ pub fn document() -> Value {
             &[("200", "The reply", Some(&reply)), ("202", "No reply yet", Some(&reply))], &["400", "404", "503"])},
         "/v1/runs/{run_id}/streams": {"get": op("listStreams", "The streams a run wrote", vec![run_id()], None,
             &[("200", "The streams, by name", Some(&streams))], &["400", "404", "503"])},
-        "/v1/runs/{run_id}/streams/{name}": {"get": follow_stream},
         "/v1/events": {"get": op("listEvents", "Every ingested event, newest first", vec![], None,
             &[("200", "The events", Some(&events))], &["503"])},
         "/v1/events/{key}": {"post": op("pushEvent", "Push an event: start every workflow subscribed to its key",
@@ -288,6 +298,9 @@ pub fn document() -> Value {
             vec![path_param("name", "The schedule's name")], Some(("application/json", &backfill)),
             &[("200", "The fires, oldest first", Some(&fires))], &["400", "404", "409", "503"])},
     });
+    // Added apart: the one `json!` above is at the macro's recursion limit.
+    paths["/v1/deployments/{name}/grants"] = json!({"post": grant_deployment});
+    paths["/v1/runs/{run_id}/streams/{name}"] = json!({"get": follow_stream});
     json!({
         "openapi": "3.1.0",
         "info": {

@@ -76,6 +76,12 @@ pub fn table() -> Vec<Route> {
             get(deployment),
         ),
         route(
+            "/v1/deployments/{name}/grants",
+            Method::POST,
+            "grantDeployment",
+            post(grant),
+        ),
+        route(
             "/v1/workflows/{workflow}/runs",
             Method::POST,
             "startRun",
@@ -513,13 +519,16 @@ pub async fn deploy(
             "the body must be the component's bytes (a `.wasm` built for wasm32-wasip2)",
         ));
     }
+    let grants = GrantSpec {
+        http: q.all("allow_http"),
+        dirs: q.all("allow_dir"),
+        env: q.all("allow_env"),
+    };
     let spec = DeploySpec {
         name: q.one("name").filter(|n| !n.is_empty()),
-        grants: GrantSpec {
-            http: q.all("allow_http"),
-            dirs: q.all("allow_dir"),
-            env: q.all("allow_env"),
-        },
+        // No grant given keeps the name's, unless asked for none.
+        grants: (!grants.is_empty() || q.flag("no_grants")?).then_some(grants),
+        force: q.flag("force")?,
         limits: StepLimits {
             max_memory_mib: q.number("max_memory_mib")?,
             step_timeout_ms: q.number("step_timeout_ms")?,
@@ -529,6 +538,24 @@ pub async fn deploy(
     let origin = FsPath::new("<uploaded component>");
     let (deployment, _) = s.keel.deploy(origin, &body, spec).await?;
     Ok((StatusCode::CREATED, Json(deployment)))
+}
+
+/// `POST /v1/deployments/{name}/grants`: adds grants to every build of a
+/// deployment name (or the one build of a hash); runs pinned to them get
+/// them at their next activation.
+pub async fn grant(
+    State(s): State<AppState>,
+    Param(name): Param,
+    body: Body<MAX_BODY>,
+) -> ApiResult<Json<DeploymentList>> {
+    let request: GrantRequest = json_object(body)?;
+    let grants = GrantSpec {
+        http: request.http,
+        dirs: request.dirs,
+        env: request.env,
+    };
+    let deployments = s.keel.grant(&name, &grants, request.replace).await?;
+    Ok(Json(DeploymentList { deployments }))
 }
 
 /// `GET /v1/deployments`.

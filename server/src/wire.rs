@@ -461,6 +461,26 @@ pub struct PushEventRequest {
     pub metadata: Option<Value>,
 }
 
+/// `POST /v1/deployments/{name}/grants`: capabilities added to (or, with
+/// `replace`, set on) every build of a deployment name, or the one build
+/// of a hash.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantRequest {
+    /// Hosts (`host` or `host:port`) steps may send HTTP requests to.
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// Host directories preopened for steps.
+    #[serde(default)]
+    pub dirs: Vec<String>,
+    /// Environment variables passed to steps (their values are the worker's).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Set exactly these grants instead of adding them.
+    #[serde(default)]
+    pub replace: bool,
+}
+
 /// A deployment list.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct DeploymentList {

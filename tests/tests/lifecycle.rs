@@ -497,10 +497,10 @@ async fn a_parent_that_completes_cancels_its_live_children_and_can_start_another
     let (keel, _) = engine(&store, &recorder).await;
     let spec = |name: &str| keel_host::DeploySpec {
         name: Some(name.into()),
-        grants: keel_host::core::GrantSpec {
+        grants: Some(keel_host::core::GrantSpec {
             http: vec![recorder.addr.to_string()],
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     let (_, order) = keel

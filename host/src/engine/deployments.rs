@@ -21,27 +21,33 @@ use crate::{Error, Result};
 pub struct DeploySpec {
     /// The name starts refer to; default: the file's stem.
     pub name: Option<String>,
-    pub grants: GrantSpec,
+    /// What its steps may reach; `None` keeps what the name's latest
+    /// deployment grants (nothing for a new name).
+    pub grants: Option<GrantSpec>,
     pub limits: StepLimits,
     /// How long its runs are kept once ended. Set, it becomes the
     /// retention of every deployment of the name; unset, the name's
     /// latest deployment's is kept.
     pub retention_ms: Option<u64>,
+    /// Deploy a build the name had before another even so, moving the
+    /// name back to it (refused with `OlderBuild` otherwise).
+    pub force: bool,
 }
 
 impl Keel {
     /// Deploys a component: stores its bytes by hash, compiles it once,
     /// subscribes its workflows to their events and records the deployment
     /// (replacing an earlier deployment of the same bytes). Durable on
-    /// return; every engine sharing the store sees it.
+    /// return; every engine sharing the store sees it. A build the name had
+    /// before a later one is refused (`OlderBuild`) unless `force`d.
     pub async fn deploy(
         &self,
         origin: &Path,
         bytes: &[u8],
         spec: DeploySpec,
     ) -> Result<(Deployment, Arc<Loaded>)> {
-        for grant in &spec.grants.http {
-            GrantSpec::check_http(grant).map_err(|reason| Error::InvalidGrant { reason })?;
+        if let Some(grants) = &spec.grants {
+            check_grants(grants)?;
         }
         spec.limits.check()?;
         if let Some(name) = &spec.name {
@@ -54,6 +60,22 @@ impl Keel {
                 .and_then(|s| keel_core::ids::safe_name(&s.to_string_lossy()))
                 .unwrap_or_else(|| loaded.hash[..12].to_string())
         });
+        let named = self.named(&name).await?;
+        if let Some(latest) = named.first()
+            && latest.hash != loaded.hash
+            && named.iter().any(|d| d.hash == loaded.hash)
+            && !spec.force
+        {
+            return Err(Error::OlderBuild {
+                name,
+                hash: loaded.hash.to_string(),
+                latest: latest.hash.to_string(),
+            });
+        }
+        let grants = match spec.grants {
+            Some(grants) => grants,
+            None => named.first().map(|d| d.grants.clone()).unwrap_or_default(),
+        };
         let deployment = Deployment {
             name,
             hash: loaded.hash.clone(),
@@ -69,7 +91,7 @@ impl Keel {
                 .iter()
                 .map(|s| s.name.clone())
                 .collect(),
-            grants: spec.grants,
+            grants,
             limits: spec.limits,
             size_bytes: bytes.len() as u64,
             deployed_at_ms: self.now_ms(),
@@ -83,6 +105,44 @@ impl Keel {
         Ok((deployment, loaded))
     }
 
+    /// The deployments of `name` as the store holds them, newest first.
+    async fn named(&self, name: &str) -> Result<Vec<Deployment>> {
+        let mut named = self.store().deployments().await?;
+        named.retain(|d| d.name == name);
+        named.sort_by_key(|d| std::cmp::Reverse(d.deployed_at_ms));
+        Ok(named)
+    }
+
+    /// Adds `grants` to the deployments `target` names: every build of a
+    /// deployment name, or the one build of a hash (or unique 12-character
+    /// prefix); with `replace`, sets them instead. Runs pinned to those
+    /// builds get them at their next activation, so a run that failed for
+    /// want of a grant can be retried where it stands. Returns the
+    /// deployments changed.
+    pub async fn grant(
+        &self,
+        target: &str,
+        grants: &GrantSpec,
+        replace: bool,
+    ) -> Result<Vec<Deployment>> {
+        check_grants(grants)?;
+        let mut changed = self.named(target).await?;
+        if changed.is_empty() {
+            changed.push(self.deployment(target).await?);
+        }
+        for deployment in &mut changed {
+            deployment.grants = if replace {
+                grants.clone()
+            } else {
+                deployment.grants.with(grants)
+            };
+            self.store().put_deployment(deployment).await?;
+        }
+        self.forget_deployments();
+        tracing::info!(target, builds = changed.len(), "deployment grants changed");
+        Ok(changed)
+    }
+
     /// Stores `deployment` with the retention of its name: `retention_ms`
     /// if given (written to every other deployment of the name too), else
     /// the one its name's latest deployment has.
@@ -91,9 +151,7 @@ impl Keel {
         mut deployment: Deployment,
         retention_ms: Option<u64>,
     ) -> Result<Deployment> {
-        let mut named = self.store().deployments().await?;
-        named.retain(|d| d.name == deployment.name);
-        named.sort_by_key(|d| std::cmp::Reverse(d.deployed_at_ms));
+        let named = self.named(&deployment.name).await?;
         deployment.retention_ms = retention_ms.or(named.first().and_then(|d| d.retention_ms));
         if retention_ms.is_some() {
             let others = named.into_iter().filter(|d| d.hash != deployment.hash);
@@ -192,9 +250,11 @@ impl Keel {
                 max_memory: config.max_memory,
                 timeout: config.step_timeout,
                 max_output: config.limits.max_payload_bytes,
+                deployment: None,
             },
             Some(d) => StepSettings {
                 max_output: config.limits.max_payload_bytes,
+                deployment: Some((d.name.clone(), d.hash.to_string())),
                 grants: grants_of(&d.grants),
                 max_memory: d.limits.max_memory_bytes().unwrap_or(config.max_memory),
                 timeout: d
@@ -220,8 +280,17 @@ impl Keel {
             max_memory: config.max_memory,
             timeout: config.step_timeout,
             max_output: config.limits.max_payload_bytes,
+            deployment: None,
         })
     }
+}
+
+/// Refuses a malformed grant.
+fn check_grants(grants: &GrantSpec) -> Result<()> {
+    for grant in &grants.http {
+        GrantSpec::check_http(grant).map_err(|reason| Error::InvalidGrant { reason })?;
+    }
+    Ok(())
 }
 
 /// A deployment's recorded grants as the sandbox takes them: environment

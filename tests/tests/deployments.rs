@@ -1,0 +1,170 @@
+//! Deployments changed where they stand: a run that failed for want of a
+//! grant completes once its build is granted, without a redeploy; a
+//! redeploy keeps the name's grants and never moves the name back to an
+//! older build unless forced. On sled, or PostgreSQL with
+//! `KEEL_TEST_STORE`.
+
+mod common;
+
+use std::path::Path;
+
+use common::{TestStore, attempts, json, open_with, order_input, step_ids};
+use keel_host::core::deployment::Target;
+use keel_host::core::journal::Fact;
+use keel_host::core::{ErrorKind, GrantSpec, RunStatus};
+use keel_host::{DeploySpec, Keel, StartOptions};
+use keel_payment_api::PaymentApi;
+
+/// Deploys the guest at `path` as `order` with `grants` (`None`: keep the
+/// name's) and `force`.
+async fn deploy(
+    keel: &Keel,
+    path: &str,
+    grants: Option<GrantSpec>,
+    force: bool,
+) -> keel_host::Result<keel_host::core::Deployment> {
+    let spec = DeploySpec {
+        name: Some("order".into()),
+        grants,
+        force,
+        ..DeploySpec::default()
+    };
+    let bytes = std::fs::read(path).unwrap();
+    Ok(keel.deploy(Path::new(path), &bytes, spec).await?.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_failed_for_want_of_a_grant_completes_where_it_stands_once_its_build_is_granted() {
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let (keel, _) = open_with(store.config(), keel_tests::ORDER).await;
+    let first = deploy(&keel, keel_tests::ORDER, None, false).await.unwrap();
+    assert!(first.grants.is_empty(), "a new name is granted nothing");
+    let input = order_input(&api, "o-g");
+    let options = StartOptions::default();
+    let run = keel
+        .start_workflow("process_order", Target::Name("order"), &input, &options)
+        .await
+        .unwrap();
+    let failed = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(failed.status, RunStatus::Failed);
+    // Denied: not retried (no retry can get a grant), and the message
+    // names the build that lacks it and the grant to add.
+    let message = failed.error.unwrap().message;
+    let short = &first.hash.to_string()[..12];
+    let wanted = format!(
+        "deployment `order` (build {short}) grants no HTTP access there; grant it (`keel deployments grant order --allow-http {}`",
+        api.addr
+    );
+    assert!(message.contains(&wanted), "{message}");
+    let before = keel.journal(&run.run_id).await.unwrap();
+    assert_eq!(
+        attempts(&before),
+        [1, 1, 1],
+        "reserve, the charge once, the saga's release"
+    );
+    assert!(api.requests().is_empty());
+
+    let granted = GrantSpec {
+        http: vec![api.addr.to_string()],
+        ..GrantSpec::default()
+    };
+    let changed = keel.grant("order", &granted, false).await.unwrap();
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].grants, granted);
+    keel.retry(&run.run_id).await.unwrap();
+    let done = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    assert_eq!(
+        attempts(&journal),
+        [1, 1, 1, 2],
+        "reserve was not run again; the charge went on as attempt 2"
+    );
+    let ids = step_ids(&journal);
+    assert_eq!(ids, step_ids(&before), "no step was scheduled anew");
+    let charges = api.charges();
+    assert_eq!(charges.len(), 1);
+    assert_eq!(charges[0].0, ids[1], "charged under the failed step's ID");
+    assert_eq!(
+        json(done.output.as_deref().unwrap())["charge_id"],
+        charges[0].1.as_str()
+    );
+    // The name did not move: still the one build, as deployed.
+    let now = keel.deployment("order").await.unwrap();
+    assert_eq!(
+        (now.hash.clone(), now.deployed_at_ms),
+        (first.hash.clone(), first.deployed_at_ms)
+    );
+    assert!(
+        journal
+            .iter()
+            .any(|e| matches!(e.fact, Fact::RunRetried { .. }))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redeploy_keeps_the_names_grants_and_never_moves_it_back_unasked() {
+    let store = TestStore::new();
+    let (keel, _) = open_with(store.config(), keel_tests::ORDER).await;
+    let granted = GrantSpec {
+        http: vec!["api.example.com".into()],
+        env: vec!["PAYMENT_KEY".into()],
+        ..GrantSpec::default()
+    };
+    let v1 = deploy(&keel, keel_tests::ORDER, Some(granted.clone()), false)
+        .await
+        .unwrap();
+    // A new build deployed without grants keeps the name's.
+    let v2 = deploy(&keel, keel_tests::ORDER_V2_COMPATIBLE, None, false)
+        .await
+        .unwrap();
+    assert_ne!(v1.hash, v2.hash);
+    assert_eq!(v2.grants, granted);
+    // The older build again: refused, named, and the name stays on v2.
+    let refused = deploy(&keel, keel_tests::ORDER, None, false)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::OlderBuild, "{refused}");
+    let text = refused.to_string();
+    assert!(
+        text.contains(&v1.hash.to_string()) && text.contains(&v2.hash.to_string()),
+        "{text}"
+    );
+    assert_eq!(keel.deployment("order").await.unwrap().hash, v2.hash);
+    // Forced, it moves back; the same build again is no move at all.
+    let back = deploy(&keel, keel_tests::ORDER, None, true).await.unwrap();
+    assert_eq!(keel.deployment("order").await.unwrap().hash, v1.hash);
+    assert_eq!(back.grants, granted);
+    deploy(&keel, keel_tests::ORDER, None, false).await.unwrap();
+    // Asked for none, it grants none; a grant by hash changes that build only.
+    let bare = deploy(&keel, keel_tests::ORDER, Some(GrantSpec::default()), false)
+        .await
+        .unwrap();
+    assert!(bare.grants.is_empty());
+    let v2_hash = v2.hash.to_string();
+    let extra = GrantSpec {
+        dirs: vec!["/srv/data".into()],
+        ..GrantSpec::default()
+    };
+    let changed = keel.grant(&v2_hash[..12], &extra, false).await.unwrap();
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].grants, granted.with(&extra));
+    assert!(keel.deployment("order").await.unwrap().grants.is_empty());
+    // Replaced, exactly what is given; a malformed grant or an unknown
+    // deployment is refused.
+    let only = GrantSpec {
+        env: vec!["ONLY".into()],
+        ..GrantSpec::default()
+    };
+    let replaced = keel.grant(&v2_hash, &only, true).await.unwrap();
+    assert_eq!(replaced[0].grants, only);
+    let url = GrantSpec {
+        http: vec!["https://api.example.com/".into()],
+        ..GrantSpec::default()
+    };
+    let bad = keel.grant("order", &url, false).await.unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::InvalidGrant);
+    let unknown = keel.grant("nope", &only, false).await.unwrap_err();
+    assert_eq!(unknown.kind(), ErrorKind::DeploymentNotFound);
+}
