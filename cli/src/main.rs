@@ -307,8 +307,15 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     format,
                 },
         } => {
-            let keel = local(&cli).await?;
-            export_journal(&keel, run_id, output.as_deref(), *format, json).await
+            refuse_missing_store(&cli)?;
+            let request = Request::ShowRun {
+                run_id: run_id.clone(),
+            };
+            let Reply::Journal { run, journal, .. } = submit(&cli, request).await? else {
+                anyhow::bail!("the answer to a journal export was not a journal");
+            };
+            let file = JournalFile::new(&run, journal);
+            export_journal(&file, run_id, output.as_deref(), *format, json)
         }
         Command::Journal {
             command: JournalCommand::Import { file },
@@ -438,15 +445,15 @@ async fn serve(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `keel journal export`.
-async fn export_journal(
-    keel: &Keel,
+/// `keel journal export`: writes `file`, read where the store is (in this
+/// process, through a serving worker's socket or through `--server`).
+fn export_journal(
+    file: &JournalFile,
     run_id: &str,
     output: Option<&Path>,
     format: Format,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let file = JournalFile::new(&keel.get_run(run_id).await?, keel.journal(run_id).await?);
     let entries = file.entries.len();
     if output.is_none()
         && matches!(format, Format::Postcard)

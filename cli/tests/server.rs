@@ -660,3 +660,48 @@ fn a_reply_journaled_before_the_server_is_killed_is_the_answer_to_the_retried_re
     let received = journal.matches(r#""kind": "hook_received""#).count();
     assert_eq!(received, 1, "the payload was applied once: {journal}");
 }
+
+#[test]
+fn a_journal_is_exported_while_a_server_holds_the_store_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve_in(dir.path(), None, &[], &[]);
+    let (out, run) = client(
+        &server.url,
+        &["run", keel_tests::TESTBED, "two_steps", "--input", "4"],
+    );
+    assert!(out.status.success(), "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    // Through the server.
+    let file = dir.path().join("run.journal");
+    let (out, exported) = client(
+        &server.url,
+        &["journal", "export", run_id, "-o", file.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{exported}");
+    assert_eq!(exported["run_id"], run_id);
+    // Where the store is, which the server holds: through its socket.
+    let local = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .args(["journal", "export", run_id, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        local.status.success(),
+        "{}",
+        String::from_utf8_lossy(&local.stderr)
+    );
+    let local_file = dir.path().join("run.json");
+    std::fs::write(&local_file, &local.stdout).unwrap();
+    for exported in [&file, &local_file] {
+        let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["--json", "replay", keel_tests::TESTBED])
+            .arg(exported)
+            .output()
+            .unwrap();
+        let reports = printed_json(&["replay"], &out);
+        assert!(out.status.success(), "{reports}");
+        assert_eq!(reports[0]["verdict"], "ok", "{reports}");
+        assert_eq!(reports[0]["output"], "[5,8]");
+    }
+}
