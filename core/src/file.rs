@@ -108,6 +108,11 @@ impl JournalFile {
                 .map_err(shape)?;
             return JournalFile { header, entries }.checked();
         }
+        if bytes.trim_ascii_start().starts_with(b"[") {
+            return Err(bad(
+                "it holds a journal's entries without its run (as `GET /v1/runs/{run_id}/journal` answers); a journal file is `GET /v1/runs/{run_id}/journal?format=file`'s answer, or `keel journal export`'s".into(),
+            ));
+        }
         Err(bad(
             "it is not a keel journal file (no KEELJRNL magic, not JSON)".into(),
         ))
@@ -245,6 +250,8 @@ mod tests {
 
     #[test]
     fn other_bytes_are_refused_by_name() {
+        let entries = JournalFile::parse(br#"[{"seq": 0}]"#).unwrap_err().0;
+        assert!(entries.contains("?format=file"), "{entries}");
         assert!(
             JournalFile::parse(b"hello")
                 .unwrap_err()

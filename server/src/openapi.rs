@@ -101,6 +101,30 @@ pub fn document() -> Value {
     let run_id = || json!({"name": "run_id", "in": "path", "required": true, "description": "The run's ID", "schema": {"type": "string", "pattern": keel_core::ids::NAME_PATTERN}});
     let token = || path_param("token", "The hook's token");
 
+    let journal_file = json!({
+        "type": "object", "required": ["header", "entries"],
+        "description": "A journal file as `keel journal export --format json` writes it: `keel replay` reads it",
+        "properties": {"header": {"type": "object"}, "entries": journal.clone()},
+    });
+    let get_journal = op(
+        "getJournal",
+        "A run's journal: its entries, or with format=file the journal file `keel replay` reads",
+        vec![
+            run_id(),
+            query(
+                "format",
+                "`entries` (the default): the entries; `file`: the run's record and its entries, as `keel journal export --format json` writes them",
+                json!({"type": "string", "enum": ["entries", "file"]}),
+            ),
+        ],
+        None,
+        &[(
+            "200",
+            "The journal entries in order, or the journal file",
+            Some(&json!({"anyOf": [journal.clone(), journal_file]})),
+        )],
+        &["400", "404", "503"],
+    );
     let grant_deployment = op(
         "grantDeployment",
         "Add grants to every build of a deployment name, or the one build of a hash (replace: set them); runs pinned to them get them at their next activation",
@@ -205,8 +229,6 @@ pub fn document() -> Value {
             &[("200", "What the purge did", Some(&purged))], &["503"])},
         "/v1/runs/{run_id}/detail": {"get": op("getRunDetail", "A run with its timeline and journal", vec![run_id()], None,
             &[("200", "The run, its timeline and journal", Some(&detail))], &["404", "503"])},
-        "/v1/runs/{run_id}/journal": {"get": op("getJournal", "A run's journal", vec![run_id()], None,
-            &[("200", "The journal entries, in order", Some(&journal))], &["404", "503"])},
         "/v1/runs/{run_id}/result": {"get": op("getResult", "A run's result, waiting for its end (long poll)", vec![run_id(), wait.clone()], None,
             &[("200", "The run has ended", Some(&run)), ("202", "The run has not ended within the wait", Some(&run))],
             &["400", "404", "503"])},
@@ -300,6 +322,7 @@ pub fn document() -> Value {
     });
     // Added apart: the one `json!` above is at the macro's recursion limit.
     paths["/v1/deployments/{name}/grants"] = json!({"post": grant_deployment});
+    paths["/v1/runs/{run_id}/journal"] = json!({"get": get_journal});
     paths["/v1/runs/{run_id}/streams/{name}"] = json!({"get": follow_stream});
     json!({
         "openapi": "3.1.0",

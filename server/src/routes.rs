@@ -813,13 +813,30 @@ pub async fn run_detail(
     }))
 }
 
-/// `GET /v1/runs/{run_id}/journal`.
+/// `GET /v1/runs/{run_id}/journal?format=entries|file`: the entries, or
+/// the journal file `keel replay` reads (the run's record with them).
 pub async fn journal(
     State(s): State<AppState>,
     RunIdParam(run_id): RunIdParam,
-) -> ApiResult<Json<Vec<JournalEntry>>> {
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    let file = match Query::parse(raw).one("format").as_deref() {
+        None | Some("entries") => false,
+        Some("file") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "query parameter `format` is `entries` or `file`, not `{other}`"
+            )));
+        }
+    };
     let journal = s.keel.journal(&run_id).await?;
-    Ok(Json(journal.iter().map(JournalEntry::of).collect()))
+    if !file {
+        let entries: Vec<JournalEntry> = journal.iter().map(JournalEntry::of).collect();
+        return Ok(Json(entries).into_response());
+    }
+    let run = s.keel.get_run(&run_id).await?;
+    let file = keel_core::file::JournalFile::new(&run, journal);
+    Ok(([(header::CONTENT_TYPE, "application/json")], file.to_json()).into_response())
 }
 
 /// `GET /v1/runs/{run_id}/result?wait_ms=N`: 200 once the run has ended,

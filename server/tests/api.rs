@@ -215,6 +215,30 @@ async fn a_run_started_over_http_completes_and_reads_back_with_its_timeline() {
     assert_eq!(journal[0]["kind"], "run_started");
     assert_eq!(journal.last().unwrap()["kind"], "run_completed");
     assert_eq!(detail["journal"].as_array().unwrap().len(), journal.len());
+
+    // As a journal file, `keel replay` (the Replayer) reads it; the bare
+    // entries are refused with the way to the file.
+    let (status, file) = s
+        .get(&format!("/v1/runs/{run_id}/journal?format=file"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{file}");
+    assert_eq!(file["header"]["run"]["run_id"], run_id);
+    let dir = tempfile::tempdir().unwrap();
+    let (as_file, as_entries) = (dir.path().join("run.json"), dir.path().join("entries.json"));
+    std::fs::write(&as_file, file.to_string()).unwrap();
+    std::fs::write(&as_entries, serde_json::to_string(&journal).unwrap()).unwrap();
+    let replayer = keel_host::Replayer::new(keel_tests::TESTBED, dir.path().join("cache"))
+        .await
+        .unwrap();
+    let report = replayer.replay_file(&as_file).await.unwrap();
+    assert!(report.verdict.is_ok(), "{:?}", report.verdict);
+    let refused = replayer.replay_file(&as_entries).await.unwrap_err();
+    assert!(refused.to_string().contains("?format=file"), "{refused}");
+    let (status, bad) = s
+        .get(&format!("/v1/runs/{run_id}/journal?format=csv"))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_kind(&bad), "invalid_request");
 }
 
 #[tokio::test(flavor = "multi_thread")]
