@@ -248,7 +248,10 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             sdk_git,
             sdk_rev,
         } => new_crate(name, path, sdk_path, sdk_git, sdk_rev, json),
-        Command::Test { dir } => scaffold::test(dir, &user_cache_dir(), json).await,
+        Command::Test { dir } => {
+            let grants = request::grants_of(&cli)?;
+            scaffold::test(dir, &user_cache_dir(), &grants, json).await
+        }
         Command::Crashtest {
             component,
             workflow,

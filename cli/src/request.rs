@@ -399,7 +399,7 @@ fn schedule_body(args: &ScheduleArgs) -> anyhow::Result<ScheduleRequest> {
 }
 
 /// The grants given on the command line, as a deployment records them.
-fn grants_of(cli: &Cli) -> Result<GrantSpec, keel_host::Error> {
+pub(crate) fn grants_of(cli: &Cli) -> Result<GrantSpec, keel_host::Error> {
     for grant in &cli.allow_http {
         GrantSpec::check_http(grant).map_err(|reason| keel_host::Error::InvalidGrant { reason })?;
     }

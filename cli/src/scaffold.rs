@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::Context;
+use keel_host::core::clock::ManualClock;
+use keel_host::core::timeline::WaitingOn;
+use keel_host::core::{Clock, GrantSpec, RunRecord, RunStatus};
 use keel_host::{Config, Keel, Replayer};
 use serde::Deserialize;
 use serde_json::Value;
@@ -130,7 +133,8 @@ fn git_init(dir: &Path) {
     }
 }
 
-/// A scenario of `tests/runs/`: a workflow run and what it must give.
+/// A scenario of `tests/runs/`: a workflow run, what it is given on the
+/// way, and what it must give.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Scenario {
@@ -141,6 +145,36 @@ struct Scenario {
     output: Option<Value>,
     /// The error kind expected of a failed run.
     error_kind: Option<String>,
+    /// What its steps may reach, besides the command line's `--allow-*`.
+    #[serde(default)]
+    grants: GrantSpec,
+    /// Payloads resumed into its hooks, in order, each once the run waits
+    /// on its token.
+    #[serde(default)]
+    hooks: Vec<ScriptedPayload>,
+}
+
+/// A payload a scenario resumes into a hook.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptedPayload {
+    token: String,
+    #[serde(default)]
+    payload: Value,
+    /// How long after the run starts waiting on the token the payload
+    /// comes, on the scenario's clock (`10m`, `2 days`): a timer due
+    /// before then fires first.
+    #[serde(default, deserialize_with = "duration")]
+    after: Option<std::time::Duration>,
+}
+
+/// A duration as the CLI writes them (`30s`, `10m`, `2 days`, `250ms`).
+fn duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::time::Duration>, D::Error> {
+    let text = Option::<String>::deserialize(d)?;
+    text.map(|t| crate::parse_duration(&t).map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 /// Builds the guest crate in `dir` and returns its component's path.
@@ -213,7 +247,12 @@ fn files(dir: &Path, ext: &str) -> anyhow::Result<Vec<PathBuf>> {
 
 /// `keel test`: builds the crate in `dir`, runs its scenarios (recording the
 /// journal of each that has none), then replays every journal.
-pub async fn test(dir: &Path, cache_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn test(
+    dir: &Path,
+    cache_dir: &Path,
+    grants: &GrantSpec,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let wasm = build(dir)?;
     let mut failures = 0;
     let journals = dir.join("journals");
@@ -228,6 +267,7 @@ pub async fn test(dir: &Path, cache_dir: &Path, json: bool) -> anyhow::Result<Ex
             &scenario,
             &journals.join(format!("{name}.journal")),
             cache_dir,
+            grants,
         )
         .await
         {
@@ -265,6 +305,69 @@ pub async fn test(dir: &Path, cache_dir: &Path, json: bool) -> anyhow::Result<Ex
     })
 }
 
+/// Drives `run` to its end: while it waits, resumes the next scripted
+/// payload once the run waits on its token (`after` it, on `clock`), and
+/// fires timers by moving `clock` to when they are due.
+async fn play(
+    keel: &Keel,
+    clock: &ManualClock,
+    mut run: RunRecord,
+    payloads: &[ScriptedPayload],
+) -> anyhow::Result<RunRecord> {
+    let mut next = payloads.iter().peekable();
+    let mut waiting_since = clock.now_ms();
+    while run.status == RunStatus::Waiting {
+        let waits = keel.waiting_on(&run).await?;
+        let awaited = |token: &str| {
+            waits
+                .iter()
+                .any(|w| matches!(w, WaitingOn::Hook { token: t } if t == token))
+        };
+        let due = waits
+            .iter()
+            .filter_map(|w| match w {
+                WaitingOn::Timer { due_at_ms } => Some(*due_at_ms),
+                _ => None,
+            })
+            .min();
+        let scripted = next.peek().filter(|p| awaited(&p.token));
+        let comes_at =
+            scripted.map(|p| waiting_since + p.after.map_or(0, |a| a.as_millis() as u64));
+        match (comes_at, due) {
+            (Some(at), due) if due.is_none_or(|d| at < d) => {
+                let p = next.next().expect("peeked");
+                clock.advance_to(at);
+                keel.resume_hook(&p.token, &p.payload.to_string()).await?;
+            }
+            (_, Some(due)) => clock.advance_to(due),
+            (_, None) => anyhow::bail!(
+                "the run waits on {} and the scenario resumes nothing there{}; add a payload to its `hooks`",
+                waits
+                    .iter()
+                    .map(|w| match w {
+                        WaitingOn::Hook { token } => format!("hook `{token}`"),
+                        WaitingOn::Timer { due_at_ms } => format!("a timer due {due_at_ms}"),
+                        WaitingOn::Run { run_id } => format!("run {run_id}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                next.peek()
+                    .map(|p| format!(" (its next payload is for `{}`)", p.token))
+                    .unwrap_or_default()
+            ),
+        }
+        run = keel.drive(&run.run_id).await?;
+        waiting_since = clock.now_ms();
+    }
+    anyhow::ensure!(
+        next.peek().is_none(),
+        "the run ended ({}) before it waited on hook `{}`, which the scenario resumes",
+        run.status.as_str(),
+        next.peek().map(|p| p.token.as_str()).unwrap_or_default()
+    );
+    Ok(run)
+}
+
 /// Runs one scenario on a scratch store; records its journal at `journal`
 /// if there is none.
 async fn run_scenario(
@@ -272,11 +375,12 @@ async fn run_scenario(
     scenario: &Path,
     journal: &Path,
     cache_dir: &Path,
+    grants: &GrantSpec,
 ) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(scenario)?;
     let s: Scenario = serde_json::from_str(&text).with_context(|| {
         format!(
-            "{} is not a scenario ({{workflow, input, output | error_kind}})",
+            "{} is not a scenario ({{workflow, input, output | error_kind, grants, hooks: [{{token, payload, after}}]}})",
             scenario.display()
         )
     })?;
@@ -286,7 +390,13 @@ async fn run_scenario(
         scenario.file_stem().unwrap_or_default().to_string_lossy()
     ));
     let _ = std::fs::remove_dir_all(&store);
-    let config = Config::caching_in(cache_dir);
+    let mut config = Config::caching_in(cache_dir);
+    config.grants = keel_host::Grants::of(&grants.with(&s.grants));
+    // The scenario's own clock: time it skips passes at once.
+    let clock = ManualClock::at(keel_host::SystemClock.now_ms());
+    config.clock = clock.clone();
+    // Every wait comes back to the scenario, which moves its clock.
+    config.park_limit = std::time::Duration::ZERO;
     let result = async {
         let keel = Keel::open_sled(config, &keel_host::store::sled::SledOptions::new(&store))?;
         let loaded = keel.load(wasm).await?;
@@ -307,6 +417,7 @@ async fn run_scenario(
                 .join(", ")
         );
         let run = keel.run(&loaded, &s.workflow, &s.input.to_string()).await?;
+        let run = play(&keel, &clock, run, &s.hooks).await?;
         let output = run
             .output
             .as_deref()

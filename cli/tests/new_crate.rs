@@ -172,3 +172,118 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
         "{report}"
     );
 }
+
+/// A signup workflow as a user writes one: an HTTP step keyed by its step
+/// ID, a day's durable sleep, then a person's approval on a hook.
+const SIGNUP: &str = r#"
+use std::time::Duration;
+
+use keel_sdk::http::{Body, Client, Request};
+use keel_sdk::{Error, StepError, create_hook, step, workflow};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct Signup {
+    pub email: String,
+    pub api: String,
+}
+
+#[derive(Deserialize)]
+pub struct Approval {
+    pub approved: bool,
+}
+
+#[step(max_retries = 2, initial_backoff = "100ms")]
+async fn register(signup: Signup) -> Result<String, StepError> {
+    let meta = keel_sdk::step_metadata();
+    let body = serde_json::json!({"user_id": signup.email, "amount": 0});
+    let request = Request::post(format!("{}/charge", signup.api))
+        .header("Idempotency-Key", &meta.step_id)
+        .header("Content-Type", "application/json")
+        .body(Body::from(body.to_string()))
+        .map_err(StepError::fatal)?;
+    let mut response = Client::new().send(request).await.map_err(StepError::retryable)?;
+    let answer: serde_json::Value = response.body_mut().json().await.map_err(StepError::retryable)?;
+    Ok(answer["charge_id"].as_str().unwrap_or("?").to_string())
+}
+
+#[workflow]
+async fn signup(signup: Signup) -> Result<String, Error> {
+    let account = register(signup.clone()).await?;
+    keel_sdk::sleep(Duration::from_secs(24 * 3600)).await;
+    let mut approval = create_hook::<Approval>(format!("approve:{}", signup.email))?;
+    let decision = approval.next().await?;
+    let account = if account.starts_with("ch_") { "registered" } else { "unregistered" };
+    Ok(format!("{account}:{}", if decision.approved { "approved" } else { "declined" }))
+}
+
+keel_sdk::component!(workflows = [signup], steps = [register]);
+"#;
+
+#[test]
+fn a_scenario_grants_http_skips_a_days_sleep_and_scripts_a_hook_payload() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(keel_payment_api::PaymentApi::start(false))
+        .unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let out = keel(parent.path(), &["new", "signup-flow"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = parent.path().join("signup-flow");
+    std::fs::write(dir.join("src/lib.rs"), SIGNUP).unwrap();
+    std::fs::remove_file(dir.join("tests/runs/greet.json")).unwrap();
+    let scenario = |hooks: serde_json::Value| {
+        serde_json::json!({
+            "workflow": "signup",
+            "input": {"email": "ada@example.com", "api": api.url("")},
+            "grants": {"http": [api.addr.to_string()]},
+            "hooks": hooks,
+            "output": "registered:approved",
+        })
+        .to_string()
+    };
+    let approve = serde_json::json!([
+        {"token": "approve:ada@example.com", "payload": {"approved": true}, "after": "2 days"}
+    ]);
+    std::fs::write(dir.join("tests/runs/signup.json"), scenario(approve)).unwrap();
+
+    // The step reaches the granted API, the day passes on the scenario's
+    // clock, the payload comes when the run waits for it.
+    let first = keel(&dir, &["test"]);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        text(&first).contains("scenario signup: ok"),
+        "{}",
+        text(&first)
+    );
+    let charges = api.charges();
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert!(
+        charges[0].0.ends_with("-0"),
+        "keyed by the step ID: {charges:?}"
+    );
+    // Its recorded journal replays.
+    assert!(dir.join("journals/signup.journal").is_file());
+    let second = keel(&dir, &["test"]);
+    assert!(second.status.success(), "{}", text(&second));
+    assert!(
+        text(&second).contains("ok    ./journals/signup.journal"),
+        "{}",
+        text(&second)
+    );
+
+    // Without the payload, the scenario says what the run waits on.
+    std::fs::remove_file(dir.join("journals/signup.journal")).unwrap();
+    std::fs::write(
+        dir.join("tests/runs/signup.json"),
+        scenario(serde_json::json!([])),
+    )
+    .unwrap();
+    let stuck = keel(&dir, &["test"]);
+    assert!(!stuck.status.success());
+    assert!(
+        text(&stuck).contains("waits on hook `approve:ada@example.com`"),
+        "{}",
+        text(&stuck)
+    );
+}

@@ -13,6 +13,33 @@ impl std::fmt::Debug for dyn Clock {
     }
 }
 
+/// A clock moved by hand: tests, and `keel test` scenarios that skip time.
+#[derive(Debug)]
+pub struct ManualClock(pub std::sync::atomic::AtomicU64);
+
+impl ManualClock {
+    /// A clock showing `ms`.
+    pub fn at(ms: u64) -> std::sync::Arc<ManualClock> {
+        std::sync::Arc::new(ManualClock(std::sync::atomic::AtomicU64::new(ms)))
+    }
+
+    /// Moves the clock on by `ms`.
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Moves the clock to `ms`, if that is later than it shows.
+    pub fn advance_to(&self, ms: u64) {
+        self.0.fetch_max(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// `ms` (since the Unix epoch) as people read a time in reports:
 /// `2026-12-02T16:35:55.394Z`.
 pub fn timestamp(ms: u64) -> String {

@@ -74,6 +74,7 @@ impl From<DeploymentV1> for Deployment {
 /// The capabilities granted to a deployment's steps, as recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(default)]
 pub struct GrantSpec {
     /// Hosts (`host` or `host:port`) steps may send HTTP requests to.
     pub http: Vec<String>,

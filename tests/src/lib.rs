@@ -2,31 +2,10 @@
 //! check that a path still holds the artifact this build made, and the
 //! clock tests move by hand.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use sha2::{Digest, Sha256};
 
-/// A clock the test moves by hand (the engine's injectable clock).
-pub struct ManualClock(pub AtomicU64);
-
-impl ManualClock {
-    /// A clock showing `ms`.
-    pub fn at(ms: u64) -> Arc<ManualClock> {
-        Arc::new(ManualClock(AtomicU64::new(ms)))
-    }
-
-    /// Moves the clock on by `ms`.
-    pub fn advance(&self, ms: u64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
-    }
-}
-
-impl keel_core::Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+/// The clock tests move by hand (the engine's injectable clock).
+pub use keel_core::clock::ManualClock;
 
 include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
 

@@ -255,7 +255,7 @@ impl Keel {
             Some(d) => StepSettings {
                 max_output: config.limits.max_payload_bytes,
                 deployment: Some((d.name.clone(), d.hash.to_string())),
-                grants: grants_of(&d.grants),
+                grants: Grants::of(&d.grants),
                 max_memory: d.limits.max_memory_bytes().unwrap_or(config.max_memory),
                 timeout: d
                     .limits
@@ -291,29 +291,4 @@ fn check_grants(grants: &GrantSpec) -> Result<()> {
         GrantSpec::check_http(grant).map_err(|reason| Error::InvalidGrant { reason })?;
     }
     Ok(())
-}
-
-/// A deployment's recorded grants as the sandbox takes them: environment
-/// variables get this process's values (a variable it lacks is left out,
-/// with a warning).
-fn grants_of(spec: &GrantSpec) -> Grants {
-    let env = spec
-        .env
-        .iter()
-        .filter_map(|name| match std::env::var(name) {
-            Ok(value) => Some((name.clone(), value)),
-            Err(_) => {
-                tracing::warn!(
-                    name,
-                    "a granted environment variable is not set in this worker"
-                );
-                None
-            }
-        })
-        .collect();
-    Grants {
-        http: spec.http.clone(),
-        dirs: spec.dirs.iter().map(Into::into).collect(),
-        env,
-    }
 }

@@ -16,6 +16,33 @@ pub struct Grants {
     pub env: Vec<(String, String)>,
 }
 
+impl Grants {
+    /// Recorded grants as the sandbox takes them: environment variables
+    /// get this process's values (a variable it lacks is left out, with a
+    /// warning).
+    pub fn of(spec: &keel_core::GrantSpec) -> Grants {
+        let env = spec
+            .env
+            .iter()
+            .filter_map(|name| match std::env::var(name) {
+                Ok(value) => Some((name.clone(), value)),
+                Err(_) => {
+                    tracing::warn!(
+                        name,
+                        "a granted environment variable is not set in this worker"
+                    );
+                    None
+                }
+            })
+            .collect();
+        Grants {
+            http: spec.http.clone(),
+            dirs: spec.dirs.iter().map(Into::into).collect(),
+            env,
+        }
+    }
+}
+
 /// Outbound HTTP limited to the granted hosts.
 pub(super) struct HttpGrant {
     /// `host` or `host:port` entries.
