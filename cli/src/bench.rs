@@ -365,6 +365,43 @@ struct InProcess {
     p50: Duration,
     /// W10 runs/s at 16 in flight.
     rate16: f64,
+    /// A run of [`STREAM_CHUNKS`] journaled chunks, started and read to
+    /// its close by a follower.
+    stream: Duration,
+}
+
+/// Chunks the stream figure's run writes (`streamer`, from its workflow).
+const STREAM_CHUNKS: u32 = 1000;
+
+/// A run of `streamer` writing [`STREAM_CHUNKS`] journaled chunks, driven
+/// while a follower reads its stream from 0 to the close: the time from
+/// the start to the follower's last chunk.
+async fn stream_read(keel: &Keel, loaded: &Arc<Loaded>) -> anyhow::Result<Duration> {
+    use futures::StreamExt;
+    let input = format!("{{\"count\": {STREAM_CHUNKS}}}");
+    let t = Instant::now();
+    let run = keel.start(loaded, "streamer", &input).await?;
+    let driver = {
+        let (keel, run_id) = (keel.clone(), run.run_id.clone());
+        tokio::spawn(async move { keel.drive(&run_id).await })
+    };
+    let read = keel
+        .follow_stream(&run.run_id, "progress", 0)
+        .filter(|c| std::future::ready(c.is_ok()))
+        .count()
+        .await;
+    let elapsed = t.elapsed();
+    driver.await??;
+    anyhow::ensure!(
+        read == STREAM_CHUNKS as usize + 1,
+        "the follower read {read} chunks of {STREAM_CHUNKS} and the close"
+    );
+    println!(
+        "in process: a run writing {STREAM_CHUNKS} journaled stream chunks, followed to its close: {:.1} ms ({:.0} chunks/s)",
+        ms(elapsed),
+        f64::from(STREAM_CHUNKS) / elapsed.as_secs_f64()
+    );
+    Ok(elapsed)
 }
 
 async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<InProcess> {
@@ -396,7 +433,12 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
             "start tokens and hooks: skipped, build the guest with `cargo build --release --target wasm32-wasip2 -p order-hooks`"
         );
     }
-    Ok(InProcess { p50, rate16 })
+    let stream = stream_read(keel, loaded).await?;
+    Ok(InProcess {
+        p50,
+        rate16,
+        stream,
+    })
 }
 
 /// Starts with tokens (8 concurrent callers per token, one admitted), then
@@ -829,6 +871,52 @@ mod http {
         Ok(())
     }
 
+    /// `streamer` started over HTTP and its stream followed as server-sent
+    /// events to the close, as a browser's `EventSource` does: the time
+    /// from the start request to the last event.
+    async fn stream_read(
+        client: &reqwest::Client,
+        url: &str,
+    ) -> anyhow::Result<std::time::Duration> {
+        use futures::StreamExt;
+        let chunks = super::STREAM_CHUNKS;
+        let t = Instant::now();
+        let run: Value = client
+            .post(format!("{url}/v1/workflows/streamer/runs"))
+            .json(&json!({"input": {"count": chunks}}))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let run_id = run["run_id"].as_str().unwrap_or_default();
+        let mut body = client
+            .get(format!("{url}/v1/runs/{run_id}/streams/progress"))
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes_stream();
+        let (mut events, mut text) = (0, String::new());
+        while let Some(bytes) = body.next().await {
+            text.push_str(&String::from_utf8_lossy(&bytes?));
+            while let Some(end) = text.find('\n') {
+                events += usize::from(text[..end].starts_with("event:"));
+                text.drain(..=end);
+            }
+        }
+        let elapsed = t.elapsed();
+        anyhow::ensure!(
+            events == chunks as usize + 1,
+            "the event stream held {events} events, not {chunks} chunks and the close"
+        );
+        println!(
+            "HTTP API (client process -> keel serve): a run writing {chunks} journaled stream chunks, followed as server-sent events to its close: {:.1} ms ({:.0} chunks/s)",
+            ms(elapsed),
+            f64::from(chunks) / elapsed.as_secs_f64()
+        );
+        Ok(elapsed)
+    }
+
     /// A schedule every second created through the API of a `keel serve`
     /// and fired by its worker: the lag from each nominal time to the
     /// fire's decision, as the API reports the fires.
@@ -922,6 +1010,13 @@ mod http {
         }
         let rate = total as f64 / t.elapsed().as_secs_f64();
         println!("HTTP API: W10 throughput, 16 in flight ({total} runs): {rate:.0} runs/s");
+        let stream = stream_read(&client, &server.url).await?;
+        println!(
+            "HTTP API against in process, same run: stream of {} chunks followed to its close in {:.1} vs {:.1} ms",
+            super::STREAM_CHUNKS,
+            ms(stream),
+            ms(in_process.stream),
+        );
         if args.fires > 0 {
             fire_lag(&client, &server.url, args.fires).await?;
         }

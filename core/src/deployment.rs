@@ -71,6 +71,16 @@ impl From<DeploymentV1> for Deployment {
     }
 }
 
+/// What an HTTP grant looks like (`host` or `host:port`): no whitespace
+/// and no `/` (so no URL); [`GrantSpec::check_http`] is the check.
+pub const HTTP_GRANT_PATTERN: &str = r"^[^\s/]+$";
+
+/// What a directory grant looks like: an absolute path.
+pub const DIR_GRANT_PATTERN: &str = "^/";
+
+/// What an environment variable grant looks like: a variable's name.
+pub const ENV_GRANT_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
+
 /// The capabilities granted to a deployment's steps, as recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -101,6 +111,32 @@ impl GrantSpec {
         }
         if grant.is_empty() || grant.contains(char::is_whitespace) {
             return Err(format!("`{grant}` is not a host name"));
+        }
+        Ok(())
+    }
+
+    /// Why a grant is malformed, if one is: HTTP grants as
+    /// [`GrantSpec::check_http`] says, directories absolute paths,
+    /// environment variables names.
+    pub fn check(&self) -> Result<(), String> {
+        for grant in &self.http {
+            GrantSpec::check_http(grant)?;
+        }
+        if let Some(dir) = self.dirs.iter().find(|d| !d.starts_with('/')) {
+            return Err(format!(
+                "`{dir}` is not an absolute path; a directory grant is one, such as `/srv/data`"
+            ));
+        }
+        let is_name = |n: &str| {
+            n.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if let Some(name) = self.env.iter().find(|n| !is_name(n)) {
+            return Err(format!(
+                "`{name}` is not an environment variable's name (letters, digits and `_`, not first a digit)"
+            ));
         }
         Ok(())
     }
@@ -305,6 +341,35 @@ mod tests {
         assert_eq!(both.dirs, ["/data"]);
         assert_eq!(both.env, ["KEY"]);
         assert_eq!(had.with(&GrantSpec::default()), had);
+    }
+
+    #[test]
+    fn malformed_grants_are_named() {
+        let ok = GrantSpec {
+            http: vec!["api.example.com:443".into()],
+            dirs: vec!["/srv/data".into()],
+            env: vec!["API_KEY".into()],
+        };
+        assert_eq!(ok.check(), Ok(()));
+        let dir = GrantSpec {
+            dirs: vec!["data".into()],
+            ..GrantSpec::default()
+        };
+        assert!(
+            dir.check()
+                .unwrap_err()
+                .contains("`data` is not an absolute path")
+        );
+        let env = GrantSpec {
+            env: vec!["1X".into()],
+            ..GrantSpec::default()
+        };
+        assert!(env.check().unwrap_err().contains("`1X`"));
+        let url = GrantSpec {
+            http: vec!["https://x".into()],
+            ..GrantSpec::default()
+        };
+        assert!(url.check().unwrap_err().contains("is a URL"));
     }
 
     fn deployment(name: &str, hash: &str, workflows: &[&str], at: u64) -> Deployment {

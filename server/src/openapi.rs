@@ -176,7 +176,7 @@ pub fn document() -> Value {
                 &[("200", "The deployments", Some(&deployments))], &["503"]),
             "post": op("deploy", "Deploy a component: the body is its bytes", vec![
                     query("name", "The name to deploy under (default: a prefix of its hash)", json!({"type": "string"})),
-                    query("allow_http", "A host (`host` or `host:port`) its steps may reach over HTTP (repeatable)", json!({"type": "string"})),
+                    query("allow_http", "A host (`host` or `host:port`) its steps may reach over HTTP (repeatable)", json!({"type": "string", "pattern": keel_core::deployment::HTTP_GRANT_PATTERN})),
                     query("allow_dir", "A host directory preopened for its steps (repeatable)", json!({"type": "string"})),
                     query("allow_env", "An environment variable passed to its steps (repeatable)", json!({"type": "string"})),
                     query("no_grants", "Grant nothing (without any allow_*, a deploy keeps the grants of the name's latest deployment)", json!({"type": "boolean"})),

@@ -469,12 +469,15 @@ pub struct PushEventRequest {
 pub struct GrantRequest {
     /// Hosts (`host` or `host:port`) steps may send HTTP requests to.
     #[serde(default)]
+    #[schemars(inner(regex(pattern = keel_core::deployment::HTTP_GRANT_PATTERN)))]
     pub http: Vec<String>,
-    /// Host directories preopened for steps.
+    /// Host directories preopened for steps (absolute paths).
     #[serde(default)]
+    #[schemars(inner(regex(pattern = keel_core::deployment::DIR_GRANT_PATTERN)))]
     pub dirs: Vec<String>,
     /// Environment variables passed to steps (their values are the worker's).
     #[serde(default)]
+    #[schemars(inner(regex(pattern = keel_core::deployment::ENV_GRANT_PATTERN)))]
     pub env: Vec<String>,
     /// Set exactly these grants instead of adding them.
     #[serde(default)]

@@ -287,8 +287,7 @@ impl Keel {
 
 /// Refuses a malformed grant.
 fn check_grants(grants: &GrantSpec) -> Result<()> {
-    for grant in &grants.http {
-        GrantSpec::check_http(grant).map_err(|reason| Error::InvalidGrant { reason })?;
-    }
-    Ok(())
+    grants
+        .check()
+        .map_err(|reason| Error::InvalidGrant { reason })
 }
