@@ -475,7 +475,10 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 .run_id;
             let run = keel.drive_acknowledged(&run_id).await?;
             let wait = std::time::Duration::from_millis(ms);
-            let reply = keel.wait_reply(&token, &payload_id, wait).await?.reply;
+            let reply = keel
+                .wait_reply_in(&run_id, &token, &payload_id, wait)
+                .await?
+                .reply;
             Reply::Replied {
                 run,
                 payload_id,

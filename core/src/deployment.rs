@@ -71,9 +71,10 @@ impl From<DeploymentV1> for Deployment {
     }
 }
 
-/// What an HTTP grant looks like (`host` or `host:port`): no whitespace
-/// and no `/` (so no URL); [`GrantSpec::check_http`] is the check.
-pub const HTTP_GRANT_PATTERN: &str = r"^[^\s/]+$";
+/// What an HTTP grant looks like (`host` or `host:port`): the characters
+/// of host names (punycode for others), IP addresses and ports;
+/// [`GrantSpec::check_http`] is the check.
+pub const HTTP_GRANT_PATTERN: &str = r"^[A-Za-z0-9._:\[\]-]+$";
 
 /// What a directory grant looks like: an absolute path.
 pub const DIR_GRANT_PATTERN: &str = "^/";
@@ -109,8 +110,11 @@ impl GrantSpec {
                 "`{grant}` is a URL; an HTTP grant is `host` or `host:port`, for example `api.example.com` or `127.0.0.1:9000`"
             ));
         }
-        if grant.is_empty() || grant.contains(char::is_whitespace) {
-            return Err(format!("`{grant}` is not a host name"));
+        let host_char = |c: char| c.is_ascii_alphanumeric() || ".-_:[]".contains(c);
+        if grant.is_empty() || !grant.chars().all(host_char) {
+            return Err(format!(
+                "`{grant}` is not a host name (letters, digits, `.`, `-`, `_`, an IP address, a `:port`)"
+            ));
         }
         Ok(())
     }

@@ -1004,7 +1004,7 @@ pub async fn resume(
             tokio::spawn(async move { keel.drive(&id).await });
             let got = s
                 .keel
-                .wait_reply(&token, &payload_id, Duration::from_millis(ms))
+                .wait_reply_in(&run_id, &token, &payload_id, Duration::from_millis(ms))
                 .await
                 .map_err(interrupted)?;
             reply = got.reply;

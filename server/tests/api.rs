@@ -2099,4 +2099,23 @@ async fn a_resume_gets_the_workflows_reply_and_a_retry_with_its_payload_id_the_s
             .is_some_and(|id| !id.is_empty())
     );
     assert!(plain.get("reply").is_none());
+
+    // A run that ends on the payload without replying ends the wait: the
+    // payload was delivered (202, the run as it ended), not an error.
+    let (_, run) = s
+        .post(
+            "/v1/workflows/streamer/runs",
+            json!({"input": {"count": 2, "pause_at": 1, "token": "go:http"}, "wait_ms": 10000, "return_on_wait": true}),
+        )
+        .await;
+    assert_eq!(run["status"], "waiting", "{run}");
+    let (status, ended) = s
+        .post(
+            "/v1/hooks/go:http/resume?payload_id=g-1&wait_reply_ms=30000",
+            json!(true),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{ended}");
+    assert_eq!(ended["reply"], Value::Null, "{ended}");
+    assert_eq!(ended["payload_id"], "g-1");
 }

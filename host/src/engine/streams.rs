@@ -190,17 +190,24 @@ impl Keel {
     pub async fn reply(&self, token: &str, payload_id: &str) -> Result<Reply> {
         check_payload_id(payload_id)?;
         let hook = self.store().get_hook(token, self.now_ms()).await?;
+        self.reply_in(&hook.run_id, token, payload_id).await
+    }
+
+    /// [`Keel::reply`] in run `run_id`, which was delivered the payload:
+    /// found even after the run has ended and let go of the token.
+    pub async fn reply_in(&self, run_id: &RunId, token: &str, payload_id: &str) -> Result<Reply> {
+        check_payload_id(payload_id)?;
         let not_found = || Error::PayloadNotFound {
             token: token.into(),
             payload_id: payload_id.into(),
         };
         let index = self
             .store()
-            .delivered(&hook.run_id, token, payload_id)
+            .delivered(run_id, token, payload_id)
             .await?
             .ok_or_else(not_found)?;
         let reply = self
-            .journal(&hook.run_id)
+            .journal(run_id)
             .await?
             .into_iter()
             .find_map(|e| match e.fact {
@@ -213,7 +220,7 @@ impl Keel {
                 _ => None,
             });
         Ok(Reply {
-            run_id: hook.run_id,
+            run_id: run_id.clone(),
             token: token.into(),
             payload_id: payload_id.into(),
             index,
@@ -225,15 +232,29 @@ impl Keel {
     /// the reply may still be `None` when the wait passes.
     pub async fn wait_reply(&self, token: &str, payload_id: &str, wait: Duration) -> Result<Reply> {
         let first = self.reply(token, payload_id).await?;
+        self.wait_reply_in(&first.run_id, token, payload_id, wait)
+            .await
+    }
+
+    /// [`Keel::wait_reply`] in run `run_id`, which was delivered the
+    /// payload; a run that ends without replying ends the wait.
+    pub async fn wait_reply_in(
+        &self,
+        run_id: &RunId,
+        token: &str,
+        payload_id: &str,
+        wait: Duration,
+    ) -> Result<Reply> {
+        let first = self.reply_in(run_id, token, payload_id).await?;
         if first.reply.is_some() || wait.is_zero() {
             return Ok(first);
         }
-        let mut changes = Changes::of(self, &first.run_id);
+        let mut changes = Changes::of(self, run_id);
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            // Subscribed before the read: a reply journaled after it is heard.
-            let reply = self.reply(token, payload_id).await?;
-            if reply.reply.is_some() {
+            // Subscribed before the reads: a reply journaled after them is heard.
+            let reply = self.reply_in(run_id, token, payload_id).await?;
+            if reply.reply.is_some() || self.get_run(run_id).await?.status.is_final() {
                 return Ok(reply);
             }
             if tokio::time::timeout_at(deadline, changes.next())
