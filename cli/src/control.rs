@@ -469,14 +469,11 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             wait_reply_ms: Some(ms),
         } => {
             let payload_id = payload_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-            let run_id = keel
-                .deliver(&token, &payload, Some(&payload_id))
-                .await?
-                .run_id;
-            let run = keel.drive_acknowledged(&run_id).await?;
+            let delivered = keel.deliver(&token, &payload, Some(&payload_id)).await?;
+            let run = keel.drive_acknowledged(&delivered.run_id).await?;
             let wait = std::time::Duration::from_millis(ms);
             let reply = keel
-                .wait_reply_in(&run_id, &token, &payload_id, wait)
+                .wait_reply_to(&delivered, &token, &payload_id, wait)
                 .await?
                 .reply;
             Reply::Replied {

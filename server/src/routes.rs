@@ -987,7 +987,7 @@ pub async fn resume(
         .keel
         .deliver(&token, &payload.to_string(), Some(&payload_id))
         .await?;
-    let run_id = resumed.run_id;
+    let run_id = resumed.run_id.clone();
     // Delivered: from here on, a failure to read the run is no refusal.
     let interrupted = |e: keel_host::Error| {
         ApiError::from(keel_host::Error::DriveInterrupted {
@@ -1004,7 +1004,7 @@ pub async fn resume(
             tokio::spawn(async move { keel.drive(&id).await });
             let got = s
                 .keel
-                .wait_reply_in(&run_id, &token, &payload_id, Duration::from_millis(ms))
+                .wait_reply_to(&resumed, &token, &payload_id, Duration::from_millis(ms))
                 .await
                 .map_err(interrupted)?;
             reply = got.reply;

@@ -193,8 +193,8 @@ impl Keel {
         self.reply_in(&hook.run_id, token, payload_id).await
     }
 
-    /// [`Keel::reply`] in run `run_id`, which was delivered the payload:
-    /// found even after the run has ended and let go of the token.
+    /// [`Keel::reply`] in run `run_id`, looking up which of the hook's
+    /// payloads has the ID (the store forgets that once the run ends).
     pub async fn reply_in(&self, run_id: &RunId, token: &str, payload_id: &str) -> Result<Reply> {
         check_payload_id(payload_id)?;
         let not_found = || Error::PayloadNotFound {
@@ -206,6 +206,18 @@ impl Keel {
             .delivered(run_id, token, payload_id)
             .await?
             .ok_or_else(not_found)?;
+        self.reply_at(run_id, token, payload_id, index).await
+    }
+
+    /// The reply to payload `index` of the hook `token` in run `run_id`,
+    /// read from its journal: found even after the run has ended.
+    async fn reply_at(
+        &self,
+        run_id: &RunId,
+        token: &str,
+        payload_id: &str,
+        index: u64,
+    ) -> Result<Reply> {
         let reply = self
             .journal(run_id)
             .await?
@@ -232,20 +244,28 @@ impl Keel {
     /// the reply may still be `None` when the wait passes.
     pub async fn wait_reply(&self, token: &str, payload_id: &str, wait: Duration) -> Result<Reply> {
         let first = self.reply(token, payload_id).await?;
-        self.wait_reply_in(&first.run_id, token, payload_id, wait)
+        let delivered = Resumed {
+            run_id: first.run_id.clone(),
+            index: first.index,
+            duplicate: true,
+        };
+        self.wait_reply_to(&delivered, token, payload_id, wait)
             .await
     }
 
-    /// [`Keel::wait_reply`] in run `run_id`, which was delivered the
-    /// payload; a run that ends without replying ends the wait.
-    pub async fn wait_reply_in(
+    /// [`Keel::wait_reply`] for the payload [`Keel::deliver`] delivered
+    /// as `delivered`: read in its run, so a run that ends without
+    /// replying (and lets go of the token) ends the wait with none.
+    pub async fn wait_reply_to(
         &self,
-        run_id: &RunId,
+        delivered: &Resumed,
         token: &str,
         payload_id: &str,
         wait: Duration,
     ) -> Result<Reply> {
-        let first = self.reply_in(run_id, token, payload_id).await?;
+        let run_id = &delivered.run_id;
+        let read = || self.reply_at(run_id, token, payload_id, delivered.index);
+        let first = read().await?;
         if first.reply.is_some() || wait.is_zero() {
             return Ok(first);
         }
@@ -253,7 +273,7 @@ impl Keel {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Subscribed before the reads: a reply journaled after them is heard.
-            let reply = self.reply_in(run_id, token, payload_id).await?;
+            let reply = read().await?;
             if reply.reply.is_some() || self.get_run(run_id).await?.status.is_final() {
                 return Ok(reply);
             }
