@@ -14,6 +14,10 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
             "`keel inspect COMPONENT` shows the input schema of `{}`",
             id("workflow")
         ),
+        K::InvalidInput if error.id("token").is_some() => format!(
+            "`keel hooks get {}` shows the payload schema the hook's workflow declared",
+            id("token")
+        ),
         K::InvalidInput => "pass a JSON value, for example --input '{\"id\": 1}'".into(),
         K::RunNotFound => "`keel runs list` shows the runs this store holds".into(),
         K::FuelExhausted => {

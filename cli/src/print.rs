@@ -488,6 +488,9 @@ fn print_hook(hook: &HookRecord, json: bool) {
     if let Some(until) = hook.retain_until_ms {
         println!("retained until {until} ms");
     }
+    if let Some(schema) = value.get("payload_schema") {
+        println!("payloads must fit: {schema}");
+    }
 }
 
 fn now_ms() -> u64 {

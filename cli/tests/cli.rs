@@ -1128,6 +1128,35 @@ fn crashtest_covers_the_cancel_path_and_scripted_hooks() {
         assert_eq!(steps.len(), 2, "charge, then ship or refund: {report}");
         assert_eq!(steps[1][0], last);
     }
+    // A payload the workflow refuses (journaled) before the one it takes.
+    let (out, report) = crashtest(&[
+        "crashtest",
+        keel_tests::TESTBED,
+        "decide_patiently",
+        "--input",
+        r#""p""#,
+        "--resume",
+        r#"decide:p={"approved": true, "note": ""}"#,
+        "--resume",
+        r#"decide:p={"approved": true, "note": "ok"}"#,
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(
+        report["clean"]["output"], r#"{"approved":true,"note":"ok"}"#,
+        "{report}"
+    );
+    // The refusal is written with the next payload's request: a crash
+    // before that write loses both, and the recovered run refuses again.
+    let ends: Vec<&str> = report["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["journal_ends_with"].as_str().unwrap())
+        .collect();
+    assert!(
+        ends.iter().filter(|e| **e == "hook_received").count() >= 2,
+        "crashes after each payload: {ends:?}"
+    );
 }
 
 #[test]

@@ -188,7 +188,7 @@ pub struct Signup {
     pub api: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 pub struct Approval {
     pub approved: bool,
 }

@@ -41,6 +41,15 @@ pub struct Attempts {
     pub before_retry: u32,
 }
 
+/// Where a retry of a failed run starts over, and the payload it skips.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPlan {
+    /// The journal's entries from this one on no longer count.
+    pub from_seq: u64,
+    /// The refused payload the retry skips, as `(token, index)`.
+    pub skip: Option<(String, u64)>,
+}
+
 /// Why an entry cannot be appended to a journal.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IndexError {
@@ -128,13 +137,88 @@ impl JournalIndex {
     }
 
     /// Where a retry of this failed run starts over: its first step failed
-    /// for good, or else its end.
-    pub fn retry_point(&self) -> Option<u64> {
-        let mut effective = self.effective();
-        effective
+    /// for good, or a payload it refused and never asked past (the hook
+    /// asked for no payload after it), whichever came first; else its end.
+    /// A retry from a refused payload skips that payload.
+    pub fn retry_plan(&self) -> Option<RetryPlan> {
+        let effective: Vec<&Entry> = self.effective().collect();
+        let step_failed = effective
+            .iter()
             .find(|e| matches!(e.fact, Fact::StepFailed { .. }))
-            .or_else(|| self.entries.last().filter(|e| e.fact.is_end()))
-            .map(|e| e.seq)
+            .map(|e| RetryPlan {
+                from_seq: e.seq,
+                skip: None,
+            });
+        let refused = effective.iter().enumerate().find_map(|(pos, e)| {
+            let Fact::HookRefused {
+                request,
+                token,
+                index,
+                ..
+            } = &e.fact
+            else {
+                return None;
+            };
+            let asked_again = effective[pos..]
+                .iter()
+                .any(|later| matches!(&later.fact, Fact::HookNext { token: t, .. } if t == token));
+            let asked = self.command(*request)?;
+            (!asked_again).then(|| RetryPlan {
+                from_seq: asked.seq,
+                skip: Some((token.clone(), *index)),
+            })
+        });
+        match (step_failed, refused) {
+            (Some(s), Some(r)) => Some(if r.from_seq < s.from_seq { r } else { s }),
+            (first, None) | (None, first) => first.or_else(|| {
+                self.entries
+                    .last()
+                    .filter(|e| e.fact.is_end())
+                    .map(|e| RetryPlan {
+                        from_seq: e.seq,
+                        skip: None,
+                    })
+            }),
+        }
+    }
+
+    /// A retry was recorded after `command` (the run ended and was retried
+    /// since the workflow issued it).
+    pub fn retried_after(&self, command: u32) -> bool {
+        match (self.commands.get(command as usize), self.last_retry) {
+            (Some(&at), Some(retry)) => retry > at,
+            _ => false,
+        }
+    }
+
+    /// The index after the last payload of hook `token` the journal took
+    /// (received or skipped): where the hook's inbox goes on from when it
+    /// is registered again after a retry.
+    pub fn payloads_taken(&self, token: &str) -> u64 {
+        self.effective()
+            .filter_map(|e| match &e.fact {
+                Fact::HookNext {
+                    command,
+                    token: t,
+                    index,
+                    ..
+                } if t == token && self.is_completed(*command) => Some(index + 1),
+                Fact::PayloadSkipped { token: t, index } if t == token => Some(index + 1),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The payloads a retry skipped, as `(token, index)`: a hook's
+    /// `hook-next` is given the first payload after them.
+    pub fn skipped_payloads(&self) -> HashSet<(String, u64)> {
+        self.effective()
+            .filter_map(|e| match &e.fact {
+                Fact::PayloadSkipped { token, index } => Some((token.clone(), *index)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The entry that would be appended next for `fact` at `now_ms`: the
@@ -584,7 +668,11 @@ mod tests {
             },
         ]);
         assert!(index.has_ended());
-        assert_eq!(index.retry_point(), Some(6), "the step's failure for good");
+        assert_eq!(
+            index.retry_plan().map(|p| p.from_seq),
+            Some(6),
+            "the step's failure for good"
+        );
         let retry = index.next_entry(Fact::RunRetried { from_seq: 6 }, 10);
         index.push(retry).unwrap();
         assert!(!index.has_ended());
@@ -602,6 +690,103 @@ mod tests {
         index.push(again).unwrap();
         assert_eq!(index.command(2).unwrap().seq, 10);
         assert_eq!(index.effective().count(), 8);
+    }
+
+    fn next(command: u32, index: u64) -> Fact {
+        Fact::HookNext {
+            command,
+            hook: 0,
+            token: "t".into(),
+            index,
+        }
+    }
+
+    fn received(command: u32) -> Fact {
+        Fact::HookReceived {
+            command,
+            payload: "1".into(),
+        }
+    }
+
+    fn refused(command: u32, request: u32, index: u64) -> Fact {
+        Fact::HookRefused {
+            command,
+            request,
+            token: "t".into(),
+            index,
+            reason: "does not decode".into(),
+        }
+    }
+
+    fn hook() -> Fact {
+        Fact::HookCreated {
+            command: 0,
+            token: "t".into(),
+            force: false,
+            registration: crate::journal::HookRegistration::Registered,
+        }
+    }
+
+    fn failed() -> Fact {
+        Fact::RunFailed {
+            kind: "workflow_failed".into(),
+            error: "payload error".into(),
+        }
+    }
+
+    #[test]
+    fn a_retry_of_a_run_failed_by_a_payload_it_refused_skips_the_payload() {
+        // Payload 0 is taken, payload 1 refused and the run fails on it.
+        let mut index = journal(vec![
+            hook(),
+            next(1, 0),
+            received(1),
+            next(2, 1),
+            received(2),
+            refused(3, 2, 1),
+            failed(),
+        ]);
+        let plan = index.retry_plan().unwrap();
+        assert_eq!(plan.from_seq, 3, "from the request of the refused payload");
+        assert_eq!(plan.skip, Some(("t".to_string(), 1)));
+        let retried = index.next_entry(Fact::RunRetried { from_seq: 3 }, 10);
+        index.push(retried).unwrap();
+        let skipped = index.next_entry(
+            Fact::PayloadSkipped {
+                token: "t".into(),
+                index: 1,
+            },
+            10,
+        );
+        index.push(skipped).unwrap();
+        assert_eq!(index.command_count(), 2, "the request is asked again");
+        assert!(index.is_completed(1), "payload 0 stays taken");
+        assert_eq!(
+            index.skipped_payloads(),
+            [("t".to_string(), 1)].into_iter().collect()
+        );
+    }
+
+    #[test]
+    fn a_refused_payload_the_workflow_asked_past_is_not_where_a_retry_starts() {
+        let index = journal(vec![
+            hook(),
+            next(1, 0),
+            received(1),
+            refused(2, 1, 0),
+            next(3, 1),
+            received(3),
+            step(4),
+            Fact::StepFailed {
+                command: 4,
+                error: "503".into(),
+                fatal: true,
+                attempts: 1,
+            },
+            failed(),
+        ]);
+        let plan = index.retry_plan().unwrap();
+        assert_eq!((plan.from_seq, plan.skip), (7, None), "the step's failure");
     }
 
     fn cancel() -> Fact {

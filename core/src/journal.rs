@@ -222,6 +222,22 @@ pub enum Fact {
         index: u64,
         reply: String,
     },
+    /// The workflow refused the payload its `hook-next` command `request`
+    /// received (payload `index` of hook `token`): it does not decode as
+    /// the hook's type. A retry of a run that failed on it skips it.
+    HookRefused {
+        command: u32,
+        request: u32,
+        token: String,
+        index: u64,
+        reason: String,
+    },
+    /// A retry skipped payload `index` of hook `token`, which the run had
+    /// refused: the hook's next `hook-next` is given the payload after it.
+    PayloadSkipped {
+        token: String,
+        index: u64,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -268,7 +284,8 @@ impl Fact {
             | Fact::AttributeSet { command, .. }
             | Fact::StreamWritten { command, .. }
             | Fact::StreamClosed { command, .. }
-            | Fact::HookReplied { command, .. } => Some(*command),
+            | Fact::HookReplied { command, .. }
+            | Fact::HookRefused { command, .. } => Some(*command),
             _ => None,
         }
     }
@@ -320,6 +337,8 @@ impl Fact {
             Fact::StreamWritten { .. } => "stream_written",
             Fact::StreamClosed { .. } => "stream_closed",
             Fact::HookReplied { .. } => "hook_replied",
+            Fact::HookRefused { .. } => "hook_refused",
+            Fact::PayloadSkipped { .. } => "payload_skipped",
         }
     }
 
@@ -360,6 +379,9 @@ impl Fact {
                 "a reply of {} to payload {index} of hook `{token}`",
                 excerpt(reply, 80)
             ),
+            Fact::HookRefused { token, index, .. } => {
+                format!("the refusal of payload {index} of hook `{token}`")
+            }
             Fact::ChildStarted {
                 workflow,
                 deployment,

@@ -301,9 +301,48 @@ pub struct HookRecord {
     pub active: bool,
     /// Index of the next payload resumed into it.
     pub next_payload: u64,
+    /// The JSON Schema of the hook's payload type, when the workflow gave
+    /// one: a payload resumed into the hook must fit it.
+    pub payload_schema: Option<String>,
 }
 
-impl crate::codec::Stored for HookRecord {}
+impl crate::codec::Stored for HookRecord {
+    /// 2: `payload_schema` was added.
+    const VERSION: u16 = 2;
+
+    fn decode_earlier(version: u16, bytes: &[u8]) -> Option<Result<Self, postcard::Error>> {
+        (version == 1).then(|| crate::codec::decode_layout::<HookRecordV1>(bytes).map(Into::into))
+    }
+}
+
+/// A hook record as keel wrote it before `payload_schema` (layout 1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HookRecordV1 {
+    token: HookToken,
+    run_id: RunId,
+    command: Option<u32>,
+    metadata: Option<String>,
+    created_at_ms: u64,
+    retain_until_ms: Option<u64>,
+    active: bool,
+    next_payload: u64,
+}
+
+impl From<HookRecordV1> for HookRecord {
+    fn from(v1: HookRecordV1) -> HookRecord {
+        HookRecord {
+            token: v1.token,
+            run_id: v1.run_id,
+            command: v1.command,
+            metadata: v1.metadata,
+            created_at_ms: v1.created_at_ms,
+            retain_until_ms: v1.retain_until_ms,
+            active: v1.active,
+            next_payload: v1.next_payload,
+            payload_schema: None,
+        }
+    }
+}
 
 impl HookRecord {
     /// The run holding the token at `now_ms`, if any.
@@ -330,6 +369,10 @@ pub enum Registration {
     /// Another run holds it and `force` takes it over: write the hook, and
     /// tell this run (a claim and a wakeup) that it lost the token.
     TakeFrom(RunId),
+    /// The run's own start hook, which takes the payload schema the
+    /// workflow gives it: write this record (the held one with that schema)
+    /// and answer `BoundToStart`.
+    Bind(HookRecord),
 }
 
 impl Registration {
@@ -346,7 +389,15 @@ impl Registration {
         };
         if *owner == hook.run_id {
             if held.is_start_hook() {
-                Registration::Answer(HookRegistration::BoundToStart)
+                match &hook.payload_schema {
+                    Some(schema) if held.payload_schema.as_ref() != Some(schema) => {
+                        Registration::Bind(HookRecord {
+                            payload_schema: Some(schema.clone()),
+                            ..held.clone()
+                        })
+                    }
+                    _ => Registration::Answer(HookRegistration::BoundToStart),
+                }
             } else if held.command == hook.command {
                 Registration::Answer(HookRegistration::Registered)
             } else {
@@ -419,6 +470,40 @@ mod tests {
     }
 
     #[test]
+    fn a_hook_record_of_layout_1_is_read_without_a_payload_schema() {
+        let hook = HookRecord {
+            token: "t".into(),
+            run_id: "r".into(),
+            command: Some(3),
+            metadata: Some("{}".into()),
+            created_at_ms: 7,
+            retain_until_ms: None,
+            active: true,
+            next_payload: 2,
+            payload_schema: None,
+        };
+        let v1 = HookRecordV1 {
+            token: "t".into(),
+            run_id: "r".into(),
+            command: Some(3),
+            metadata: Some("{}".into()),
+            created_at_ms: 7,
+            retain_until_ms: None,
+            active: true,
+            next_payload: 2,
+        };
+        let bytes = postcard::to_stdvec(&(1u16, v1)).unwrap();
+        assert_eq!(codec::decode::<HookRecord>(&bytes, "hook").unwrap(), hook);
+        let typed = HookRecord {
+            payload_schema: Some(r#"{"type":"boolean"}"#.into()),
+            ..hook
+        };
+        let v2 = codec::encode(&typed);
+        assert_eq!(v2[0], 2, "written with layout 2");
+        assert_eq!(codec::decode::<HookRecord>(&v2, "hook").unwrap(), typed);
+    }
+
+    #[test]
     fn a_token_is_held_while_active_or_retained() {
         let mut hook = HookRecord {
             token: "t".into(),
@@ -429,6 +514,7 @@ mod tests {
             retain_until_ms: Some(100),
             active: true,
             next_payload: 0,
+            payload_schema: None,
         };
         assert_eq!(hook.holder(500).map(|r| r.as_str()), Some("r"));
         hook.active = false;
@@ -448,6 +534,7 @@ mod tests {
             retain_until_ms: None,
             active: true,
             next_payload: 0,
+            payload_schema: None,
         };
         let mine = hook("a", Some(2));
         let decide = |held: Option<&HookRecord>, force| Registration::decide(held, &mine, force, 0);

@@ -205,6 +205,16 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                     last.ended_at_ms = Some(at);
                 }
             }
+            Fact::HookRefused {
+                request,
+                index,
+                reason,
+                ..
+            } => {
+                if let Some(i) = waits.get(request).and_then(|h| row(&mut rows, *h)) {
+                    rows[i].error = Some(format!("payload {index} refused: {reason}"));
+                }
+            }
             Fact::HookDisposed { hook, .. } => end(&mut rows, *hook, at, None),
             Fact::RunAwaited { command, run_id }
             | Fact::RunStatusRead {
@@ -293,7 +303,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             // A run's streams are read as streams, not rows.
             | Fact::StreamWritten { .. }
             | Fact::StreamClosed { .. }
-            | Fact::HookReplied { .. } => {}
+            | Fact::HookReplied { .. }
+            | Fact::PayloadSkipped { .. } => {}
         }
     }
     rows.sort_by_key(|r| r.command);

@@ -90,6 +90,15 @@ impl From<String> for HookOptions {
 
 /// Creates a hook whose payloads are `T`s (JSON).
 ///
+/// `T`'s JSON Schema is recorded with the hook: a resume whose payload
+/// does not fit it is refused (`invalid_input`, naming each place) before
+/// anything is delivered, so a malformed payload never reaches the run.
+/// Derive [`schemars::JsonSchema`](crate::JsonSchema) for the payload type,
+/// or take `serde_json::Value` for any JSON. A payload that fits the
+/// schema but does not decode (a custom `Deserialize` that refuses it) is
+/// refused by the run: awaiting it fails with [`Error::Payload`], and a
+/// retry of a run that failed on it skips that payload.
+///
 /// On the run's own start token the hook binds to the start hook: nothing
 /// new is registered and [`Hook::conflict`] is `None`; metadata, retention
 /// and force belong to `start()` there and are refused with
@@ -114,13 +123,16 @@ impl From<String> for HookOptions {
 ///     if update.done { break; }
 /// }
 /// ```
-pub fn create_hook<T: DeserializeOwned>(options: impl Into<HookOptions>) -> Result<Hook<T>, Error> {
+pub fn create_hook<T: DeserializeOwned + schemars::JsonSchema>(
+    options: impl Into<HookOptions>,
+) -> Result<Hook<T>, Error> {
     let options = options.into();
     let hook = host::create_hook(&types::HookOptions {
         token: options.token,
         metadata: options.metadata,
         min_retention_ms: options.min_retention.map(millis),
         force: options.force,
+        payload_schema: serde_json::to_string(&schemars::schema_for!(T)).ok(),
     })
     .map_err(Error::HookOptions)?;
     let conflict = match hook.registration {
@@ -220,10 +232,11 @@ impl<T: DeserializeOwned> Hook<T> {
             Outcome::HookPayload(json) => serde_json::from_str(&json)
                 .map(|payload| (payload, request))
                 .map_err(|e| {
-                    Error::Payload(format!(
-                        "a payload of hook `{}` does not decode: {e}",
-                        self.token
-                    ))
+                    let reason = format!("a payload of hook `{}` does not decode: {e}", self.token);
+                    // Journaled, so that a retry of a run this fails skips
+                    // the payload instead of failing on it again.
+                    let _ = host::hook_refuse(request, &reason);
+                    Error::Payload(reason)
                 }),
             Outcome::HookRejected(types::HookRejection::ForceClaimed(by)) => {
                 Err(Error::HookForceClaimed {

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use keel_core::ComponentHash;
 use keel_core::flow::{Concurrency, RateLimit, StepConcurrency};
@@ -99,15 +100,7 @@ impl Loaded {
         let Some(validator) = self.inputs.get(workflow) else {
             return Ok(());
         };
-        let problems: Vec<String> = validator
-            .iter_errors(input)
-            .take(5)
-            .map(|e| {
-                let at = e.instance_path.to_string();
-                let at = if at.is_empty() { "/".to_string() } else { at };
-                format!("at {at}: {e}")
-            })
-            .collect();
+        let problems = schema_problems(validator, input);
         if problems.is_empty() {
             return Ok(());
         }
@@ -115,6 +108,62 @@ impl Loaded {
             workflow: workflow.into(),
             problems,
         })
+    }
+}
+
+/// The first places `value` departs from `validator`'s schema, each as
+/// `at /path: what`; empty when it fits.
+pub(crate) fn schema_problems(
+    validator: &jsonschema::Validator,
+    value: &serde_json::Value,
+) -> Vec<String> {
+    validator
+        .iter_errors(value)
+        .take(5)
+        .map(|e| {
+            let at = e.instance_path.to_string();
+            let at = if at.is_empty() { "/".to_string() } else { at };
+            format!("at {at}: {e}")
+        })
+        .collect()
+}
+
+/// Compiled payload schemas of hooks, by schema text: the few payload
+/// types a deployment's hooks have are compiled once, not per resume.
+#[derive(Default)]
+pub(crate) struct PayloadSchemas {
+    compiled: std::sync::Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
+}
+
+/// Most schemas kept compiled; past it the cache starts over.
+const MAX_COMPILED_SCHEMAS: usize = 256;
+
+impl PayloadSchemas {
+    /// The places `payload` departs from `schema` (empty when it fits, or
+    /// when the schema does not compile, which is logged once).
+    pub(crate) fn problems(&self, schema: &str, payload: &serde_json::Value) -> Vec<String> {
+        let validator = {
+            let mut compiled = self.compiled.lock().expect("schema cache");
+            if compiled.len() >= MAX_COMPILED_SCHEMAS && !compiled.contains_key(schema) {
+                compiled.clear();
+            }
+            compiled
+                .entry(schema.to_string())
+                .or_insert_with(|| {
+                    let parsed = serde_json::from_str(schema).map_err(|e| e.to_string());
+                    match parsed
+                        .and_then(|s| jsonschema::validator_for(&s).map_err(|e| e.to_string()))
+                    {
+                        Ok(v) => Some(Arc::new(v)),
+                        Err(e) => {
+                            tracing::warn!("ignoring a hook's payload schema: {e}");
+                            None
+                        }
+                    }
+                })
+                .clone()
+        };
+        validator.map_or_else(Vec::new, |v| schema_problems(&v, payload))
     }
 }
 

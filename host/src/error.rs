@@ -51,6 +51,16 @@ pub enum Error {
         problems: Vec<String>,
     },
 
+    /// A resumed payload is JSON of another shape than the hook's payload
+    /// type: nothing was delivered.
+    #[error("the payload does not fit the payload type of hook `{token}` (held by run {run_id}): {}; nothing was delivered", problems.join("; "))]
+    PayloadMismatch {
+        token: String,
+        run_id: RunId,
+        /// Each place it departs from the schema: `at /path: what`.
+        problems: Vec<String>,
+    },
+
     #[error("no run `{run_id}` in this store")]
     RunNotFound { run_id: RunId },
 
@@ -340,7 +350,9 @@ impl Error {
             Error::MissingExports { .. } => ErrorKind::MissingExports,
             Error::UnsupportedImport { .. } => ErrorKind::UnsupportedImport,
             Error::UnknownWorkflow { .. } => ErrorKind::UnknownWorkflow,
-            Error::InvalidInput { .. } | Error::InputMismatch { .. } => ErrorKind::InvalidInput,
+            Error::InvalidInput { .. }
+            | Error::InputMismatch { .. }
+            | Error::PayloadMismatch { .. } => ErrorKind::InvalidInput,
             Error::InvalidRequest { .. } => ErrorKind::InvalidRequest,
             Error::RunNotFound { .. } => ErrorKind::RunNotFound,
             Error::NonDeterminism { .. } => ErrorKind::NonDeterminism,
@@ -464,6 +476,9 @@ impl Error {
             ],
             Error::InvalidLimit(e) => vec![("field", e.field.to_string())],
             Error::InputMismatch { workflow, .. } => vec![("workflow", workflow.clone())],
+            Error::PayloadMismatch { token, run_id, .. } => {
+                vec![("token", token.clone()), ("run_id", run_id.to_string())]
+            }
             Error::BoundExceeded { run_id, bound, .. } => {
                 let mut ids = vec![("bound", bound.to_string())];
                 if let Some(run_id) = run_id {

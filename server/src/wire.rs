@@ -318,6 +318,10 @@ pub struct HookView {
     pub active: bool,
     /// Payloads resumed into it so far.
     pub payloads: u64,
+    /// The JSON Schema its payloads must fit, when the workflow gave its
+    /// payload type one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_schema: Option<Value>,
 }
 
 impl From<&HookRecord> for HookView {
@@ -331,6 +335,7 @@ impl From<&HookRecord> for HookView {
             retain_until_ms: h.retain_until_ms,
             active: h.active,
             payloads: h.next_payload,
+            payload_schema: h.payload_schema.as_deref().map(value_of),
         }
     }
 }
@@ -346,6 +351,7 @@ impl From<HookView> for HookRecord {
             retain_until_ms: v.retain_until_ms,
             active: v.active,
             next_payload: v.payloads,
+            payload_schema: v.payload_schema.map(|s| s.to_string()),
         }
     }
 }

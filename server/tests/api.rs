@@ -1886,6 +1886,50 @@ async fn a_waiting_run_says_over_http_which_hook_resumes_it() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_payload_that_does_not_fit_the_hooks_type_is_refused_over_http() {
+    let s = server(None).await;
+    let (status, run) = s
+        .post(
+            "/v1/workflows/order_updates/runs",
+            json!({"input": {"order_id": "w-2", "note": "placed"}, "hook": {"token": "order:w-2"},
+                   "wait_ms": 10000, "return_on_wait": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    // The workflow's own hook on the token holds the payload type's schema.
+    let (_, resumed) = s
+        .post(
+            "/v1/hooks/order:w-2/resume?wait_ms=10000&return_on_wait=true",
+            json!({"note": "paid"}),
+        )
+        .await;
+    assert_eq!(resumed["status"], "waiting", "{resumed}");
+    let (_, hook) = s.get("/v1/hooks/order:w-2").await;
+    assert_eq!(
+        hook["payload_schema"]["properties"]["note"]["type"], "string",
+        "{hook}"
+    );
+    let (status, refused) = s
+        .post("/v1/hooks/order:w-2/resume", json!({"note": 5}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(error_kind(&refused), "invalid_input");
+    assert_eq!(refused["error"]["ids"]["run_id"], run_id, "{refused}");
+    assert_eq!(refused["error"]["ids"]["token"], "order:w-2", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("at /note:"), "{message}");
+    let (_, journal) = s.get(&format!("/v1/runs/{run_id}/journal")).await;
+    let received = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "hook_received")
+        .count();
+    assert_eq!(received, 1, "only the payload that fits: {journal}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn cancelling_a_run_that_had_ended_is_refused_over_http_as_from_the_cli() {
     let s = server(None).await;
     let done = s.ten_steps(2).await;

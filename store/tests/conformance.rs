@@ -255,6 +255,7 @@ mod postgres {
                  DROP TABLE {schema}.cancel_requests; DROP TABLE {schema}.jobs;
                  DROP TABLE {schema}.streams; DROP TABLE {schema}.chunks;
                  ALTER TABLE {schema}.inbox DROP COLUMN payload_id;
+                 ALTER TABLE {schema}.hooks DROP COLUMN payload_schema;
                  DROP INDEX {schema}.watchers_watcher;
                  ALTER TABLE {schema}.components DROP COLUMN stored_at_ms;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
@@ -332,6 +333,7 @@ mod postgres {
             retain_until_ms: None,
             active: true,
             next_payload: 0,
+            payload_schema: None,
         };
         a.admit(keel_store::Admission {
             run: &record,

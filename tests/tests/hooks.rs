@@ -906,3 +906,143 @@ async fn a_payload_whose_delivery_is_unconfirmed_says_its_outcome_is_unknown() {
     let ended = keel.drive(&run.run_id).await.unwrap();
     assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
 }
+
+/// The facts of `run_id`'s journal, by name.
+async fn fact_names(keel: &Keel, run_id: &str) -> Vec<&'static str> {
+    let journal = keel.journal(run_id).await.unwrap();
+    journal.iter().map(|e| e.fact.name()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_that_does_not_fit_the_hooks_type_is_refused_and_the_run_keeps_waiting() {
+    let store = TestStore::new();
+    let (keel, c) = common::open(store.config()).await;
+    let waiting = run(&keel, &c, "decide", r#""a""#).await;
+    assert_eq!(waiting.status, RunStatus::Waiting);
+    let hook = keel.get_hook("decide:a").await.unwrap();
+    assert!(
+        hook.payload_schema
+            .as_deref()
+            .is_some_and(|s| s.contains("approved")),
+        "the hook keeps its payload type's schema: {hook:?}"
+    );
+    for (payload, at) in [
+        (r#"{"approved": "yes", "note": "n"}"#, "/approved"),
+        (r#"{"approved": true}"#, "/"),
+        (r#"{"approved": true, "note": "n", "extra": 1}"#, "/"),
+    ] {
+        match keel.resume_hook("decide:a", payload).await {
+            Err(e @ Error::PayloadMismatch { .. }) => {
+                assert_eq!(e.kind(), keel_host::core::ErrorKind::InvalidInput);
+                let Error::PayloadMismatch {
+                    token,
+                    run_id,
+                    problems,
+                } = &e
+                else {
+                    unreachable!()
+                };
+                assert_eq!((token.as_str(), run_id), ("decide:a", &waiting.run_id));
+                assert!(
+                    problems.iter().any(|p| p.starts_with(&format!("at {at}:"))),
+                    "{payload}: {problems:?}"
+                );
+            }
+            other => panic!("{payload} was not refused: {other:?}"),
+        }
+    }
+    let still = keel.drive(&waiting.run_id).await.unwrap();
+    assert_eq!(still.status, RunStatus::Waiting, "nothing was delivered");
+    assert!(
+        !fact_names(&keel, &waiting.run_id)
+            .await
+            .contains(&"hook_received")
+    );
+    keel.resume_hook("decide:a", r#"{"approved": true, "note": "fine"}"#)
+        .await
+        .unwrap();
+    let done = keel.drive(&waiting.run_id).await.unwrap();
+    assert_eq!(output(&done), json!({"approved": true, "note": "fine"}));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_failed_by_a_payload_it_refused_is_retried_past_it() {
+    let store = TestStore::new();
+    let (keel, c) = common::open(store.config()).await;
+    let waiting = run(&keel, &c, "decide", r#""b""#).await;
+    // Fits the schema (a string), but the workflow's type refuses a blank
+    // note.
+    keel.resume_hook("decide:b", r#"{"approved": true, "note": " "}"#)
+        .await
+        .unwrap();
+    let failed = keel.drive(&waiting.run_id).await.unwrap();
+    assert_eq!(failed.status, RunStatus::Failed, "{failed:?}");
+    assert!(
+        failed
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("a note cannot be blank")),
+        "{failed:?}"
+    );
+    assert!(
+        fact_names(&keel, &waiting.run_id)
+            .await
+            .contains(&"hook_refused")
+    );
+    let first_step_ids = common::step_ids(&keel.journal(&waiting.run_id).await.unwrap());
+
+    keel.retry(&waiting.run_id).await.unwrap();
+    let retried = keel.drive(&waiting.run_id).await.unwrap();
+    assert_eq!(
+        retried.status,
+        RunStatus::Waiting,
+        "the refused payload is skipped: the run waits for the next one ({retried:?})"
+    );
+    let names = fact_names(&keel, &waiting.run_id).await;
+    assert!(names.contains(&"payload_skipped"), "{names:?}");
+    keel.resume_hook("decide:b", r#"{"approved": false, "note": "no"}"#)
+        .await
+        .unwrap();
+    let done = keel.drive(&waiting.run_id).await.unwrap();
+    assert_eq!(output(&done), json!({"approved": false, "note": "no"}));
+    let journal = keel.journal(&waiting.run_id).await.unwrap();
+    let attempts_of_first_step = journal
+        .iter()
+        .filter(|e| matches!(e.fact, Fact::StepAttemptStarted { command: 0, .. }))
+        .count();
+    assert_eq!(
+        attempts_of_first_step, 1,
+        "the step before the payload did not run again"
+    );
+    assert_eq!(
+        common::step_ids(&keel_host::core::index::effective_entries(&journal))[0],
+        first_step_ids[0],
+        "the first step keeps its ID"
+    );
+    assert!(keel.replay(&waiting.run_id, None).await.unwrap().is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workflow_that_passes_over_a_refused_payload_takes_the_next() {
+    let store = TestStore::new();
+    let (keel, c) = common::open(store.config()).await;
+    let waiting = run(&keel, &c, "decide_patiently", r#""c""#).await;
+    keel.resume_hook("decide:c", r#"{"approved": true, "note": ""}"#)
+        .await
+        .unwrap();
+    keel.resume_hook("decide:c", r#"{"approved": true, "note": "yes"}"#)
+        .await
+        .unwrap();
+    let done = keel.drive(&waiting.run_id).await.unwrap();
+    assert_eq!(output(&done), json!({"approved": true, "note": "yes"}));
+    let journal = keel.journal(&waiting.run_id).await.unwrap();
+    let refused: Vec<u64> = journal
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::HookRefused { index, .. } => Some(*index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused, vec![0], "payload 0 was refused, once");
+    assert!(keel.replay(&waiting.run_id, None).await.unwrap().is_ok());
+}

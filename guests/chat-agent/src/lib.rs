@@ -77,7 +77,7 @@ struct ChatReply {
 }
 
 /// A person's decision on a tool call.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct Approval {
     approved: bool,
 }

@@ -22,7 +22,7 @@ pub struct OrderNote {
 }
 
 /// A follow-up delivered to an order's hook.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct OrderUpdate {
     pub note: String,
     #[serde(default)]

@@ -15,7 +15,7 @@ pub struct OrderRequest {
     pub confirmed: bool,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct Confirmation {
     pub confirmed: bool,
 }

@@ -871,8 +871,59 @@ async fn replier(token: String) -> Result<u32, Error> {
     }
 }
 
+/// A text that is not blank: its schema is a string's, but it refuses to
+/// decode from a blank one, so a payload can fit the hook's schema and
+/// still be refused by the run.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(transparent)]
+pub struct Note(String);
+
+impl<'de> Deserialize<'de> for Note {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim().is_empty() {
+            return Err(serde::de::Error::custom("a note cannot be blank"));
+        }
+        Ok(Note(text))
+    }
+}
+
+/// A decision on a typed hook.
+#[derive(Debug, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Decision {
+    pub approved: bool,
+    pub note: Note,
+}
+
+/// Records `id`, then waits for a [`Decision`] on hook `decide:ID` and
+/// returns it; a payload that does not decode fails the run.
+#[workflow]
+async fn decide(id: String) -> Result<Decision, Error> {
+    noop(1).await?;
+    let mut decisions = keel_sdk::create_hook::<Decision>(format!("decide:{id}"))?;
+    let decision = decisions.next().await?;
+    noop(2).await?;
+    Ok(decision)
+}
+
+/// [`decide`] that passes over payloads that do not decode (each refused
+/// and journaled) until one does.
+#[workflow]
+async fn decide_patiently(id: String) -> Result<Decision, Error> {
+    let mut decisions = keel_sdk::create_hook::<Decision>(format!("decide:{id}"))?;
+    loop {
+        match decisions.next().await {
+            Err(Error::Payload(_)) => continue,
+            other => return other,
+        }
+    }
+}
+
 keel_sdk::component!(
     workflows = [
+        decide,
+        decide_patiently,
         refundable,
         book_through_child,
         family,

@@ -26,6 +26,10 @@ impl External {
     }
 }
 
+/// The largest payload schema a hook keeps; a larger one is not kept (its
+/// payloads are then checked by the workflow alone).
+const MAX_PAYLOAD_SCHEMA_BYTES: usize = 64 * 1024;
+
 /// A hook the workflow holds a handle to.
 pub(super) struct OpenHook {
     pub(super) token: String,
@@ -64,6 +68,24 @@ impl Activation {
             },
         )?;
         let registration = match recorded {
+            Some(HookRegistration::Registered)
+                if !self.offline && self.journal.retried_after(command) =>
+            {
+                // The run's end released the token and a retry brought the
+                // run back: hold it again, its inbox going on after the
+                // payloads the journal took.
+                let next_payload = self.journal.payloads_taken(&token);
+                match self
+                    .register(&token, command, &options, next_payload)
+                    .await?
+                {
+                    HookRegistration::Registered => {}
+                    other => {
+                        tracing::warn!(run_id = %self.run_id, token, ?other, "a retried run's hook could not hold its token again: payloads go to the run that holds it")
+                    }
+                }
+                HookRegistration::Registered
+            }
             Some(registration) => registration,
             None => {
                 // Tokens are unique among active hooks, within a run too.
@@ -72,7 +94,7 @@ impl Activation {
                         owner_run_id: self.run_id.to_string(),
                     }
                 } else {
-                    self.register(&token, command, &options).await?
+                    self.register(&token, command, &options, 0).await?
                 };
                 self.record_command(Fact::HookCreated {
                     command,
@@ -118,15 +140,23 @@ impl Activation {
         }))
     }
 
-    /// Registers the hook of `command` in the store, waking the run it
-    /// takes the token from, if any.
+    /// Registers the hook of `command` in the store, its inbox starting at
+    /// `next_payload`, waking the run it takes the token from, if any.
     async fn register(
         &mut self,
         token: &str,
         command: u32,
         options: &wit::HookOptions,
+        next_payload: u64,
     ) -> wasmtime::Result<HookRegistration> {
         let now = self.now_ms();
+        let payload_schema = options
+            .payload_schema
+            .clone()
+            .filter(|schema| schema.len() <= MAX_PAYLOAD_SCHEMA_BYTES);
+        if payload_schema.is_none() && options.payload_schema.is_some() {
+            tracing::warn!(run_id = %self.run_id, token, "the hook's payload schema is over {MAX_PAYLOAD_SCHEMA_BYTES} bytes: its payloads are not checked at resume");
+        }
         let hook = HookRecord {
             token: token.into(),
             run_id: self.run_id.clone(),
@@ -135,7 +165,8 @@ impl Activation {
             created_at_ms: now,
             retain_until_ms: options.min_retention_ms.map(|ms| now.saturating_add(ms)),
             active: true,
-            next_payload: 0,
+            next_payload,
+            payload_schema,
         };
         self.flush_before_effect().await?;
         let registered = self
@@ -157,6 +188,13 @@ impl Activation {
                 "it awaits hook {handle}, which it does not hold (it was disposed of, or its token is held by another run)"
             )));
         };
+        // A payload a retry skipped is never handed out again.
+        while self
+            .skipped
+            .contains(&(hook.token.clone(), hook.next_index))
+        {
+            hook.next_index += 1;
+        }
         let (token, index) = (hook.token.clone(), hook.next_index);
         hook.next_index += 1;
         let (command, _) = self.command(
@@ -381,6 +419,39 @@ impl Activation {
             self.record_command(fact(command))?;
             self.journal.set_attribute(key, value);
         }
+        Ok(Ok(()))
+    }
+
+    /// `hook-refuse(request, reason)`: journals the refusal of the payload
+    /// that the `hook-next` command `request` received, which a retry of a
+    /// run failed by it skips.
+    pub(super) fn hook_refuse(
+        &mut self,
+        request: u32,
+        reason: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let Some(Fact::HookNext { token, index, .. }) =
+            self.journal.command(request).map(|e| e.fact)
+        else {
+            return Ok(Err(format!("command {request} is not a hook's request")));
+        };
+        if !self.journal.is_completed(request) {
+            return Ok(Err(format!(
+                "payload {index} of hook `{token}` has not been received"
+            )));
+        }
+        let reason = keel_core::journal::excerpt(&reason, 1024);
+        self.command(
+            |f| matches!(f, Fact::HookRefused { request: r, .. } if *r == request).then_some(()),
+            |command| Fact::HookRefused {
+                command,
+                request,
+                token: token.clone(),
+                index,
+                reason: reason.clone(),
+            },
+        )?;
+        tracing::warn!(run_id = %self.run_id, token, index, reason, "the workflow refused a payload");
         Ok(Ok(()))
     }
 

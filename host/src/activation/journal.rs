@@ -10,6 +10,7 @@
 //! before a flush loses only entries whose effects never left the run,
 //! which the recovered run makes again.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -388,6 +389,21 @@ impl RunJournal {
     /// The recorded command `command`, if any.
     pub(super) fn command(&self, command: u32) -> Option<Entry> {
         self.lock().index.command(command).cloned()
+    }
+
+    /// A retry was recorded after `command`.
+    pub(super) fn retried_after(&self, command: u32) -> bool {
+        self.lock().index.retried_after(command)
+    }
+
+    /// The index after the last payload of hook `token` the run took.
+    pub(super) fn payloads_taken(&self, token: &str) -> u64 {
+        self.lock().index.payloads_taken(token)
+    }
+
+    /// The payloads a retry skipped, as `(token, index)`.
+    pub(super) fn skipped_payloads(&self) -> HashSet<(String, u64)> {
+        self.lock().index.skipped_payloads()
     }
 
     pub(super) fn is_completed(&self, command: u32) -> bool {

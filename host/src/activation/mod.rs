@@ -86,6 +86,8 @@ pub struct Activation {
     external: HashMap<u32, External>,
     /// The hooks the workflow created, by handle.
     hooks: HashMap<u32, OpenHook>,
+    /// The payloads a retry skipped, as `(token, index)`.
+    skipped: HashSet<(String, u64)>,
     tasks: Vec<JoinHandle<()>>,
     /// The engine's instance slots, which this activation holds one of.
     slots: Arc<Slots>,
@@ -122,6 +124,7 @@ impl Activation {
         slots: Arc<Slots>,
     ) -> Self {
         let recorded_commands = journal.command_count();
+        let skipped = journal.skipped_payloads();
         let grace = outside.limits().cancel_grace;
         Activation {
             run_id: journal.run_id().clone(),
@@ -140,6 +143,7 @@ impl Activation {
             timers: HashMap::new(),
             external: HashMap::new(),
             hooks: HashMap::new(),
+            skipped,
             tasks: Vec::new(),
             grace,
             slots,
@@ -787,5 +791,13 @@ impl WorkflowCalls for Activation {
         reply: String,
     ) -> wasmtime::Result<Result<(), String>> {
         Activation::hook_reply(self, request, reply).await
+    }
+
+    async fn hook_refuse(
+        &mut self,
+        request: u32,
+        reason: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        Activation::hook_refuse(self, request, reason)
     }
 }

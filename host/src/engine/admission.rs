@@ -219,6 +219,7 @@ impl Keel {
                 .map(|r| now.saturating_add(r.as_millis() as u64)),
             active: true,
             next_payload: 0,
+            payload_schema: None,
         });
         let timeout_ms = options.timeout.map(|t| t.as_millis() as u64).or_else(|| {
             component

@@ -256,10 +256,30 @@ impl Keel {
                 run_id: run.run_id.clone(),
                 reason: format!("the stored journal is malformed: {e}"),
             })?;
-        let from_seq = index
-            .retry_point()
+        let plan = index
+            .retry_plan()
             .ok_or_else(|| refuse("its journal records no failure".into()))?;
+        let from_seq = plan.from_seq;
         let entry = index.next_entry(Fact::RunRetried { from_seq }, self.now_ms());
+        // A retry from a payload the run refused skips it, or the run
+        // would be handed it again and fail again.
+        let mut entries = vec![entry.clone()];
+        if let Some((token, payload)) = plan.skip {
+            tracing::info!(
+                run_id,
+                token,
+                payload,
+                "the retry skips the payload the run refused"
+            );
+            entries.push(Entry {
+                seq: entry.seq + 1,
+                at_ms: entry.at_ms,
+                fact: Fact::PayloadSkipped {
+                    token,
+                    index: payload,
+                },
+            });
+        }
         // A run of a concurrency group gets back the slot it held when it
         // failed, deferred: it comes due at once and asks for a slot (or
         // queues) like a delayed start.
@@ -276,7 +296,7 @@ impl Keel {
         run.output = None;
         run.updated_at_ms = entry.at_ms;
         self.store()
-            .append(run_id, std::slice::from_ref(&entry), Some(&run), None)
+            .append(run_id, &entries, Some(&run), None)
             .await
             .map_err(|e| unconfirmed(e.into(), run_id, "retry"))?;
         let _ = self.inner.journaled.send(run.run_id.clone());

@@ -85,6 +85,8 @@ pub(crate) struct Inner {
     /// What steps run with, by component hash, as last read from the
     /// deployment when a run of that component was activated.
     step_settings: Mutex<HashMap<keel_core::ComponentHash, Arc<crate::steps::StepSettings>>>,
+    /// Hooks' payload schemas, compiled once each.
+    payload_schemas: crate::component::PayloadSchemas,
 }
 
 /// How many runs one page of a listing reads at most.
@@ -155,6 +157,7 @@ impl Keel {
                 stopping: Default::default(),
                 deployments: Mutex::default(),
                 step_settings: Mutex::default(),
+                payload_schemas: Default::default(),
             }),
         };
         keel.listen_for_wakes();

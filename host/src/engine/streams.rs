@@ -162,6 +162,7 @@ impl Keel {
             None,
         )?;
         let value = super::admission::parse_json(payload)?;
+        self.check_payload(token, &value).await?;
         let resumed = self
             .store()
             .deliver(token, &value.to_string(), payload_id)
@@ -181,6 +182,29 @@ impl Keel {
             self.poke(run_id);
         }
         Ok(resumed)
+    }
+
+    /// Fails with `PayloadMismatch`, naming each place, when the hook
+    /// holding `token` has a payload schema that `payload` does not fit. A
+    /// token no hook holds is left to the delivery to refuse.
+    async fn check_payload(&self, token: &str, payload: &serde_json::Value) -> Result<()> {
+        let hook = match self.store().get_hook(token, self.now_ms()).await {
+            Ok(hook) => hook,
+            Err(keel_store::StoreError::HookNotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(schema) = hook.payload_schema.as_deref().filter(|_| hook.active) else {
+            return Ok(());
+        };
+        let problems = self.inner.payload_schemas.problems(schema, payload);
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(Error::PayloadMismatch {
+            token: token.into(),
+            run_id: hook.run_id,
+            problems,
+        })
     }
 
     /// The reply to the payload of ID `payload_id` delivered to the hook

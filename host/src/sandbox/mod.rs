@@ -99,6 +99,12 @@ pub trait WorkflowCalls: Send {
         request: u32,
         reply: String,
     ) -> wasmtime::Result<Result<(), String>>;
+    /// Refuses the payload a `hook-next` command received.
+    async fn hook_refuse(
+        &mut self,
+        request: u32,
+        reason: String,
+    ) -> wasmtime::Result<Result<(), String>>;
 }
 
 /// What a step may do beyond its grants: resume other runs' hooks, write
@@ -554,6 +560,15 @@ impl keel::workflow::workflow_context::Host for HostState {
     ) -> wasmtime::Result<Result<(), String>> {
         let _call = self.pulse.keel_call();
         self.calls()?.hook_reply(request, reply).await
+    }
+
+    async fn hook_refuse(
+        &mut self,
+        request: u32,
+        reason: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let _call = self.pulse.keel_call();
+        self.calls()?.hook_refuse(request, reason).await
     }
 }
 

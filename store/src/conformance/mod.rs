@@ -102,6 +102,7 @@ cases!(
     resuming_without_an_active_hook_is_not_found,
     a_force_claim_moves_the_token_and_tells_the_old_owner,
     a_recovered_registration_finds_its_own_hook,
+    a_hook_keeps_its_payload_schema,
     disposing_releases_a_token_at_once,
     journals_read_back_in_order_and_children_stay_apart,
     a_status_change_is_stored_with_its_entries,
@@ -190,6 +191,7 @@ fn hook(
         retain_until_ms,
         active: true,
         next_payload: 0,
+        payload_schema: None,
     }
 }
 
@@ -510,6 +512,66 @@ async fn a_recovered_registration_finds_its_own_hook(h: &dyn Harness) -> Outcome
     check(bound.registration == HookRegistration::BoundToStart, || {
         format!("{bound:?}")
     })
+}
+
+async fn a_hook_keeps_its_payload_schema(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    admit(&*store, "a", None, None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    let schema = r#"{"type":"object","required":["approved"]}"#;
+    let typed = HookRecord {
+        payload_schema: Some(schema.into()),
+        ..hook("t", "a", Some(1), None)
+    };
+    store
+        .register_hook(&typed, false, 0)
+        .await
+        .map_err(fail("register"))?;
+    let got = store.get_hook("t", 0).await.map_err(fail("get"))?;
+    check(got.payload_schema.as_deref() == Some(schema), || {
+        format!("get_hook: {:?}", got.payload_schema)
+    })?;
+    let listed = store.list_hooks(0).await.map_err(fail("list"))?;
+    check(
+        listed
+            .iter()
+            .any(|h| h.token == "t" && h.payload_schema.as_deref() == Some(schema)),
+        || format!("list_hooks: {listed:?}"),
+    )?;
+    // A workflow's hook on its run's start token gives the start hook its
+    // payload type.
+    admit(
+        &*store,
+        "b",
+        Some(&hook("start:b", "b", None, None)),
+        None,
+        0,
+    )
+    .await
+    .map_err(fail("admit b"))?;
+    let bound = store
+        .register_hook(
+            &HookRecord {
+                payload_schema: Some(schema.into()),
+                ..hook("start:b", "b", Some(0), None)
+            },
+            false,
+            0,
+        )
+        .await
+        .map_err(fail("bind"))?;
+    check(bound.registration == HookRegistration::BoundToStart, || {
+        format!("{bound:?}")
+    })?;
+    let start = store
+        .get_hook("start:b", 0)
+        .await
+        .map_err(fail("get start"))?;
+    check(
+        start.is_start_hook() && start.payload_schema.as_deref() == Some(schema),
+        || format!("the start hook: {start:?}"),
+    )
 }
 
 async fn disposing_releases_a_token_at_once(h: &dyn Harness) -> Outcome {

@@ -14,11 +14,11 @@ pub(super) fn hook_of(row: &tokio_postgres::Row) -> HookRecord {
         retain_until_ms: row.get::<_, Option<i64>>("retain_until_ms").map(u),
         active: row.get("active"),
         next_payload: u(row.get("next_payload")),
+        payload_schema: row.get("payload_schema"),
     }
 }
 
-pub(super) const HOOK_COLUMNS: &str =
-    "token, run_id, command, metadata, created_at_ms, retain_until_ms, active, next_payload";
+pub(super) const HOOK_COLUMNS: &str = "token, run_id, command, metadata, created_at_ms, retain_until_ms, active, next_payload, payload_schema";
 
 /// Writes `hook` as a new row (`existing` false) or over the row it
 /// replaces, whose lock the caller holds.
@@ -29,10 +29,11 @@ pub(super) async fn write_hook(
 ) -> Result<Attempt<()>> {
     let sql = if existing {
         "UPDATE hooks SET run_id = $2, command = $3, metadata = $4, created_at_ms = $5,
-             retain_until_ms = $6, active = $7, next_payload = $8 WHERE token = $1"
+             retain_until_ms = $6, active = $7, next_payload = $8, payload_schema = $9
+             WHERE token = $1"
     } else {
         "INSERT INTO hooks (token, run_id, command, metadata, created_at_ms, retain_until_ms,
-             active, next_payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+             active, next_payload, payload_schema) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
     };
     let written = tx
         .run(
@@ -46,6 +47,7 @@ pub(super) async fn write_hook(
                 &hook.retain_until_ms.map(i),
                 &hook.active,
                 &i(hook.next_payload),
+                &hook.payload_schema,
             ],
         )
         .await;
@@ -90,6 +92,12 @@ impl HookStore for PgStore {
                         return Ok(Attempt::Retry);
                     }
                     registered(HookRegistration::Registered, None)
+                }
+                Registration::Bind(start) => {
+                    if let Attempt::Retry = write_hook(tx, &start, true).await? {
+                        return Ok(Attempt::Retry);
+                    }
+                    registered(HookRegistration::BoundToStart, None)
                 }
                 Registration::TakeFrom(owner) => {
                     tx.run(

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -190,6 +190,10 @@ CREATE TABLE chunks (
 ALTER TABLE inbox ADD COLUMN payload_id text;
 CREATE UNIQUE INDEX inbox_payload_id ON inbox (run_id, token, payload_id)
     WHERE payload_id IS NOT NULL;
+"#,
+    // The schema a hook's payloads must fit.
+    r#"
+ALTER TABLE hooks ADD COLUMN payload_schema text;
 "#,
 ];
 

@@ -34,6 +34,10 @@ impl HookStore for SledStore {
                         write_hook(hooks, run_hooks, hook)?;
                         registered(HookRegistration::Registered, None)
                     }
+                    Registration::Bind(start) => {
+                        write_hook(hooks, run_hooks, &start)?;
+                        registered(HookRegistration::BoundToStart, None)
+                    }
                     Registration::TakeFrom(owner) => {
                         claims.insert(key_of(&owner, &hook.token), hook.run_id.as_bytes())?;
                         wakeups.insert(owner.as_bytes(), &[])?;
