@@ -408,10 +408,17 @@ pub enum Command {
     /// of the points tried; non-zero on any violation. Each run gets a
     /// store of its own; steps get the grants given with --allow-*.
     Crashtest {
-        /// The component's `.wasm`.
+        /// The component's `.wasm`, or a guest crate's directory (built
+        /// first).
         component: PathBuf,
-        /// The workflow to run.
-        workflow: String,
+        /// The workflow to run (or name a scenario with --scenario).
+        #[arg(required_unless_present = "scenario")]
+        workflow: Option<String>,
+        /// A `keel test` scenario (tests/runs/NAME.json): its workflow,
+        /// input, grants and hook payloads, its time skipped; its expected
+        /// output is checked against the clean run.
+        #[arg(long, value_name = "FILE", conflicts_with = "workflow")]
+        scenario: Option<PathBuf>,
         /// The run's input, as JSON; `@FILE` reads it from a file, `-` from
         /// standard input.
         #[arg(long, default_value = "null")]

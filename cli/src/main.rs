@@ -255,18 +255,50 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Crashtest {
             component,
             workflow,
+            scenario,
             input,
             cancel,
             resume,
             cancel_when_waiting,
         } => {
-            let input = request::text_arg("--input", input)?;
             let script = crashtest::Script {
-                cancel_at_start: cancel.clone(),
                 resumes: resume.clone(),
                 cancel_when_waiting: cancel_when_waiting.clone(),
             };
-            crashtest::run(component, workflow, input, config(&cli)?, script, json).await
+            let mut config = config(&cli)?;
+            let (workflow, input, mut steps, expected) = match (scenario, workflow) {
+                (Some(path), _) => {
+                    let scenario = scaffold::Scenario::read(path)?;
+                    let grants = request::grants_of(&cli)?.with(&scenario.grants);
+                    config.grants = keel_host::Grants::of(&grants);
+                    (
+                        scenario.workflow.clone(),
+                        scenario.input.to_string(),
+                        scenario.script(),
+                        Some(scenario.expected()),
+                    )
+                }
+                (None, Some(workflow)) => {
+                    let input = request::text_arg("--input", input)?;
+                    (workflow.clone(), input, Vec::new(), None)
+                }
+                (None, None) => anyhow::bail!("name a WORKFLOW or a --scenario FILE"),
+            };
+            steps.extend(script.steps()?);
+            // A crate's directory is built first, as `keel test` does.
+            let component = match component.is_dir() {
+                true => scaffold::build(component)?,
+                false => component.clone(),
+            };
+            let test = keel_host::crashtest::CrashTest {
+                component,
+                workflow,
+                input,
+                config,
+                script: steps,
+                cancel_at_start: cancel.clone(),
+            };
+            crashtest::run(&test, expected.as_ref(), json).await
         }
         Command::Bench(args) => bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Replay {

@@ -7,8 +7,8 @@ use std::process::{Command, ExitCode};
 
 use anyhow::Context;
 use keel_host::core::clock::ManualClock;
-use keel_host::core::timeline::WaitingOn;
-use keel_host::core::{Clock, GrantSpec, RunRecord, RunStatus};
+use keel_host::core::{Clock, GrantSpec, RunError, RunRecord, RunStatus};
+use keel_host::script::{Driven, Scripted, describe_waits, drive_scripted};
 use keel_host::{Config, Keel, Replayer};
 use serde::Deserialize;
 use serde_json::Value;
@@ -137,21 +137,103 @@ fn git_init(dir: &Path) {
 /// way, and what it must give.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Scenario {
-    workflow: String,
+pub struct Scenario {
+    pub workflow: String,
     #[serde(default)]
-    input: Value,
+    pub input: Value,
     /// The output expected of a completed run.
     output: Option<Value>,
     /// The error kind expected of a failed run.
     error_kind: Option<String>,
     /// What its steps may reach, besides the command line's `--allow-*`.
     #[serde(default)]
-    grants: GrantSpec,
+    pub grants: GrantSpec,
     /// Payloads resumed into its hooks, in order, each once the run waits
     /// on its token.
     #[serde(default)]
     hooks: Vec<ScriptedPayload>,
+}
+
+impl Scenario {
+    /// Reads the scenario file at `path`.
+    pub fn read(path: &Path) -> anyhow::Result<Scenario> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the scenario {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{} is not a scenario ({{workflow, input, output | error_kind, grants, hooks: [{{token, payload, after}}]}})",
+                path.display()
+            )
+        })
+    }
+
+    /// Its hook payloads as a script.
+    pub fn script(&self) -> Vec<Scripted> {
+        self.hooks
+            .iter()
+            .map(|p| Scripted::Resume {
+                token: p.token.clone(),
+                payload: p.payload.to_string(),
+                after: p.after,
+            })
+            .collect()
+    }
+
+    /// How its run must end.
+    pub fn expected(&self) -> Expected {
+        match (&self.output, &self.error_kind) {
+            (Some(output), _) => Expected::Output(output.clone()),
+            (None, Some(kind)) => Expected::ErrorKind(kind.clone()),
+            (None, None) => Expected::Completed,
+        }
+    }
+}
+
+/// How a scenario's run must end.
+pub enum Expected {
+    /// Completed with this output.
+    Output(Value),
+    /// Failed with an error of this kind.
+    ErrorKind(String),
+    /// Completed, whatever its output.
+    Completed,
+}
+
+impl Expected {
+    /// Fails, saying how, unless a run that ended `status` with `output`
+    /// (JSON) and `error` is what it expects.
+    pub fn check(
+        &self,
+        status: RunStatus,
+        output: Option<&str>,
+        error: Option<&RunError>,
+    ) -> anyhow::Result<()> {
+        let output = output.map(serde_json::from_str::<Value>).transpose()?;
+        let how = || {
+            error.map_or(status.as_str().to_string(), |e| {
+                format!("{}: {}", e.kind, e.message)
+            })
+        };
+        match self {
+            Expected::Output(expected) => anyhow::ensure!(
+                output.as_ref() == Some(expected),
+                "expected output {expected}, got {} ({})",
+                output.map_or("none".into(), |o| o.to_string()),
+                how()
+            ),
+            Expected::ErrorKind(kind) => anyhow::ensure!(
+                error.is_some_and(|e| &e.kind == kind),
+                "expected a failure of kind {kind}, got {}",
+                how()
+            ),
+            Expected::Completed => anyhow::ensure!(
+                status == RunStatus::Completed,
+                "the run did not complete: {}",
+                how()
+            ),
+        }
+        Ok(())
+    }
 }
 
 /// A payload a scenario resumes into a hook.
@@ -311,60 +393,33 @@ pub async fn test(
 async fn play(
     keel: &Keel,
     clock: &ManualClock,
-    mut run: RunRecord,
-    payloads: &[ScriptedPayload],
+    run: RunRecord,
+    script: &[Scripted],
 ) -> anyhow::Result<RunRecord> {
-    let mut next = payloads.iter().peekable();
-    let mut waiting_since = clock.now_ms();
-    while run.status == RunStatus::Waiting {
-        let waits = keel.waiting_on(&run).await?;
-        let awaited = |token: &str| {
-            waits
-                .iter()
-                .any(|w| matches!(w, WaitingOn::Hook { token: t } if t == token))
-        };
-        let due = waits
-            .iter()
-            .filter_map(|w| match w {
-                WaitingOn::Timer { due_at_ms } => Some(*due_at_ms),
-                _ => None,
-            })
-            .min();
-        let scripted = next.peek().filter(|p| awaited(&p.token));
-        let comes_at =
-            scripted.map(|p| waiting_since + p.after.map_or(0, |a| a.as_millis() as u64));
-        match (comes_at, due) {
-            (Some(at), due) if due.is_none_or(|d| at < d) => {
-                let p = next.next().expect("peeked");
-                clock.advance_to(at);
-                keel.resume_hook(&p.token, &p.payload.to_string()).await?;
-            }
-            (_, Some(due)) => clock.advance_to(due),
-            (_, None) => anyhow::bail!(
+    let taken = std::sync::atomic::AtomicUsize::new(0);
+    let run = match drive_scripted(keel, clock, &run.run_id, script, &taken).await? {
+        Driven::Ended(run) => run,
+        Driven::Stuck { waits, .. } => {
+            let next = script.get(taken.load(std::sync::atomic::Ordering::SeqCst));
+            anyhow::bail!(
                 "the run waits on {} and the scenario resumes nothing there{}; add a payload to its `hooks`",
-                waits
-                    .iter()
-                    .map(|w| match w {
-                        WaitingOn::Hook { token } => format!("hook `{token}`"),
-                        WaitingOn::Timer { due_at_ms } => format!("a timer due {due_at_ms}"),
-                        WaitingOn::Run { run_id } => format!("run {run_id}"),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                next.peek()
-                    .map(|p| format!(" (its next payload is for `{}`)", p.token))
-                    .unwrap_or_default()
-            ),
+                describe_waits(&waits),
+                match next {
+                    Some(Scripted::Resume { token, .. }) =>
+                        format!(" (its next payload is for `{token}`)"),
+                    _ => String::new(),
+                }
+            )
         }
-        run = keel.drive(&run.run_id).await?;
-        waiting_since = clock.now_ms();
+    };
+    if let Some(Scripted::Resume { token, .. }) =
+        script.get(taken.load(std::sync::atomic::Ordering::SeqCst))
+    {
+        anyhow::bail!(
+            "the run ended ({}) before it waited on hook `{token}`, which the scenario resumes",
+            run.status.as_str()
+        );
     }
-    anyhow::ensure!(
-        next.peek().is_none(),
-        "the run ended ({}) before it waited on hook `{}`, which the scenario resumes",
-        run.status.as_str(),
-        next.peek().map(|p| p.token.as_str()).unwrap_or_default()
-    );
     Ok(run)
 }
 
@@ -377,13 +432,7 @@ async fn run_scenario(
     cache_dir: &Path,
     grants: &GrantSpec,
 ) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(scenario)?;
-    let s: Scenario = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not a scenario ({{workflow, input, output | error_kind, grants, hooks: [{{token, payload, after}}]}})",
-            scenario.display()
-        )
-    })?;
+    let s = Scenario::read(scenario)?;
     let store = std::env::temp_dir().join(format!(
         "keel-test-{}-{}",
         std::process::id(),
@@ -417,32 +466,9 @@ async fn run_scenario(
                 .join(", ")
         );
         let run = keel.run(&loaded, &s.workflow, &s.input.to_string()).await?;
-        let run = play(&keel, &clock, run, &s.hooks).await?;
-        let output = run
-            .output
-            .as_deref()
-            .map(serde_json::from_str::<Value>)
-            .transpose()?;
-        match (&s.output, &s.error_kind) {
-            (Some(expected), _) => anyhow::ensure!(
-                output.as_ref() == Some(expected),
-                "expected output {expected}, got {} ({})",
-                output.map_or("none".into(), |o| o.to_string()),
-                run.error
-                    .as_ref()
-                    .map_or(run.status.as_str().to_string(), |e| e.message.clone())
-            ),
-            (None, Some(kind)) => anyhow::ensure!(
-                run.error.as_ref().is_some_and(|e| &e.kind == kind),
-                "expected a failure of kind {kind}, got {:?}",
-                run.error
-            ),
-            (None, None) => anyhow::ensure!(
-                run.status == keel_host::core::RunStatus::Completed,
-                "the run did not complete: {:?}",
-                run.error
-            ),
-        }
+        let run = play(&keel, &clock, run, &s.script()).await?;
+        s.expected()
+            .check(run.status, run.output.as_deref(), run.error.as_ref())?;
         if journal.exists() {
             return Ok(String::new());
         }

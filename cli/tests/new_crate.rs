@@ -272,6 +272,65 @@ fn a_scenario_grants_http_skips_a_days_sleep_and_scripts_a_hook_payload() {
         text(&second)
     );
 
+    // The same scenario crash-tested: at every journal write, the run
+    // recovers to the same output, its charge made once per step ID.
+    let charged = api.charges().len();
+    let crashed = keel(
+        &dir,
+        &[
+            "crashtest",
+            ".",
+            "--scenario",
+            "tests/runs/signup.json",
+            "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_slice(&crashed.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&crashed)));
+    assert!(crashed.status.success(), "{report}");
+    assert_eq!(
+        report["clean"]["output"], "\"registered:approved\"",
+        "{report}"
+    );
+    let points = report["points"].as_array().unwrap();
+    assert!(points.len() >= 8, "{report}");
+    let ends: Vec<&str> = points
+        .iter()
+        .map(|p| p["journal_ends_with"].as_str().unwrap())
+        .collect();
+    for kind in ["step_attempt_started", "timer_fired", "hook_received"] {
+        assert!(ends.contains(&kind), "a crash after {kind}: {ends:?}");
+    }
+    // Every trial is the same run (the same step IDs): all of them made
+    // one charge between them.
+    let after = api.charges();
+    assert_eq!(after.len(), charged + 1, "{after:?}");
+    // A scenario that expects another output fails the crash test too.
+    let mut wrong: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tests/runs/signup.json")).unwrap())
+            .unwrap();
+    wrong["output"] = "registered:declined".into();
+    std::fs::write(dir.join("tests/runs/wrong.json"), wrong.to_string()).unwrap();
+    let refused = keel(
+        &dir,
+        &[
+            "crashtest",
+            ".",
+            "--scenario",
+            "tests/runs/wrong.json",
+            "--json",
+        ],
+    );
+    assert!(!refused.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert!(
+        report["unexpected"]
+            .as_str()
+            .is_some_and(|u| u.contains("registered:declined")),
+        "{report}"
+    );
+    std::fs::remove_file(dir.join("tests/runs/wrong.json")).unwrap();
+
     // Without the payload, the scenario says what the run waits on.
     std::fs::remove_file(dir.join("journals/signup.journal")).unwrap();
     std::fs::write(

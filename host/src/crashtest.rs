@@ -8,9 +8,11 @@
 //! clean run's, and the journal replays.
 //!
 //! A run that waits for something outside it is moved on by the test's
-//! script: each time it waits, the next payload is resumed into its hook
-//! or it is cancelled; a run can also be cancelled as soon as it starts,
-//! so that its cleanup (a saga's compensations) is crash-tested too.
+//! script ([`crate::script`]): each time it waits, the next payload is
+//! resumed into its hook or it is cancelled, and its timers fire at once on
+//! the test's manual clock; a run can also be cancelled as soon as it
+//! starts, so that its cleanup (a saga's compensations) is crash-tested
+//! too.
 //!
 //! A step that is not idempotent (one that repeats its side effect when it
 //! runs again after a crash, instead of keying it by its step ID) shows up
@@ -21,14 +23,18 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::AtomicUsize;
 
+use keel_core::Clock;
+use keel_core::clock::ManualClock;
 use keel_core::index::effective_entries;
 use keel_core::journal::{Entry, Fact};
 use keel_core::{RunError, RunStatus};
 use keel_store::faulty::{Crash, CrashWhen, FaultyStore};
 use keel_store::sled::SledStore;
 
+pub use crate::script::Scripted;
+use crate::script::{Driven, describe_waits, drive_scripted};
 use crate::{Config, Error, Keel, Result, StartOptions};
 
 /// What to crash-test.
@@ -39,22 +45,14 @@ pub struct CrashTest {
     pub workflow: String,
     /// The run's input, as JSON.
     pub input: String,
-    /// The engine's settings (grants, bounds); each run gets its own store.
+    /// The engine's settings (grants, bounds); each run gets its own store,
+    /// and every run the test's manual clock.
     pub config: Config,
     /// Cancel the run (with this reason) as soon as it is admitted.
     pub cancel_at_start: Option<String>,
     /// What moves the run on each time it waits for something outside it,
     /// in order.
     pub script: Vec<Scripted>,
-}
-
-/// One step of a crash test's script.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Scripted {
-    /// Resume the hook holding `token` with `payload` (JSON).
-    Resume { token: String, payload: String },
-    /// Cancel the run, with `reason`.
-    Cancel { reason: String },
 }
 
 /// How a run ended, as the checks compare it.
@@ -91,8 +89,30 @@ pub struct PointReport {
     /// The crash struck (a run that makes fewer writes this time, with
     /// steps racing, may not reach the point).
     pub reached: bool,
-    /// What recovery broke; empty when it kept everything.
+    /// What recovery broke that no earlier point showed; empty when it
+    /// kept everything.
     pub violations: Vec<String>,
+    /// What it broke that an earlier point showed first (a repeated
+    /// effect leaves its trace outside the run, which later points see
+    /// again): each names that point.
+    pub repeated: Vec<String>,
+}
+
+/// What recovery broke at one point: `subject` names what (the run's
+/// ending, a step's output, ...) so that a later point breaking the same
+/// thing is reported as a repeat.
+struct Violation {
+    subject: String,
+    message: String,
+}
+
+impl Violation {
+    fn new(subject: impl Into<String>, message: String) -> Violation {
+        Violation {
+            subject: subject.into(),
+            message,
+        }
+    }
 }
 
 /// The clean run and every crash point.
@@ -122,13 +142,34 @@ pub async fn crashtest(
     // Every run has the same ID, so its steps have the same IDs: a service
     // that keys effects by step ID sees each trial as that run recovering.
     let run_id = uuid::Uuid::now_v7().to_string();
-    let (clean, base) = clean_run(test, root.path(), &run_id).await?;
+    // Time the run waits passes at once: every wait comes back to the
+    // script, which moves the clock to when it is due.
+    let clock = ManualClock::at(crate::SystemClock.now_ms());
+    let mut test = test.clone();
+    test.config.clock = clock.clone();
+    test.config.park_limit = std::time::Duration::ZERO;
+    let test = &test;
+    let (clean, base) = clean_run(test, root.path(), &run_id, &clock).await?;
     let mut points = Vec::new();
+    // Where each subject was first seen broken.
+    let mut first_seen = std::collections::HashMap::<String, String>::new();
     for at_write in 1..=clean.journal_writes {
         for when in [CrashWhen::Before, CrashWhen::After] {
             let crash = Crash { at_write, when };
-            let trial = Trial::new(test, root.path(), &crash_name(crash), &run_id);
-            let point = crash_point(test, &trial, &base, &clean, crash).await?;
+            let trial = Trial::new(test, root.path(), &crash_name(crash), &run_id, &clock);
+            let (mut point, broken) = crash_point(test, &trial, &base, &clean, crash).await?;
+            for v in broken {
+                match first_seen.get(&v.subject) {
+                    Some(at) => point
+                        .repeated
+                        .push(format!("{} (first at {at})", v.subject)),
+                    None => {
+                        let at = format!("write {at_write} {}", when.as_str());
+                        first_seen.insert(v.subject, at);
+                        point.violations.push(v.message);
+                    }
+                }
+            }
             progress(&point);
             points.push(point);
         }
@@ -143,11 +184,19 @@ struct Trial {
     run_id: String,
     /// The script's steps taken so far (by the crashed run and its
     /// recovery alike: each is taken once).
-    taken: std::sync::atomic::AtomicUsize,
+    taken: AtomicUsize,
+    /// The test's clock, which the script moves.
+    clock: Arc<ManualClock>,
 }
 
 impl Trial {
-    fn new(test: &CrashTest, root: &Path, name: &str, run_id: &str) -> Trial {
+    fn new(
+        test: &CrashTest,
+        root: &Path,
+        name: &str,
+        run_id: &str,
+        clock: &Arc<ManualClock>,
+    ) -> Trial {
         let dir = root.join(name);
         let mut config = test.config.clone();
         // One compile for all trials.
@@ -157,6 +206,7 @@ impl Trial {
             config,
             run_id: run_id.to_string(),
             taken: Default::default(),
+            clock: clock.clone(),
         }
     }
 
@@ -196,33 +246,19 @@ impl Trial {
         Ok(())
     }
 
-    /// Takes the script's next step on a run that waits; false when the
-    /// script is done.
-    async fn next_step(&self, keel: &Keel, test: &CrashTest) -> Result<bool> {
-        use std::sync::atomic::Ordering;
-        let Some(step) = test.script.get(self.taken.load(Ordering::SeqCst)) else {
-            return Ok(false);
-        };
-        match step {
-            Scripted::Resume { token, payload } => {
-                keel.resume_hook(token, payload).await?;
-            }
-            Scripted::Cancel { reason } => {
-                keel.cancel(&self.run_id, reason, "crashtest").await?;
-            }
-        }
-        self.taken.fetch_add(1, Ordering::SeqCst);
-        Ok(true)
-    }
-
     fn anonymous(&self, text: &str) -> String {
         text.replace(&self.run_id, "{run_id}")
     }
 }
 
 /// The clean run, and its engine, whose runtime the trials share.
-async fn clean_run(test: &CrashTest, root: &Path, run_id: &str) -> Result<(CleanRun, Keel)> {
-    let trial = Trial::new(test, root, "clean", run_id);
+async fn clean_run(
+    test: &CrashTest,
+    root: &Path,
+    run_id: &str,
+    clock: &Arc<ManualClock>,
+) -> Result<(CleanRun, Keel)> {
+    let trial = Trial::new(test, root, "clean", run_id, clock);
     let store = trial.store(None)?;
     let keel = Keel::open(trial.config.clone(), store.clone())?;
     trial.start(&keel, test).await?;
@@ -243,13 +279,15 @@ fn crash_name(crash: Crash) -> String {
     format!("{}-{}", crash.at_write, crash.when.as_str())
 }
 
+/// One crash point: the report (with no violations yet) and what recovery
+/// broke.
 async fn crash_point(
     test: &CrashTest,
     trial: &Trial,
     base: &Keel,
     clean: &CleanRun,
     crash: Crash,
-) -> Result<PointReport> {
+) -> Result<(PointReport, Vec<Violation>)> {
     let reached = {
         let (keel, store) = trial.engine(base, Some(crash))?;
         trial.start(&keel, test).await?;
@@ -270,61 +308,109 @@ async fn crash_point(
     let mut violations = Vec::new();
     let got = ending(trial, &run);
     if got != clean.ending {
-        violations.push(format!(
-            "it ended {} with {}, the clean run {} with {}",
-            got.status.as_str(),
-            describe(&got),
-            clean.ending.status.as_str(),
-            describe(&clean.ending)
+        violations.push(Violation::new(
+            "the run's ending",
+            format!(
+                "it ended {}, the clean run {}: {}",
+                got.status.as_str(),
+                clean.ending.status.as_str(),
+                ending_difference(&clean.ending, &got)
+            ),
         ));
     }
     violations.extend(twice_completed(&journal));
     let got_steps = steps(trial, &journal);
     if got_steps != clean.steps {
-        violations.push(format!(
-            "its steps are {got_steps:?}, the clean run's {:?}",
-            clean.steps
+        violations.push(Violation::new(
+            "the run's steps",
+            format!(
+                "its steps are {got_steps:?}, the clean run's {:?}",
+                clean.steps
+            ),
         ));
     }
     violations.extend(outputs_differ(clean, &got_steps, &outputs(trial, &journal)));
     let streams = workflow_streams(&keel, trial).await?;
     if streams != clean.streams {
-        violations.push(format!(
-            "its workflow's stream writes are {streams:?}, the clean run's {:?}: a write was lost or made twice",
-            clean.streams
+        violations.push(Violation::new(
+            "the workflow's stream writes",
+            format!(
+                "its workflow's stream writes are {streams:?}, the clean run's {:?}: a write was lost or made twice",
+                clean.streams
+            ),
         ));
     }
     let verdict = keel.replay(&trial.run_id, None).await?;
     if !verdict.is_ok() {
-        violations.push(format!("its journal does not replay: {verdict:?}"));
+        violations.push(Violation::new(
+            "the journal's replay",
+            format!("its journal does not replay: {verdict:?}"),
+        ));
     }
-    Ok(PointReport {
+    let point = PointReport {
         crash,
         durable_last,
         reached,
-        violations,
-    })
+        violations: Vec::new(),
+        repeated: Vec::new(),
+    };
+    Ok((point, violations))
+}
+
+/// Where output `got` differs from the clean run's `was`, when both are
+/// JSON objects or arrays: the first fields that differ, as
+/// `/path: clean -> this run`.
+fn field_difference(was: &str, got: &str) -> Option<String> {
+    let json = |s: &str| {
+        serde_json::from_str::<serde_json::Value>(s)
+            .ok()
+            .filter(|v| v.is_object() || v.is_array())
+    };
+    let fields = keel_core::json_diff::diff(&json(was)?, &json(got)?);
+    let shown: Vec<String> = fields.iter().take(5).map(|f| f.line()).collect();
+    let more = match fields.len().saturating_sub(shown.len()) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    Some(format!("{}{more}", shown.join(", ")))
+}
+
+/// How a run's ending `got` differs from the clean run's `was`.
+fn ending_difference(was: &Ending, got: &Ending) -> String {
+    match (&was.output, &got.output) {
+        (Some(w), Some(g)) if field_difference(w, g).is_some() => format!(
+            "its output differs at {} (clean -> this run)",
+            field_difference(w, g).unwrap_or_default()
+        ),
+        _ => format!(
+            "with {}, the clean run with {}",
+            describe(got),
+            describe(was)
+        ),
+    }
 }
 
 /// Drives the run until it ends; a run left waiting for something outside
-/// it (a hook, an event, another run) cannot be crash-tested alone.
+/// it (a hook, an event, another run) with nothing left in the script
+/// cannot be crash-tested alone.
 async fn run_to_end(keel: &Keel, trial: &Trial, test: &CrashTest) -> Result<keel_core::RunRecord> {
-    loop {
-        let run = keel.drive(&trial.run_id).await?;
-        if run.status.is_final() {
-            return Ok(run);
-        }
-        let Some(wake_at) = run.wake_at_ms else {
-            if trial.next_step(keel, test).await? {
-                continue;
-            }
-            return Err(Error::NotCrashTestable {
-                run_id: run.run_id,
-                reason: "it waits for something outside it (a hook, an event or another run) and the test's script has nothing left to give it; a crash test needs a workflow that ends by itself or a script (payloads, a cancel) that ends it".into(),
-            });
-        };
-        let wait = wake_at.saturating_sub(keel.clock_ms());
-        tokio::time::sleep(Duration::from_millis(wait)).await;
+    match drive_scripted(
+        keel,
+        &trial.clock,
+        &trial.run_id,
+        &test.script,
+        &trial.taken,
+    )
+    .await?
+    {
+        Driven::Ended(run) => Ok(run),
+        Driven::Stuck { run, waits } => Err(Error::NotCrashTestable {
+            run_id: run.run_id,
+            reason: format!(
+                "it waits on {} and the test's script has nothing left to give it; a crash test needs a workflow that ends by itself or a script (payloads, a cancel) that ends it",
+                describe_waits(&waits)
+            ),
+        }),
     }
 }
 
@@ -413,14 +499,23 @@ fn outputs_differ(
     clean: &CleanRun,
     steps: &[(String, String)],
     outputs: &std::collections::BTreeMap<String, String>,
-) -> Vec<String> {
+) -> Vec<Violation> {
     steps
         .iter()
         .filter_map(|(name, step_id)| {
             let (got, was) = (outputs.get(step_id)?, clean.outputs.get(step_id)?);
             (got != was).then(|| {
-                format!(
-                    "step `{name}` ({step_id}) completed with output {got}, in the clean run with {was}: it is not idempotent (it repeated its effect when it ran again) or its output depends on when it runs"
+                let how = match field_difference(was, got) {
+                    Some(fields) => format!(
+                        "completed with another output than in the clean run, at {fields} (clean -> this run)"
+                    ),
+                    None => format!("completed with output {got}, in the clean run with {was}"),
+                };
+                Violation::new(
+                    format!("step `{name}` ({step_id})"),
+                    format!(
+                        "step `{name}` ({step_id}) {how}: it is not idempotent (it repeated its effect when it ran again) or its output depends on when it runs"
+                    ),
                 )
             })
         })
@@ -428,7 +523,7 @@ fn outputs_differ(
 }
 
 /// Steps whose completion the journal records more than once.
-fn twice_completed(journal: &[Entry]) -> Vec<String> {
+fn twice_completed(journal: &[Entry]) -> Vec<Violation> {
     let mut counts = std::collections::BTreeMap::<u32, usize>::new();
     for entry in effective_entries(journal) {
         if let Fact::StepCompleted { command, .. } | Fact::StepFailed { command, .. } = entry.fact {
@@ -438,6 +533,40 @@ fn twice_completed(journal: &[Entry]) -> Vec<String> {
     counts
         .into_iter()
         .filter(|(_, n)| *n > 1)
-        .map(|(command, n)| format!("the step of command {command} is recorded ended {n} times"))
+        .map(|(command, n)| {
+            Violation::new(
+                format!("the step of command {command}"),
+                format!("the step of command {command} is recorded ended {n} times"),
+            )
+        })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_that_differ_are_shown_by_the_fields_that_differ() {
+        let was = r#"{"id": 1, "items": [1, 2], "note": "a"}"#;
+        let got = r#"{"id": 1, "items": [1, 3], "note": "b"}"#;
+        assert_eq!(
+            field_difference(was, got).as_deref(),
+            Some(r#"/items/1: 2 -> 3, /note: "a" -> "b""#)
+        );
+        assert_eq!(field_difference("1", "2"), None, "scalars are shown whole");
+        let ending = |output: &str| Ending {
+            status: RunStatus::Completed,
+            output: Some(output.into()),
+            error_kind: None,
+        };
+        assert_eq!(
+            ending_difference(&ending("1"), &ending("2")),
+            "with output 2, the clean run with output 1"
+        );
+        assert!(
+            ending_difference(&ending(was), &ending(got))
+                .starts_with("its output differs at /items/1")
+        );
+    }
 }

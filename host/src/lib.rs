@@ -23,6 +23,7 @@ pub mod observer;
 pub mod replay;
 mod runtime;
 mod sandbox;
+pub mod script;
 mod slots;
 mod steps;
 

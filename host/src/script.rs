@@ -1,0 +1,134 @@
+//! A run moved on by a script, as tests drive one: each time it waits, the
+//! script's next payload is resumed into its hook once the run waits on
+//! that token (after a delay on the engine's manual clock, if the payload
+//! says so), or the run is cancelled; timers and retry backoffs pass at
+//! once, by moving the clock to when they are due. `keel test` scenarios
+//! and the crash harness drive runs this way, so time a workflow sleeps
+//! costs a test nothing.
+//!
+//! The engine driving a scripted run must read the manual clock and park
+//! every wait (`park_limit` zero), so that each wait comes back here.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use keel_core::clock::ManualClock;
+use keel_core::timeline::WaitingOn;
+use keel_core::{Clock, RunRecord};
+
+use crate::{Keel, Result};
+
+/// Most passes in a row that find a run due at once and leave it waiting.
+const MAX_DUE_AT_ONCE: u32 = 1000;
+
+/// One step of a script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scripted {
+    /// Resume the hook holding `token` with `payload` (JSON), `after` the
+    /// run started waiting on it (at once when `None`); a timer due sooner
+    /// fires first.
+    Resume {
+        token: String,
+        payload: String,
+        after: Option<Duration>,
+    },
+    /// Cancel the run, with `reason`, once it waits on nothing that comes
+    /// by itself.
+    Cancel { reason: String },
+}
+
+/// How a scripted drive ended.
+#[derive(Debug)]
+pub enum Driven {
+    /// The run ended.
+    Ended(RunRecord),
+    /// The run waits on `waits` and nothing due or left in the script
+    /// moves it on.
+    Stuck {
+        run: RunRecord,
+        waits: Vec<WaitingOn>,
+    },
+}
+
+/// Drives `run_id` until it ends or nothing moves it on, taking the steps
+/// of `script` from `taken` on (and counting those it takes there, so a
+/// run recovered after a crash goes on with the script where it was).
+pub async fn drive_scripted(
+    keel: &Keel,
+    clock: &ManualClock,
+    run_id: &str,
+    script: &[Scripted],
+    taken: &AtomicUsize,
+) -> Result<Driven> {
+    // Passes that found the run due at once, in a row: a run that stays
+    // due without moving on is stuck, not looped on forever.
+    let mut due_at_once = 0;
+    loop {
+        let run = keel.drive(run_id).await?;
+        if run.status.is_final() {
+            return Ok(Driven::Ended(run));
+        }
+        let since = clock.now_ms();
+        let waits = keel.waiting_on(&run).await?;
+        let due = run.wake_at_ms;
+        let next = script.get(taken.load(Ordering::SeqCst));
+        let comes_at = next.and_then(|step| match step {
+            Scripted::Resume { token, after, .. } => {
+                let awaited = waits
+                    .iter()
+                    .any(|w| matches!(w, WaitingOn::Hook { token: t } if t == token));
+                // A token the run does not wait on itself (a child's, or
+                // a start hook not yet bound) gets its payload once
+                // nothing else comes.
+                let at = since + after.map_or(0, |a| a.as_millis() as u64);
+                (awaited || due.is_none()).then_some(at)
+            }
+            Scripted::Cancel { .. } => due.is_none().then_some(since),
+        });
+        match (comes_at, due) {
+            (Some(at), due) if due.is_none_or(|d| at < d) => {
+                clock.advance_to(at);
+                take(keel, run_id, next.expect("a step comes")).await?;
+                taken.fetch_add(1, Ordering::SeqCst);
+                due_at_once = 0;
+            }
+            (_, Some(due)) if due > since || due_at_once < MAX_DUE_AT_ONCE => {
+                due_at_once = if due > since { 0 } else { due_at_once + 1 };
+                clock.advance_to(due);
+                continue;
+            }
+            _ => return Ok(Driven::Stuck { run, waits }),
+        }
+    }
+}
+
+/// Takes one step of a script.
+async fn take(keel: &Keel, run_id: &str, step: &Scripted) -> Result<()> {
+    match step {
+        Scripted::Resume { token, payload, .. } => {
+            keel.resume_hook(token, payload).await?;
+        }
+        Scripted::Cancel { reason } => {
+            keel.cancel(run_id, reason, "script").await?;
+        }
+    }
+    Ok(())
+}
+
+/// What a stuck run waits on, in words.
+pub fn describe_waits(waits: &[WaitingOn]) -> String {
+    if waits.is_empty() {
+        return "something outside it".into();
+    }
+    waits
+        .iter()
+        .map(|w| match w {
+            WaitingOn::Hook { token } => format!("hook `{token}`"),
+            WaitingOn::Timer { due_at_ms } => {
+                format!("a timer due {}", keel_core::clock::timestamp(*due_at_ms))
+            }
+            WaitingOn::Run { run_id } => format!("run {run_id}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
