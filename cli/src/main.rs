@@ -271,6 +271,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     let scenario = scaffold::Scenario::read(path)?;
                     let grants = request::grants_of(&cli)?.with(&scenario.grants);
                     config.grants = keel_host::Grants::of(&grants);
+                    config.step_stubs = scenario.stubs();
                     (
                         scenario.workflow.clone(),
                         scenario.input.to_string(),

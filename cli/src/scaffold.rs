@@ -152,16 +152,55 @@ pub struct Scenario {
     /// on its token.
     #[serde(default)]
     hooks: Vec<ScriptedPayload>,
+    /// Steps, by name, that do not run: each gives this output instead (a
+    /// recorded answer of a service the test cannot reach).
+    #[serde(default)]
+    stubs: std::collections::BTreeMap<String, Value>,
 }
 
 impl Scenario {
+    /// Its stubbed steps' outputs, as JSON, by step name.
+    pub fn stubs(&self) -> std::sync::Arc<std::collections::BTreeMap<String, String>> {
+        std::sync::Arc::new(
+            self.stubs
+                .iter()
+                .map(|(name, output)| (name.clone(), output.to_string()))
+                .collect(),
+        )
+    }
+
+    /// Fails, naming the ones it has, unless `manifest` exports the
+    /// scenario's workflow and every step it stubs.
+    pub fn check(&self, manifest: &keel_host::core::manifest::Manifest) -> anyhow::Result<()> {
+        let list = |names: Vec<String>| {
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        anyhow::ensure!(
+            manifest.workflow(&self.workflow).is_some(),
+            "the crate exports no workflow `{}`; name one of {} in the scenario's `workflow`",
+            self.workflow,
+            list(manifest.workflow_names())
+        );
+        if let Some(unknown) = self.stubs.keys().find(|s| manifest.step(s).is_none()) {
+            anyhow::bail!(
+                "the scenario stubs step `{unknown}`, which the crate does not export; its steps are {}",
+                list(manifest.step_names())
+            );
+        }
+        Ok(())
+    }
+
     /// Reads the scenario file at `path`.
     pub fn read(path: &Path) -> anyhow::Result<Scenario> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the scenario {}", path.display()))?;
         serde_json::from_str(&text).with_context(|| {
             format!(
-                "{} is not a scenario ({{workflow, input, output | error_kind, grants, hooks: [{{token, payload, after}}]}})",
+                "{} is not a scenario ({{workflow, input, output | error_kind, grants, hooks: [{{token, payload, after}}], stubs: {{STEP: OUTPUT}}}})",
                 path.display()
             )
         })
@@ -441,6 +480,7 @@ async fn run_scenario(
     let _ = std::fs::remove_dir_all(&store);
     let mut config = Config::caching_in(cache_dir);
     config.grants = keel_host::Grants::of(&grants.with(&s.grants));
+    config.step_stubs = s.stubs();
     // The scenario's own clock: time it skips passes at once.
     let clock = ManualClock::at(keel_host::SystemClock.now_ms());
     config.clock = clock.clone();
@@ -449,22 +489,7 @@ async fn run_scenario(
     let result = async {
         let keel = Keel::open_sled(config, &keel_host::store::sled::SledOptions::new(&store))?;
         let loaded = keel.load(wasm).await?;
-        let exported: Vec<&str> = loaded
-            .manifest
-            .workflows
-            .iter()
-            .map(|w| w.name.as_str())
-            .collect();
-        anyhow::ensure!(
-            exported.contains(&s.workflow.as_str()),
-            "the crate exports no workflow `{}`; name one of {} in the scenario's `workflow`",
-            s.workflow,
-            exported
-                .iter()
-                .map(|w| format!("`{w}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        s.check(&loaded.manifest)?;
         let run = keel.run(&loaded, &s.workflow, &s.input.to_string()).await?;
         let run = play(&keel, &clock, run, &s.script()).await?;
         s.expected()

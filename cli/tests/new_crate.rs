@@ -331,6 +331,43 @@ fn a_scenario_grants_http_skips_a_days_sleep_and_scripts_a_hook_payload() {
     );
     std::fs::remove_file(dir.join("tests/runs/wrong.json")).unwrap();
 
+    // A step stubbed with a recorded output does not run: with no grant and
+    // no API at its address, it would fail.
+    let stubbed = serde_json::json!({
+        "workflow": "signup",
+        "input": {"email": "bob@example.com", "api": "http://127.0.0.1:9"},
+        "stubs": {"register": "ch_recorded"},
+        "hooks": [{"token": "approve:bob@example.com", "payload": {"approved": true}}],
+        "output": "registered:approved",
+    });
+    std::fs::write(dir.join("tests/runs/stubbed.json"), stubbed.to_string()).unwrap();
+    let charged = api.charges().len();
+    let out = keel(&dir, &["test"]);
+    assert!(
+        out.status.success() && text(&out).contains("scenario stubbed: ok"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        api.charges().len(),
+        charged + 1,
+        "the signup scenario charged again, the stubbed one did not"
+    );
+    let mut unknown = stubbed.clone();
+    unknown["stubs"] = serde_json::json!({"charge": "x"});
+    std::fs::write(dir.join("tests/runs/stubbed.json"), unknown.to_string()).unwrap();
+    let out = keel(&dir, &["test"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains(
+            "stubs step `charge`, which the crate does not export; its steps are `register`"
+        ),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_file(dir.join("tests/runs/stubbed.json")).unwrap();
+    let _ = std::fs::remove_file(dir.join("journals/stubbed.journal"));
+
     // Without the payload, the scenario says what the run waits on.
     std::fs::remove_file(dir.join("journals/signup.journal")).unwrap();
     std::fs::write(

@@ -30,6 +30,9 @@ pub struct Config {
     pub max_memory: usize,
     /// Capabilities granted to steps.
     pub grants: Grants,
+    /// For tests: steps, by name, that never run; each attempt returns the
+    /// recorded output (JSON) instead, as a scenario's `stubs` say.
+    pub step_stubs: Arc<std::collections::BTreeMap<String, String>>,
     /// Timers due within this bound are awaited in memory; longer ones
     /// suspend the run until a worker resumes it.
     pub park_limit: Duration,
@@ -205,6 +208,7 @@ impl Config {
             activation_timeout: defaults::ACTIVATION_TIMEOUT,
             max_memory: defaults::MAX_MEMORY_MIB << 20,
             grants: Grants::default(),
+            step_stubs: Arc::default(),
             park_limit: defaults::PARK_LIMIT,
             watch_poll: defaults::WATCH_POLL,
             max_instances: defaults::MAX_INSTANCES,

@@ -17,6 +17,8 @@ use keel_store::Grant;
 /// What every step attempt of an engine runs with.
 pub(crate) struct StepRunner {
     pub engine: wasmtime::Engine,
+    /// Steps that never run, by name, with the output each attempt gives.
+    pub stubs: Arc<std::collections::BTreeMap<String, String>>,
     pub clock: Arc<dyn Clock>,
     pub observer: Arc<dyn crate::Observer>,
     /// The instance slots each attempt waits for before it starts.
@@ -418,6 +420,9 @@ impl StepRunner {
         outside: &Arc<dyn StepOutside>,
         grant: &Option<(String, u64)>,
     ) -> Attempt {
+        if let Some(output) = self.stubs.get(&call.name) {
+            return Attempt::Ok(output.clone());
+        }
         let ctx = StepContext {
             metadata: wit::StepMetadata {
                 step_id: call.step_id.to_string(),

@@ -131,6 +131,7 @@ impl Keel {
     fn over(runtime: Arc<Runtime>, config: Config, store: Arc<dyn Store>) -> Keel {
         let steps = Arc::new(StepRunner {
             engine: runtime.engine.clone(),
+            stubs: config.step_stubs.clone(),
             clock: config.clock.clone(),
             observer: config.observer.clone(),
             slots: runtime.slots.clone(),
