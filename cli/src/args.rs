@@ -823,6 +823,11 @@ pub enum RunsCommand {
     Retry {
         /// The run's ID.
         run_id: String,
+        /// Retry it on this deployment's current build (or a build's hash),
+        /// pinning it there: refused, with the first difference, unless its
+        /// journal replays on that build.
+        #[arg(long, value_name = "DEPLOYMENT")]
+        on: Option<String>,
     },
     /// A run's output; with --wait, drive it until it ends first.
     Result {

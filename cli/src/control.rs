@@ -164,9 +164,11 @@ pub enum Request {
         #[serde(default)]
         wait: bool,
     },
-    /// Retry a failed run and drive it on.
+    /// Retry a failed run (on another build, with `on`) and drive it on.
     Retry {
         run_id: String,
+        #[serde(default)]
+        on: Option<String>,
     },
     /// Delete ended runs (`cancel`: live ones too, ended at once first).
     DeleteRuns {
@@ -548,8 +550,11 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 false => Reply::Run(run),
             }
         }
-        Request::Retry { run_id } => {
-            keel.retry(&run_id).await?;
+        Request::Retry { run_id, on } => {
+            match on {
+                Some(target) => keel.retry_on(&run_id, &target).await?,
+                None => keel.retry(&run_id).await?,
+            };
             Reply::Run(keel.drive_acknowledged(&run_id).await?)
         }
         Request::DeleteRuns { run_ids, cancel } => {

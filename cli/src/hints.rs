@@ -68,6 +68,10 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
             "pass --cancel to cancel {} and delete it once it has ended",
             id("run_id")
         ),
+        K::NotRetryable if error.message.contains("no longer matches its journal") => format!(
+            "deploy a build that matches, then `keel runs retry {} --on DEPLOYMENT`",
+            id("run_id")
+        ),
         K::NotRetryable | K::RunEnded => {
             format!("`keel runs show {}` shows how it ended", id("run_id"))
         }

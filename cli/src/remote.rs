@@ -387,11 +387,12 @@ impl Client {
                     .await?;
                 run(self.until_final(asked, wait).await?)
             }
-            Request::Retry { run_id } => {
-                let query = [
+            Request::Retry { run_id, on } => {
+                let mut query = vec![
                     ("wait_ms", WAIT_MS.to_string()),
                     ("return_on_wait", "true".into()),
                 ];
+                query.extend(on.map(|target| ("on", target)));
                 let retried: RunView = self
                     .post(&["v1", "runs", &run_id, "retry"], &query, &())
                     .await?;

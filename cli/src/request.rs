@@ -174,9 +174,10 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             wait: !*detach,
         },
         Command::Runs {
-            command: RunsCommand::Retry { run_id },
+            command: RunsCommand::Retry { run_id, on },
         } => Request::Retry {
             run_id: run_id.clone(),
+            on: on.clone(),
         },
         Command::Runs {
             command: RunsCommand::Delete { run_ids, cancel },

@@ -109,6 +109,36 @@ impl Verdict {
     pub fn is_ok(&self) -> bool {
         matches!(self, Verdict::Ok { .. })
     }
+
+    /// The verdict in one line.
+    pub fn summary(&self) -> String {
+        match self {
+            Verdict::Ok { .. } => "the code matches the journal".into(),
+            Verdict::Diverged(d) => format!(
+                "at command {} the journal holds {}, but the code asks for {}",
+                d.position,
+                d.recorded.line(),
+                d.requested.line()
+            ),
+            Verdict::EndedEarly {
+                issued,
+                recorded,
+                outcome,
+                ..
+            } => format!(
+                "the workflow {outcome} after {issued} command(s), but the journal holds {recorded}"
+            ),
+            Verdict::WentFurther { issued, recorded } => format!(
+                "the journal records the run's end after {recorded} command(s), but the code issues more (at least {issued})"
+            ),
+            Verdict::OutputDiffers { recorded, replayed } => format!(
+                "the code returns {}, where the journal records {}",
+                crate::journal::excerpt(replayed, 80),
+                crate::journal::excerpt(recorded, 80)
+            ),
+            Verdict::Failed { kind, message } => format!("the replay failed: [{kind}] {message}"),
+        }
+    }
 }
 
 /// How an activation ended, as a verdict needs it.

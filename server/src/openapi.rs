@@ -240,7 +240,8 @@ pub fn document() -> Value {
               ("202", "The cancel is recorded; the run's cleanup has not ended within the wait", Some(&run))],
             &["400", "404", "409", "503"])},
         "/v1/runs/{run_id}/retry": {"post": op("retryRun", "Retry a failed run from its failed step (fresh attempts, the same step ID) and drive it",
-            vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], None,
+            vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"})),
+                 query("on", "Retry it on this deployment's current build (or a build's hash), pinned there from then on; refused (409 not_retryable) unless its journal replays on that build", json!({"type": "string", "minLength": 1}))], None,
             &[("200", "The run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503", "507"])},
         "/v1/runs/{run_id}/events": {"get": {
             "operationId": "runEvents",

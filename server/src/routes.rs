@@ -910,7 +910,10 @@ pub async fn retry(
         ms: wait_ms(q.number("wait_ms")?)?,
         return_on_wait: q.flag("return_on_wait")?,
     };
-    let run = s.keel.retry(&run_id).await?;
+    let run = match q.one("on") {
+        Some(target) => s.keel.retry_on(&run_id, &target).await?,
+        None => s.keel.retry(&run_id).await?,
+    };
     let run = drive_and_wait(&s.keel, run, wait).await?;
     Ok(Json(moved_on(&s.keel, &run).await))
 }

@@ -168,3 +168,87 @@ async fn a_redeploy_keeps_the_names_grants_and_never_moves_it_back_unasked() {
     let unknown = keel.grant("nope", &only, false).await.unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::DeploymentNotFound);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_run_is_retried_on_a_newer_build_only_where_its_journal_replays() {
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let (keel, _) = open_with(store.config(), keel_tests::ORDER).await;
+    let v1 = deploy(&keel, keel_tests::ORDER, None, false).await.unwrap();
+    let run = keel
+        .start_workflow(
+            "process_order",
+            Target::Name("order"),
+            &order_input(&api, "o-on"),
+            &StartOptions::default(),
+        )
+        .await
+        .unwrap();
+    let failed = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(failed.status, RunStatus::Failed, "denied its charge");
+    let before = keel.journal(&run.run_id).await.unwrap();
+    let granted = GrantSpec {
+        http: vec![api.addr.to_string()],
+        ..GrantSpec::default()
+    };
+
+    // A build that charges before it reserves: the run's journal does not
+    // replay there, so the retry is refused and the run stays as it was.
+    let wrong = deploy(
+        &keel,
+        keel_tests::ORDER_V2_INCOMPATIBLE,
+        Some(granted),
+        false,
+    )
+    .await
+    .unwrap();
+    let refused = keel.retry_on(&run.run_id, "order").await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::NotRetryable, "{refused}");
+    let text = refused.to_string();
+    assert!(
+        text.contains(&format!(
+            "does not replay on build {} of `order`",
+            &wrong.hash.as_str()[..12]
+        )) && text.contains("reserve_inventory")
+            && text.contains("charge_user"),
+        "{text}"
+    );
+    let still = keel.get_run(&run.run_id).await.unwrap();
+    assert_eq!(
+        (still.status, &still.component_hash),
+        (RunStatus::Failed, &v1.hash)
+    );
+    assert_eq!(keel.journal(&run.run_id).await.unwrap().len(), before.len());
+
+    // A build that replays it (and keeps the name's grants): the run moves
+    // there and completes, the completed step not run again, the charge
+    // under the failed step's ID.
+    let right = deploy(&keel, keel_tests::ORDER_V2_COMPATIBLE, None, false)
+        .await
+        .unwrap();
+    let retried = keel.retry_on(&run.run_id, "order").await.unwrap();
+    assert_eq!(retried.component_hash, right.hash);
+    let done = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        done.component_hash, right.hash,
+        "pinned to the build it was retried on"
+    );
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    let ids = step_ids(&journal);
+    assert_eq!(
+        &ids[..2],
+        &step_ids(&before)[..2],
+        "reserve and charge keep their IDs"
+    );
+    assert_eq!(attempts(&journal)[0], 1, "reserve was not run again");
+    assert_eq!(
+        api.charges()[0].0,
+        ids[1],
+        "charged under the failed step's ID"
+    );
+    assert!(keel.replay(&run.run_id, None).await.unwrap().is_ok());
+    // An unknown deployment is refused as such.
+    let unknown = keel.retry_on(&run.run_id, "nope").await.unwrap_err();
+    assert_eq!(unknown.kind(), ErrorKind::DeploymentNotFound);
+}

@@ -230,6 +230,58 @@ impl Keel {
     /// that did not fail, and for one that failed by non-determinism,
     /// which a retry would replay into again.
     pub async fn retry(&self, run_id: &str) -> Result<RunRecord> {
+        self.retry_pinned(run_id, None).await
+    }
+
+    /// Retries a failed run on the build `target` names (a deployment name,
+    /// whose current build it takes, or a hash or its unique prefix): the
+    /// run is pinned to that build from then on, so a fix deployed after it
+    /// failed (code, or a grant of the new build) reaches it. Refused, with
+    /// the first difference, unless its journal up to where the retry
+    /// starts over replays on that build; a run that failed because its
+    /// code no longer matched its journal is retried this way once fixed.
+    pub async fn retry_on(&self, run_id: &str, target: &str) -> Result<RunRecord> {
+        let run = self.get_run(run_id).await?;
+        let deployment = self.deployment(target).await?;
+        if deployment.hash == run.component_hash {
+            return self.retry(run_id).await;
+        }
+        let loaded = self.component_by_hash(&deployment.hash).await?;
+        loaded.check_workflow(&run.workflow)?;
+        let entries = self.store().journal(run_id).await?;
+        let index = keel_core::index::JournalIndex::new(entries.clone()).map_err(|e| {
+            Error::JournalWrite {
+                run_id: run.run_id.clone(),
+                reason: format!("the stored journal is malformed: {e}"),
+            }
+        })?;
+        let Some(plan) = index.retry_plan() else {
+            return self.retry(run_id).await;
+        };
+        let kept = entries[..(plan.from_seq as usize).min(entries.len())].to_vec();
+        let verdict = self.replay_entries(&loaded, &run, kept).await?;
+        if !verdict.is_ok() {
+            return Err(Error::NotRetryable {
+                run_id: run.run_id.clone(),
+                reason: format!(
+                    "its journal does not replay on build {} of `{}`: {}; retry it on a build whose code matches, or start a new run",
+                    &deployment.hash.as_str()[..12.min(deployment.hash.as_str().len())],
+                    deployment.name,
+                    verdict.summary()
+                ),
+            });
+        }
+        tracing::info!(run_id, from = %run.component_hash, to = %deployment.hash, "run moved to another build for its retry");
+        self.retry_pinned(run_id, Some(deployment.hash)).await
+    }
+
+    /// [`Keel::retry`], moving the run to build `on` if given (checked by
+    /// the caller).
+    async fn retry_pinned(
+        &self,
+        run_id: &str,
+        on: Option<keel_core::ComponentHash>,
+    ) -> Result<RunRecord> {
         let mut run = self.get_run(run_id).await?;
         let refuse = |reason: String| Error::NotRetryable {
             run_id: run.run_id.clone(),
@@ -241,13 +293,14 @@ impl Keel {
                 run.status.as_str()
             )));
         }
-        if run
-            .error
-            .as_ref()
-            .is_some_and(|e| e.kind == ErrorKind::NonDeterminism.as_str())
+        if on.is_none()
+            && run
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == ErrorKind::NonDeterminism.as_str())
         {
             return Err(refuse(
-                "it failed because its code no longer matches its journal, and a retry would replay into the same divergence; fix the component it is pinned to, or start a new run".into(),
+                "it failed because its code no longer matches its journal, and a retry would replay into the same divergence; deploy a build that matches and retry the run on it, or start a new run".into(),
             ));
         }
         let entries = self.store().journal(run_id).await?;
@@ -295,6 +348,9 @@ impl Keel {
         run.error = None;
         run.output = None;
         run.updated_at_ms = entry.at_ms;
+        if let Some(hash) = on {
+            run.component_hash = hash;
+        }
         self.store()
             .append(run_id, &entries, Some(&run), None)
             .await
