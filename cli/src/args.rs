@@ -343,10 +343,13 @@ pub enum Command {
         #[command(subcommand)]
         command: StoreCommand,
     },
-    /// List the workflows and steps a component exports.
+    /// List the workflows and steps a component exports, with the JSON
+    /// Schemas of their inputs and outputs.
     Inspect {
-        /// The `.wasm` component.
-        component: PathBuf,
+        /// A `.wasm` file (read offline, no store needed), or a deployment
+        /// name or build hash (through --server, a worker's socket, or the
+        /// store).
+        component: String,
     },
     /// Charge an order against a payment API that loses the first confirmation.
     Demo {

@@ -164,6 +164,10 @@ pub enum Request {
         #[serde(default)]
         wait: bool,
     },
+    /// What a deployment's build exports (`keel inspect NAME`).
+    Inspect {
+        target: String,
+    },
     /// Retry a failed run (on another build, with `on`) and drive it on.
     Retry {
         run_id: String,
@@ -309,6 +313,8 @@ pub enum Reply {
     Events(Vec<EventRecord>),
     Deployment(Deployment),
     Deployments(Vec<Deployment>),
+    /// What a component exports.
+    Component(keel_server::wire::ComponentView),
     Schedule(ScheduleView),
     Schedules(Vec<ScheduleView>),
     Fires(Vec<FireView>),
@@ -549,6 +555,10 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 true => Reply::Run(keel.result(&run_id, true).await?),
                 false => Reply::Run(run),
             }
+        }
+        Request::Inspect { target } => {
+            let loaded = keel.deployed_component(&target).await?;
+            Reply::Component(keel_server::wire::ComponentView::from(loaded.as_ref()))
         }
         Request::Retry { run_id, on } => {
             match on {

@@ -11,7 +11,7 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
     use ErrorKind as K;
     Some(match error.kind {
         K::InvalidInput if error.id("workflow").is_some() => format!(
-            "`keel inspect COMPONENT` shows the input schema of `{}`",
+            "`keel inspect DEPLOYMENT` (or its .wasm) shows the input schema of `{}`",
             id("workflow")
         ),
         K::InvalidInput if error.id("token").is_some() => format!(

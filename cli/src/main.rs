@@ -331,8 +331,27 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { component } => {
-            let loaded = local(&cli).await?.load(component).await?;
-            print::inspect(&loaded, json);
+            let view = match Path::new(component).is_file() || component.ends_with(".wasm") {
+                // A file is read offline: no store, so it works while a
+                // server or worker holds one.
+                true => {
+                    let runtime = keel_host::Runtime::new(config(&cli)?)?;
+                    let bytes =
+                        std::fs::read(component).with_context(|| format!("reading {component}"))?;
+                    let loaded = runtime.load(Path::new(component), &bytes).await?;
+                    keel_server::wire::ComponentView::from(loaded.as_ref())
+                }
+                false => {
+                    let request = Request::Inspect {
+                        target: component.clone(),
+                    };
+                    match submit(&cli, request).await? {
+                        Reply::Component(view) => view,
+                        _ => anyhow::bail!("the answer to an inspect was not a component"),
+                    }
+                }
+            };
+            print::inspect(&view, json);
             Ok(ExitCode::SUCCESS)
         }
         Command::Journal {

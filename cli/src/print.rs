@@ -233,6 +233,10 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_deployments(&ds, json);
             ExitCode::SUCCESS
         }
+        Reply::Component(component) => {
+            inspect(&component, json);
+            ExitCode::SUCCESS
+        }
         Reply::Schedule(s) => {
             print_schedule(&s, command, json);
             ExitCode::SUCCESS
@@ -808,26 +812,18 @@ fn print_deployment(d: &Deployment, json: bool) {
     }
 }
 
-pub fn inspect(loaded: &keel_host::Loaded, json: bool) {
+/// `keel inspect`: what a component exports, with its schemas.
+pub fn inspect(component: &keel_server::wire::ComponentView, json: bool) {
     if json {
-        println!(
-            "{}",
-            json!({
-                "hash": loaded.hash,
-                "sdk_version": loaded.manifest.sdk_version,
-                "workflows": loaded.manifest.workflows,
-                "steps": loaded.manifest.steps,
-                "stubbed_in_workflows": loaded.stubbed_imports,
-            })
-        );
+        println!("{}", json!(component));
         return;
     }
     println!(
         "component {} (keel-sdk {})",
-        loaded.hash, loaded.manifest.sdk_version
+        component.hash, component.sdk_version
     );
     println!("workflows:");
-    for w in &loaded.manifest.workflows {
+    for w in &component.workflows {
         let mut line = format!("  {}", w.name);
         if let Some(i) = &w.idempotency {
             line += &format!("  idempotency key `{}` ttl={}ms", i.key, i.ttl_ms);
@@ -844,7 +840,7 @@ pub fn inspect(loaded: &keel_host::Loaded, json: bool) {
         }
     }
     println!("steps:");
-    for s in &loaded.manifest.steps {
+    for s in &component.steps {
         let r = &s.retry;
         println!(
             "  {:<20} max_retries={} initial_backoff={}ms backoff_factor={} max_backoff={}ms",
@@ -853,9 +849,9 @@ pub fn inspect(loaded: &keel_host::Loaded, json: bool) {
     }
     println!(
         "non-deterministic imports, stubbed in workflows (steps may use them): {}",
-        loaded.stubbed_imports.len()
+        component.stubbed_in_workflows.len()
     );
-    for import in &loaded.stubbed_imports {
+    for import in &component.stubbed_in_workflows {
         println!("  {import}");
     }
 }

@@ -387,6 +387,10 @@ impl Client {
                     .await?;
                 run(self.until_final(asked, wait).await?)
             }
+            Request::Inspect { target } => Reply::Component(
+                self.get(&["v1", "deployments", &target, "component"], &[])
+                    .await?,
+            ),
             Request::Retry { run_id, on } => {
                 let mut query = vec![
                     ("wait_ms", WAIT_MS.to_string()),

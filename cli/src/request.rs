@@ -173,6 +173,9 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             force: *force,
             wait: !*detach,
         },
+        Command::Inspect { component } => Request::Inspect {
+            target: component.clone(),
+        },
         Command::Runs {
             command: RunsCommand::Retry { run_id, on },
         } => Request::Retry {
@@ -337,7 +340,6 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
         | Command::Worker { .. }
         | Command::Serve { .. }
         | Command::Workers { .. }
-        | Command::Inspect { .. }
         | Command::Journal { .. } => {
             anyhow::bail!("this command is not a request a worker or server answers")
         }

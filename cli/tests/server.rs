@@ -704,4 +704,40 @@ fn a_journal_is_exported_while_a_server_holds_the_store_and_replays() {
         assert_eq!(reports[0]["verdict"], "ok", "{reports}");
         assert_eq!(reports[0]["output"], "[5,8]");
     }
+    // What a deployment exports, schemas included: through the server, and
+    // where the store is (through its socket); a .wasm file needs no store.
+    let (out, inspected) = client(&server.url, &["inspect", "testbed"]);
+    assert!(out.status.success(), "{inspected}");
+    let decide = |view: &Value| {
+        view["workflows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == "decide")
+            .cloned()
+            .unwrap_or_else(|| panic!("{view}"))
+    };
+    assert_eq!(
+        decide(&inspected)["input_schema"]["type"],
+        "string",
+        "{inspected}"
+    );
+    for target in ["testbed", keel_tests::TESTBED] {
+        let local = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("--db")
+            .arg(dir.path().join("db"))
+            .args(["--json", "inspect", target])
+            .output()
+            .unwrap();
+        let view: Value = serde_json::from_slice(&local.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&local.stderr)));
+        assert_eq!(view["hash"], inspected["hash"], "{target}");
+        assert_eq!(decide(&view), decide(&inspected), "{target}");
+    }
+    let (out, unknown) = client(&server.url, &["inspect", "nope"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        unknown["error"]["kind"], "deployment_not_found",
+        "{unknown}"
+    );
 }

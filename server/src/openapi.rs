@@ -28,6 +28,7 @@ pub fn document() -> Value {
     let push = of::<PushEventRequest>(&mut g);
     let deployment = of::<keel_core::Deployment>(&mut g);
     let deployments = of::<DeploymentList>(&mut g);
+    let component = of::<ComponentView>(&mut g);
     let grant_request = of::<GrantRequest>(&mut g);
     let workers = of::<WorkerList>(&mut g);
     let health = of::<Health>(&mut g);
@@ -190,6 +191,9 @@ pub fn document() -> Value {
         "/v1/deployments/{name}": {"get": op("getDeployment", "A deployment, by name (its latest) or component hash",
             vec![path_param("name", "A deployment name or component hash")], None,
             &[("200", "The deployment", Some(&deployment))], &["404", "503"])},
+        "/v1/deployments/{name}/component": {"get": op("inspectDeployment", "What a deployment's build exports, with its workflows' input and output JSON Schemas (keel inspect NAME)",
+            vec![path_param("name", "A deployment name (its current build) or component hash")], None,
+            &[("200", "The component", Some(&component))], &["404", "503"])},
         "/v1/workflows/{workflow}/runs": {"post": op("startRun", "Start a run of a workflow (and optionally wait for its end)",
             vec![path_param("workflow", "The workflow's name")], Some(("application/json", &start)),
             &[("201", "The run, admitted (ended if it did within wait_ms)", Some(&run))],

@@ -76,6 +76,12 @@ pub fn table() -> Vec<Route> {
             get(deployment),
         ),
         route(
+            "/v1/deployments/{name}/component",
+            Method::GET,
+            "inspectDeployment",
+            get(deployment_component),
+        ),
+        route(
             "/v1/deployments/{name}/grants",
             Method::POST,
             "grantDeployment",
@@ -571,6 +577,17 @@ pub async fn deployment(
     Param(name): Param,
 ) -> ApiResult<Json<Deployment>> {
     Ok(Json(s.keel.deployment(&name).await?))
+}
+
+/// `GET /v1/deployments/{name}/component`: what the build a deployment
+/// name (its current build) or hash names exports, schemas included, as
+/// `keel inspect` shows it.
+pub async fn deployment_component(
+    State(s): State<AppState>,
+    Param(name): Param,
+) -> ApiResult<Json<ComponentView>> {
+    let loaded = s.keel.deployed_component(&name).await?;
+    Ok(Json(ComponentView::from(loaded.as_ref())))
 }
 
 /// `POST /v1/workflows/{workflow}/runs`.

@@ -490,6 +490,38 @@ pub struct GrantRequest {
     pub replace: bool,
 }
 
+/// A component as `keel inspect` shows it: what it exports, with the JSON
+/// Schemas of its workflows' inputs and outputs.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ComponentView {
+    /// The component's content hash.
+    pub hash: String,
+    /// The keel-sdk version it was built with.
+    pub sdk_version: String,
+    /// Its workflows: name, input and output JSON Schemas (when their
+    /// types derive one), idempotency, concurrency, events.
+    #[schemars(with = "Vec<serde_json::Map<String, Value>>")]
+    pub workflows: Vec<keel_core::manifest::WorkflowInfo>,
+    /// Its steps: name, retry policy, limits.
+    #[schemars(with = "Vec<serde_json::Map<String, Value>>")]
+    pub steps: Vec<keel_core::manifest::StepInfo>,
+    /// Imports a workflow may not call (stubbed out in the workflow
+    /// sandbox).
+    pub stubbed_in_workflows: Vec<String>,
+}
+
+impl From<&keel_host::Loaded> for ComponentView {
+    fn from(loaded: &keel_host::Loaded) -> Self {
+        ComponentView {
+            hash: loaded.hash.to_string(),
+            sdk_version: loaded.manifest.sdk_version.clone(),
+            workflows: loaded.manifest.workflows.clone(),
+            steps: loaded.manifest.steps.clone(),
+            stubbed_in_workflows: loaded.stubbed_imports.clone(),
+        }
+    }
+}
+
 /// A deployment list.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct DeploymentList {

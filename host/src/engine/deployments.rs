@@ -203,6 +203,13 @@ impl Keel {
         *lock(&self.inner.deployments) = None;
     }
 
+    /// The component a deployment name (its current build) or a build's
+    /// hash names, compiled: its manifest, schemas included.
+    pub async fn deployed_component(&self, target: &str) -> Result<Arc<Loaded>> {
+        let deployment = self.deployment(target).await?;
+        self.component_by_hash(&deployment.hash).await
+    }
+
     /// The deployment named `name` (its latest) or with hash (or unique
     /// 12-character prefix) `name`.
     pub async fn deployment(&self, name: &str) -> Result<Deployment> {
