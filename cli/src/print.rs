@@ -724,7 +724,28 @@ fn show_run(
                 took(row.throttled_ms)
             );
         }
-        if let Some(error) = &row.error {
+        // A step's failed attempts, each labelled; a step that failed for
+        // good ends with its error.
+        let failed_for_good = row.status == RowStatus::Failed;
+        let attempts_failed: Vec<_> = row
+            .attempt_log
+            .iter()
+            .filter(|a| a.error.is_some())
+            .collect();
+        let shown =
+            attempts_failed.len() - usize::from(failed_for_good && !attempts_failed.is_empty());
+        for a in &attempts_failed[..shown] {
+            println!(
+                "{:>5}attempt {} failed after {}: {}",
+                "",
+                a.attempt,
+                took(a.ended_at_ms.unwrap_or(end).saturating_sub(a.started_at_ms)),
+                excerpt(a.error.as_deref().unwrap_or_default(), 160)
+            );
+        }
+        if let Some(error) = &row.error
+            && (row.kind != RowKind::Step || failed_for_good)
+        {
             println!("{:>5}error: {}", "", excerpt(error, 160));
         }
         if let (Some(due), None) = (row.due_at_ms, row.ended_at_ms) {

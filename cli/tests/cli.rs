@@ -226,6 +226,12 @@ fn events_keys_and_results_from_the_cli() {
     assert_eq!(task["idempotency"]["key"], "input.id");
     assert_eq!(task["idempotency"]["ttl_ms"], 60_000);
     assert_eq!(task["on_events"][0], "idempotency:example");
+    // Inspecting reads the file and stores nothing: a deploy subscribes
+    // the workflows to their events.
+    let (_, events) = keel(db.path(), &["events", "push", "idempotency:example"]);
+    assert_eq!(events["outcomes"], serde_json::json!([]), "{events}");
+    let (out, _) = keel(db.path(), &["deploy", keel_tests::TESTBED]);
+    assert!(out.status.success());
 
     let push = [
         "events",
@@ -241,7 +247,11 @@ fn events_keys_and_results_from_the_cli() {
     assert_eq!(second["outcomes"][0]["deduplicated"], true);
     assert_eq!(second["outcomes"][0]["run_id"], run_id.as_str());
     let (_, events) = keel(db.path(), &["events", "list"]);
-    assert_eq!(events.as_array().unwrap().len(), 2);
+    assert_eq!(
+        events.as_array().unwrap().len(),
+        3,
+        "the first, with no subscriber, too"
+    );
 
     let (out, result) = keel(db.path(), &["runs", "result", &run_id, "--wait"]);
     assert!(out.status.success());

@@ -62,6 +62,24 @@ pub struct Row {
     /// limits, in all.
     #[serde(default)]
     pub throttled_ms: u64,
+    /// The step's attempts, in order, with their times and errors (steps
+    /// only).
+    #[serde(default)]
+    pub attempt_log: Vec<AttemptRow>,
+}
+
+/// One attempt of a step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct AttemptRow {
+    /// Its number, from 1.
+    pub attempt: u32,
+    pub started_at_ms: u64,
+    /// When it ended; `None` while it runs (or if its end was lost with
+    /// its worker, until a later attempt).
+    pub ended_at_ms: Option<u64>,
+    /// Why it failed; `None` if it succeeded or runs.
+    pub error: Option<String>,
 }
 
 impl Row {
@@ -70,6 +88,20 @@ impl Row {
         self.ended_at_ms
             .unwrap_or(now_ms)
             .saturating_sub(self.started_at_ms)
+    }
+}
+
+/// Ends attempt `attempt` of a step's row at `at`, with `error` if it
+/// failed (an attempt already ended keeps its end).
+fn end_attempt(row: &mut Row, attempt: u32, at: u64, error: Option<&String>) {
+    if let Some(a) = row
+        .attempt_log
+        .iter_mut()
+        .rev()
+        .find(|a| a.attempt == attempt && a.ended_at_ms.is_none())
+    {
+        a.ended_at_ms = Some(at);
+        a.error = error.cloned();
     }
 }
 
@@ -101,6 +133,7 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             input: None,
             output: None,
             throttled_ms: 0,
+            attempt_log: Vec::new(),
         };
         // Rows are made in command order, which is journal order.
         let row = |rows: &mut Vec<Row>, command: u32| -> Option<usize> {
@@ -123,6 +156,12 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                     rows[i].attempts = rows[i].attempts.max(*attempt);
                     rows[i].status = RowStatus::Open;
                     rows[i].due_at_ms = None;
+                    rows[i].attempt_log.push(AttemptRow {
+                        attempt: *attempt,
+                        started_at_ms: at,
+                        ended_at_ms: None,
+                        error: None,
+                    });
                 }
             }
             Fact::StepThrottled {
@@ -134,14 +173,15 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             }
             Fact::StepAttemptFailed {
                 command,
+                attempt,
                 error,
                 retry_at_ms,
-                ..
             } => {
                 if let Some(i) = row(&mut rows, *command) {
                     rows[i].status = RowStatus::Retrying;
                     rows[i].error = Some(error.clone());
                     rows[i].due_at_ms = Some(*retry_at_ms);
+                    end_attempt(&mut rows[i], *attempt, at, Some(error));
                 }
             }
             Fact::StepCompleted { command, output } => {
@@ -150,6 +190,11 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                     rows[i].output = Some(output.clone());
                     rows[i].ended_at_ms = Some(at);
                     rows[i].due_at_ms = None;
+                    // Earlier attempts' errors stay in its attempt log; the
+                    // step itself ended well.
+                    rows[i].error = None;
+                    let last = rows[i].attempts;
+                    end_attempt(&mut rows[i], last, at, None);
                 }
             }
             Fact::StepFailed {
@@ -164,6 +209,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                     rows[i].attempts = rows[i].attempts.max(*attempts);
                     rows[i].ended_at_ms = Some(at);
                     rows[i].due_at_ms = None;
+                    let last = rows[i].attempts;
+                    end_attempt(&mut rows[i], last, at, Some(error));
                 }
             }
             Fact::TimerScheduled {
@@ -517,10 +564,24 @@ mod tests {
         assert_eq!(step.step_id.as_deref(), Some("s-0"));
         assert_eq!(step.attempts, 2);
         assert_eq!(step.status, RowStatus::Completed);
+        assert_eq!(step.error, None, "the step itself ended well");
         assert_eq!(
-            step.error.as_deref(),
-            Some("reset"),
-            "the last failed attempt's error stays"
+            step.attempt_log,
+            vec![
+                AttemptRow {
+                    attempt: 1,
+                    started_at_ms: 102,
+                    ended_at_ms: Some(110),
+                    error: Some("reset".into()),
+                },
+                AttemptRow {
+                    attempt: 2,
+                    started_at_ms: 1110,
+                    ended_at_ms: Some(1120),
+                    error: None,
+                },
+            ],
+            "each attempt with its times, the failed one with its error"
         );
         assert_eq!(step.duration_ms(0), 1019);
         assert_eq!(rows[1].kind, RowKind::Timer);

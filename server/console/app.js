@@ -1,5 +1,6 @@
 // keel console: a page per hash route (#/runs, #/runs/ID, #/schedules,
-// #/schedules/NAME, #/jobs, #/jobs/ID, #/limits, #/hooks, #/events, #/deployments, #/workers), each
+// #/schedules/NAME, #/jobs, #/jobs/ID, #/limits, #/hooks, #/events, #/deployments,
+// #/deployments/NAME, #/workers), each
 // rendered from the HTTP API.
 // No build step and no dependencies: the server serves this file as is.
 "use strict";
@@ -189,6 +190,52 @@ function jobsPage() {
     "No bulk job. Select runs on the Runs page and apply an action to every matching one.");
 }
 
+// A deployment's build: what it exports (each workflow's input and output
+// schema), what its steps may reach, and a form that grants more (runs
+// pinned to the build get it at their next activation).
+function deploymentPage(target) {
+  main.innerHTML = `<p class="muted">Loading deployment…</p>`;
+  const grants = (g) => [...g.http.map((h) => `http ${h}`), ...g.dirs.map((x) => `dir ${x}`), ...g.env.map((x) => `env ${x}`)];
+  const draw = async () => {
+    try {
+      const [d, c] = await Promise.all([
+        api(`/v1/deployments/${encodeURIComponent(target)}`),
+        api(`/v1/deployments/${encodeURIComponent(target)}/component`),
+      ]);
+      const schema = (v) => v ? `<pre class="wrap">${json(v)}</pre>` : '<span class="muted">any JSON (its type declares no schema)</span>';
+      main.innerHTML = `
+        <div class="toolbar"><a href="#/deployments">← Deployments</a></div>
+        <h1>${esc(d.name)} <span class="muted mono" title="${esc(d.hash)}">${esc(d.hash.slice(0, 16))}…</span></h1>
+        <div class="grid">
+          <div class="card"><strong>Grants</strong>
+            <ul data-testid="grants">${grants(d.grants).map((g) => `<li class="mono">${esc(g)}</li>`).join("") || '<li class="muted">none: its steps reach nothing outside</li>'}</ul>
+            <p><select data-testid="grant-kind"><option value="http">HTTP host</option><option value="dirs">directory</option><option value="env">environment variable</option></select>
+            <input data-testid="grant-value" class="mono" placeholder="api.example.com"> <button data-testid="grant">Grant</button></p>
+            <p class="muted">Runs pinned to this build get a grant at their next activation; retry a run that failed for want of one.</p></div>
+          <div class="card"><strong>Steps</strong><ul>${c.steps.map((st) => `<li class="mono">${esc(st.name)}</li>`).join("")}</ul></div>
+        </div>
+        <h2>Workflows</h2>
+        <table data-testid="workflows"><thead><tr><th>Workflow</th><th>Input</th><th>Output</th></tr></thead><tbody>
+          ${c.workflows.map((w) => `<tr data-testid="workflow-row" data-workflow="${esc(w.name)}"><td><strong>${esc(w.name)}</strong></td><td>${schema(w.input_schema)}</td><td>${schema(w.output_schema)}</td></tr>`).join("")}
+        </tbody></table>`;
+      document.querySelector("[data-testid=grant]").onclick = async () => {
+        const kind = document.querySelector("[data-testid=grant-kind]").value;
+        const value = document.querySelector("[data-testid=grant-value]").value.trim();
+        if (!value) return;
+        try {
+          await api(`/v1/deployments/${encodeURIComponent(target)}/grants`, {
+            method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ [kind]: [value] }),
+          });
+          toast(`Granted ${value}`);
+          draw();
+        } catch (e) { toast(e.message, true); }
+      };
+    } catch (e) { main.innerHTML = `<div class="card error">${esc(e.message)}</div>`; }
+  };
+  draw();
+  return () => {};
+}
+
 function jobPage(jobId) {
   main.innerHTML = `<h1>Job <span class="mono">${esc(jobId)}</span></h1><div id="job"><p class="muted">Loading…</p></div>`;
   return every(1000, async () => {
@@ -237,6 +284,18 @@ function slotText(c) {
 
 function rowStatus(row) {
   return row.status;
+}
+
+// A step's attempts, each with its start, duration and error: shown when
+// one failed, labelled as the attempt's (the step itself may have
+// completed after it).
+function attemptsText(row, end) {
+  const log = row.attempt_log || [];
+  if (!log.some((a) => a.error)) return "";
+  return `<details class="attempts" data-testid="attempts"${row.status === "completed" ? "" : " open"}><summary class="muted">${log.length} attempt${log.length === 1 ? "" : "s"}${row.status === "completed" ? `, ${log.filter((a) => a.error).length} failed before it completed` : ""}</summary>
+    <table class="inner"><tbody>${log.map((a) => `<tr data-testid="attempt-row" data-attempt="${a.attempt}"><td>attempt ${a.attempt}</td><td title="${time(a.started_at_ms)}">${time(a.started_at_ms)}</td>
+      <td>${duration((a.ended_at_ms ?? end) - a.started_at_ms)}</td>
+      <td>${a.error ? `<span class="muted">failed:</span> <span class="error wrap">${esc(a.error)}</span>` : a.ended_at_ms ? "succeeded" : "running"}</td></tr>`).join("")}</tbody></table></details>`;
 }
 
 // The payloads a hook (created by command `hook`) received, in order:
@@ -301,11 +360,62 @@ function runPage(runId) {
       const listed = await api(`/v1/runs/${encodeURIComponent(runId)}/streams`);
       if (gone) return;
       for (const s of listed.streams) if (!streams.has(s.name)) follow(s.name);
+      // Not while a payload is being typed: the redraw would take the
+      // focus; the next one after it draws.
+      if (document.activeElement && document.activeElement.dataset.testid === "resume-payload") return;
       draw(d);
       for (const name of streams.keys()) drawStream(name);
     } catch (e) {
       if (!gone) main.innerHTML = `<div class="card error">${esc(e.message)}</div>`;
     } finally { pending = false; }
+  };
+  // A payload being written survives the page's redraws.
+  const draft = { token: "", text: "", error: "", schemas: new Map() };
+  const wireResume = (r) => {
+    const form = main.querySelector("[data-testid=resume-form]");
+    if (!form) return;
+    const select = form.querySelector("[data-testid=resume-token]");
+    const area = form.querySelector("[data-testid=resume-payload]");
+    const error = form.querySelector("[data-testid=resume-error]");
+    const schema = form.querySelector("[data-testid=resume-schema] pre");
+    if (draft.token && [...select.options].some((o) => o.value === draft.token)) select.value = draft.token;
+    area.value = draft.text;
+    error.textContent = draft.error;
+    // The hook's payload type, as its workflow declared it.
+    const showSchema = async () => {
+      const token = select.value;
+      if (!draft.schemas.has(token)) {
+        draft.schemas.set(token, api(`/v1/hooks/${encodeURIComponent(token)}`).then((h) => h.payload_schema ?? null).catch(() => null));
+      }
+      const found = await draft.schemas.get(token);
+      if (!gone) schema.textContent = found ? JSON.stringify(found, null, 2) : "any JSON (its type declares no schema)";
+    };
+    showSchema();
+    select.onchange = () => { draft.token = select.value; showSchema(); };
+    area.oninput = () => { draft.text = area.value; };
+    form.querySelector("[data-testid=resume]").onclick = async () => {
+      draft.token = select.value;
+      let payload;
+      try { payload = JSON.parse(area.value); } catch (e) {
+        draft.error = `not JSON: ${e.message}`;
+        error.textContent = draft.error;
+        return;
+      }
+      try {
+        await api(`/v1/hooks/${encodeURIComponent(draft.token)}/resume`, {
+          method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(payload),
+        });
+        draft.text = "";
+        draft.error = "";
+        toast("Payload delivered");
+        render();
+      } catch (e) {
+        // The server checks the payload against the hook's type and names
+        // each place it does not fit; nothing was delivered.
+        draft.error = e.message;
+        error.textContent = draft.error;
+      }
+    };
   };
   const draw = (d) => {
     const r = d.run;
@@ -351,11 +461,16 @@ function runPage(runId) {
         <td title="${time(row.started_at_ms)}">+${duration(row.started_at_ms - r.created_at_ms)}</td>
         <td>${duration((row.ended_at_ms ?? end) - row.started_at_ms)}</td>
         <td>${bar(row)}</td>
-        <td>${row.throttled_ms ? `<div class="muted" data-testid="throttled">waited ${duration(row.throttled_ms)} for its step limits</div>` : ""}${row.error ? `<span class="error">${esc(row.error)}</span>` : ""}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
+        <td>${row.throttled_ms ? `<div class="muted" data-testid="throttled">waited ${duration(row.throttled_ms)} for its step limits</div>` : ""}${row.error && row.status === "failed" ? `<span class="error wrap">${esc(row.error)}</span>` : row.error && row.kind !== "step" ? `<span class="error wrap">${esc(row.error)}</span>` : ""}${attemptsText(row, end)}${row.due_at_ms && !row.ended_at_ms ? `<div class="muted">${row.kind === "timer" ? "fires" : "retry"} ${time(row.due_at_ms)} (${ago(row.due_at_ms)})</div>` : ""}</td>
       </tr>`).join("")}</tbody></table>`}
       ${hooks.length ? `<h2>Hooks</h2><table data-testid="hooks"><thead><tr><th>Token</th><th>Status</th><th>Created</th><th>Payloads, in order</th></tr></thead><tbody>
         ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status === "completed" ? "closed" : h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>
-          <td class="mono">${payloads(d.journal, h.command).map((p) => `<div>${esc(time(p.at_ms))} · ${esc(p.payload)}</div>`).join("") || '<span class="muted">none yet</span>'}</td></tr>`).join("")}</tbody></table>` : ""}
+          <td class="mono">${payloads(d.journal, h.command).map((p) => `<div>${esc(time(p.at_ms))} · ${esc(p.payload)}</div>`).join("") || '<span class="muted">none yet</span>'}${h.error ? `<div class="error wrap">${esc(h.error)}</div>` : ""}</td></tr>`).join("")}</tbody></table>` : ""}
+      ${!ended(r.status) && (r.waiting_on || []).some((w) => w.kind === "hook") ? `<div class="card" data-testid="resume-form"><strong>Resume a hook</strong>
+        <p><select data-testid="resume-token">${r.waiting_on.filter((w) => w.kind === "hook").map((w) => `<option>${esc(w.token)}</option>`).join("")}</select></p>
+        <details data-testid="resume-schema"><summary class="muted">payload type</summary><pre class="wrap"></pre></details>
+        <textarea data-testid="resume-payload" rows="4" class="mono" spellcheck="false" placeholder="JSON payload"></textarea>
+        <p><button data-testid="resume">Resume</button> <span class="error wrap" data-testid="resume-error"></span></p></div>` : ""}
       ${streams.size ? `<h2>Streams</h2><div class="grid">${[...streams.keys()].map((name) => `<div class="card">
         <strong class="mono">${esc(name)}</strong> <span class="muted" data-testid="stream-state" data-stream="${esc(name)}"></span>
         <pre class="wrap" data-testid="stream" data-stream="${esc(name)}"></pre></div>`).join("")}</div>` : ""}
@@ -369,6 +484,7 @@ function runPage(runId) {
         <table><thead><tr><th>Seq</th><th>Time</th><th>Kind</th><th>Fields</th></tr></thead><tbody>
         ${d.journal.map((e) => { const { seq, at_ms, kind, ...rest } = e; return `<tr><td>${seq}</td><td>${time(at_ms)}</td><td>${esc(kind)}</td><td class="mono">${esc(JSON.stringify(rest))}</td></tr>`; }).join("")}
         </tbody></table></details>`;
+    wireResume(r);
     const retry = document.getElementById("retry");
     if (retry) retry.onclick = async () => {
       try {
@@ -450,7 +566,7 @@ const pages = {
       .sort((x, y) => x.name.localeCompare(y.name) || y.deployed_at_ms - x.deployed_at_ms);
   },
     ["Name", "Build", "Hash", "Workflows", "Steps", "Grants", "Limits", "Size", "Deployed"],
-    (d) => `<tr data-testid="deployment-row" data-name="${esc(d.name)}" class="${d.current ? "" : "muted"}"><td><strong>${esc(d.name)}</strong></td>
+    (d) => `<tr data-testid="deployment-row" data-name="${esc(d.name)}" class="${d.current ? "" : "muted"}"><td><a href="#/deployments/${encodeURIComponent(d.current ? d.name : d.hash)}"><strong>${esc(d.name)}</strong></a></td>
       <td data-testid="build">${d.current ? '<span class="badge completed">current</span>' : '<span class="badge cancelled" title="a newer build of the name was deployed; runs pinned to this one still run on it">superseded</span>'}</td>
       <td class="mono" title="${esc(d.hash)}">${esc(d.hash.slice(0, 16))}…</td>
       <td>${d.workflows.map(esc).join("<br>")}</td><td>${d.steps.map(esc).join("<br>")}</td>
@@ -564,6 +680,7 @@ function route() {
   else if (parts[0] === "schedules" && parts[1]) stop = schedulePage(decodeURIComponent(parts.slice(1).join("/")));
   else if (parts[0] === "schedules") stop = schedulesPage();
   else if (parts[0] === "jobs" && parts[1]) stop = jobPage(decodeURIComponent(parts.slice(1).join("/")));
+  else if (parts[0] === "deployments" && parts[1]) stop = deploymentPage(decodeURIComponent(parts.slice(1).join("/")));
   else if (parts[0] === "jobs") stop = jobsPage();
   else if (pages[parts[0]]) stop = pages[parts[0]]();
   else stop = runsPage(params);

@@ -266,7 +266,7 @@ pub fn document() -> Value {
             &[("200", "The hooks", Some(&hooks))], &["503"])},
         "/v1/hooks/{token}": {"get": op("getHook", "The hook holding a token", vec![token()], None,
             &[("200", "The hook", Some(&hook))], &["404", "503"])},
-        "/v1/hooks/{token}/resume": {"post": op("resumeHook", "Deliver a payload (the body, any JSON) to the active hook holding a token; with wait_reply_ms, answer with the workflow's reply",
+        "/v1/hooks/{token}/resume": {"post": op("resumeHook", "Deliver a payload (the body, JSON that fits the hook's payload type, shown by GET /v1/hooks/{token}; else 400 invalid_input naming each place, and nothing is delivered) to the active hook holding a token; with wait_reply_ms, answer with the workflow's reply",
             vec![token(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits again", json!({"type": "boolean"})),
                 query("payload_id", "The payload's ID (keel chooses one if none): a resume retried with it delivers the payload once and gets the same reply", json!({"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[!-~]+$"})),
                 query("wait_reply_ms", "Wait up to this many milliseconds (at most 60000) for the workflow's reply (`Hook::next_request`)", json!({"type": "integer", "minimum": 0, "maximum": 60000}))],

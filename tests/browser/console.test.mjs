@@ -114,6 +114,15 @@ try {
   // it out, or a run ID with `a1-` in it would look like a dropped chunk.
   const written = text.replace(/\[step [^\]]* restarted: attempt \d+\]/g, "");
   assert.doesNotMatch(written, /a1-/, "the failed attempt's chunks are dropped");
+  // The step's failed first attempt is labelled as the attempt's, with a
+  // row per attempt and its time; the step itself completed.
+  const attempts = page.locator("[data-testid=timeline-row][data-kind=step] [data-testid=attempts]");
+  await attempts.waitFor();
+  assert.match(await attempts.locator("summary").innerText(), /2 attempts, 1 failed before it completed/);
+  await attempts.locator("summary").click();
+  assert.equal(await attempts.locator("[data-testid=attempt-row]").count(), 2);
+  assert.match(await attempts.locator("[data-testid=attempt-row][data-attempt='1']").innerText(), /failed:/);
+  assert.match(await attempts.locator("[data-testid=attempt-row][data-attempt='2']").innerText(), /succeeded/);
   const live = await api("/v1/workflows/streamer/runs", {
     input: { count: 6, pause_at: 3, token: "go:browser" }, wait_ms: 10000, return_on_wait: true,
   });
@@ -192,6 +201,36 @@ try {
   const testbedRow = page.locator('[data-testid=deployment-row][data-name="testbed"]');
   assert.equal(await testbedRow.count(), 1);
   assert.equal(await testbedRow.locator("[data-testid=build]").innerText(), "current");
+  // The deployment's page: its workflows' schemas, and a grant added there.
+  await testbedRow.getByRole("link", { name: "testbed" }).click();
+  const decideRow = page.locator('[data-testid=workflow-row][data-workflow="decide"]');
+  await decideRow.waitFor();
+  assert.match(await decideRow.innerText(), /"type": "string"/);
+  await page.locator("[data-testid=grant-value]").fill("browser.example.com");
+  await page.locator("[data-testid=grant]").click();
+  await page.locator("[data-testid=grants]", { hasText: "http browser.example.com" }).waitFor();
+  assert.ok((await api("/v1/deployments/testbed")).grants.http.includes("browser.example.com"));
+
+  // A hook resumed from its run's page: its payload type shown, a payload
+  // that does not fit refused with the place named (nothing delivered),
+  // then one that fits.
+  const deciding = await api("/v1/workflows/decide/runs", { input: "browser", wait_ms: 10000, return_on_wait: true });
+  assert.equal(deciding.status, "waiting");
+  await page.goto(`${base}/#/runs/${deciding.run_id}`);
+  const form = page.locator("[data-testid=resume-form]");
+  await form.waitFor();
+  await form.locator("[data-testid=resume-schema] summary").click();
+  await form.locator("[data-testid=resume-schema] pre", { hasText: "approved" }).waitFor();
+  await form.locator("[data-testid=resume-payload]").fill('{"approved": "yes", "note": "ok"}');
+  await form.locator("[data-testid=resume]").click();
+  await form.locator("[data-testid=resume-error]", { hasText: "invalid_input" }).waitFor();
+  assert.match(await form.locator("[data-testid=resume-error]").innerText(), /at \/approved/);
+  assert.equal((await api(`/v1/runs/${deciding.run_id}`)).status, "waiting");
+  await form.locator("[data-testid=resume-payload]").fill('{"approved": true, "note": "from the console"}');
+  await form.locator("[data-testid=resume]").click();
+  await page.getByText("Payload delivered").waitFor();
+  await page.locator("h1 [data-testid=status]", { hasText: "completed" }).waitFor();
+  assert.deepEqual((await api(`/v1/runs/${deciding.run_id}`)).output, { approved: true, note: "from the console" });
   // A held token is listed with its run; a token nobody holds is not.
   const holder = await api("/v1/workflows/order_updates/runs", {
     input: { order_id: "browser-2", note: "placed" }, hook: { token: "order:browser-2" }, wait_ms: 10000, return_on_wait: true,
