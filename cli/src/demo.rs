@@ -99,5 +99,10 @@ pub async fn run(db: &Path, component: &Path, json: bool) -> anyhow::Result<()> 
     if let Some(error) = &run.error {
         println!("error: {}", error.message);
     }
+    println!(
+        "next: `keel --db {} runs show {}` for its timeline, then `keel new my-flow` for a workflow of your own (docs/guide.md)",
+        db.display(),
+        run.run_id
+    );
     Ok(())
 }

@@ -1572,3 +1572,29 @@ fn streams_are_listed_and_printed_and_a_resume_prints_the_workflows_reply() {
     assert!(out.status.success(), "{again}");
     assert_eq!(again["reply"], replied["reply"]);
 }
+
+#[test]
+fn the_demo_charges_once_and_says_what_to_do_next() {
+    let db = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["demo", "--component", keel_tests::ORDER])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("charges taken by the API: 1"), "{text}");
+    let next = text
+        .lines()
+        .find(|l| l.starts_with("next: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        next.contains("runs show") && next.contains("keel new"),
+        "{next}"
+    );
+    // The demo's store is one a checkout ignores.
+    let ignored =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../.gitignore")).unwrap();
+    assert!(ignored.lines().any(|l| l == ".keel-demo/"), "{ignored}");
+}

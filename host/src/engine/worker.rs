@@ -43,14 +43,20 @@ fn is_gone(heartbeat_at_ms: u64, now_ms: u64, lease_ms: u64) -> bool {
 type DriveTasks = tokio::task::JoinSet<(RunId, Result<RunRecord>)>;
 
 /// Logs how a worker's drive ended; returns the run's ID ("" if unknown)
-/// and whether the drive failed.
+/// and whether the drive failed. A drive a shutdown stopped (`stopping`) is
+/// a handover, not an error: another worker takes the run on.
 fn log_driven(
     result: std::result::Result<(RunId, Result<RunRecord>), tokio::task::JoinError>,
+    stopping: bool,
 ) -> (RunId, Option<String>) {
     match result {
         Ok((run_id, Ok(run))) => {
             tracing::info!(%run_id, status = run.status.as_str(), "worker drove run");
             (run_id, None)
+        }
+        Ok((run_id, Err(e))) if stopping => {
+            tracing::info!(%run_id, "run handed over at shutdown: {e}");
+            (run_id, Some(e.to_string()))
         }
         Ok((run_id, Err(e))) => {
             tracing::error!(%run_id, "worker could not drive the run: {e}");
@@ -244,7 +250,7 @@ impl Keel {
             self.spawn_drive(&mut tasks, run_id);
         }
         while let Some(result) = tasks.join_next().await {
-            log_driven(result);
+            log_driven(result, self.is_stopping());
         }
         Ok(due.len())
     }
@@ -297,7 +303,7 @@ impl Keel {
         loop {
             if self.is_stopping() {
                 while let Some(result) = tasks.join_next().await {
-                    log_driven(result);
+                    log_driven(result, true);
                 }
                 return Ok(WorkSummary {
                     driven,
@@ -357,7 +363,7 @@ impl Keel {
             tokio::select! {
                 () = progress => {}
                 Some(result) = tasks.join_next() => {
-                    let (run_id, failed) = log_driven(result);
+                    let (run_id, failed) = log_driven(result, self.is_stopping());
                     if let Some(error) = failed {
                         let at = retries.failed(run_id.clone(), self.now_ms(), error);
                         tracing::warn!(%run_id, retry_at_ms = at, "the run will be tried again later");
