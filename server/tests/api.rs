@@ -1851,17 +1851,24 @@ async fn components_are_pruned_over_http_and_deployed_ones_kept() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_waiting_run_says_over_http_which_hook_resumes_it() {
-    let s = server(None).await;
+/// An `order_updates` run of `order_id` started with its start token
+/// `order:ORDER_ID`, answered once it waits.
+async fn waiting_order(s: &Server, order_id: &str) -> Value {
     let (status, run) = s
         .post(
             "/v1/workflows/order_updates/runs",
-            json!({"input": {"order_id": "w-1", "note": "placed"}, "hook": {"token": "order:w-1"},
+            json!({"input": {"order_id": order_id, "note": "placed"}, "hook": {"token": format!("order:{order_id}")},
                    "wait_ms": 10000, "return_on_wait": true}),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{run}");
+    run
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_run_says_over_http_which_hook_resumes_it() {
+    let s = server(None).await;
+    let run = waiting_order(&s, "w-1").await;
     assert_eq!(run["status"], "waiting");
     let hook = json!([{"kind": "hook", "token": "order:w-1"}]);
     assert_eq!(run["waiting_on"], hook, "the start says so: {run}");
@@ -1888,14 +1895,7 @@ async fn a_waiting_run_says_over_http_which_hook_resumes_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_payload_that_does_not_fit_the_hooks_type_is_refused_over_http() {
     let s = server(None).await;
-    let (status, run) = s
-        .post(
-            "/v1/workflows/order_updates/runs",
-            json!({"input": {"order_id": "w-2", "note": "placed"}, "hook": {"token": "order:w-2"},
-                   "wait_ms": 10000, "return_on_wait": true}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{run}");
+    let run = waiting_order(&s, "w-2").await;
     let run_id = run["run_id"].as_str().unwrap();
     // The workflow's own hook on the token holds the payload type's schema.
     let (_, resumed) = s
