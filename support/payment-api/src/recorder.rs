@@ -103,6 +103,21 @@ impl Recorder {
     }
 }
 
+/// A call in flight; counted out of its tenant's calls when dropped.
+struct InFlight {
+    calls: Arc<Mutex<Calls>>,
+    tenant: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut c = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = c.in_flight.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
 async fn call(
     req: Request<Incoming>,
     calls: Arc<Mutex<Calls>>,
@@ -131,13 +146,16 @@ async fn call(
         let most = c.most_at_once.entry(tenant.clone()).or_default();
         *most = (*most).max(n);
     }
+    // A call whose client goes away (its connection closed) is no longer
+    // in flight: the guard counts it out however the handler ends.
+    let in_flight = InFlight {
+        calls: calls.clone(),
+        tenant: tenant.clone(),
+    };
     // The service's own latency: what makes overlapping calls visible.
     tokio::time::sleep(Duration::from_millis(hold_ms)).await;
-    {
-        let mut c = calls.lock().expect("calls");
-        *c.in_flight.entry(tenant.clone()).or_default() -= 1;
-        c.finished.push(tenant);
-    }
+    drop(in_flight);
+    calls.lock().expect("calls").finished.push(tenant);
     Ok(Response::builder()
         .status(200)
         .body(Full::new(Bytes::from_static(b"{}")))
