@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::JournalIndex;
 use crate::journal::Entry;
-use crate::records::{RunRecord, RunRecordV1};
+use crate::records::{RunRecord, RunRecordV1, RunStatus};
 
 /// The version of the journal file format: 2 since the run record in its
 /// header gained `parent_run_id` and `attributes`; files of version 1 are
@@ -109,9 +109,14 @@ impl JournalFile {
             return JournalFile { header, entries }.checked();
         }
         if bytes.trim_ascii_start().starts_with(b"[") {
-            return Err(bad(
-                "it holds a journal's entries without its run (as `GET /v1/runs/{run_id}/journal` answers); a journal file is `GET /v1/runs/{run_id}/journal?format=file`'s answer, or `keel journal export`'s".into(),
-            ));
+            let values: Vec<serde_json::Value> = serde_json::from_slice(bytes)
+                .map_err(|e| bad(format!("its JSON is malformed ({e})")))?;
+            let entries = values
+                .iter()
+                .map(crate::journal::entry_from_json)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(format!("an entry does not match the journal's shape ({e})")))?;
+            return JournalFile::of_entries(entries)?.checked();
         }
         Err(bad(
             "it is not a keel journal file (no KEELJRNL magic, not JSON)".into(),
@@ -127,6 +132,64 @@ impl JournalFile {
     }
 
     /// The run record the header describes.
+    /// The file of a journal's entries alone, as `GET /v1/runs/{run_id}/journal`
+    /// answers them: the run is read back from them (its workflow and
+    /// input from its start, its ID from its steps' IDs, how it ended from
+    /// its last entry); what they do not hold (its component, attributes)
+    /// is left empty, which replay does not need.
+    pub fn of_entries(entries: Vec<Entry>) -> Result<JournalFile, FileError> {
+        use crate::journal::Fact;
+        let Some(Fact::RunStarted { workflow, input }) = entries.first().map(|e| &e.fact) else {
+            return Err(FileError(
+                "its entries do not begin with the run's start (`run_started`): pass a run's whole journal".into(),
+            ));
+        };
+        let run_id = entries
+            .iter()
+            .find_map(|e| match &e.fact {
+                Fact::StepScheduled {
+                    command, step_id, ..
+                } => step_id
+                    .strip_suffix(&format!("-{command}"))
+                    .map(str::to_string),
+                _ => None,
+            })
+            .unwrap_or_else(|| "unknown-run".into());
+        let (status, output, error) = match entries.last().map(|e| &e.fact) {
+            Some(Fact::RunCompleted { output }) => {
+                (RunStatus::Completed, Some(output.clone()), None)
+            }
+            Some(Fact::RunFailed { kind, error }) => (
+                RunStatus::Failed,
+                None,
+                Some(crate::RunError {
+                    kind: kind.clone(),
+                    message: error.clone(),
+                }),
+            ),
+            Some(Fact::RunCancelled | Fact::RunEndedCancelled { .. }) => {
+                (RunStatus::Cancelled, None, None)
+            }
+            _ => (RunStatus::Waiting, None, None),
+        };
+        let at = |e: Option<&Entry>| e.map_or(0, |e| e.at_ms);
+        let run = RunRecord {
+            run_id: run_id.into(),
+            workflow: workflow.clone(),
+            component_hash: String::new().into(),
+            input: input.clone(),
+            status,
+            output,
+            error,
+            created_at_ms: at(entries.first()),
+            updated_at_ms: at(entries.last()),
+            wake_at_ms: None,
+            parent_run_id: None,
+            attributes: Default::default(),
+        };
+        Ok(JournalFile::new(&run, entries))
+    }
+
     pub fn run_record(&self) -> RunRecord {
         self.header.run.clone()
     }
@@ -249,9 +312,44 @@ mod tests {
     }
 
     #[test]
+    fn a_journals_entries_alone_are_read_with_the_run_they_hold() {
+        let entries = crate::testing::JournalBuilder::started("greet", r#"{"name":"Ada"}"#)
+            .facts(vec![
+                crate::testing::step(0, "hello", "\"Ada\""),
+                crate::testing::completed(0, "\"hi\""),
+                Fact::RunCompleted {
+                    output: "\"hi\"".into(),
+                },
+            ])
+            .entries();
+        let text = serde_json::to_string(
+            &entries
+                .iter()
+                .map(crate::journal::entry_to_json)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let file = JournalFile::parse(text.as_bytes()).unwrap();
+        let run = file.run_record();
+        assert_eq!(
+            (run.workflow.as_str(), run.input.as_str()),
+            ("greet", r#"{"name":"Ada"}"#)
+        );
+        assert_eq!(run.run_id, "r", "read from its steps' IDs");
+        assert_eq!(
+            (run.status, run.output.as_deref()),
+            (RunStatus::Completed, Some("\"hi\""))
+        );
+        assert_eq!(file.entries, entries);
+        let started_late =
+            JournalFile::parse(br#"[{"seq": 0, "at_ms": 1, "kind": "timer_fired", "command": 0}]"#)
+                .unwrap_err()
+                .0;
+        assert!(started_late.contains("run_started"), "{started_late}");
+    }
+
+    #[test]
     fn other_bytes_are_refused_by_name() {
-        let entries = JournalFile::parse(br#"[{"seq": 0}]"#).unwrap_err().0;
-        assert!(entries.contains("?format=file"), "{entries}");
         assert!(
             JournalFile::parse(b"hello")
                 .unwrap_err()
