@@ -79,6 +79,14 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
         K::StoreLocked => {
             "stop the other keel process, or pass another directory with --db".into()
         }
+        K::StoreUnavailable if error.message.contains("(3D000)") => {
+            "create the database first (`createdb NAME`, or scripts/postgres.sh for a local one)"
+                .into()
+        }
+        K::StoreUnavailable if error.message.contains("no database connection") => {
+            "check that PostgreSQL is running and the URL's host, port and credentials are right"
+                .into()
+        }
         K::StoreUnavailable | K::CorruptRecord => {
             "if the store is corrupted, restore it from a backup or move it aside and start afresh"
                 .into()

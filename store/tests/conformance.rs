@@ -154,6 +154,22 @@ mod postgres {
     keel_store::conformance_tests!(PgHarness);
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn a_database_that_is_not_there_is_named_with_the_servers_words() {
+        // The test server, another database on it.
+        let url = match url().split_once('?') {
+            Some((base, query)) => format!("{}_absent?{query}", base),
+            None => format!("{}_absent", url()),
+        };
+        let err = PgStore::open(keel_store::postgres::PgOptions::new(&url))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("does not exist"), "{err}");
+        assert!(!err.contains("creating a new object"), "{err}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn a_newer_schema_is_refused() {
         let schema = format!("keel_test_{}", uuid_like());
         let store = PgStore::open(PgHarness::options(&schema)).await.unwrap();

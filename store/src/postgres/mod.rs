@@ -334,7 +334,7 @@ impl PgStore {
             .get()
             .await
             .map_err(|e| StoreError::Backend {
-                reason: format!("no database connection: {e}"),
+                reason: format!("no database connection: {}", pool_error(&e)),
             })
     }
 
@@ -347,6 +347,16 @@ impl PgStore {
         .await
         .map_err(pg)?;
         Ok(())
+    }
+}
+
+/// A pool's failure in words: a connection's own error with its causes
+/// (the server's message, a refused connection), not deadpool's summary
+/// ("Error occurred while creating a new object: db error").
+fn pool_error(e: &deadpool_postgres::PoolError) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => describe(e),
+        other => other.to_string(),
     }
 }
 
