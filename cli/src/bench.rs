@@ -396,12 +396,23 @@ async fn stream_read(keel: &Keel, loaded: &Arc<Loaded>) -> anyhow::Result<Durati
         read == STREAM_CHUNKS as usize + 1,
         "the follower read {read} chunks of {STREAM_CHUNKS} and the close"
     );
-    println!(
-        "in process: a run writing {STREAM_CHUNKS} journaled stream chunks, followed to its close: {:.1} ms ({:.0} chunks/s)",
-        ms(elapsed),
-        f64::from(STREAM_CHUNKS) / elapsed.as_secs_f64()
+    stream_figure(
+        "in process",
+        "followed to its close",
+        STREAM_CHUNKS,
+        elapsed,
     );
     Ok(elapsed)
+}
+
+/// Prints the stream figure of one path: `chunks` followed `how` in
+/// `elapsed`.
+fn stream_figure(path: &str, how: &str, chunks: u32, elapsed: Duration) {
+    println!(
+        "{path}: a run writing {chunks} journaled stream chunks, {how}: {:.1} ms ({:.0} chunks/s)",
+        ms(elapsed),
+        f64::from(chunks) / elapsed.as_secs_f64()
+    );
 }
 
 async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<InProcess> {
@@ -909,10 +920,11 @@ mod http {
             events == chunks as usize + 1,
             "the event stream held {events} events, not {chunks} chunks and the close"
         );
-        println!(
-            "HTTP API (client process -> keel serve): a run writing {chunks} journaled stream chunks, followed as server-sent events to its close: {:.1} ms ({:.0} chunks/s)",
-            ms(elapsed),
-            f64::from(chunks) / elapsed.as_secs_f64()
+        super::stream_figure(
+            "HTTP API (client process -> keel serve)",
+            "followed as server-sent events to its close",
+            chunks,
+            elapsed,
         );
         Ok(elapsed)
     }

@@ -172,6 +172,17 @@ impl Server {
     }
 }
 
+/// How many entries of `kind` the journal of `run_id` holds.
+async fn entries_of_kind(s: &Server, run_id: &str, kind: &str) -> usize {
+    let (_, journal) = s.get(&format!("/v1/runs/{run_id}/journal")).await;
+    journal
+        .as_array()
+        .unwrap_or_else(|| panic!("not a journal: {journal}"))
+        .iter()
+        .filter(|e| e["kind"] == kind)
+        .count()
+}
+
 fn error_kind(body: &Value) -> &str {
     body["error"]["kind"]
         .as_str()
@@ -1742,13 +1753,7 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
         json!({"matched": 3, "done": 3, "skipped": 0, "failed": 0})
     );
     for run_id in &acme {
-        let (_, journal) = s.get(&format!("/v1/runs/{run_id}/journal")).await;
-        let retries = journal
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["kind"] == "run_retried")
-            .count();
+        let retries = entries_of_kind(&s, run_id, "run_retried").await;
         assert_eq!(retries, 1, "{run_id}");
     }
     let (_, jobs) = s.get("/v1/jobs").await;
@@ -1920,14 +1925,8 @@ async fn a_payload_that_does_not_fit_the_hooks_type_is_refused_over_http() {
     assert_eq!(refused["error"]["ids"]["token"], "order:w-2", "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains("at /note:"), "{message}");
-    let (_, journal) = s.get(&format!("/v1/runs/{run_id}/journal")).await;
-    let received = journal
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "hook_received")
-        .count();
-    assert_eq!(received, 1, "only the payload that fits: {journal}");
+    let received = entries_of_kind(&s, run_id, "hook_received").await;
+    assert_eq!(received, 1, "only the payload that fits");
 }
 
 #[tokio::test(flavor = "multi_thread")]
