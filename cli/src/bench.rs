@@ -25,6 +25,9 @@ pub struct Args {
     /// Entries of the replayed journal.
     #[arg(long, default_value_t = 10_000)]
     replay_entries: usize,
+    /// Step counts of the runs for the per-step cost figures.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000")]
+    step_counts: Vec<u32>,
     /// Runs parked at once for the memory figure.
     #[arg(long, default_value_t = 500)]
     parked_runs: usize,
@@ -365,6 +368,8 @@ struct InProcess {
     p50: Duration,
     /// W10 runs/s at 16 in flight.
     rate16: f64,
+    /// W10 runs/s at 64 in flight.
+    rate64: f64,
     /// A run of [`STREAM_CHUNKS`] journaled chunks, started and read to
     /// its close by a follower.
     stream: Duration,
@@ -424,17 +429,16 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
         latencies.push(t.elapsed());
     }
     let p50 = print_latencies("in process: W10 latency, one run at a time", latencies);
-    let mut rate16 = 0.0;
+    let mut rates = Vec::new();
     for in_flight in [16, 64] {
         let rate = throughput(keel, loaded, in_flight, args.throughput_runs).await?;
         println!("in process: W10 throughput, {in_flight} in flight: {rate:.0} runs/s");
-        if in_flight == 16 {
-            rate16 = rate;
-        }
+        rates.push(rate);
     }
     let keels = [(keel.clone(), loaded.clone())];
     limited_beside_unlimited("in process", &keels, args.throughput_runs).await?;
     replay(keel, loaded, args.replay_entries).await?;
+    step_costs(keel, loaded, &args.step_counts).await?;
     parked(keel, loaded, args.parked_runs).await?;
     if args.hooks_component.exists() {
         let hooks_guest = keel.load(&args.hooks_component).await?;
@@ -447,7 +451,8 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
     let stream = stream_read(keel, loaded).await?;
     Ok(InProcess {
         p50,
-        rate16,
+        rate16: rates[0],
+        rate64: rates[1],
         stream,
     })
 }
@@ -626,6 +631,32 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
         ms(median),
         journal.len() as f64 / median.as_secs_f64()
     );
+    Ok(())
+}
+
+/// The cost of a step in runs of each of `counts` sequential steps (the
+/// median run's time over its steps; fewer rounds for longer runs), and
+/// each beside the shortest: a step must not cost more because its
+/// journal is long.
+async fn step_costs(keel: &Keel, loaded: &Arc<Loaded>, counts: &[u32]) -> anyhow::Result<()> {
+    let mut first: Option<f64> = None;
+    for &steps in counts {
+        let rounds = (20_000 / steps.max(1)).clamp(1, 50);
+        let mut costs = Vec::with_capacity(rounds as usize);
+        for _ in 0..rounds {
+            let t = Instant::now();
+            w10(keel, loaded, &steps.to_string()).await?;
+            costs.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(steps.max(1)));
+        }
+        costs.sort_by(f64::total_cmp);
+        let median = costs[costs.len() / 2];
+        let ratio = *first.get_or_insert(median);
+        println!(
+            "in process: a run of {steps} sequential steps (median of {rounds}): {median:.1} µs per step, {:.2}× the cost at {} steps",
+            median / ratio,
+            counts[0]
+        );
+    }
     Ok(())
 }
 
@@ -1005,23 +1036,15 @@ mod http {
             latencies,
         );
         let total = args.http_runs;
-        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let t = Instant::now();
-        let mut callers = tokio::task::JoinSet::new();
-        for _ in 0..16 {
-            let (client, url, next) = (client.clone(), server.url.clone(), next.clone());
-            callers.spawn(async move {
-                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
-                    w10(&client, &url).await?;
-                }
-                anyhow::Ok(())
-            });
+        let mut rates = Vec::new();
+        for in_flight in [16, 64] {
+            let rate = throughput(&client, &server.url, in_flight, total).await?;
+            println!(
+                "HTTP API: W10 throughput, {in_flight} in flight ({total} runs): {rate:.0} runs/s"
+            );
+            rates.push(rate);
         }
-        while let Some(r) = callers.join_next().await {
-            r??;
-        }
-        let rate = total as f64 / t.elapsed().as_secs_f64();
-        println!("HTTP API: W10 throughput, 16 in flight ({total} runs): {rate:.0} runs/s");
+        let (rate, rate64) = (rates[0], rates[1]);
         let stream = stream_read(&client, &server.url).await?;
         println!(
             "HTTP API against in process, same run: stream of {} chunks followed to its close in {:.1} vs {:.1} ms",
@@ -1033,12 +1056,39 @@ mod http {
             fire_lag(&client, &server.url, args.fires).await?;
         }
         println!(
-            "HTTP API against in process, same run: throughput {:.0}% ({rate:.0} vs {:.0} runs/s), p50 {:.2} vs {:.2} ms",
+            "HTTP API against in process, same run: throughput {:.0}% at 16 in flight ({rate:.0} vs {:.0} runs/s), {:.0}% at 64 ({rate64:.0} vs {:.0} runs/s), p50 {:.2} vs {:.2} ms",
             rate / in_process.rate16 * 100.0,
             in_process.rate16,
+            rate64 / in_process.rate64 * 100.0,
+            in_process.rate64,
             ms(p50),
             ms(in_process.p50),
         );
         Ok(())
+    }
+
+    /// W10 runs/s over `total` runs with `in_flight` callers.
+    async fn throughput(
+        client: &reqwest::Client,
+        url: &str,
+        in_flight: usize,
+        total: usize,
+    ) -> anyhow::Result<f64> {
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let t = Instant::now();
+        let mut callers = tokio::task::JoinSet::new();
+        for _ in 0..in_flight {
+            let (client, url, next) = (client.clone(), url.to_string(), next.clone());
+            callers.spawn(async move {
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                    w10(&client, &url).await?;
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = callers.join_next().await {
+            r??;
+        }
+        Ok(total as f64 / t.elapsed().as_secs_f64())
     }
 }

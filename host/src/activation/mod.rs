@@ -89,6 +89,9 @@ pub struct Activation {
     /// The payloads a retry skipped, as `(token, index)`.
     skipped: HashSet<(String, u64)>,
     tasks: Vec<JoinHandle<()>>,
+    /// How many tasks were live when completed commands were last
+    /// forgotten.
+    live_after_forget: usize,
     /// The engine's instance slots, which this activation holds one of.
     slots: Arc<Slots>,
     /// The first divergence from the journal, in detail.
@@ -145,6 +148,7 @@ impl Activation {
             hooks: HashMap::new(),
             skipped,
             tasks: Vec::new(),
+            live_after_forget: 0,
             grace,
             slots,
             divergence: None,
@@ -354,6 +358,25 @@ impl Activation {
     }
 
     /// The store, which only a live activation reaches.
+    /// Drops completed commands from the sets of live ones and finished
+    /// tasks from `tasks`: what a wait or a bound looks at then stays the
+    /// size of what runs, however long the run.
+    fn forget_completed(&mut self) {
+        let journal = &self.journal;
+        self.in_flight.retain(|c| !journal.is_completed(*c));
+        self.steps.retain(|c| !journal.is_completed(*c));
+        self.tasks.retain(|t| !t.is_finished());
+        self.live_after_forget = self.tasks.len();
+    }
+
+    /// [`Activation::forget_completed`] once `tasks` has doubled since it
+    /// last ran: a constant cost per command, amortized.
+    fn forget_completed_now_and_then(&mut self) {
+        if self.tasks.len() >= 2 * self.live_after_forget + 16 {
+            self.forget_completed();
+        }
+    }
+
     fn store(&self) -> wasmtime::Result<&Arc<dyn keel_store::Store>> {
         self.outside
             .store()
@@ -579,15 +602,15 @@ impl WorkflowCalls for Activation {
                 || format!("the input of step `{name}`"),
                 Some(&run_id),
             )?;
-            let running = self
-                .steps
-                .iter()
-                .filter(|c| !self.journal.is_completed(**c))
-                .count();
+            // `steps` holds every running step and perhaps some completed
+            // ones: only a count near the bound needs the exact figure.
+            if self.steps.len() >= limits.max_steps_in_flight {
+                self.forget_completed();
+            }
             crate::config::bound(
                 "max_steps_in_flight",
                 limits.max_steps_in_flight,
-                running + 1,
+                self.steps.len() + 1,
                 || "the steps the run has running".into(),
                 Some(&run_id),
             )?;
@@ -630,6 +653,7 @@ impl WorkflowCalls for Activation {
         self.in_flight.insert(command);
         self.steps.insert(command);
         self.tasks.push(task);
+        self.forget_completed_now_and_then();
         Ok(command)
     }
 
@@ -662,6 +686,7 @@ impl WorkflowCalls for Activation {
                 journal.fail(e.to_string());
             }
         }));
+        self.forget_completed_now_and_then();
         Ok(command)
     }
 

@@ -216,6 +216,10 @@ impl SledStore {
         private_dir(&path)?;
         let open = |name: &str| db.open_tree(name).map_err(backend);
         let meta = open("meta")?;
+        // sled 0.34 keeps its log in the file `db` of its directory.
+        let log = std::fs::File::open(path.join("db")).map_err(|e| StoreError::Backend {
+            reason: format!("opening sled's log file to sync it: {e}"),
+        })?;
         let inner = Inner {
             runs: open("runs")?,
             journal: open("journal")?,
@@ -251,7 +255,7 @@ impl SledStore {
             purging: open("purging")?,
             flow_lock: std::sync::Mutex::new(()),
             db: db.clone(),
-            committer: GroupCommit::new(db.clone()),
+            committer: GroupCommit::new(db.clone(), Some(log)),
             path,
             min_free_bytes,
         };
