@@ -852,6 +852,9 @@ pub fn inspect(component: &keel_server::wire::ComponentView, json: bool) {
         if !w.on_events.is_empty() {
             line += &format!("  on events {}", w.on_events.join(", "));
         }
+        if w.durability == keel_host::core::manifest::Durability::Relaxed {
+            line += "  durability relaxed (steps journaled at the run's next wait or end)";
+        }
         println!("{line}");
         for (which, schema) in [("input", &w.input_schema), ("output", &w.output_schema)] {
             match schema {

@@ -1063,6 +1063,39 @@ fn crashtest_passes_idempotent_workflows() {
     );
 }
 
+/// A relaxed workflow's steps are journaled with its end: the crash
+/// points are that write (lost: every step runs again, under the same
+/// step IDs; landed unheard: the run is over) and recovery keeps what the
+/// crashtest checks at both.
+#[test]
+fn crashtest_passes_relaxed_durability_at_its_fewer_crash_points() {
+    let (out, strict) = crashtest(&[
+        "crashtest",
+        keel_tests::TESTBED,
+        "ten_steps",
+        "--input",
+        "3",
+    ]);
+    assert!(out.status.success(), "{strict}");
+    let (out, relaxed) = crashtest(&[
+        "crashtest",
+        keel_tests::TESTBED,
+        "ten_steps_relaxed",
+        "--input",
+        "3",
+    ]);
+    assert!(out.status.success(), "{relaxed}");
+    assert_eq!(relaxed["passed"], true);
+    assert_eq!(relaxed["clean"]["journal_writes"], 1, "{relaxed}");
+    assert!(
+        strict["clean"]["journal_writes"].as_u64().unwrap() >= 4,
+        "{strict}"
+    );
+    let points = relaxed["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{relaxed}");
+    assert!(points.iter().all(|p| p["reached"] == true), "{relaxed}");
+}
+
 #[test]
 fn crashtest_covers_the_cancel_path_and_scripted_hooks() {
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -78,6 +78,30 @@ pub struct WorkflowInfo {
     /// own timeout overrides it.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// When its step attempts' starts and completions are made durable
+    /// (`#[workflow(durability = "relaxed")]`).
+    #[serde(default)]
+    pub durability: Durability,
+}
+
+/// When a workflow's step results become durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Before each step attempt runs, the attempt's start (and every
+    /// result before it) is durable: a completed step never runs again and
+    /// an attempt a crash interrupted counts against its retries.
+    #[default]
+    Strict,
+    /// Step starts and results are made durable with the run's next
+    /// durable write that something depends on: when it waits on a timer,
+    /// a hook or another run, makes an effect others can see (a hook, a
+    /// child, a stream), or ends. A crash loses the steps completed since
+    /// then, and the recovered run runs them again under the same step
+    /// IDs; an attempt a crash interrupted does not count against its
+    /// retries. One durable write for a run of sequential steps instead of
+    /// one per step.
+    Relaxed,
 }
 
 /// A schedule a workflow declares: deploying its component creates it as

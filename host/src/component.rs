@@ -549,6 +549,9 @@ async fn read_manifest(
                 concurrency: schema(&w.name, "concurrency")
                     .and_then(|c| serde_json::from_value(c).ok()),
                 timeout_ms: schema(&w.name, "timeout_ms").and_then(|t| t.as_u64()),
+                durability: schema(&w.name, "durability")
+                    .and_then(|d| serde_json::from_value(d).ok())
+                    .unwrap_or_default(),
                 name: w.name,
                 idempotency: w.idempotency.map(|i| Idempotency {
                     key: i.key,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use keel_core::Clock;
 use keel_core::journal::Fact;
-use keel_core::manifest::RetryPolicy;
+use keel_core::manifest::{Durability, RetryPolicy};
 use tracing::Instrument;
 
 use crate::activation::StepCall;
@@ -240,13 +240,16 @@ impl StepRunner {
             let grant = self.throttle(call, attempt).await?;
             let permit = self.permit(call, attempt).await?;
             let slot = self.slots.step().await;
-            let started = call
-                .journal
-                .append(Fact::StepAttemptStarted {
-                    command: call.command,
-                    attempt,
-                })
-                .await?;
+            let start = Fact::StepAttemptStarted {
+                command: call.command,
+                attempt,
+            };
+            let started = match call.durability {
+                Durability::Strict => call.journal.append(start).await?,
+                // Durable with the run's next flush: a crash before it
+                // runs the step again, under the same step ID.
+                Durability::Relaxed => call.journal.record(start)?,
+            };
             if attempt > 1 {
                 // Readers drop what the step's earlier attempts streamed.
                 outside

@@ -5,7 +5,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{TestStore, attempts, json, open, order_input, order_keel, step_ids};
+use common::{TestStore, attempts, json, open, open_backend, order_input, order_keel, step_ids};
 use keel_host::core::RunStatus;
 use keel_host::core::divergence::Verdict;
 use keel_host::core::journal::Fact;
@@ -569,4 +569,80 @@ async fn an_acknowledged_start_whose_drive_meets_a_failed_store_names_its_run() 
         matches!(again, Err(keel_host::Error::NotRetryable { .. })),
         "the retry had landed: {again:?}"
     );
+}
+
+/// Relaxed durability (`#[workflow(durability = "relaxed")]`): a run of
+/// sequential steps makes its steps durable with its end, in one journal
+/// write instead of one per step. A crash that loses that write loses the
+/// steps' results: recovery runs each step again, under the same step ID,
+/// counted as a first attempt, and the run ends as it would have.
+#[tokio::test(flavor = "multi_thread")]
+async fn relaxed_durability_journals_steps_with_the_end_and_recovery_runs_lost_ones_again() {
+    let store = TestStore::new();
+    let config = store.config();
+    let (keel, testbed, backend) = open_backend(config.clone(), keel_tests::TESTBED).await;
+
+    let writes = |before: u64| backend.journal_writes() - before;
+    let before = backend.journal_writes();
+    let strict = keel.run(&testbed, "ten_steps", "5").await.unwrap();
+    let strict_writes = writes(before);
+    let before = backend.journal_writes();
+    let relaxed = keel.run(&testbed, "ten_steps_relaxed", "5").await.unwrap();
+    let relaxed_writes = writes(before);
+    assert_eq!(relaxed.status, RunStatus::Completed, "{:?}", relaxed.error);
+    assert_eq!(relaxed.output, strict.output);
+    assert!(
+        strict_writes >= 6,
+        "strict: a write before each of 5 steps, then the end ({strict_writes})"
+    );
+    assert_eq!(relaxed_writes, 1, "relaxed: the end's write alone");
+    let journal = keel.journal(&relaxed.run_id).await.unwrap();
+    assert_eq!(step_ids(&journal).len(), 5);
+    assert_eq!(attempts(&journal), vec![1; 5]);
+
+    // The run's one write is lost as the process dies.
+    let run = keel
+        .start(&testbed, "ten_steps_relaxed", "4")
+        .await
+        .unwrap();
+    backend.crash_at(keel_host::store::faulty::Crash {
+        at_write: backend.journal_writes() + 1,
+        when: keel_host::store::faulty::CrashWhen::Before,
+    });
+    let _ = keel.drive(&run.run_id).await;
+    assert!(backend.has_crashed());
+    let lost = keel.journal(&run.run_id).await.unwrap();
+    assert!(
+        !lost
+            .iter()
+            .any(|e| matches!(e.fact, Fact::StepCompleted { .. })),
+        "no step result was durable: {lost:?}"
+    );
+    drop((keel, testbed, backend));
+
+    // A worker started after the dead one's lease expired recovers it.
+    let mut config = config.clone();
+    config.clock =
+        common::ManualClock::at(keel_host_now() + config.lease_ttl.as_millis() as u64 + 60_000);
+    config.worker_id = "second-worker".into();
+    let (keel, _testbed, _backend) = open_backend(config, keel_tests::TESTBED).await;
+    let recovered = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(
+        recovered.status,
+        RunStatus::Completed,
+        "{:?}",
+        recovered.error
+    );
+    assert_eq!(recovered.output.as_deref(), Some("6"));
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    assert_eq!(
+        attempts(&journal),
+        vec![1; 4],
+        "each step ran again as attempt 1"
+    );
+    let ids = step_ids(&journal);
+    let expected: Vec<String> = (0..4)
+        .map(|c| run.run_id.step_id(c).into_string())
+        .collect();
+    assert_eq!(ids, expected, "the step IDs derive from the run alone");
 }

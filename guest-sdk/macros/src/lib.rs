@@ -31,7 +31,10 @@ use syn::{
 /// such as `"'all'"` makes one limit) be in progress at once, queueing the
 /// rest, with `on_limit = "cancel_in_progress"` or `"cancel_newest"` to
 /// cancel instead; `timeout = "2h"` cancels a run still going that long
-/// after its admission, with reason `deadline_exceeded`.
+/// after its admission, with reason `deadline_exceeded`;
+/// `durability = "relaxed"` makes its steps' results durable with the
+/// run's next wait or its end instead of before each next step (a crash
+/// may run steps again, under the same step IDs).
 #[proc_macro_attribute]
 pub fn workflow(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
@@ -49,6 +52,8 @@ struct WorkflowSettings {
     concurrency: Option<(String, u32, String)>,
     /// `timeout = "2h"`, in ms.
     timeout_ms: Option<u64>,
+    /// `durability = "relaxed"`.
+    relaxed: bool,
 }
 
 /// `concurrency(key = "...", limit = N, on_limit = "...")` of a workflow.
@@ -233,6 +238,22 @@ impl WorkflowSettings {
                     };
                     out.timeout_ms = Some(duration_lit(lit)?);
                 }
+                Meta::NameValue(kv) if kv.path.is_ident("durability") => {
+                    out.relaxed = match &kv.value {
+                        Expr::Lit(ExprLit {
+                            lit: Lit::Str(s), ..
+                        }) if s.value() == "strict" => false,
+                        Expr::Lit(ExprLit {
+                            lit: Lit::Str(s), ..
+                        }) if s.value() == "relaxed" => true,
+                        other => {
+                            return Err(syn::Error::new_spanned(
+                                other,
+                                "expected durability = \"strict\" (the default) or \"relaxed\"",
+                            ));
+                        }
+                    };
+                }
                 Meta::NameValue(kv) if kv.path.is_ident("on_events") => {
                     let Expr::Array(array) = &kv.value else {
                         return Err(syn::Error::new_spanned(
@@ -254,7 +275,7 @@ impl WorkflowSettings {
                 other => {
                     return Err(syn::Error::new_spanned(
                         other,
-                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...], schedule(...), concurrency(key = ..., limit = ...) or timeout = \"2h\"",
+                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...], schedule(...), concurrency(key = ..., limit = ...), timeout = \"2h\" or durability = \"relaxed\"",
                     ));
                 }
             }
@@ -369,6 +390,7 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
         Some(ms) => quote! { Some(#ms) },
         None => quote! { None },
     };
+    let relaxed = settings.relaxed;
     let input_ty = match args.first() {
         Some((_, ty)) => quote! { #ty },
         None => quote! { () },
@@ -391,6 +413,7 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
             schedule: #schedule,
             concurrency: #concurrency,
             timeout_ms: #timeout_ms,
+            relaxed: #relaxed,
             run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
             schemas: || {
                 #[allow(unused_imports)]

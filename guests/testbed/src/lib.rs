@@ -24,6 +24,13 @@ async fn ten_steps(n: u32) -> Result<u32, Error> {
     Ok(sum)
 }
 
+/// W10 with relaxed durability: its steps' results become durable with
+/// the run's end, in one write.
+#[workflow(durability = "relaxed")]
+async fn ten_steps_relaxed(n: u32) -> Result<u32, Error> {
+    ten_steps(n).await
+}
+
 /// W10 with a concurrency limit declared (one key for every run) that
 /// the benchmark never reaches: what holding and freeing slots costs.
 #[workflow(concurrency(key = "'bench'", limit = 100000))]
@@ -935,6 +942,7 @@ keel_sdk::component!(
         guarded_burst,
         sum_of_squares,
         ten_steps_limited,
+        ten_steps_relaxed,
         ten_steps_per_tenant,
         per_tenant,
         one_at_a_time,

@@ -649,6 +649,12 @@ impl WorkflowCalls for Activation {
             next_attempt: attempts.started + 1,
             before_retry: attempts.before_retry,
             not_before_ms: attempts.retry_at_ms,
+            durability: self
+                .loaded
+                .manifest
+                .workflow(&self.workflow)
+                .map(|w| w.durability)
+                .unwrap_or_default(),
         })?;
         self.in_flight.insert(command);
         self.steps.insert(command);

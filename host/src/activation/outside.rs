@@ -36,6 +36,9 @@ pub struct StepCall {
     pub before_retry: u32,
     /// No attempt starts before then (a failed attempt's backoff).
     pub not_before_ms: Option<u64>,
+    /// When the attempt's start and result become durable (the
+    /// workflow's setting).
+    pub durability: keel_core::manifest::Durability,
 }
 
 /// A run a workflow starts: its ID derives from the parent's command.

@@ -171,6 +171,8 @@ struct Inner {
     committer: GroupCommit,
     /// Growing writes are refused with less free space than this.
     min_free_bytes: u64,
+    /// The last reading of the disk's free space, and when it was taken.
+    room: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
 }
 
 /// Where the sled store is and how it keeps its disk.
@@ -183,6 +185,12 @@ pub struct SledOptions {
     /// and go on once space is freed.
     pub min_free_bytes: u64,
 }
+
+/// Free space beyond the reserve above which [`SledStore::room`] trusts a
+/// recent reading.
+const ROOM_MARGIN: u64 = 256 << 20;
+/// How long such a reading is trusted.
+const ROOM_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl SledOptions {
     /// The store in `path`, with the default reserve.
@@ -258,6 +266,7 @@ impl SledStore {
             committer: GroupCommit::new(db.clone(), Some(log)),
             path,
             min_free_bytes,
+            room: std::sync::Mutex::new(None),
         };
         let store = SledStore {
             inner: Arc::new(Closing(Some(inner))),
@@ -314,13 +323,26 @@ impl SledStore {
     }
 
     /// Refuses a write that grows the store when its disk has less free
-    /// space than the reserve.
+    /// space than the reserve. Far above the reserve (by [`ROOM_MARGIN`]
+    /// or the reserve again, whichever is more), the last reading is used
+    /// for [`ROOM_RECHECK`]: a `statvfs` per write costs more than the
+    /// write itself, and a disk cannot fill that far that fast but by
+    /// another program, whose writes sled's own error then reports.
     fn room(&self) -> Result<()> {
+        let margin = self.inner.min_free_bytes.max(ROOM_MARGIN);
+        let recent = |(at, free): (std::time::Instant, u64)| {
+            at.elapsed() < ROOM_RECHECK && free >= self.inner.min_free_bytes.saturating_add(margin)
+        };
+        let mut last = self.inner.room.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(recent) {
+            return Ok(());
+        }
         let Ok(stat) = rustix::fs::statvfs(&self.inner.path) else {
             // Unknown: sled's own error, if any, says more.
             return Ok(());
         };
         let free = stat.f_bavail.saturating_mul(stat.f_frsize);
+        *last = Some((std::time::Instant::now(), free));
         if free >= self.inner.min_free_bytes {
             return Ok(());
         }
