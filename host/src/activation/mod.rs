@@ -357,7 +357,6 @@ impl Activation {
         Ok(self.journal.flush().await?)
     }
 
-    /// The store, which only a live activation reaches.
     /// Drops completed commands from the sets of live ones and finished
     /// tasks from `tasks`: what a wait or a bound looks at then stays the
     /// size of what runs, however long the run.
@@ -377,6 +376,7 @@ impl Activation {
         }
     }
 
+    /// The store, which only a live activation reaches.
     fn store(&self) -> wasmtime::Result<&Arc<dyn keel_store::Store>> {
         self.outside
             .store()
