@@ -684,6 +684,13 @@ impl WorkflowCalls for Activation {
         if wait > self.outside.park_limit() {
             return Ok(command);
         }
+        if wait.is_zero() {
+            // Due already (the run was woken for it): fired now, not by a
+            // task racing the workflow's wait, so the run's writes are the
+            // same every time.
+            self.journal.record(Fact::TimerFired { command })?;
+            return Ok(command);
+        }
         let journal = self.journal.clone();
         self.in_flight.insert(command);
         self.tasks.push(tokio::spawn(async move {
