@@ -422,13 +422,10 @@ fn stream_figure(path: &str, how: &str, chunks: u32, elapsed: Duration) {
 
 async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<InProcess> {
     w10(keel, loaded, "10").await?;
-    let mut latencies = Vec::with_capacity(args.latency_runs);
-    for _ in 0..args.latency_runs {
-        let t = Instant::now();
-        w10(keel, loaded, "10").await?;
-        latencies.push(t.elapsed());
-    }
-    let p50 = print_latencies("in process: W10 latency, one run at a time", latencies);
+    let p50 = print_latencies(
+        "in process: W10 latency, one run at a time",
+        latencies_of(keel, loaded, W10, args.latency_runs).await?,
+    );
     let mut rates = Vec::new();
     for in_flight in [16, 64] {
         let rate = throughput(keel, loaded, in_flight, args.throughput_runs).await?;
@@ -537,6 +534,22 @@ const W10_LIMITED: &str = "ten_steps_limited";
 const W10_RELAXED: &str = "ten_steps_relaxed";
 const W10_PER_TENANT: &str = "ten_steps_per_tenant";
 
+/// The time of each of `runs` W10 runs of `workflow`, one at a time.
+async fn latencies_of(
+    keel: &Keel,
+    loaded: &Loaded,
+    workflow: &str,
+    runs: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut latencies = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        w10_of(keel, loaded, workflow, "10").await?;
+        latencies.push(t.elapsed());
+    }
+    Ok(latencies)
+}
+
 async fn w10_of(
     keel: &Keel,
     loaded: &Loaded,
@@ -640,15 +653,9 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
 /// durable write): latency one run at a time and throughput at 16 in
 /// flight, beside the default's figures above.
 async fn relaxed(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<()> {
-    let mut latencies = Vec::with_capacity(args.latency_runs);
-    for _ in 0..args.latency_runs {
-        let t = Instant::now();
-        w10_of(keel, loaded, W10_RELAXED, "10").await?;
-        latencies.push(t.elapsed());
-    }
     print_latencies(
         "in process, relaxed durability: W10 latency, one run at a time",
-        latencies,
+        latencies_of(keel, loaded, W10_RELAXED, args.latency_runs).await?,
     );
     let rate = throughput_of(
         &[(keel.clone(), loaded.clone())],

@@ -65,6 +65,8 @@ enum Recorded<T> {
 pub struct Activation {
     run_id: RunId,
     workflow: String,
+    /// The workflow's durability, from its manifest.
+    durability: keel_core::manifest::Durability,
     started_at_ms: u64,
     outside: Arc<dyn Outside>,
     loaded: Arc<Loaded>,
@@ -132,6 +134,11 @@ impl Activation {
         Activation {
             run_id: journal.run_id().clone(),
             workflow: workflow.to_string(),
+            durability: loaded
+                .manifest
+                .workflow(workflow)
+                .map(|w| w.durability)
+                .unwrap_or_default(),
             started_at_ms,
             clock: JournalClock::new(started_at_ms),
             offline: outside.store().is_none(),
@@ -649,12 +656,7 @@ impl WorkflowCalls for Activation {
             next_attempt: attempts.started + 1,
             before_retry: attempts.before_retry,
             not_before_ms: attempts.retry_at_ms,
-            durability: self
-                .loaded
-                .manifest
-                .workflow(&self.workflow)
-                .map(|w| w.durability)
-                .unwrap_or_default(),
+            durability: self.durability,
         })?;
         self.in_flight.insert(command);
         self.steps.insert(command);

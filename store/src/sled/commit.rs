@@ -7,6 +7,8 @@
 //! killed process, not a power cut or a crashed kernel. A flush here
 //! therefore ends with `fdatasync` of the log file, which does both.
 
+use std::sync::Arc;
+
 use tokio::sync::Notify;
 
 use crate::{Result, StoreError};
@@ -20,7 +22,7 @@ pub(super) struct GroupCommit {
     db: sled::Db,
     /// sled's log file, synced after each flush of sled's; `None` for a
     /// temporary database, which has no file.
-    log: Option<std::fs::File>,
+    log: Option<Arc<std::fs::File>>,
     state: std::sync::Mutex<CommitState>,
     flushed: Notify,
 }
@@ -42,7 +44,7 @@ impl GroupCommit {
     pub(super) fn new(db: sled::Db, log: Option<std::fs::File>) -> Self {
         GroupCommit {
             db,
-            log,
+            log: log.map(Arc::new),
             state: Default::default(),
             flushed: Notify::new(),
         }
@@ -110,11 +112,8 @@ impl GroupCommit {
         let result = if in_place {
             tokio::task::block_in_place(|| self.flush_now())
         } else {
-            let (db, log) = (self.db.clone(), self.log.as_ref().map(|f| f.try_clone()));
-            let flushed = tokio::task::spawn_blocking(move || {
-                let log = log.transpose().map_err(|e| e.to_string())?;
-                flush_and_sync(&db, log.as_ref())
-            });
+            let (db, log) = (self.db.clone(), self.log.clone());
+            let flushed = tokio::task::spawn_blocking(move || flush_and_sync(&db, log.as_deref()));
             match flushed.await {
                 Ok(result) => result,
                 Err(e) => return Some(format!("the flush task failed: {e}")),
@@ -124,7 +123,7 @@ impl GroupCommit {
     }
 
     fn flush_now(&self) -> std::result::Result<(), String> {
-        flush_and_sync(&self.db, self.log.as_ref())
+        flush_and_sync(&self.db, self.log.as_deref())
     }
 }
 
