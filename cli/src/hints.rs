@@ -76,6 +76,13 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
             format!("`keel runs show {}` shows how it ended", id("run_id"))
         }
         K::Unauthorized => "pass the server's token with --api-token or KEEL_API_TOKEN".into(),
+        K::WebhookNotFound => "`keel webhooks list` lists the webhooks".into(),
+        K::WebhookExists => format!(
+            "delete it first with `keel webhooks delete {}` to create it anew",
+            id("id")
+        ),
+        K::SignatureRefused => "the sender must sign with the webhook's secret; compare the secret given to `keel webhooks create` with the sender's".into(),
+        K::Forbidden => "a scoped token grants one thing only; use the server's token, or mint one for this with `keel tokens create`".into(),
         K::StoreLocked => {
             "stop the other keel process, or pass another directory with --db".into()
         }

@@ -115,6 +115,14 @@ kinds! {
     /// A cron expression, zone, interval or bound that cannot fire.
     InvalidSchedule = "invalid_schedule",
 
+    // Webhooks.
+    /// No such webhook.
+    WebhookNotFound = "webhook_not_found",
+    /// A webhook of that ID exists.
+    WebhookExists = "webhook_exists",
+    /// A delivery whose signature is missing, wrong, stale or replayed.
+    SignatureRefused = "signature_refused",
+
     // Bulk operations.
     /// No such job.
     JobNotFound = "job_not_found",
@@ -170,6 +178,8 @@ kinds! {
     InvalidRequest = "invalid_request",
     /// A missing or wrong token.
     Unauthorized = "unauthorized",
+    /// A scoped token used outside its scope.
+    Forbidden = "forbidden",
     /// A changing request from another origin.
     CrossOrigin = "cross_origin",
     /// A `Host` the server does not answer to.

@@ -7,6 +7,7 @@
 //! runtime, no storage engine and no wasm runtime, so every layer above can
 //! use it and its logic is unit-tested here.
 
+pub mod access;
 pub mod bulk;
 pub mod clock;
 pub mod codec;
@@ -29,6 +30,7 @@ pub mod schedule;
 pub mod stream;
 pub mod testing;
 pub mod timeline;
+pub mod webhook;
 
 pub use clock::Clock;
 pub use deployment::{Deployment, GrantSpec, StepLimits};

@@ -45,6 +45,10 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         | K::InvalidRequest
         | K::Usage => StatusCode::BAD_REQUEST,
         K::Unauthorized => StatusCode::UNAUTHORIZED,
+        K::Forbidden => StatusCode::FORBIDDEN,
+        K::SignatureRefused => StatusCode::UNAUTHORIZED,
+        K::WebhookNotFound => StatusCode::NOT_FOUND,
+        K::WebhookExists => StatusCode::CONFLICT,
         K::CrossOrigin => StatusCode::FORBIDDEN,
         K::RunNotFound
         | K::HookNotFound

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod openapi;
 mod routes;
 pub mod schedules;
+mod tokens;
 pub mod wire;
 
 pub use auth::Auth;

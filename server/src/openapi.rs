@@ -56,6 +56,8 @@ pub fn document() -> Value {
     let streams = of::<StreamList>(&mut g);
     let chunk = of::<ChunkView>(&mut g);
     let reply = of::<ReplyView>(&mut g);
+    let token_request = of::<TokenRequest>(&mut g);
+    let token_view = of::<TokenView>(&mut g);
     let any = json!({});
     let u64 = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
     let schemas = Value::Object(g.take_definitions(true));
@@ -82,7 +84,7 @@ pub fn document() -> Value {
             }
             responses.insert(status.to_string(), response);
         }
-        for status in errors.iter().chain(&["401"]) {
+        for status in errors.iter().chain(&["401", "403"]) {
             responses.insert(
                 status.to_string(),
                 json!({"description": reason(status), "content": {"application/json": {"schema": error}}}),
@@ -329,6 +331,9 @@ pub fn document() -> Value {
     paths["/v1/deployments/{name}/grants"] = json!({"post": grant_deployment});
     paths["/v1/runs/{run_id}/journal"] = json!({"get": get_journal});
     paths["/v1/runs/{run_id}/streams/{name}"] = json!({"get": follow_stream});
+    paths["/v1/tokens"] = json!({"post": op("createToken", "Mint a scoped token: a short-lived credential that may only resume one hook, read one run, or start one workflow (needs the server's token)",
+        vec![], Some(("application/json", &token_request)),
+        &[("201", "The token and what it grants", Some(&token_view))], &["400"])});
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -353,7 +358,8 @@ fn of<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
 fn reason(status: &str) -> &'static str {
     match status {
         "400" => "The request is malformed (kind `invalid_request`, `invalid_input`, ...)",
-        "401" => "A token is required and was missing or wrong (kind `unauthorized`)",
+        "401" => "A token is required and was missing, wrong or expired (kind `unauthorized`)",
+        "403" => "A scoped token used outside its scope (kind `forbidden`)",
         "404" => "No such run, hook, workflow or deployment",
         "409" => {
             "Refused: `hook_conflict` or `idempotency_collision` (naming the run that holds the token or key), or `not_retryable`"

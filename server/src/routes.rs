@@ -212,6 +212,12 @@ pub fn table() -> Vec<Route> {
         ),
         route("/v1/workers", Method::GET, "listWorkers", get(workers)),
         route(
+            "/v1/tokens",
+            Method::POST,
+            "createToken",
+            post(crate::tokens::create),
+        ),
+        route(
             "/v1/schedules",
             Method::GET,
             "listSchedules",
@@ -444,6 +450,7 @@ pub(crate) fn json_object<T: DeserializeOwned + Default>(body: Body<MAX_BODY>) -
 /// milliseconds).
 const INTEGRAL_FIELDS: &[&str] = &[
     "wait_ms",
+    "ttl_ms",
     "grace_ms",
     "delay_ms",
     "start_at_ms",
@@ -594,9 +601,11 @@ pub async fn deployment_component(
 pub async fn start(
     State(s): State<AppState>,
     Param(workflow): Param,
+    scoped: Option<axum::Extension<crate::auth::Scoped>>,
     body: Body<MAX_BODY>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let request: StartRequest = json_object(body)?;
+    crate::tokens::check_start(scoped.as_deref(), &request)?;
     let wait = Wait {
         ms: wait_ms(request.wait_ms)?,
         return_on_wait: request.return_on_wait,

@@ -68,6 +68,9 @@ pub enum StoreError {
     #[error("a schedule named `{name}` exists already")]
     ScheduleExists { name: String },
 
+    #[error("a webhook with ID `{id}` exists already")]
+    WebhookExists { id: String },
+
     #[error(
         "schedule `{name}` was changed by another writer since it was read; the write was refused"
     )]
@@ -120,6 +123,7 @@ impl StoreError {
             StoreError::JournalConflict { .. } => ErrorKind::JournalConflict,
             StoreError::ScheduleNotFound { .. } => ErrorKind::ScheduleNotFound,
             StoreError::ScheduleExists { .. } => ErrorKind::ScheduleExists,
+            StoreError::WebhookExists { .. } => ErrorKind::WebhookExists,
             StoreError::ScheduleConflict { .. } => ErrorKind::ScheduleConflict,
             StoreError::JobNotFound { .. } => ErrorKind::JobNotFound,
             StoreError::JobConflict { .. } => ErrorKind::JobConflict,

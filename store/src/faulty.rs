@@ -497,6 +497,39 @@ impl<S: Store + ?Sized> ScheduleStore for FaultyStore<S> {
 }
 
 #[async_trait]
+impl<S: Store + ?Sized> crate::IntegrationStore for FaultyStore<S> {
+    async fn signing_secret(&self, candidate: &[u8]) -> Result<Vec<u8>> {
+        self.inner.signing_secret(candidate).await
+    }
+    async fn create_webhook(&self, webhook: &keel_core::webhook::WebhookRecord) -> Result<()> {
+        self.inner.create_webhook(webhook).await
+    }
+    async fn webhook(&self, id: &str) -> Result<Option<keel_core::webhook::WebhookRecord>> {
+        self.inner.webhook(id).await
+    }
+    async fn list_webhooks(&self) -> Result<Vec<keel_core::webhook::WebhookRecord>> {
+        self.inner.list_webhooks().await
+    }
+    async fn delete_webhook(&self, id: &str) -> Result<bool> {
+        self.inner.delete_webhook(id).await
+    }
+    async fn claim_signature(
+        &self,
+        id: &str,
+        signature: &str,
+        until_ms: u64,
+        now_ms: u64,
+    ) -> Result<bool> {
+        self.inner
+            .claim_signature(id, signature, until_ms, now_ms)
+            .await
+    }
+    async fn purge_expired_signatures(&self, now_ms: u64) -> Result<u64> {
+        self.inner.purge_expired_signatures(now_ms).await
+    }
+}
+
+#[async_trait]
 impl<S: Store + ?Sized> crate::JobStore for FaultyStore<S> {
     async fn create_job(&self, job: &JobRecord) -> Result<()> {
         self.inner.create_job(job).await

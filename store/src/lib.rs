@@ -3,7 +3,7 @@
 //! The engine talks to storage through one async trait, [`Store`], made of
 //! one part per concern: [`RunStore`], [`JournalStore`], [`LeaseStore`], [`HookStore`],
 //! [`KeyStore`], [`EventStore`], [`ComponentStore`], [`WakeStore`],
-//! [`ScheduleStore`], [`FlowStore`] and [`RateStore`]. Their
+//! [`ScheduleStore`], [`FlowStore`], [`RateStore`] and [`IntegrationStore`]. Their
 //! methods are domain-level operations (admit a run with its key, start
 //! hook and first journal entries; end a run with its hooks), each written
 //! with its atomicity and durability. Every store passes the
@@ -24,6 +24,7 @@ use keel_core::flow::{LimitRow, OnLimit, RunSlot, SlotState};
 use keel_core::lifecycle::CancelRequest;
 use keel_core::schedule::ScheduleRecord;
 use keel_core::stream::{Chunk, ChunkBody, Origin, StreamInfo};
+use keel_core::webhook::WebhookRecord;
 use keel_core::{
     Capabilities, Deployment, Entry, EventRecord, HookRecord, HookRegistration, KeyHold, RunCursor,
     RunId, RunRecord,
@@ -377,6 +378,44 @@ pub trait ScheduleStore: Send + Sync {
     /// Up to `limit` schedules with work at `now_ms`
     /// ([`ScheduleRecord::is_due`]), earliest fire first.
     async fn due_schedules(&self, now_ms: u64, limit: usize) -> Result<Vec<ScheduleRecord>>;
+}
+
+/// Integrations: the secret scoped tokens are signed with, and the
+/// webhooks third parties call with signed deliveries. Writes are atomic
+/// and durable.
+#[async_trait]
+pub trait IntegrationStore: Send + Sync {
+    /// The store's signing secret: `candidate` if the store had none (it
+    /// is stored), otherwise the one stored first, so that every process
+    /// sharing the store signs and verifies with the same one.
+    async fn signing_secret(&self, candidate: &[u8]) -> Result<Vec<u8>>;
+
+    /// Creates `webhook`, or [`StoreError::WebhookExists`].
+    async fn create_webhook(&self, webhook: &WebhookRecord) -> Result<()>;
+
+    /// The webhook `id`, if any.
+    async fn webhook(&self, id: &str) -> Result<Option<WebhookRecord>>;
+
+    /// Every webhook, by ID.
+    async fn list_webhooks(&self) -> Result<Vec<WebhookRecord>>;
+
+    /// Deletes the webhook (and what it remembers of signatures); whether
+    /// there was one.
+    async fn delete_webhook(&self, id: &str) -> Result<bool>;
+
+    /// Claims `signature` of webhook `id`, remembered until `until_ms`:
+    /// `true` the first time, `false` if it was claimed before and is
+    /// still remembered at `now_ms` (a replay).
+    async fn claim_signature(
+        &self,
+        id: &str,
+        signature: &str,
+        until_ms: u64,
+        now_ms: u64,
+    ) -> Result<bool>;
+
+    /// Forgets the signatures remembered until before `now_ms`; how many.
+    async fn purge_expired_signatures(&self, now_ms: u64) -> Result<u64>;
 }
 
 /// Bulk operations' jobs: records any worker carries out page by page.
@@ -753,6 +792,7 @@ pub trait Store:
     + CancelStore
     + RetentionStore
     + StreamStore
+    + IntegrationStore
 {
     /// What this store supports; a start needing more is refused before
     /// anything is written.

@@ -259,7 +259,7 @@ mod postgres {
             .unwrap();
         tokio::spawn(connection);
         // As version 1 left it: no workers, deployments, schedules, jobs,
-        // streams or flow-control tables, no payload IDs, components without their storing time, runs without their admission time or
+        // streams, secrets, webhooks or flow-control tables, no payload IDs, components without their storing time, runs without their admission time or
         // attributes, no retention indexes.
         client
             .batch_execute(&format!(
@@ -270,6 +270,8 @@ mod postgres {
                  DROP TABLE {schema}.step_permits; DROP TABLE {schema}.flow_failed;
                  DROP TABLE {schema}.cancel_requests; DROP TABLE {schema}.jobs;
                  DROP TABLE {schema}.streams; DROP TABLE {schema}.chunks;
+                 DROP TABLE {schema}.secrets; DROP TABLE {schema}.webhooks;
+                 DROP TABLE {schema}.webhook_signatures;
                  ALTER TABLE {schema}.inbox DROP COLUMN payload_id;
                  ALTER TABLE {schema}.hooks DROP COLUMN payload_schema;
                  DROP INDEX {schema}.watchers_watcher;
@@ -303,6 +305,12 @@ mod postgres {
         );
         assert!(store.deployments().await.unwrap().is_empty());
         assert!(store.list_schedules().await.unwrap().is_empty());
+        assert!(
+            keel_store::IntegrationStore::list_webhooks(&store)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert!(store.limit_rows().await.unwrap().is_empty());
         assert!(
             keel_store::JobStore::jobs(&store, 10)

@@ -23,10 +23,12 @@ use keel_core::testing::{JournalBuilder, run_record, timer_entry};
 use crate::{Admission, HookPayload, KeyClaim, Store, StoreError};
 
 mod flow;
+mod integrations;
 mod jobs;
 mod retention;
 mod streams;
 use flow::*;
+use integrations::*;
 use jobs::*;
 use retention::*;
 use streams::*;
@@ -149,6 +151,9 @@ cases!(
     racing_writers_of_one_stream_get_distinct_indexes,
     a_runs_streams_are_deleted_with_it,
     a_payload_id_is_delivered_once,
+    the_signing_secret_is_the_first_one_stored,
+    a_webhook_is_created_once_and_deleted_with_its_signatures,
+    a_signature_is_claimed_once_until_it_expires,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.

@@ -41,6 +41,7 @@ mod tx;
 mod catalog;
 mod flow;
 mod hooks;
+mod integrations;
 mod jobs;
 mod retention;
 mod runs;

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -194,6 +194,19 @@ CREATE UNIQUE INDEX inbox_payload_id ON inbox (run_id, token, payload_id)
     // The schema a hook's payloads must fit.
     r#"
 ALTER TABLE hooks ADD COLUMN payload_schema text;
+"#,
+    // Scoped tokens' signing secret; signed webhooks and the signatures
+    // they accepted.
+    r#"
+CREATE TABLE secrets (name text PRIMARY KEY, value bytea NOT NULL);
+CREATE TABLE webhooks (id text PRIMARY KEY, record bytea NOT NULL);
+CREATE TABLE webhook_signatures (
+    webhook_id text NOT NULL,
+    signature text NOT NULL,
+    until_ms bigint NOT NULL,
+    PRIMARY KEY (webhook_id, signature)
+);
+CREATE INDEX webhook_signatures_until ON webhook_signatures (until_ms);
 "#,
 ];
 

@@ -33,6 +33,7 @@ mod catalog;
 mod commit;
 mod flow;
 mod hooks;
+mod integrations;
 mod jobs;
 mod retention;
 mod runs;
@@ -165,6 +166,12 @@ struct Inner {
     /// IDs of deleted runs whose data is still being deleted
     /// ([`retention`]).
     purging: sled::Tree,
+    /// Secret name to its bytes (the signing secret of scoped tokens).
+    secrets: sled::Tree,
+    /// Webhook ID to its record ([`integrations`]).
+    webhooks: sled::Tree,
+    /// `webhook ID \0 signature` to when it may be forgotten (big-endian ms).
+    signatures: sled::Tree,
     /// Serializes decisions against concurrency groups (`flow`).
     flow_lock: std::sync::Mutex<()>,
     db: sled::Db,
@@ -238,6 +245,9 @@ impl SledStore {
             events: open("events")?,
             subscriptions: open("subscriptions")?,
             hooks: open("hooks")?,
+            secrets: open("secrets")?,
+            webhooks: open("webhooks")?,
+            signatures: open("signatures")?,
             run_hooks: open("run_hooks")?,
             inbox: open("inbox")?,
             claims: open("claims")?,
