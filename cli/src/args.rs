@@ -333,6 +333,20 @@ pub enum Command {
         #[command(subcommand)]
         command: JobsCommand,
     },
+    /// Scoped tokens: short-lived credentials that may only resume one
+    /// hook, read one run, or start one workflow, safe to hand to a
+    /// browser or a third party.
+    Tokens {
+        #[command(subcommand)]
+        command: TokensCommand,
+    },
+    /// Signed webhooks: a hook or an event key exposed at
+    /// `POST /v1/webhooks/ID` to a sender that signs its deliveries
+    /// (Stripe, GitHub, an HMAC-SHA256 header) instead of sending a token.
+    Webhooks {
+        #[command(subcommand)]
+        command: WebhooksCommand,
+    },
     /// The workers sharing the store.
     Workers {
         #[command(subcommand)]
@@ -892,6 +906,91 @@ impl From<BulkActionArg> for keel_host::core::bulk::BulkAction {
 }
 
 #[derive(Subcommand)]
+pub enum TokensCommand {
+    /// Mint a token for exactly one of --resume-hook, --read-run or
+    /// --start. Through --server it is signed with that server's secret;
+    /// otherwise with the store's, which every server on the store uses
+    /// unless given --signing-secret.
+    Create {
+        /// It may resume the hook holding this token (and read the hook).
+        #[arg(long, value_name = "TOKEN")]
+        resume_hook: Option<String>,
+        /// It may read this run: its record, result, journal, events and
+        /// streams.
+        #[arg(long, value_name = "RUN_ID")]
+        read_run: Option<String>,
+        /// It may start runs of this workflow.
+        #[arg(long, value_name = "WORKFLOW")]
+        start: Option<String>,
+        /// With --start: every start must carry this start hook token.
+        #[arg(long, requires = "start")]
+        hook_token: Option<String>,
+        /// With --start: every start must ask for this run ID (so at most
+        /// one run is started).
+        #[arg(long, requires = "start")]
+        run_id: Option<String>,
+        /// How long it is accepted (at most 7 days).
+        #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+        ttl: std::time::Duration,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum WebhooksCommand {
+    /// Create webhook ID: deliveries to `POST /v1/webhooks/ID` signed with
+    /// SECRET resume --hook or push --event, their raw body the payload.
+    Create {
+        /// The webhook's ID (the last part of its URL).
+        id: String,
+        /// The hook a delivery resumes; `{/json/pointer}` parts are filled
+        /// from the body (`order:{/data/object/metadata/order_id}`).
+        #[arg(long, conflicts_with = "event")]
+        hook: Option<String>,
+        /// The event key a delivery is pushed as.
+        #[arg(long)]
+        event: Option<String>,
+        /// How deliveries are signed: stripe, github or hmac.
+        #[arg(long, default_value = "stripe", value_parser = parse_scheme)]
+        scheme: keel_server::wire::WebhookScheme,
+        /// For --scheme hmac: the header holding the hex HMAC-SHA256 of
+        /// the body.
+        #[arg(long)]
+        header: Option<String>,
+        /// For --scheme stripe: how far a delivery's timestamp may be from
+        /// now [default: 5m].
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        tolerance: Option<std::time::Duration>,
+        /// The secret the sender signs with (Stripe's `whsec_...`).
+        #[arg(long, env = "KEEL_WEBHOOK_SECRET", hide_env_values = true)]
+        secret: String,
+    },
+    /// Every webhook: where it delivers and how it is signed.
+    List,
+    /// A webhook.
+    Show {
+        /// The webhook's ID.
+        id: String,
+    },
+    /// Delete a webhook: later deliveries are refused as not found.
+    Delete {
+        /// The webhook's ID.
+        id: String,
+    },
+}
+
+fn parse_scheme(s: &str) -> Result<keel_server::wire::WebhookScheme, String> {
+    use keel_server::wire::WebhookScheme as S;
+    match s {
+        "stripe" => Ok(S::Stripe),
+        "github" => Ok(S::Github),
+        "hmac" => Ok(S::Hmac),
+        other => Err(format!(
+            "`{other}` is not a webhook scheme: stripe, github or hmac"
+        )),
+    }
+}
+
+#[derive(Subcommand)]
 pub enum JobsCommand {
     /// Bulk jobs, newest first, with their progress.
     List {
@@ -950,6 +1049,22 @@ pub struct HttpOptions {
     /// connection or between requests on a kept-alive one (10s, 500ms).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: std::time::Duration,
+    /// The secret scoped tokens are signed with (at least 32 bytes); by
+    /// default the store's own, made once and shared by every server on
+    /// the store. Changing it revokes every token signed before.
+    #[arg(long, env = "KEEL_SIGNING_SECRET", hide_env_values = true, value_parser = parse_secret)]
+    pub signing_secret: Option<String>,
+}
+
+fn parse_secret(s: &str) -> Result<String, String> {
+    if s.len() < keel_host::core::access::SECRET_LEN {
+        return Err(format!(
+            "a signing secret is at least {} bytes, not {}",
+            keel_host::core::access::SECRET_LEN,
+            s.len()
+        ));
+    }
+    Ok(s.to_string())
 }
 
 impl HttpOptions {
@@ -966,6 +1081,7 @@ impl HttpOptions {
                 max_connections: self.max_connections,
                 header_timeout: self.header_timeout,
             },
+            signing_secret: self.signing_secret.as_ref().map(|s| s.as_bytes().to_vec()),
             ..keel_server::ServerConfig::new(addr, token)
         }
     }

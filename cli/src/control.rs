@@ -16,7 +16,7 @@ use keel_host::core::{
     RunRecord, StepLimits,
 };
 use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
-use keel_server::wire::{ChildView, FireView, ScheduleRequest, ScheduleView};
+use keel_server::wire::{ChildView, FireView, ScheduleRequest, ScheduleView, WebhookView};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -243,6 +243,15 @@ pub enum Request {
         metadata: String,
     },
     ListEvents,
+    CreateToken(keel_server::wire::TokenRequest),
+    CreateWebhook(keel_server::wire::WebhookRequest),
+    ListWebhooks,
+    ShowWebhook {
+        id: String,
+    },
+    DeleteWebhook {
+        id: String,
+    },
     CreateSchedule(ScheduleRequest),
     UpdateSchedule(ScheduleRequest),
     ListSchedules,
@@ -317,6 +326,9 @@ pub enum Reply {
     Component(keel_server::wire::ComponentView),
     Schedule(ScheduleView),
     Schedules(Vec<ScheduleView>),
+    Token(keel_server::wire::TokenView),
+    Webhook(keel_server::wire::WebhookView),
+    Webhooks(Vec<keel_server::wire::WebhookView>),
     Fires(Vec<FireView>),
     /// The concurrency groups and overrides, and the runs a change started.
     Limits {
@@ -653,6 +665,29 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         } => Reply::Deployments(keel.grant(&target, &grants, replace).await?),
         Request::ListDeployments => Reply::Deployments(keel.deployments().await?.as_ref().clone()),
         Request::ShowDeployment { name } => Reply::Deployment(keel.deployment(&name).await?),
+        Request::CreateToken(request) => {
+            let secret = keel.signing_secret().await?;
+            Reply::Token(keel_server::tokens::mint(&secret, request).map_err(|e| {
+                keel_host::Error::InvalidInput {
+                    reason: e.detail.message,
+                }
+            })?)
+        }
+        Request::CreateWebhook(request) => {
+            let (target, scheme) = request.spec()?;
+            Reply::Webhook(WebhookView::of(
+                &keel
+                    .create_webhook(&request.id, target, scheme, &request.secret)
+                    .await?,
+            ))
+        }
+        Request::ListWebhooks => {
+            Reply::Webhooks(keel.webhooks().await?.iter().map(WebhookView::of).collect())
+        }
+        Request::ShowWebhook { id } => Reply::Webhook(WebhookView::of(&keel.webhook(&id).await?)),
+        Request::DeleteWebhook { id } => {
+            Reply::Webhook(WebhookView::of(&keel.delete_webhook(&id).await?))
+        }
         Request::CreateSchedule(request) => Reply::Schedule(ScheduleView::of(
             &keel.create_schedule(request.spec()?).await?,
         )),

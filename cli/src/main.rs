@@ -394,6 +394,8 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Limits { .. }
         | Command::Store { .. }
         | Command::Jobs { .. }
+        | Command::Tokens { .. }
+        | Command::Webhooks { .. }
         | Command::Runs { .. } => {
             refuse_missing_store(&cli)?;
             let request = request::request_of(&cli)?;
@@ -755,6 +757,9 @@ fn reads_only(command: &Command) -> bool {
             }
             | Command::Schedules {
                 command: args::SchedulesCommand::List | args::SchedulesCommand::Show { .. }
+            }
+            | Command::Webhooks {
+                command: args::WebhooksCommand::List | args::WebhooksCommand::Show { .. }
             }
             | Command::Workers { .. }
             | Command::Journal {

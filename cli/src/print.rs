@@ -249,6 +249,27 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_fires(&fires, json);
             ExitCode::SUCCESS
         }
+        Reply::Token(token) => {
+            if json {
+                println!("{}", json!(token));
+            } else {
+                println!("{}", token.token);
+                eprintln!(
+                    "may {}, until {}",
+                    token.scope.describe(),
+                    when(token.expires_at_ms)
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Reply::Webhook(webhook) => {
+            print_webhooks(std::slice::from_ref(&webhook), json, true);
+            ExitCode::SUCCESS
+        }
+        Reply::Webhooks(list) => {
+            print_webhooks(&list, json, false);
+            ExitCode::SUCCESS
+        }
         Reply::Error(e) => {
             report_error(&e.into(), json);
             ExitCode::FAILURE
@@ -297,6 +318,38 @@ fn print_limits(limits: &[LimitRow], started: &[String], json: bool) {
 }
 
 /// Every schedule, a line each.
+/// Webhooks, a line each: where deliveries go and how they are signed
+/// (`one`: a single webhook, printed as an object in JSON).
+fn print_webhooks(list: &[keel_server::wire::WebhookView], json: bool, one: bool) {
+    if json {
+        match list {
+            [w] if one => println!("{}", json!(w)),
+            list => println!("{}", json!(list)),
+        }
+        return;
+    }
+    if list.is_empty() {
+        println!(
+            "no webhooks; create one with `keel webhooks create ID --hook TOKEN --secret SECRET`"
+        );
+        return;
+    }
+    println!("{:<24} {:<40} {:<24} delivers to", "id", "path", "scheme");
+    for w in list {
+        let scheme = match (&w.header, w.tolerance_s) {
+            (Some(h), _) => format!("hmac ({h})"),
+            (None, Some(t)) => format!("stripe (±{t} s)"),
+            (None, None) => "github".into(),
+        };
+        let target = match (&w.hook, &w.event) {
+            (Some(h), _) => format!("hook {h}"),
+            (_, Some(e)) => format!("event {e}"),
+            _ => "-".into(),
+        };
+        println!("{:<24} {:<40} {:<24} {target}", w.id, w.path, scheme);
+    }
+}
+
 fn print_schedules(list: &[ScheduleView], json: bool) {
     if json {
         println!("{}", json!(list));

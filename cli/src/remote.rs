@@ -597,6 +597,29 @@ impl Client {
             Request::ShowDeployment { name } => {
                 Reply::Deployment(self.get(&["v1", "deployments", &name], &[]).await?)
             }
+            Request::CreateToken(request) => {
+                Reply::Token(self.post(&["v1", "tokens"], &[], &request).await?)
+            }
+            Request::CreateWebhook(request) => {
+                Reply::Webhook(self.post(&["v1", "webhooks"], &[], &request).await?)
+            }
+            Request::ListWebhooks => Reply::Webhooks(
+                self.get::<keel_server::wire::WebhookList>(&["v1", "webhooks"], &[])
+                    .await?
+                    .webhooks,
+            ),
+            Request::ShowWebhook { id } => {
+                Reply::Webhook(self.get(&["v1", "webhooks", &id], &[]).await?)
+            }
+            Request::DeleteWebhook { id } => Reply::Webhook(
+                self.call(
+                    Method::DELETE,
+                    self.url(&["v1", "webhooks", &id], &[]),
+                    None,
+                )
+                .await?
+                .1,
+            ),
             Request::CreateSchedule(request) => {
                 Reply::Schedule(self.post(&["v1", "schedules"], &[], &request).await?)
             }

@@ -10,10 +10,11 @@ use keel_host::core::{Clock, GrantSpec, RunFilter, StepLimits};
 
 use crate::args::{
     Cli, Command, DeploymentsCommand, EventsCommand, HooksCommand, JobsCommand, LimitsCommand,
-    RunFilterArgs, RunsCommand, ScheduleArgs, SchedulesCommand, StoreCommand,
+    RunFilterArgs, RunsCommand, ScheduleArgs, SchedulesCommand, StoreCommand, TokensCommand,
+    WebhooksCommand,
 };
 use crate::control::{Request, StartSpec};
-use keel_server::wire::ScheduleRequest;
+use keel_server::wire::{ScheduleRequest, TokenRequest, WebhookRequest};
 
 /// The request a command makes of the store, for the commands a running
 /// worker can answer too.
@@ -313,6 +314,8 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             command: EventsCommand::List,
         } => Request::ListEvents,
         Command::Schedules { command } => schedule_request(command)?,
+        Command::Tokens { command } => token_request(command)?,
+        Command::Webhooks { command } => webhook_request(command),
         Command::Limits { command } => match command {
             LimitsCommand::List => Request::ListLimits,
             LimitsCommand::Set {
@@ -344,6 +347,65 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             anyhow::bail!("this command is not a request a worker or server answers")
         }
     })
+}
+
+/// The request of a `keel tokens` command.
+fn token_request(command: &TokensCommand) -> anyhow::Result<Request> {
+    use keel_host::core::access::Scope;
+    let TokensCommand::Create {
+        resume_hook,
+        read_run,
+        start,
+        hook_token,
+        run_id,
+        ttl,
+    } = command;
+    let scope = match (resume_hook, read_run, start) {
+        (Some(token), None, None) => Scope::ResumeHook {
+            token: token.clone(),
+        },
+        (None, Some(run_id), None) => Scope::ReadRun {
+            run_id: run_id.clone(),
+        },
+        (None, None, Some(workflow)) => Scope::StartWorkflow {
+            workflow: workflow.clone(),
+            hook_token: hook_token.clone(),
+            run_id: run_id.clone(),
+        },
+        _ => anyhow::bail!(
+            "a token grants exactly one thing: give one of --resume-hook, --read-run or --start"
+        ),
+    };
+    Ok(Request::CreateToken(TokenRequest {
+        scope,
+        ttl_ms: Some(ttl.as_millis() as u64),
+    }))
+}
+
+/// The request of a `keel webhooks` command.
+fn webhook_request(command: &WebhooksCommand) -> Request {
+    match command {
+        WebhooksCommand::Create {
+            id,
+            hook,
+            event,
+            scheme,
+            header,
+            tolerance,
+            secret,
+        } => Request::CreateWebhook(WebhookRequest {
+            id: id.clone(),
+            hook: hook.clone(),
+            event: event.clone(),
+            scheme: *scheme,
+            header: header.clone(),
+            tolerance_s: tolerance.map(|t| t.as_secs()),
+            secret: secret.clone(),
+        }),
+        WebhooksCommand::List => Request::ListWebhooks,
+        WebhooksCommand::Show { id } => Request::ShowWebhook { id: id.clone() },
+        WebhooksCommand::Delete { id } => Request::DeleteWebhook { id: id.clone() },
+    }
 }
 
 /// The request of a `keel schedules` command.

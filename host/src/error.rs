@@ -153,6 +153,15 @@ pub enum Error {
     #[error("no schedule `{name}`")]
     ScheduleNotFound { name: String },
 
+    #[error("no webhook `{id}`")]
+    WebhookNotFound { id: String },
+
+    #[error("a webhook with ID `{id}` exists already")]
+    WebhookExists { id: String },
+
+    #[error("webhook `{id}` refused the delivery: {reason}; nothing was delivered")]
+    SignatureRefused { id: String, reason: String },
+
     #[error("a schedule named `{name}` exists already")]
     ScheduleExists { name: String },
 
@@ -318,6 +327,7 @@ impl From<StoreError> for Error {
             StoreError::HookNotFound { token } => Error::HookNotFound { token },
             StoreError::ScheduleNotFound { name } => Error::ScheduleNotFound { name },
             StoreError::ScheduleExists { name } => Error::ScheduleExists { name },
+            StoreError::WebhookExists { id } => Error::WebhookExists { id },
             StoreError::ScheduleConflict { name } => Error::ScheduleConflict { name },
             StoreError::JobNotFound { job_id } => Error::JobNotFound { job_id },
             StoreError::JobConflict { job_id } => Error::JobConflict { job_id },
@@ -373,6 +383,9 @@ impl Error {
             Error::PayloadNotFound { .. } => ErrorKind::PayloadNotFound,
             Error::ScheduleNotFound { .. } => ErrorKind::ScheduleNotFound,
             Error::ScheduleExists { .. } => ErrorKind::ScheduleExists,
+            Error::WebhookNotFound { .. } => ErrorKind::WebhookNotFound,
+            Error::WebhookExists { .. } => ErrorKind::WebhookExists,
+            Error::SignatureRefused { .. } => ErrorKind::SignatureRefused,
             Error::ScheduleConflict { .. } => ErrorKind::ScheduleConflict,
             Error::InvalidSchedule { .. } => ErrorKind::InvalidSchedule,
             Error::JobNotFound { .. } => ErrorKind::JobNotFound,
@@ -412,6 +425,9 @@ impl Error {
             | Error::ScheduleExists { name }
             | Error::ScheduleConflict { name }
             | Error::InvalidSchedule { name, .. } => vec![("name", name.clone())],
+            Error::WebhookNotFound { id }
+            | Error::WebhookExists { id }
+            | Error::SignatureRefused { id, .. } => vec![("id", id.clone())],
             Error::JobNotFound { job_id } | Error::JobConflict { job_id } => {
                 vec![("job_id", job_id.clone())]
             }

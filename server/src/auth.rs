@@ -53,10 +53,9 @@ impl Auth {
         self
     }
 
-    /// A token for `claims`, signed with the server's secret; `None` when
-    /// the server has none.
-    pub fn mint(&self, claims: &Claims) -> Option<String> {
-        self.secret.as_deref().map(|s| access::mint(s, claims))
+    /// The secret scoped tokens are signed with, if any.
+    pub fn secret(&self) -> Option<Arc<[u8]>> {
+        self.secret.clone()
     }
 
     /// Whether a token is required.
@@ -102,19 +101,20 @@ impl Auth {
     }
 }
 
-/// Paths anyone may reach: the health check and the console's login.
-fn is_public(path: &str) -> bool {
+/// Requests anyone may make: the health check, the console's login, and
+/// deliveries to webhooks (whose signatures the engine checks).
+fn is_public(method: &Method, path: &str) -> bool {
     matches!(
         path,
         "/healthz" | "/login" | "/console/login.js" | "/console/style.css"
-    )
+    ) || crate::webhooks::is_delivery(method, path)
 }
 
 /// The middleware: lets a scoped token through only within its scope,
 /// and refuses requests without the server's token with 401 (API calls)
 /// or sends the console to its login page.
 pub async fn require_token(State(auth): State<Auth>, request: Request, next: Next) -> Response {
-    if is_public(request.uri().path()) {
+    if is_public(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
     let presented = Auth::presented(request.headers());

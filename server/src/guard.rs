@@ -128,6 +128,13 @@ fn body_types(method: &Method, path: &str) -> &'static [&'static str] {
     match (method, path) {
         (&Method::POST, "/v1/deployments") => &["application/wasm", "application/octet-stream"],
         (&Method::POST, "/login") => &["application/x-www-form-urlencoded"],
+        // Signed by the sender, so no page can forge one; senders may be
+        // set to send forms.
+        (method, path) if crate::webhooks::is_delivery(method, path) => &[
+            "application/json",
+            "application/x-www-form-urlencoded",
+            "text/plain",
+        ],
         _ => &["application/json"],
     }
 }

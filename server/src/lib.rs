@@ -28,7 +28,8 @@ pub mod metrics;
 pub mod openapi;
 mod routes;
 pub mod schedules;
-mod tokens;
+pub mod tokens;
+mod webhooks;
 pub mod wire;
 
 pub use auth::Auth;
@@ -56,6 +57,9 @@ pub struct ServerConfig {
     pub allowed_origins: Vec<String>,
     /// How many connections, and how long each may take to send headers.
     pub limits: ConnectionLimits,
+    /// The secret scoped tokens are signed with; the store's own (made
+    /// once, shared by every server on the store) when `None`.
+    pub signing_secret: Option<Vec<u8>>,
 }
 
 impl ServerConfig {
@@ -68,6 +72,7 @@ impl ServerConfig {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             limits: ConnectionLimits::default(),
+            signing_secret: None,
         }
     }
 
@@ -91,6 +96,9 @@ pub enum ServeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// The store's signing secret could not be read or made.
+    #[error("cannot read the store's signing secret for scoped tokens: {0}")]
+    SigningSecret(keel_host::Error),
     #[error("the server stopped: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -158,12 +166,15 @@ pub async fn serve(
     config: &ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let app = router(
-        keel,
-        metrics,
-        config.guard(),
-        Auth::new(config.token.as_deref()),
-    );
+    let secret = match &config.signing_secret {
+        Some(secret) => secret.clone(),
+        None => keel
+            .signing_secret()
+            .await
+            .map_err(ServeError::SigningSecret)?,
+    };
+    let auth = Auth::new(config.token.as_deref()).with_secret(&secret);
+    let app = router(keel, metrics, config.guard(), auth);
     listen::serve(listener, app, config.limits, shutdown).await?;
     Ok(())
 }

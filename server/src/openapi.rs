@@ -57,6 +57,10 @@ pub fn document() -> Value {
     let chunk = of::<ChunkView>(&mut g);
     let reply = of::<ReplyView>(&mut g);
     let token_request = of::<TokenRequest>(&mut g);
+    let webhook_request = of::<WebhookRequest>(&mut g);
+    let webhook_view = of::<WebhookView>(&mut g);
+    let webhook_list = of::<WebhookList>(&mut g);
+    let delivery = of::<DeliveryView>(&mut g);
     let token_view = of::<TokenView>(&mut g);
     let any = json!({});
     let u64 = json!({"type": "integer", "minimum": 0, "maximum": u64::MAX});
@@ -331,6 +335,30 @@ pub fn document() -> Value {
     paths["/v1/deployments/{name}/grants"] = json!({"post": grant_deployment});
     paths["/v1/runs/{run_id}/journal"] = json!({"get": get_journal});
     paths["/v1/runs/{run_id}/streams/{name}"] = json!({"get": follow_stream});
+    let webhook_id = || path_param("id", "The webhook's ID");
+    paths["/v1/webhooks"] = json!({
+        "get": op("listWebhooks", "The webhooks, by ID (without their secrets)", vec![], None,
+            &[("200", "The webhooks", Some(&webhook_list))], &["503"]),
+        "post": op("createWebhook", "Expose a hook or an event key to a sender that signs its deliveries (Stripe, GitHub, or an HMAC-SHA256 header)",
+            vec![], Some(("application/json", &webhook_request)),
+            &[("201", "The webhook", Some(&webhook_view))], &["400", "409", "503"]),
+    });
+    let mut delivered = op(
+        "deliverWebhook",
+        "A sender's signed delivery: verified before anything is journaled (no keel token needed), its raw body the payload; a missing, wrong, stale or replayed signature is 401 and reaches no run",
+        vec![webhook_id()],
+        Some(("application/json", &any)),
+        &[("200", "Where it went", Some(&delivery))],
+        &["400", "404", "409", "413", "503"],
+    );
+    delivered["security"] = json!([{}]);
+    paths["/v1/webhooks/{id}"] = json!({
+        "get": op("getWebhook", "A webhook (without its secret)", vec![webhook_id()], None,
+            &[("200", "The webhook", Some(&webhook_view))], &["404", "503"]),
+        "delete": op("deleteWebhook", "Delete a webhook: later deliveries are 404", vec![webhook_id()], None,
+            &[("200", "The webhook as it was", Some(&webhook_view))], &["404", "503"]),
+        "post": delivered,
+    });
     paths["/v1/tokens"] = json!({"post": op("createToken", "Mint a scoped token: a short-lived credential that may only resume one hook, read one run, or start one workflow (needs the server's token)",
         vec![], Some(("application/json", &token_request)),
         &[("201", "The token and what it grants", Some(&token_view))], &["400"])});

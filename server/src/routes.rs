@@ -212,6 +212,36 @@ pub fn table() -> Vec<Route> {
         ),
         route("/v1/workers", Method::GET, "listWorkers", get(workers)),
         route(
+            "/v1/webhooks",
+            Method::GET,
+            "listWebhooks",
+            get(crate::webhooks::list),
+        ),
+        route(
+            "/v1/webhooks",
+            Method::POST,
+            "createWebhook",
+            post(crate::webhooks::create),
+        ),
+        route(
+            "/v1/webhooks/{id}",
+            Method::GET,
+            "getWebhook",
+            get(crate::webhooks::get),
+        ),
+        route(
+            "/v1/webhooks/{id}",
+            Method::DELETE,
+            "deleteWebhook",
+            delete(crate::webhooks::delete),
+        ),
+        route(
+            "/v1/webhooks/{id}",
+            Method::POST,
+            "deliverWebhook",
+            post(crate::webhooks::deliver),
+        ),
+        route(
             "/v1/tokens",
             Method::POST,
             "createToken",

@@ -1,6 +1,7 @@
 //! Scoped tokens over HTTP: `POST /v1/tokens` mints one (the server's
 //! token is needed, not another scoped one); [`check_start`] holds a start
 //! made with a scoped token to the hook token or run ID its scope fixes.
+//! [`mint`] is the one way a token is made, by the API and the CLI.
 
 use axum::Json;
 use axum::extract::State;
@@ -32,24 +33,27 @@ pub async fn create(
             "the body must say what the token may do: {\"scope\": {\"kind\": \"resume_hook\", \"token\": \"...\"}}",
         )
     })?;
-    check_scope(&request.scope)?;
-    let claims = access::claims(request.scope, crate::auth::now_ms(), request.ttl_ms)
-        .map_err(ApiError::invalid)?;
-    let token = s.auth.mint(&claims).ok_or_else(|| {
+    let secret = s.auth.secret().ok_or_else(|| {
         ApiError::new(
             ErrorKind::Internal,
             "this server has no signing secret, so it cannot mint scoped tokens",
         )
     })?;
-    Ok((
-        StatusCode::CREATED,
-        Json(TokenView {
-            token,
-            scope: claims.scope,
-            issued_at_ms: claims.issued_at_ms,
-            expires_at_ms: claims.expires_at_ms,
-        }),
-    ))
+    Ok((StatusCode::CREATED, Json(mint(&secret, request)?)))
+}
+
+/// A token for `request`, signed with `secret`, minted now (wall clock:
+/// tokens expire in real time).
+pub fn mint(secret: &[u8], request: TokenRequest) -> ApiResult<TokenView> {
+    check_scope(&request.scope)?;
+    let claims = access::claims(request.scope, crate::auth::now_ms(), request.ttl_ms)
+        .map_err(ApiError::invalid)?;
+    Ok(TokenView {
+        token: access::mint(secret, &claims),
+        scope: claims.scope,
+        issued_at_ms: claims.issued_at_ms,
+        expires_at_ms: claims.expires_at_ms,
+    })
 }
 
 /// Refuses a scope naming nothing (an empty hook token, run or workflow).

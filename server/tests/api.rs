@@ -86,20 +86,9 @@ async fn server_with(
 }
 
 impl Server {
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self
-            .http
-            .request(method.parse().unwrap(), format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        let value = serde_json::from_str(&text).unwrap_or_else(|e| {
-            panic!("{method} {path} answered {status} with no JSON ({e}): {text}")
-        });
-        (status, value)
+    async fn call(&self, method: &str, path: &str, json: Option<Value>) -> (StatusCode, Value) {
+        self.call_as(None, method, path, &[], json.and_then(body))
+            .await
     }
 
     async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -2162,4 +2151,410 @@ async fn a_resume_gets_the_workflows_reply_and_a_retry_with_its_payload_id_the_s
     assert_eq!(status, StatusCode::ACCEPTED, "{ended}");
     assert_eq!(ended["reply"], Value::Null, "{ended}");
     assert_eq!(ended["payload_id"], "g-1");
+}
+
+impl Server {
+    /// A call with the bearer `token` (if any), any `headers`, and a raw
+    /// JSON `body`: the status and the JSON answer.
+    async fn call_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<Vec<u8>>,
+    ) -> (StatusCode, Value) {
+        let mut request = self
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!("{method} {path} answered {status} with no JSON ({e}): {text}")
+        });
+        (status, value)
+    }
+}
+
+/// The count of journal entries of `kind` in `run_id`'s journal, read with
+/// the server's `token`.
+async fn entries_as(s: &Server, token: &str, run_id: &str, kind: &str) -> usize {
+    let path = format!("/v1/runs/{run_id}/journal");
+    let (_, journal) = s.call_as(Some(token), "GET", &path, &[], None).await;
+    journal
+        .as_array()
+        .unwrap_or_else(|| panic!("not a journal: {journal}"))
+        .iter()
+        .filter(|e| e["kind"] == kind)
+        .count()
+}
+
+fn body(value: Value) -> Option<Vec<u8>> {
+    Some(serde_json::to_vec(&value).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scoped_tokens_grant_one_thing_each_until_they_expire() {
+    use keel_host::core::access::{self, Claims, Scope};
+    let secret = b"a signing secret of 32 bytes at least".to_vec();
+    let s = server_with(Some("s3cret"), |_, c| {
+        c.signing_secret = Some(secret.clone())
+    })
+    .await;
+    let master = Some("s3cret");
+    let wait = "wait_ms=10000&return_on_wait=true";
+    let start = |order: &'static str, token: Option<&'static str>| {
+        let s = &s;
+        async move {
+            let request = json!({"input": {"order_id": order, "note": "placed"},
+                "hook": {"token": format!("order:{order}")}, "wait_ms": 10000, "return_on_wait": true});
+            s.call_as(
+                token,
+                "POST",
+                "/v1/workflows/order_updates/runs",
+                &[],
+                body(request),
+            )
+            .await
+        }
+    };
+    let (_, r1) = start("t-1", master).await;
+    let (_, r2) = start("t-2", master).await;
+    let (r1, r2) = (
+        r1["run_id"].as_str().unwrap(),
+        r2["run_id"].as_str().unwrap(),
+    );
+    let mint = |scope: Value| {
+        let s = &s;
+        async move {
+            let (status, minted) = s
+                .call_as(
+                    master,
+                    "POST",
+                    "/v1/tokens",
+                    &[],
+                    body(json!({"scope": scope, "ttl_ms": 60000})),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{minted}");
+            minted["token"].as_str().unwrap().to_string()
+        }
+    };
+    let forbidden = |token: String, method: &'static str, path: String, payload: Option<Value>| {
+        let s = &s;
+        async move {
+            let (status, refused) = s
+                .call_as(Some(&token), method, &path, &[], payload.and_then(body))
+                .await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {refused}");
+            assert_eq!(error_kind(&refused), "forbidden");
+            assert!(
+                refused["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("may only"),
+                "{refused}"
+            );
+        }
+    };
+
+    // One hook: it resumes that hook, and nothing else.
+    let hook = mint(json!({"kind": "resume_hook", "token": "order:t-1"})).await;
+    let (status, resumed) = s
+        .call_as(
+            Some(&hook),
+            "POST",
+            &format!("/v1/hooks/order:t-1/resume?{wait}"),
+            &[],
+            body(json!({"note": "paid"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resumed}");
+    let (status, _) = s
+        .call_as(Some(&hook), "GET", "/v1/hooks/order:t-1", &[], None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    forbidden(
+        hook.clone(),
+        "POST",
+        "/v1/hooks/order:t-2/resume".into(),
+        Some(json!({"note": "x"})),
+    )
+    .await;
+    forbidden(hook.clone(), "GET", format!("/v1/runs/{r1}"), None).await;
+    forbidden(hook.clone(), "GET", "/v1/runs".into(), None).await;
+    forbidden(
+        hook.clone(),
+        "POST",
+        "/v1/workflows/order_updates/runs".into(),
+        Some(json!({"input": {"order_id": "x", "note": "n"}})),
+    )
+    .await;
+    forbidden(
+        hook.clone(),
+        "POST",
+        "/v1/tokens".into(),
+        Some(json!({"scope": {"kind": "read_run", "run_id": r1}})),
+    )
+    .await;
+    assert_eq!(
+        entries_as(&s, "s3cret", r1, "hook_received").await,
+        1,
+        "the resume's"
+    );
+    assert_eq!(
+        entries_as(&s, "s3cret", r2, "hook_received").await,
+        0,
+        "nothing"
+    );
+
+    // One run: read it, its journal and result; nothing else.
+    let read = mint(json!({"kind": "read_run", "run_id": r1})).await;
+    for path in [
+        format!("/v1/runs/{r1}"),
+        format!("/v1/runs/{r1}/journal"),
+        format!("/v1/runs/{r1}/detail"),
+    ] {
+        let (status, got) = s.call_as(Some(&read), "GET", &path, &[], None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {got}");
+    }
+    forbidden(read.clone(), "GET", format!("/v1/runs/{r2}"), None).await;
+    forbidden(read.clone(), "POST", format!("/v1/runs/{r1}/cancel"), None).await;
+    forbidden(
+        read.clone(),
+        "POST",
+        "/v1/hooks/order:t-1/resume".into(),
+        Some(json!({"note": "x"})),
+    )
+    .await;
+
+    // Starts of one workflow, only with the start hook token it fixes.
+    let starts = mint(
+        json!({"kind": "start_workflow", "workflow": "order_updates", "hook_token": "order:t-3"}),
+    )
+    .await;
+    let (status, started) = start("t-3", None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "no token at all: {started}"
+    );
+    let request =
+        json!({"input": {"order_id": "t-3", "note": "placed"}, "hook": {"token": "order:t-3"}});
+    let (status, started) = s
+        .call_as(
+            Some(&starts),
+            "POST",
+            "/v1/workflows/order_updates/runs",
+            &[],
+            body(request),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    forbidden(
+        starts.clone(),
+        "POST",
+        "/v1/workflows/order_updates/runs".into(),
+        Some(
+            json!({"input": {"order_id": "t-4", "note": "placed"}, "hook": {"token": "order:t-4"}}),
+        ),
+    )
+    .await;
+    forbidden(
+        starts.clone(),
+        "POST",
+        "/v1/workflows/ten_steps/runs".into(),
+        Some(json!({"input": 1})),
+    )
+    .await;
+
+    // Expired, forged, or for too long: refused.
+    let claims = Claims {
+        scope: Scope::ReadRun { run_id: r1.into() },
+        issued_at_ms: 1,
+        expires_at_ms: 2,
+    };
+    let forged_claims = Claims {
+        expires_at_ms: u64::MAX,
+        ..claims.clone()
+    };
+    for (token, says) in [
+        (access::mint(&secret, &claims), "expired"),
+        (
+            access::mint(b"another secret of 32 bytes at least", &forged_claims),
+            "signature",
+        ),
+    ] {
+        let (status, refused) = s
+            .call_as(Some(&token), "GET", &format!("/v1/runs/{r1}"), &[], None)
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+    let (status, refused) = s
+        .call_as(master, "POST", "/v1/tokens", &[], body(json!({"scope": {"kind": "read_run", "run_id": r1}, "ttl_ms": 8 * 24 * 3_600_000u64})))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signed_webhook_reaches_its_hook_and_a_wrong_stale_or_replayed_one_never_does() {
+    use keel_host::core::webhook::sign;
+    let s = server(Some("s3cret")).await;
+    let master = Some("s3cret");
+    let (status, run) = s
+        .call_as(
+            master,
+            "POST",
+            "/v1/workflows/replier/runs",
+            &[],
+            body(json!({"input": "pay:o-9"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    let spec = json!({"id": "stripe", "hook": "pay:{/data/object/metadata/order_id}", "scheme": "stripe", "secret": "whsec_test_secret"});
+    let (status, created) = s
+        .call_as(master, "POST", "/v1/webhooks", &[], body(spec.clone()))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["path"], "/v1/webhooks/stripe");
+    assert!(
+        created.get("secret").is_none(),
+        "the secret is never shown: {created}"
+    );
+    let (status, again) = s
+        .call_as(master, "POST", "/v1/webhooks", &[], body(spec))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{again}");
+    assert_eq!(error_kind(&again), "webhook_exists");
+
+    let delivery = |event: &str| {
+        serde_json::to_vec(&json!({"id": event, "type": "payment_intent.succeeded",
+            "data": {"object": {"metadata": {"order_id": "o-9"}}}}))
+        .unwrap()
+    };
+    let signed = |t: u64, secret: &str, body: &[u8]| {
+        let mut signed = format!("{t}.").into_bytes();
+        signed.extend_from_slice(body);
+        vec![(
+            "stripe-signature",
+            format!("t={t},v1={}", sign(secret, &signed)),
+        )]
+    };
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let deliver = |headers: Vec<(&'static str, String)>, payload: Vec<u8>| {
+        let s = &s;
+        // The sender has no keel token.
+        async move {
+            s.call_as(None, "POST", "/v1/webhooks/stripe", &headers, Some(payload))
+                .await
+        }
+    };
+    let received = || entries_as(&s, "s3cret", &run_id, "hook_received");
+    let before = received().await;
+
+    // A wrong secret, an altered body, a stale timestamp, no signature.
+    let first = delivery("evt_1");
+    for (headers, payload, says) in [
+        (
+            signed(now_s, "whsec_wrong", &first),
+            first.clone(),
+            "does not match",
+        ),
+        (
+            signed(now_s, "whsec_test_secret", &first),
+            delivery("evt_2"),
+            "does not match",
+        ),
+        (
+            signed(now_s - 400, "whsec_test_secret", &first),
+            first.clone(),
+            "beyond the tolerance",
+        ),
+        (vec![], first.clone(), "no `stripe-signature` header"),
+    ] {
+        let (status, refused) = deliver(headers, payload).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+        assert_eq!(error_kind(&refused), "signature_refused");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+    assert_eq!(received().await, before, "nothing reached the run");
+
+    // A good one reaches the hook once; its replay is refused.
+    let good = signed(now_s, "whsec_test_secret", &first);
+    let (status, delivered) = deliver(good.clone(), first.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{delivered}");
+    assert_eq!(delivered["token"], "pay:o-9");
+    assert_eq!(delivered["run_id"], run_id.as_str());
+    assert_eq!(delivered["duplicate"], false);
+    let (status, replayed) = deliver(good, first.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{replayed}");
+    assert!(
+        replayed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("replayed"),
+        "{replayed}"
+    );
+    // Stripe's retry of the same event, signed anew: delivered before.
+    let (status, retried) = deliver(
+        signed(now_s + 1, "whsec_test_secret", &first),
+        first.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    assert_eq!(retried["duplicate"], true, "{retried}");
+    assert_eq!(
+        received().await,
+        before + 1,
+        "one payload from three deliveries"
+    );
+    let journal_path = format!("/v1/runs/{run_id}/journal");
+    let (_, journal) = s.call_as(master, "GET", &journal_path, &[], None).await;
+    let payloads: Vec<&Value> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "hook_received")
+        .collect();
+    assert!(
+        payloads.last().unwrap().to_string().contains("evt_1"),
+        "the body is the payload: {payloads:?}"
+    );
+
+    // Listed without secrets; deleted, later deliveries are not found.
+    let (_, listed) = s.call_as(master, "GET", "/v1/webhooks", &[], None).await;
+    assert_eq!(listed["webhooks"][0]["id"], "stripe", "{listed}");
+    let (status, _) = s.call_as(None, "GET", "/v1/webhooks", &[], None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "managing webhooks needs the token"
+    );
+    let (status, _) = s
+        .call_as(master, "DELETE", "/v1/webhooks/stripe", &[], None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let second = delivery("evt_3");
+    let (status, gone) = deliver(signed(now_s, "whsec_test_secret", &second), second).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{gone}");
+    assert_eq!(error_kind(&gone), "webhook_not_found");
 }

@@ -74,7 +74,7 @@ impl Follower {
 }
 
 /// Refuses a payload ID that is empty, too long, or not printable ASCII.
-fn check_payload_id(id: &str) -> Result<()> {
+pub(super) fn check_payload_id(id: &str) -> Result<()> {
     if id.is_empty() || id.len() > MAX_PAYLOAD_ID || !id.chars().all(|c| c.is_ascii_graphic()) {
         return Err(Error::InvalidRequest {
             reason: format!(

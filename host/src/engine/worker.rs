@@ -194,8 +194,15 @@ impl Keel {
         }
         let keys = self.store().purge_expired_keys(now).await?;
         let tokens = self.store().purge_expired_hooks(now).await?;
-        if keys + tokens > 0 {
-            tracing::debug!(keys, tokens, "expired keys and tokens deleted");
+        // Stale by now: a replay of one is refused by its timestamp.
+        let signatures = self.store().purge_expired_signatures(now).await?;
+        if keys + tokens > 0 || signatures > 0 {
+            tracing::debug!(
+                keys,
+                tokens,
+                signatures,
+                "expired keys, tokens and webhook signatures deleted"
+            );
         }
         self.spawn_purge(now);
         if let Err(e) = self.spawn_jobs().await {
