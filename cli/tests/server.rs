@@ -741,3 +741,98 @@ fn a_journal_is_exported_while_a_server_holds_the_store_and_replays() {
         "{unknown}"
     );
 }
+
+/// `keel --db DIR/db --json ARGS`, with no server.
+fn local(dir: &std::path::Path, args: &[&str]) -> (Output, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(dir.join("db"))
+        .arg("--json")
+        .args(args)
+        .env_remove("KEEL_API_TOKEN")
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("running keel");
+    let json = printed_json(args, &out);
+    (out, json)
+}
+
+#[test]
+fn tokens_and_webhooks_made_on_the_store_hold_on_its_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, run) = local(
+        dir.path(),
+        &["run", keel_tests::TESTBED, "ten_steps", "--input", "2"],
+    );
+    assert!(out.status.success(), "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    // Minted with the store's secret, with no server running.
+    let (out, minted) = local(dir.path(), &["tokens", "create", "--read-run", run_id]);
+    assert!(out.status.success(), "{minted}");
+    let token = minted["token"].as_str().unwrap();
+    assert!(token.starts_with("ks1."), "{minted}");
+    let (out, refused) = local(
+        dir.path(),
+        &["tokens", "create", "--read-run", run_id, "--start", "x"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exactly one"),
+        "{refused}"
+    );
+    let (out, created) = local(
+        dir.path(),
+        &[
+            "webhooks",
+            "create",
+            "gh",
+            "--hook",
+            "ship:{/order}",
+            "--scheme",
+            "github",
+            "--secret",
+            "a-github-secret",
+        ],
+    );
+    assert!(out.status.success(), "{created}");
+    assert_eq!(created["path"], "/v1/webhooks/gh");
+
+    let server = serve_in(dir.path(), None, &["--api-token", "s3cret"], &[]);
+    let as_scoped = [("KEEL_API_TOKEN", token)];
+    let (out, got) = client_with(&server.url, &["runs", "get", run_id], &as_scoped);
+    assert!(
+        out.status.success(),
+        "the server takes the store's token: {got}"
+    );
+    assert_eq!(got["run_id"], run_id);
+    let (out, refused) = client_with(&server.url, &["runs", "list"], &as_scoped);
+    assert!(!out.status.success());
+    assert_eq!(refused["error"]["kind"], "forbidden", "{refused}");
+    let master = [("KEEL_API_TOKEN", "s3cret")];
+    let (_, listed) = client_with(&server.url, &["webhooks", "list"], &master);
+    assert_eq!(listed[0]["id"], "gh", "{listed}");
+    assert_eq!(listed[0]["scheme"], "github", "{listed}");
+    let (out, minted) = client_with(
+        &server.url,
+        &[
+            "tokens",
+            "create",
+            "--resume-hook",
+            "ship:o-1",
+            "--ttl",
+            "5m",
+        ],
+        &master,
+    );
+    assert!(out.status.success(), "{minted}");
+    let ttl = minted["expires_at_ms"].as_u64().unwrap() - minted["issued_at_ms"].as_u64().unwrap();
+    assert_eq!(ttl, 300_000);
+    let (out, deleted) = client_with(&server.url, &["webhooks", "delete", "gh"], &master);
+    assert!(out.status.success(), "{deleted}");
+    let (out, gone) = client_with(&server.url, &["webhooks", "show", "gh"], &master);
+    assert!(!out.status.success());
+    assert_eq!(gone["error"]["kind"], "webhook_not_found", "{gone}");
+}
