@@ -539,6 +539,27 @@ impl Error {
         }
     }
 
+    /// Where an input or a payload departs from its schema, each as
+    /// `(path, what)` (`("/note", "5 is not of type \"string\"")`); empty
+    /// for other errors.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        match self {
+            Error::InputMismatch { problems, .. } | Error::PayloadMismatch { problems, .. } => {
+                problems
+                    .iter()
+                    .map(|p| {
+                        let p = p.strip_prefix("at ").unwrap_or(p);
+                        match p.split_once(": ") {
+                            Some((path, what)) => (path.to_string(), what.to_string()),
+                            None => (String::new(), p.to_string()),
+                        }
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The error is the storage's, not the run's: what is durable stays,
     /// and a worker resumes the run.
     pub fn is_storage(&self) -> bool {

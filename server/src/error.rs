@@ -121,6 +121,7 @@ impl From<ErrorReport> for ApiError {
                 kind: report.kind.as_str().into(),
                 message: report.message,
                 ids: report.ids.into_iter().collect(),
+                problems: Vec::new(),
             },
         }
     }
@@ -128,7 +129,12 @@ impl From<ErrorReport> for ApiError {
 
 impl From<keel_host::Error> for ApiError {
     fn from(e: keel_host::Error) -> Self {
-        let error = ApiError::from(e.report());
+        let mut error = ApiError::from(e.report());
+        error.detail.problems = e
+            .problems()
+            .into_iter()
+            .map(|(path, message)| crate::wire::Problem { path, message })
+            .collect();
         if error.status.is_server_error() {
             tracing::warn!(kind = %e.kind().as_str(), "request failed: {e}");
         }

@@ -557,6 +557,19 @@ pub struct ErrorDetail {
     /// The IDs the error names (`run_id`, `conflicting_run_id`, `token`, ...).
     #[serde(default)]
     pub ids: std::collections::BTreeMap<String, String>,
+    /// For `invalid_input`: each place the input or payload departs from
+    /// its schema.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<Problem>,
+}
+
+/// A place where a value departs from its schema.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Problem {
+    /// A JSON pointer into the value (`/items/0/amount`; `/` is the whole).
+    pub path: String,
+    /// What is wrong there.
+    pub message: String,
 }
 
 /// `GET /healthz`.

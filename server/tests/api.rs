@@ -1914,6 +1914,10 @@ async fn a_payload_that_does_not_fit_the_hooks_type_is_refused_over_http() {
     assert_eq!(refused["error"]["ids"]["token"], "order:w-2", "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains("at /note:"), "{message}");
+    assert_eq!(
+        refused["error"]["problems"][0]["path"], "/note",
+        "each place, for clients: {refused}"
+    );
     let received = entries_of_kind(&s, run_id, "hook_received").await;
     assert_eq!(received, 1, "only the payload that fits");
 }
