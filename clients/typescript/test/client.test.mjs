@@ -1,0 +1,163 @@
+// The client against a real `keel serve` (KEEL_URL), with the testbed and
+// order-hooks guests deployed: scripts/clients.sh starts one and runs this.
+import assert from "node:assert/strict";
+import http from "node:http";
+import { test } from "node:test";
+
+import { HookConflict, IdempotencyCollision, InvalidInput, Keel, RunExists, RunFailed } from "../dist/index.js";
+
+const url = process.env.KEEL_URL;
+assert.ok(url, "KEEL_URL names the keel server to test against (scripts/clients.sh sets it)");
+const keel = new Keel({ url });
+const unique = () => crypto.randomUUID().slice(0, 8);
+
+test("a run started with its input completes with its output", async () => {
+  const run = await keel.start("ten_steps", 3);
+  assert.equal(await run.result(), 3);
+  const got = await run.get();
+  assert.equal(got.status, "completed");
+  assert.equal(got.run_id, run.id);
+});
+
+test("a start token held by a live run is refused, naming that run", async () => {
+  const token = `order:ts-${unique()}`;
+  const input = { order_id: token.slice(6), note: "placed" };
+  const first = await keel.start("order_updates", input, { token, waitMs: 10_000, returnOnWait: true });
+  await assert.rejects(keel.start("order_updates", input, { token }), (e) => {
+    assert.ok(e instanceof HookConflict, `${e}`);
+    assert.equal(e.conflictingRunId, first.id);
+    assert.equal(e.token, token);
+    return true;
+  });
+  await keel.run(first.id).cancel({ force: true });
+});
+
+test("a second start of one idempotency key names the first run", async () => {
+  const id = unique();
+  const first = await keel.start("idempotent_task", { id });
+  await assert.rejects(keel.start("idempotent_task", { id }), (e) => {
+    assert.ok(e instanceof IdempotencyCollision, `${e}`);
+    assert.equal(e.existingRunId, first.id);
+    return true;
+  });
+});
+
+test("input that does not fit is refused with the paths that do not", async () => {
+  await assert.rejects(keel.start("ten_steps", "ten"), (e) => {
+    assert.ok(e instanceof InvalidInput, `${e}`);
+    assert.deepEqual(e.paths, ["/"]);
+    return true;
+  });
+  // A payload that does not fit the hook's type: likewise, nothing delivered.
+  const order = `ts-${unique()}`;
+  const run = await keel.start("order_updates", { order_id: order, note: "placed" }, {
+    waitMs: 10_000,
+    returnOnWait: true,
+  });
+  await assert.rejects(keel.hooks.resume(`order:${order}`, { note: 5 }), (e) => {
+    assert.ok(e instanceof InvalidInput, `${e}`);
+    assert.deepEqual(e.paths, ["/note"]);
+    return true;
+  });
+  await run.cancel({ force: true });
+});
+
+test("a run ID chosen twice is refused as existing", async () => {
+  const runId = `ts-${unique()}`;
+  await keel.start("ten_steps", 1, { runId });
+  await assert.rejects(keel.start("ten_steps", 1, { runId }), RunExists);
+});
+
+test("hooks resume a waiting run to its end, and its events follow it", async () => {
+  const order = `ts-${unique()}`;
+  const run = await keel.start("order_updates", { order_id: order, note: "placed" }, {
+    token: `order:${order}`,
+    waitMs: 10_000,
+    returnOnWait: true,
+  });
+  const seen = [];
+  const following = (async () => {
+    for await (const event of run.events()) {
+      seen.push(event.kind === "entry" ? event.entry.kind : `run:${event.run.status}`);
+    }
+  })();
+  await keel.hooks.resume(`order:${order}`, { note: "paid", done: false }, { payloadId: "p-1" });
+  // A retry of a delivery with its payload ID is not delivered again.
+  await keel.hooks.resume(`order:${order}`, { note: "paid", done: false }, { payloadId: "p-1" });
+  await keel.hooks.resume(`order:${order}`, { note: "sent", done: true });
+  assert.deepEqual(await run.result(), ["placed", "paid", "sent"]);
+  await following;
+  assert.equal(seen[0], "run_started");
+  assert.equal(seen.filter((k) => k === "hook_received").length, 2, seen.join(" "));
+  assert.equal(seen.filter((k) => k === "run_completed").length, 1, seen.join(" "));
+});
+
+test("a run that ends without completing is a RunFailed with the run", async () => {
+  const order = `ts-${unique()}`;
+  const waiting = await keel.start("order_updates", { order_id: order, note: "placed" }, {
+    waitMs: 10_000,
+    returnOnWait: true,
+  });
+  await waiting.cancel({ force: true });
+  await assert.rejects(waiting.result(), (e) => {
+    assert.ok(e instanceof RunFailed, `${e}`);
+    assert.equal(e.run.status, "cancelled");
+    return true;
+  });
+});
+
+/**
+ * A proxy to the server that, for the first start it forwards, lets the
+ * server answer and then cuts the client's connection: the answer is lost
+ * after the run was admitted.
+ */
+async function losingProxy() {
+  let lost = 0;
+  const target = new URL(url);
+  const server = http.createServer((req, res) => {
+    const forward = http.request(
+      { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
+      (answer) => {
+        if (lost === 0 && req.method === "POST" && req.url.includes("/runs")) {
+          lost += 1;
+          answer.resume();
+          answer.on("end", () => req.socket.destroy());
+          return;
+        }
+        res.writeHead(answer.statusCode, answer.headers);
+        answer.pipe(res);
+      },
+    );
+    req.pipe(forward);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { url: `http://127.0.0.1:${server.address().port}`, close: () => server.close(), lost: () => lost };
+}
+
+test("a start whose answer is lost is retried into exactly one run", async () => {
+  const proxy = await losingProxy();
+  try {
+    const tag = unique();
+    const client = new Keel({ url: proxy.url, retryDelayMs: 10 });
+    const run = await client.start("ten_steps", 2, { attributes: { tag } });
+    assert.equal(proxy.lost(), 1, "the first answer was cut");
+    assert.equal(await run.result(), 1);
+    const listed = await keel.request("GET", `/v1/runs?attr=tag=${tag}`);
+    assert.deepEqual(
+      listed.runs.map((r) => r.run_id),
+      [run.id],
+      "one run, the one the client named",
+    );
+  } finally {
+    proxy.close();
+  }
+});
+
+test("a scoped token reads its run and nothing else", async () => {
+  const run = await keel.start("ten_steps", 1);
+  await run.result();
+  const minted = await keel.createToken({ kind: "read_run", run_id: run.id }, { ttlMs: 60_000 });
+  const scoped = new Keel({ url, token: minted.token });
+  assert.equal((await scoped.run(run.id).get()).run_id, run.id);
+  await assert.rejects(scoped.start("ten_steps", 1), (e) => e.kind === "forbidden" && e.status === 403);
+});
