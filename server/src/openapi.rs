@@ -398,3 +398,22 @@ fn reason(status: &str) -> &'static str {
         _ => "An error",
     }
 }
+
+#[cfg(test)]
+mod checked_in {
+    /// The document the clients' types are generated from
+    /// (`clients/openapi.json`) is this server's; `KEEL_BLESS=1` writes it.
+    #[test]
+    fn the_clients_document_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/openapi.json");
+        let current = format!("{:#}\n", super::document());
+        if std::env::var_os("KEEL_BLESS").is_some() {
+            std::fs::write(&path, &current).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == current,
+            "clients/openapi.json is not the server's document: run `KEEL_BLESS=1 cargo test -p keel-server the_clients_document_is_current`, then `npm run generate` in clients/typescript and `scripts/clients.sh generate`"
+        );
+    }
+}
