@@ -6,7 +6,8 @@
 # checks a real `keel serve` from outside, on sled and on PostgreSQL: its
 # OpenAPI document with schemathesis and its console in headless Chromium
 # (scripts/e2e-server.sh, which installs Chromium, playwright-core and
-# schemathesis if missing).
+# schemathesis if missing), and the TypeScript and Python clients' suites
+# against a real server (scripts/clients.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup toolchain install >&2
@@ -21,3 +22,4 @@ for t in tests/tests/*.rs server/tests/api.rs; do engine_suite+=(--test "$(basen
 KEEL_TEST_STORE=postgres cargo test --workspace "${engine_suite[@]}" "$@"
 scripts/e2e-server.sh
 KEEL_E2E_STORE=postgres scripts/e2e-server.sh
+scripts/clients.sh

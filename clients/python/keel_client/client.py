@@ -1,0 +1,298 @@
+"""The keel client: start runs safely (the client picks the run ID, so a
+lost answer is retried into the same run), read their results, follow their
+events, resume their hooks. Asynchronous, over httpx."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .errors import (
+    HookConflict,
+    IdempotencyCollision,
+    KeelError,
+    RunExists,
+    RunFailed,
+    StartOutcomeUnknown,
+    error_of,
+)
+from .models import HookView, JournalEntry, RunView, Scope, TokenView
+
+__all__ = ["AsyncKeel", "RunEvent", "RunHandle"]
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """An event of a run: a journal entry (`kind == "entry"`), or its
+    record as it changed (`kind == "run"`)."""
+
+    kind: str
+    entry: JournalEntry | None = None
+    run: RunView | None = None
+
+
+class AsyncKeel:
+    """A keel server, reached over HTTP.
+
+    `token` is the server's token or a scoped one. A start with no answer
+    is sent again `retries` times, the pause doubling from
+    `retry_delay_s`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        retries: int = 3,
+        retry_delay_s: float = 0.2,
+        timeout_s: float = 75.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"accept": "application/json"}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        self._http = httpx.AsyncClient(
+            base_url=url.rstrip("/"),
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+        )
+        self._retries = retries
+        self._retry_delay_s = retry_delay_s
+
+    async def __aenter__(self) -> AsyncKeel:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Closes the client's connections."""
+        await self._http.aclose()
+
+    async def start(
+        self,
+        workflow: str,
+        input: Any,
+        *,
+        run_id: str | None = None,
+        token: str | None = None,
+        token_retention_ms: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+        metadata: Any = None,
+        deployment: str | None = None,
+        delay_ms: int | None = None,
+        timeout_ms: int | None = None,
+        wait_ms: int | None = None,
+        return_on_wait: bool = False,
+    ) -> RunHandle:
+        """Starts a run of `workflow` with `input`.
+
+        The run ID is chosen before the request is sent, so a start whose
+        answer is lost is sent again with the same ID: the run is admitted
+        once, and the retry's `run_exists` (or `hook_conflict` naming this
+        run) means it was. After every retry, `StartOutcomeUnknown` names
+        the run to look up."""
+        run_id = run_id or str(uuid.uuid4())
+        body: dict[str, Any] = {"input": input, "run_id": run_id, "return_on_wait": return_on_wait}
+        optional = {
+            "deployment": deployment,
+            "attributes": dict(attributes) if attributes else None,
+            "additional_metadata": metadata,
+            "delay_ms": delay_ms,
+            "timeout_ms": timeout_ms,
+            "wait_ms": wait_ms,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        if token is not None:
+            body["hook"] = {"token": token}
+            if token_retention_ms is not None:
+                body["hook"]["retention_ms"] = token_retention_ms
+        path = f"/v1/workflows/{_segment(workflow)}/runs"
+        last: BaseException | None = None
+        for attempt in range(self._retries + 1):
+            if attempt > 0:
+                await asyncio.sleep(self._retry_delay_s * 2 ** (attempt - 1))
+            try:
+                run = await self.request("POST", path, body)
+                return RunHandle(self, run_id, run)
+            except (KeelError, httpx.TransportError) as e:
+                if attempt > 0 and _admitted_before(e, run_id):
+                    handle = self.run(run_id)
+                    if wait_ms and not return_on_wait:
+                        run = await handle.wait(wait_ms=wait_ms, once=True)
+                    else:
+                        run = await handle.get()
+                    return RunHandle(self, run_id, run)
+                if not _unanswered(e):
+                    raise
+                last = e
+        raise StartOutcomeUnknown(run_id, last)
+
+    def run(self, run_id: str) -> RunHandle:
+        """The run `run_id`."""
+        return RunHandle(self, run_id)
+
+    async def get_hook(self, token: str) -> HookView:
+        """The hook holding `token`."""
+        return await self.request("GET", f"/v1/hooks/{_segment(token)}")
+
+    async def resume(
+        self,
+        token: str,
+        payload: Any,
+        *,
+        payload_id: str | None = None,
+        wait_ms: int | None = None,
+    ) -> RunView:
+        """Delivers `payload` to the hook holding `token`. With
+        `payload_id`, a retry is delivered once."""
+        params = {"payload_id": payload_id, "wait_ms": wait_ms}
+        return await self.request(
+            "POST", f"/v1/hooks/{_segment(token)}/resume", payload, params=params
+        )
+
+    async def create_token(self, scope: Scope, *, ttl_ms: int | None = None) -> TokenView:
+        """Mints a scoped token (needs the server's own token)."""
+        body: dict[str, Any] = {"scope": scope}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        return await self.request("POST", "/v1/tokens", body)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """A JSON request: the parsed answer, or the `KeelError` it was."""
+        response = await self._http.request(
+            method,
+            path,
+            params=_params(params),
+            content=None if body is None else json.dumps(body),
+            headers=None if body is None else {"content-type": "application/json"},
+        )
+        return _answer(response)
+
+
+class RunHandle:
+    """One run: its record, its result, its events."""
+
+    def __init__(self, keel: AsyncKeel, run_id: str, started: RunView | None = None) -> None:
+        self._keel = keel
+        self.id = run_id
+        #: The run as its start answered, if this handle came from a start.
+        self.started = started
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.id!r})"
+
+    async def get(self) -> RunView:
+        """The run now."""
+        return await self._keel.request("GET", f"/v1/runs/{_segment(self.id)}")
+
+    async def wait(self, *, wait_ms: int = 30_000, once: bool = False) -> RunView:
+        """The run once it has ended (long polls of up to `wait_ms`; with
+        `once`, one poll, answering the run as it then is)."""
+        path = f"/v1/runs/{_segment(self.id)}/result"
+        params = {"wait_ms": min(wait_ms, 60_000)}
+        while True:
+            response = await self._keel._http.get(path, params=params)
+            run = _answer(response)
+            if response.status_code == 200 or once:
+                return run
+
+    async def result(self, *, wait_ms: int = 30_000) -> Any:
+        """The run's output once it completes; `RunFailed` if it ends
+        otherwise."""
+        run = await self.wait(wait_ms=wait_ms)
+        if run["status"] != "completed":
+            raise RunFailed(run)
+        return run.get("output")
+
+    async def cancel(self, *, reason: str | None = None, force: bool = False) -> RunView:
+        """Cancels the run (its cleanup runs unless `force`)."""
+        params = {"reason": reason, "force": "true" if force else None}
+        return await self._keel.request(
+            "POST", f"/v1/runs/{_segment(self.id)}/cancel", params=params
+        )
+
+    async def events(self) -> AsyncIterator[RunEvent]:
+        """The run's journal entries (those written already first) and its
+        record whenever it changes, as server-sent events, until it ends."""
+        path = f"/v1/runs/{_segment(self.id)}/events"
+        headers = {"accept": "text/event-stream"}
+        async with self._keel._http.stream("GET", path, headers=headers, timeout=None) as response:
+            if response.status_code != 200:
+                await response.aread()
+                _answer(response)
+            event, data = "message", []
+            async for line in response.aiter_lines():
+                if line == "":
+                    if data:
+                        yield _run_event(event, "\n".join(data), self.id)
+                    event, data = "message", []
+                elif line.startswith(":"):
+                    continue
+                else:
+                    field, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if field == "event":
+                        event = value
+                    elif field == "data":
+                        data.append(value)
+
+
+def _run_event(event: str, data: str, run_id: str) -> RunEvent:
+    if event == "entry":
+        return RunEvent("entry", entry=json.loads(data))
+    if event == "run":
+        return RunEvent("run", run=json.loads(data))
+    raise KeelError("internal", data, 0, {"run_id": run_id})
+
+
+def _answer(response: httpx.Response) -> Any:
+    value = response.json() if response.content else None
+    if response.is_error:
+        raise error_of(response.status_code, value)
+    return value
+
+
+def _admitted_before(e: BaseException, run_id: str) -> bool:
+    """Whether `e` says the run `run_id` was admitted by an earlier try."""
+    return (
+        (isinstance(e, RunExists) and e.ids.get("run_id") == run_id)
+        or (isinstance(e, HookConflict) and e.conflicting_run_id == run_id)
+        or (isinstance(e, IdempotencyCollision) and e.existing_run_id == run_id)
+    )
+
+
+def _unanswered(e: BaseException) -> bool:
+    """Whether `e` leaves a start's outcome unknown: no answer, or one
+    saying the server could not tell."""
+    if isinstance(e, httpx.TransportError):
+        return True
+    assert isinstance(e, KeelError)
+    return e.kind == "start_outcome_unknown" or e.status in (502, 503, 504)
+
+
+def _params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not params:
+        return None
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _segment(value: str) -> str:
+    """`value` as one path segment."""
+    from urllib.parse import quote
+
+    return quote(value, safe="")

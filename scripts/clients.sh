@@ -1,0 +1,72 @@
+#!/bin/bash
+# The client libraries against a real `keel serve`: checks that their types
+# are what their pinned generators make of clients/openapi.json (itself
+# checked against the server by a Rust test), then runs the TypeScript and
+# the Python suites with KEEL_URL set. `scripts/clients.sh generate` makes
+# the types anew instead. Installs what it needs (npm packages pinned by the
+# lock file; the Python client and its generator in a venv); fails if any
+# check fails or cannot run.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+work=$(mktemp -d)
+server=
+trap '[ -n "$server" ] && kill $server 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+
+echo "== installing the clients' tools" >&2
+(cd clients/typescript && npm ci --no-audit --no-fund --ignore-scripts --silent)
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install -q -r clients/python/requirements-generate.txt
+"$work/venv/bin/pip" install -q ./clients/python
+
+# The types as the generators make them, into $1 (the TypeScript) and $2
+# (the Python).
+generate() {
+    (cd clients/typescript && npx openapi-typescript ../openapi.json --default-non-nullable false -o "$1" >/dev/null 2>&1 && node scripts/header.mjs "$1")
+    "$work/venv/bin/datamodel-codegen" --input clients/openapi.json --input-file-type openapi \
+        --output-model-type typing.TypedDict --target-python-version 3.10 \
+        --use-standard-collections --use-union-operator --disable-timestamp \
+        --formatters black isort --output "$2" 2>/dev/null
+}
+if [ "${1:-}" = generate ]; then
+    generate "$here/clients/typescript/src/schema.ts" "$here/clients/python/keel_client/models.py"
+    echo "generated clients/typescript/src/schema.ts and clients/python/keel_client/models.py" >&2
+    exit 0
+fi
+echo "== the clients' types are current" >&2
+generate "$work/schema.ts" "$work/models.py"
+cmp clients/typescript/src/schema.ts "$work/schema.ts" \
+    || { echo "clients/typescript/src/schema.ts is stale: run scripts/clients.sh generate" >&2; exit 1; }
+cmp clients/python/keel_client/models.py "$work/models.py" \
+    || { echo "clients/python/keel_client/models.py is stale: run scripts/clients.sh generate" >&2; exit 1; }
+
+# keel and the guests, as this checkout's build makes them.
+artifacts=$(cargo build -q --workspace --bins --message-format=json)
+binary() {
+    python3 -c 'import json,sys
+name = sys.argv[1]
+paths = [m["executable"] for m in map(json.loads, sys.stdin)
+         if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == name]
+print(paths[-1])' "$1" <<<"$artifacts"
+}
+KEEL=$(binary keel)
+while read -r guest; do
+    "$KEEL" --db "$work/db" deploy "$guest" >/dev/null
+done <<<"$("$(binary guests)" testbed order-hooks)"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export KEEL_URL="http://127.0.0.1:$port"
+"$KEEL" --db "$work/db" serve --http "127.0.0.1:$port" >"$work/server.log" 2>&1 &
+server=$!
+deadline=$((SECONDS + 30))
+until curl -fsS "$KEEL_URL/healthz" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ] || ! kill -0 $server 2>/dev/null; then
+        echo "keel serve did not come up:" >&2; cat "$work/server.log" >&2; exit 1
+    fi
+    sleep 0.2
+done
+
+echo "== the TypeScript client" >&2
+(cd clients/typescript && npm test --silent)
+echo "== the Python client" >&2
+# From outside the checkout, so the installed package is what is tested.
+(cd "$work" && "$work/venv/bin/python" -m unittest discover -s "$here/clients/python/tests" -t "$here/clients/python/tests")
