@@ -81,6 +81,12 @@ pub struct Cli {
         hide_env_values = true
     )]
     pub api_token: Option<String>,
+    /// Export OpenTelemetry traces (OTLP over HTTP, JSON) to this collector
+    /// (`http://127.0.0.1:4318`): a span per run, per activation and per
+    /// step attempt, every run admitted here traced, a start's
+    /// `traceparent` continued.
+    #[arg(long, global = true, value_name = "URL", env = "KEEL_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Fuel (about one unit per wasm instruction) for the new work of one
     /// workflow activation; replaying its journal costs none.
     #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::WORKFLOW_FUEL)]

@@ -85,6 +85,7 @@ impl StartSpec {
                 min_retention: self.retention_ms.map(Duration::from_millis),
                 metadata: self.metadata.clone(),
             }),
+            traceparent: None,
         }
     }
 }

@@ -28,6 +28,7 @@ mod progress;
 mod remote;
 mod request;
 mod scaffold;
+mod telemetry;
 
 use args::{Cli, Command, Format, JournalCommand, RunsCommand, StoreCommand, WorkersCommand};
 
@@ -53,16 +54,25 @@ fn main() -> ExitCode {
             libc::umask(user_umask);
         }
     }
-    init_logs(&cli.command);
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let json = cli.json;
-    match runtime.block_on(execute(cli)) {
+    let telemetry = match telemetry::init(&cli.command, cli.otlp_endpoint.as_deref()) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            report_error(&e, json);
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let code = match runtime.block_on(execute(cli)) {
         Ok(code) => code,
         Err(e) => {
             report_error(&e, json);
             ExitCode::FAILURE
         }
-    }
+    };
+    drop(runtime);
+    telemetry.shutdown();
+    code
 }
 
 /// A command line that does not parse: clap's message, or with `--json`
@@ -82,27 +92,6 @@ fn usage_error(e: clap::Error) -> ExitCode {
         json!({ "error": { "kind": usage.kind.as_str(), "message": message, "hint": hints::hint(&usage) } })
     );
     ExitCode::from(2)
-}
-
-/// Logs to stderr, filtered by `KEEL_LOG` or else `RUST_LOG` (default:
-/// warnings, and each run a worker drives at info), coloured only on a
-/// terminal.
-fn init_logs(command: &Command) {
-    use std::io::IsTerminal;
-    let default = match command {
-        Command::Worker { .. } | Command::Serve { .. } => "warn,keel_host::engine=info",
-        // A one-shot command reports a store it cannot reach once, as its
-        // error: the store's own retries stay quiet.
-        _ => "warn,keel_store=error,tokio_postgres=error,deadpool=error,deadpool_postgres=error",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| default.into());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 pub fn report_error(e: &anyhow::Error, json: bool) {
@@ -194,6 +183,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
         Db::Postgres(_) => Config::caching_in(user_cache_dir()),
     };
     config.lease_ttl = std::time::Duration::from_secs(cli.lease_ttl.max(1));
+    config.trace_runs = cli.otlp_endpoint.is_some();
     config.max_concurrent_runs = cli.max_concurrent_runs.max(1);
     config.workflow_fuel = cli.workflow_fuel;
     config.activation_timeout = std::time::Duration::from_secs(cli.activation_timeout.max(1));

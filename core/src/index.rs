@@ -27,6 +27,8 @@ pub struct JournalIndex {
     cancel: Option<usize>,
     /// The run's deadline, if one was set.
     deadline_ms: Option<u64>,
+    /// Entry index of the run's trace context, if admission recorded one.
+    traced: Option<usize>,
 }
 
 /// The attempts of a step, as the journal records them.
@@ -98,6 +100,7 @@ impl JournalIndex {
             }
             Fact::CancelRequested { .. } if self.cancel.is_none() => self.cancel = Some(idx),
             Fact::DeadlineSet { deadline_ms } => self.deadline_ms = Some(deadline_ms),
+            Fact::Traced { .. } => self.traced = Some(idx),
             _ => {}
         }
         self.entries.push(entry);
@@ -408,6 +411,19 @@ impl JournalIndex {
     /// The run's deadline, if one was set.
     pub fn deadline_ms(&self) -> Option<u64> {
         self.deadline_ms
+    }
+
+    /// The run's trace, if its admission recorded one: `(trace_id,
+    /// span_id, parent_span_id)`.
+    pub fn trace(&self) -> Option<(&str, &str, Option<&str>)> {
+        match &self.entries[self.traced?].fact {
+            Fact::Traced {
+                trace_id,
+                span_id,
+                parent_span_id,
+            } => Some((trace_id, span_id, parent_span_id.as_deref())),
+            _ => None,
+        }
     }
 
     /// The attributes the workflow set, the last value of each key.

@@ -238,6 +238,16 @@ pub enum Fact {
         token: String,
         index: u64,
     },
+    /// The run's spans belong to trace `trace_id` (32 hex digits), under
+    /// the run's own span `span_id` (16), itself under the caller's span
+    /// `parent_span_id` when the start carried a `traceparent`. Recorded at
+    /// admission, so every activation, whichever worker drives it and
+    /// however late, continues the same trace.
+    Traced {
+        trace_id: String,
+        span_id: String,
+        parent_span_id: Option<String>,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -339,6 +349,7 @@ impl Fact {
             Fact::HookReplied { .. } => "hook_replied",
             Fact::HookRefused { .. } => "hook_refused",
             Fact::PayloadSkipped { .. } => "payload_skipped",
+            Fact::Traced { .. } => "traced",
         }
     }
 

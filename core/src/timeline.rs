@@ -351,7 +351,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             | Fact::StreamWritten { .. }
             | Fact::StreamClosed { .. }
             | Fact::HookReplied { .. }
-            | Fact::PayloadSkipped { .. } => {}
+            | Fact::PayloadSkipped { .. }
+            | Fact::Traced { .. } => {}
         }
     }
     rows.sort_by_key(|r| r.command);

@@ -60,6 +60,9 @@ pub struct Config {
     pub clock: Arc<dyn Clock>,
     /// Receives the engine's reports (for metrics); ignores them by default.
     pub observer: Arc<dyn Observer>,
+    /// Every run admitted here gets a trace context (for OpenTelemetry),
+    /// not only those whose start carried a `traceparent`.
+    pub trace_runs: bool,
     /// Bounds of one run, which keep one run from taking the host's memory
     /// and disk.
     pub limits: RunLimits,
@@ -218,6 +221,7 @@ impl Config {
             worker_id: worker_id(),
             clock: Arc::new(SystemClock),
             observer: Arc::new(Unobserved),
+            trace_runs: false,
             limits: RunLimits::default(),
             retention: crate::engine::RetentionConfig::default(),
         }

@@ -26,6 +26,7 @@ mod sandbox;
 pub mod script;
 mod slots;
 mod steps;
+mod trace;
 
 pub use clock::SystemClock;
 pub use component::Loaded;

@@ -258,8 +258,17 @@ impl StepRunner {
             }
             self.observer
                 .step_started(&call.run_id, &call.name, attempt);
+            let span = tracing::info_span!(
+                "step_attempt",
+                otel.name = %format!("step {}", call.name),
+                keel.step_id = %call.step_id,
+                keel.attempt = attempt,
+                keel.outcome = tracing::field::Empty,
+                keel.retry_delay_ms = tracing::field::Empty,
+            );
             let outcome = self
                 .execute(call, settings, attempt, started.at_ms, &outside, &grant)
+                .instrument(span.clone())
                 .await;
             drop(slot);
             drop(permit);
@@ -286,6 +295,7 @@ impl StepRunner {
                         Fact::StepCompleted { .. } => crate::AttemptOutcome::Completed,
                         _ => crate::AttemptOutcome::Failed,
                     };
+                    span.record("keel.outcome", outcome.as_str());
                     self.observer.step_attempt(&call.name, outcome);
                     // The run's next flush (before its next step attempt, or
                     // its end) makes the result durable before anything
@@ -294,6 +304,8 @@ impl StepRunner {
                     return Ok(());
                 }
                 Next::Retry { fact, delay } => {
+                    span.record("keel.outcome", "retried");
+                    span.record("keel.retry_delay_ms", delay.as_millis() as u64);
                     self.observer
                         .step_attempt(&call.name, crate::AttemptOutcome::Retried);
                     if let Fact::StepAttemptFailed { error, .. } = &fact {

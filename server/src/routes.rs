@@ -632,6 +632,7 @@ pub async fn start(
     State(s): State<AppState>,
     Param(workflow): Param,
     scoped: Option<axum::Extension<crate::auth::Scoped>>,
+    headers: axum::http::HeaderMap,
     body: Body<MAX_BODY>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let request: StartRequest = json_object(body)?;
@@ -667,6 +668,11 @@ pub async fn start(
         timeout: request.timeout_ms.map(Duration::from_millis),
         attributes: request.attributes,
         additional_metadata: request.additional_metadata,
+        // The caller's trace (W3C Trace Context), which the run's spans join.
+        traceparent: headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
         hook: request.hook.map(|hook| StartHook {
             token: hook.token,
             min_retention: hook.retention_ms.map(Duration::from_millis),

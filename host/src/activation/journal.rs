@@ -283,6 +283,14 @@ impl RunJournal {
         }
     }
 
+    /// The run's trace context, if its admission recorded one: `(trace_id,
+    /// span_id, parent_span_id)`.
+    pub fn trace(&self) -> Option<(String, String, Option<String>)> {
+        let state = self.lock();
+        let (t, s, p) = state.index.trace()?;
+        Some((t.to_string(), s.to_string(), p.map(str::to_string)))
+    }
+
     /// The attributes the workflow set, as its journal records them.
     pub fn attributes(&self) -> keel_core::Attributes {
         self.lock().index.attributes()

@@ -44,6 +44,8 @@ pub struct StartOptions {
     pub timeout: Option<Duration>,
     /// The run's searchable attributes (`runs list --attr KEY=VALUE`).
     pub attributes: keel_core::Attributes,
+    /// The caller's W3C `traceparent`: the run's spans join its trace.
+    pub traceparent: Option<String>,
 }
 
 /// The start hook of a run (`start(..., { hook: { token, ... } })`).
@@ -242,6 +244,15 @@ impl Keel {
                 fact: Fact::DeadlineSet {
                     deadline_ms: now.saturating_add(timeout_ms),
                 },
+            });
+        }
+        if let Some(traced) =
+            crate::trace::admission(options.traceparent.as_deref(), self.inner.config.trace_runs)
+        {
+            journal.push(Entry {
+                seq: journal.len() as u64,
+                at_ms: now,
+                fact: traced,
             });
         }
         let admission = Admission {
@@ -499,6 +510,7 @@ impl Keel {
                 metadata,
             }),
             attributes: Default::default(),
+            traceparent: None,
         };
         let admitted = self
             .admit(

@@ -529,7 +529,18 @@ impl Keel {
         run.updated_at_ms = self.now_ms();
         // Stored with the activation's first flush.
         journal.set_run(run.clone());
-        let ended = self.activate(&loaded, &run, journal.clone()).await;
+        let span = tracing::info_span!(
+            "activation",
+            otel.name = %format!("activation {}", run.workflow),
+            keel.run_id = run_id,
+        );
+        if let Some((trace_id, span_id, _)) = journal.trace() {
+            crate::trace::continue_run(&span, &trace_id, &span_id);
+        }
+        let ended = self
+            .activate(&loaded, &run, journal.clone())
+            .instrument(span.clone())
+            .await;
         // Gone before the drive returns: it holds the engine, and so the store.
         renewal.abort();
         let _ = renewal.await;
@@ -542,7 +553,8 @@ impl Keel {
             };
             return Err(e);
         }
-        self.finish(run, ended, &journal).await
+        // Its waits and its end are events of the activation's span.
+        self.finish(run, ended, &journal).instrument(span).await
     }
 
     /// Waits until this process no longer drives `run_id`.
@@ -704,6 +716,10 @@ impl Keel {
     ) -> Result<RunRecord> {
         for watcher in journal.end(&run, fact).await? {
             self.poke(&watcher);
+        }
+        if let Some((trace_id, span_id, parent)) = journal.trace() {
+            let trace = (trace_id.as_str(), span_id.as_str(), parent.as_deref());
+            crate::trace::end_run(&run, trace, run.updated_at_ms);
         }
         tracing::info!(workflow = %run.workflow, status = run.status.as_str(), "run ended");
         let lifetime = run.updated_at_ms.saturating_sub(run.created_at_ms);

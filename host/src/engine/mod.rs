@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use async_trait::async_trait;
 use keel_core::journal::StartOutcome;
@@ -463,8 +464,13 @@ impl Outside for Keel {
     fn spawn_step(&self, step: StepCall) -> Result<JoinHandle<()>> {
         let outside: Arc<dyn StepOutside> = Arc::new(self.clone());
         let settings = self.step_settings(&step.component.hash);
+        // Its spans go under the activation's, which schedules it.
         Ok(tokio::spawn(
-            self.inner.steps.clone().run(step, settings, outside),
+            self.inner
+                .steps
+                .clone()
+                .run(step, settings, outside)
+                .in_current_span(),
         ))
     }
 

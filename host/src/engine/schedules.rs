@@ -478,6 +478,7 @@ impl Keel {
             priority: None,
             timeout: None,
             attributes: [("schedule".to_string(), record.settings.name.clone())].into(),
+            traceparent: None,
         };
         let started = self
             .start_workflow(
