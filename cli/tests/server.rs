@@ -836,3 +836,186 @@ fn tokens_and_webhooks_made_on_the_store_hold_on_its_server() {
     assert!(!out.status.success());
     assert_eq!(gone["error"]["kind"], "webhook_not_found", "{gone}");
 }
+
+/// An OTLP/HTTP JSON collector on a loopback port: every export's spans,
+/// sent on `spans` as they arrive (each answered 200 before it is sent).
+fn collector() -> (String, std::sync::mpsc::Receiver<Value>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+            );
+            let export: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            for rs in export["resourceSpans"].as_array().into_iter().flatten() {
+                for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                    for span in ss["spans"].as_array().into_iter().flatten() {
+                        let _ = tx.send(span.clone());
+                    }
+                }
+            }
+        }
+    });
+    (url, rx)
+}
+
+/// The attribute `key` of `span`, as text.
+fn attribute(span: &Value, key: &str) -> Option<String> {
+    let value = span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)?["value"]
+        .clone();
+    value
+        .as_object()?
+        .values()
+        .next()
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+}
+
+#[test]
+fn a_runs_spans_join_the_callers_trace_across_a_kill_and_replay_makes_none() {
+    let (collector, spans) = collector();
+    let dir = tempfile::tempdir().unwrap();
+    let traced = ["--otlp-endpoint", collector.as_str()];
+    let fast = [("OTEL_BSP_SCHEDULE_DELAY", "20")];
+    let server = serve_in(dir.path(), None, &traced, &fast);
+    let (out, _) = client(&server.url, &["deploy", keel_tests::ORDER_HOOKS]);
+    assert!(out.status.success());
+    // Started by a caller in trace 4bf9..., under its span 00f0....
+    let (trace, caller) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let body = r#"{"input": {"order_id": "t-1", "note": "placed"}, "hook": {"token": "order:t-1"}, "wait_ms": 10000, "return_on_wait": true}"#;
+    let addr = server.url.trim_start_matches("http://");
+    let request = format!(
+        "POST /v1/workflows/order_updates/runs HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ntraceparent: 00-{trace}-{caller}-01\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = http(addr, &request, Duration::from_secs(30)).unwrap();
+    assert!(answer.contains("\"status\":\"waiting\""), "{answer}");
+    let run_id = answer
+        .split("\"run_id\":\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_string();
+    // Its first activation's span is exported before the worker dies.
+    let first = spans.recv_timeout(Duration::from_secs(30)).unwrap();
+    let mut seen = vec![first];
+    while !seen.iter().any(|s| s["name"] == "activation order_updates") {
+        seen.push(spans.recv_timeout(Duration::from_secs(30)).unwrap());
+    }
+    kill_9(server);
+
+    // Another worker resumes the run, long after: the same trace.
+    let server = serve_in(dir.path(), None, &traced, &fast);
+    let (out, resumed) = client(
+        &server.url,
+        &[
+            "hooks",
+            "resume",
+            "order:t-1",
+            "--payload",
+            r#"{"note": "paid", "done": true}"#,
+        ],
+    );
+    assert!(out.status.success(), "{resumed}");
+    let (out, ended) = client(&server.url, &["runs", "result", &run_id]);
+    assert!(out.status.success(), "{ended}");
+    // The run's span, and the second activation's (which ends after it).
+    let count = |seen: &[Value], name: &str| seen.iter().filter(|s| s["name"] == name).count();
+    while count(&seen, "run order_updates") < 1 || count(&seen, "activation order_updates") < 2 {
+        seen.push(spans.recv_timeout(Duration::from_secs(30)).unwrap());
+    }
+    let run = seen
+        .iter()
+        .find(|s| s["name"] == "run order_updates")
+        .unwrap();
+    assert_eq!(run["traceId"], trace, "{run}");
+    assert_eq!(
+        run["parentSpanId"], caller,
+        "under the caller's span: {run}"
+    );
+    assert_eq!(
+        attribute(run, "keel.run_id").as_deref(),
+        Some(run_id.as_str())
+    );
+    assert_eq!(attribute(run, "keel.status").as_deref(), Some("completed"));
+    let run_span = run["spanId"].as_str().unwrap();
+    let activations: Vec<&Value> = seen
+        .iter()
+        .filter(|s| s["name"] == "activation order_updates")
+        .collect();
+    assert_eq!(
+        activations.len(),
+        2,
+        "one before the kill, one after: {seen:?}"
+    );
+    for a in &activations {
+        assert_eq!(a["traceId"], trace, "{a}");
+        assert_eq!(a["parentSpanId"], run_span, "{a}");
+    }
+    let waits = activations[0]["events"].to_string();
+    assert!(
+        waits.contains("run waits"),
+        "the hook wait is an event: {waits}"
+    );
+    let activation_ids: Vec<&str> = activations
+        .iter()
+        .map(|a| a["spanId"].as_str().unwrap())
+        .collect();
+    let steps: Vec<&Value> = seen
+        .iter()
+        .filter(|s| s["name"] == "step record_note")
+        .collect();
+    assert_eq!(steps.len(), 2, "one attempt of each note: {seen:?}");
+    for step in &steps {
+        assert_eq!(step["traceId"], trace);
+        assert!(activation_ids.contains(&step["parentSpanId"].as_str().unwrap()));
+        assert_eq!(
+            attribute(step, "keel.outcome").as_deref(),
+            Some("completed")
+        );
+        assert_eq!(attribute(step, "keel.attempt").as_deref(), Some("1"));
+    }
+    drop(server);
+    while spans.try_recv().is_ok() {}
+
+    // Replaying the recorded journal (its export flushed when it exits)
+    // emits no span.
+    let file = dir.path().join("run.json");
+    let exported = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .args(["journal", "export", &run_id, "--output"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(exported.status.success(), "{exported:?}");
+    let replayed = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--otlp-endpoint", collector.as_str(), "replay"])
+        .arg(keel_tests::ORDER_HOOKS)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(replayed.status.success(), "{replayed:?}");
+    assert_eq!(spans.try_recv().ok(), None, "replay exported a span");
+}
