@@ -909,11 +909,22 @@ mod http {
         }
     }
 
-    fn start() -> anyhow::Result<Server> {
-        let dir = std::env::temp_dir().join(format!("keel-bench-http-{}", std::process::id()));
+    /// A `keel serve` on a fresh store; with `otlp`, exporting its traces
+    /// there.
+    fn start(otlp: Option<&str>) -> anyhow::Result<Server> {
+        let dir = std::env::temp_dir().join(format!(
+            "keel-bench-http-{}-{}",
+            std::process::id(),
+            otlp.is_some()
+        ));
         let mut child = Command::new(std::env::current_exe()?)
             .arg("--db")
             .arg(&dir)
+            .args(
+                otlp.map(|url| ["--otlp-endpoint", url])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["serve", "--http", "127.0.0.1:0"])
             .env("KEEL_LOG", "warn")
             .stdout(Stdio::null())
@@ -1047,28 +1058,12 @@ mod http {
     }
 
     pub(super) async fn figures(args: &Args, in_process: InProcess) -> anyhow::Result<()> {
-        let server = start()?;
+        let server = start(None)?;
         let client = reqwest::Client::new();
-        let bytes = tokio::fs::read(&args.component).await?;
-        client
-            .post(format!("{}/v1/deployments?name=testbed", server.url))
-            .header(reqwest::header::CONTENT_TYPE, "application/wasm")
-            .body(bytes)
-            .send()
-            .await?
-            .error_for_status()?;
-        for _ in 0..5 {
-            w10(&client, &server.url).await?;
-        }
-        let mut latencies = Vec::with_capacity(args.latency_runs);
-        for _ in 0..args.latency_runs {
-            let t = Instant::now();
-            w10(&client, &server.url).await?;
-            latencies.push(t.elapsed());
-        }
+        deploy(&client, &server.url, &args.component).await?;
         let p50 = print_latencies(
             "HTTP API (client process -> keel serve): W10 latency, one run at a time",
-            latencies,
+            latencies(&client, &server.url, args.latency_runs).await?,
         );
         let total = args.http_runs;
         let mut rates = Vec::new();
@@ -1090,6 +1085,8 @@ mod http {
         if args.fires > 0 {
             fire_lag(&client, &server.url, args.fires).await?;
         }
+        drop(server);
+        traced_beside(&client, args, p50, rate).await?;
         println!(
             "HTTP API against in process, same run: throughput {:.0}% at 16 in flight ({rate:.0} vs {:.0} runs/s), {:.0}% at 64 ({rate64:.0} vs {:.0} runs/s), p50 {:.2} vs {:.2} ms",
             rate / in_process.rate16 * 100.0,
@@ -1100,6 +1097,116 @@ mod http {
             ms(in_process.p50),
         );
         Ok(())
+    }
+
+    /// Uploads the testbed as deployment `testbed`, and warms it up.
+    async fn deploy(
+        client: &reqwest::Client,
+        url: &str,
+        component: &std::path::Path,
+    ) -> anyhow::Result<()> {
+        let bytes = tokio::fs::read(component).await?;
+        client
+            .post(format!("{url}/v1/deployments?name=testbed"))
+            .header(reqwest::header::CONTENT_TYPE, "application/wasm")
+            .body(bytes)
+            .send()
+            .await?
+            .error_for_status()?;
+        for _ in 0..5 {
+            w10(client, url).await?;
+        }
+        Ok(())
+    }
+
+    /// The time of each of `runs` W10 runs, one at a time.
+    async fn latencies(
+        client: &reqwest::Client,
+        url: &str,
+        runs: usize,
+    ) -> anyhow::Result<Vec<std::time::Duration>> {
+        let mut latencies = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t = Instant::now();
+            w10(client, url).await?;
+            latencies.push(t.elapsed());
+        }
+        Ok(latencies)
+    }
+
+    /// W10 on a `keel serve` exporting its traces (to a collector in this
+    /// process that takes and drops them), beside the figures of one that
+    /// does not (`p50`, `rate` at 16 in flight), in the same run.
+    async fn traced_beside(
+        client: &reqwest::Client,
+        args: &Args,
+        p50: std::time::Duration,
+        rate: f64,
+    ) -> anyhow::Result<()> {
+        let (collector, exports) = collector().await?;
+        let server = start(Some(&collector))?;
+        deploy(client, &server.url, &args.component).await?;
+        let traced_p50 = print_latencies(
+            "HTTP API exporting traces (OTLP): W10 latency, one run at a time",
+            latencies(client, &server.url, args.latency_runs).await?,
+        );
+        let traced_rate = throughput(client, &server.url, 16, args.http_runs).await?;
+        drop(server);
+        println!(
+            "traces exported against none, same run: W10 p50 {:.2} vs {:.2} ms ({:+.1} %), throughput at 16 in flight {traced_rate:.0} vs {rate:.0} runs/s ({:+.1} %); the collector took {} exports",
+            ms(traced_p50),
+            ms(p50),
+            (ms(traced_p50) / ms(p50) - 1.0) * 100.0,
+            (traced_rate / rate - 1.0) * 100.0,
+            exports.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        Ok(())
+    }
+
+    /// An OTLP collector on a loopback port that answers every export
+    /// with 200 and counts them.
+    async fn collector() -> anyhow::Result<(String, std::sync::Arc<std::sync::atomic::AtomicUsize>)>
+    {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let exports = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = exports.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut stream = tokio::io::BufReader::new(stream);
+                    loop {
+                        let mut length = 0;
+                        loop {
+                            let mut line = String::new();
+                            if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            if let Some(v) =
+                                line.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if stream.read_exact(&mut body).await.is_err() {
+                            return;
+                        }
+                        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+                        if stream.get_mut().write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Ok((url, exports))
     }
 
     /// W10 runs/s over `total` runs with `in_flight` callers.

@@ -417,6 +417,8 @@ function runPage(runId) {
       }
     };
   };
+  // The OpenTelemetry trace its admission journaled, if any.
+  const traceOf = (d) => (d.journal || []).find((e) => e.kind === "traced")?.fields?.trace_id;
   const draw = (d) => {
     const r = d.run;
     const end = ended(r.status) ? r.updated_at_ms : d.now_ms;
@@ -442,6 +444,7 @@ function runPage(runId) {
           ${(r.waiting_on || []).length ? `<dt>Waiting on</dt><dd data-testid="waiting-on">${r.waiting_on.map(waitText).join("<br>")}</dd>` : ""}
           ${r.concurrency ? `<dt>Concurrency</dt><dd data-testid="concurrency">${slotText(r.concurrency)}</dd>` : ""}
           ${Object.keys(r.attributes || {}).length ? `<dt>Attributes</dt><dd data-testid="attributes">${Object.entries(r.attributes).map(([k, v]) => `<span class="mono">${esc(k)}=${esc(v)}</span>`).join(" ")}</dd>` : ""}
+          ${traceOf(d) ? `<dt>Trace</dt><dd class="mono" data-testid="trace" title="OpenTelemetry trace ID: find the run's spans by it">${esc(traceOf(d))}</dd>` : ""}
           ${r.parent_run_id ? `<dt>Parent</dt><dd class="mono"><a data-testid="parent" href="#/runs/${encodeURIComponent(r.parent_run_id)}">${esc(r.parent_run_id)}</a></dd>` : ""}
         </dl>
         ${ended(r.status) ? `<p><button class="danger" id="delete" data-testid="delete">Delete run</button></p>` : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}

@@ -2509,6 +2509,19 @@ async fn a_signed_webhook_reaches_its_hook_and_a_wrong_stale_or_replayed_one_nev
     assert_eq!(delivered["token"], "pay:o-9");
     assert_eq!(delivered["run_id"], run_id.as_str());
     assert_eq!(delivered["duplicate"], false);
+    // The workflow answers each payload: its reply to the event's ID says
+    // it journaled the delivery.
+    let (status, reply) = s
+        .call_as(
+            master,
+            "GET",
+            "/v1/hooks/pay:o-9/replies/evt_1?wait_ms=10000",
+            &[],
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply["reply"]["n"], 1, "{reply}");
     let (status, replayed) = deliver(good, first.clone()).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{replayed}");
     assert!(

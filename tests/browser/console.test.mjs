@@ -157,6 +157,16 @@ try {
   assert.deepEqual(parentView.children.map((c) => [c.run_id, c.close, c.status]), [[childId, "abandon", "waiting"]]);
   assert.equal((await api(`/v1/runs/${childId}`)).parent_run_id, parent.run_id);
 
+  // A run started in a caller's trace shows the trace ID to look it up by.
+  const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const traced = await (await fetch(base + "/v1/workflows/ten_steps/runs", {
+    method: "POST",
+    headers: { "content-type": "application/json", traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+    body: JSON.stringify({ input: 2, wait_ms: 10000 }),
+  })).json();
+  await page.goto(`${base}/#/runs/${traced.run_id}`);
+  assert.equal(await page.locator("[data-testid=trace]").innerText(), traceId);
+
   // The runs list filters by attributes, set at start and by the workflow.
   const tagged = await api("/v1/workflows/tagged/runs", { input: "acme", attributes: { plan: "pro" }, wait_ms: 10000 });
   assert.equal(tagged.status, "completed");
