@@ -1019,3 +1019,60 @@ fn a_runs_spans_join_the_callers_trace_across_a_kill_and_replay_makes_none() {
     assert!(replayed.status.success(), "{replayed:?}");
     assert_eq!(spans.try_recv().ok(), None, "replay exported a span");
 }
+
+#[test]
+fn a_steps_http_request_carries_its_attempts_traceparent() {
+    let (collector, spans) = collector();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(keel_payment_api::PaymentApi::start(false))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let input = json!({
+        "order_id": "o-t", "user_id": "u-1", "amount": 100, "payment_url": api.url("/charge"),
+    })
+    .to_string();
+    let host = api.addr.to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .args([
+            "--otlp-endpoint",
+            collector.as_str(),
+            "--allow-http",
+            &host,
+            "--json",
+        ])
+        .args(["run", keel_tests::ORDER, "process_order", "--input", &input])
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let charge = api
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/charge")
+        .expect("the charge was sent");
+    let traceparent = charge
+        .traceparent
+        .expect("the charge carries a traceparent");
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    let (trace, parent) = (parts[1], parts[2]);
+    // The process flushed its spans before it exited.
+    let exported: Vec<Value> = spans.try_iter().collect();
+    let step = exported
+        .iter()
+        .find(|s| s["spanId"] == parent)
+        .unwrap_or_else(|| panic!("no span {parent} among {exported:?}"));
+    assert!(
+        step["name"].as_str().unwrap().starts_with("step "),
+        "{step}"
+    );
+    assert_eq!(step["traceId"], trace);
+    assert!(
+        exported
+            .iter()
+            .any(|s| s["name"] == "run process_order" && s["traceId"] == trace),
+        "the run's span is in the same trace: {exported:?}"
+    );
+}

@@ -110,6 +110,23 @@ pub(crate) fn end_run(
     );
 }
 
+/// The `traceparent` of the current span, when it is exported (a step
+/// attempt's, say): what a step's outgoing HTTP request carries, so the
+/// service it calls joins the run's trace.
+pub(crate) fn current_traceparent() -> Option<String> {
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let sc = span.span_context();
+    sc.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        )
+    })
+}
+
 fn new_trace_id() -> TraceId {
     TraceId::from_bytes(rand::random::<u128>().max(1).to_be_bytes())
 }

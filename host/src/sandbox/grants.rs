@@ -79,7 +79,7 @@ type SendFuture = Box<
 impl WasiHttpHooks for HttpGrant {
     fn send_request(
         &mut self,
-        request: http::Request<wasmtime_wasi_http::WasiBody>,
+        mut request: http::Request<wasmtime_wasi_http::WasiBody>,
         options: Option<wasmtime_wasi_http::RequestOptions>,
         _fut: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
     ) -> SendFuture {
@@ -92,6 +92,14 @@ impl WasiHttpHooks for HttpGrant {
                 None => host.to_string(),
             });
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+        }
+        // The service called joins the run's trace (unless the step names
+        // a trace of its own).
+        if !request.headers().contains_key("traceparent")
+            && let Some(value) = crate::trace::current_traceparent()
+            && let Ok(value) = http::HeaderValue::from_str(&value)
+        {
+            request.headers_mut().insert("traceparent", value);
         }
         Box::new(async move {
             use http_body_util::BodyExt;

@@ -31,6 +31,8 @@ pub struct Received {
     pub attempt: Option<String>,
     /// The `Content-Length` header, if sent (else the body was chunked).
     pub content_length: Option<String>,
+    /// The W3C `traceparent` header, if sent.
+    pub traceparent: Option<String>,
     pub body: String,
 }
 
@@ -141,6 +143,7 @@ async fn handle(
     let key = header("idempotency-key");
     let attempt = header("keel-attempt");
     let content_length = header("content-length");
+    let traceparent = header("traceparent");
     let path = req.uri().path().to_string();
     let body = req.into_body().collect().await?.to_bytes();
     let (status, answer) = {
@@ -150,6 +153,7 @@ async fn handle(
             idempotency_key: key.clone(),
             attempt,
             content_length,
+            traceparent,
             body: String::from_utf8_lossy(&body).to_string(),
         });
         charge(&mut ledger, &path, key, lose_first)
