@@ -1,6 +1,6 @@
 //! Logs and traces: logs to stderr (filtered by `KEEL_LOG` or `RUST_LOG`),
 //! and with `--otlp-endpoint`, OpenTelemetry traces exported over OTLP
-//! (HTTP, JSON) in batches: the engine's `activation` and `step_attempt`
+//! (HTTP, protobuf or JSON) in batches: the engine's `activation` and `step_attempt`
 //! spans (the run's own span comes from the engine at the run's end),
 //! with the events logged inside them.
 
@@ -52,9 +52,15 @@ pub fn init(command: &Command, otlp_endpoint: Option<&str>) -> anyhow::Result<Te
         tracing_subscriber::registry().with(logs).init();
         return Ok(Telemetry { provider: None });
     };
+    // Protobuf, the OTLP default; `OTEL_EXPORTER_OTLP_PROTOCOL=http/json`
+    // sends JSON.
+    let protocol = match std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL").as_deref() {
+        Ok("http/json") => Protocol::HttpJson,
+        _ => Protocol::HttpBinary,
+    };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
-        .with_protocol(Protocol::HttpJson)
+        .with_protocol(protocol)
         .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
         .build()
         .map_err(|e| anyhow::anyhow!("--otlp-endpoint {endpoint}: {e}"))?;
@@ -67,8 +73,13 @@ pub fn init(command: &Command, otlp_endpoint: Option<&str>) -> anyhow::Result<Te
         .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
     use opentelemetry::trace::TracerProvider as _;
+    // No per-poll timing, code locations or thread names: they cost on
+    // every poll of every run and say little a trace does not.
     let traces = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("keel"))
+        .with_tracked_inactivity(false)
+        .with_location(false)
+        .with_threads(false)
         .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
             if meta.is_event() {
                 // keel's own, at info or above: waits, retries, ends.

@@ -897,7 +897,10 @@ fn a_runs_spans_join_the_callers_trace_across_a_kill_and_replay_makes_none() {
     let (collector, spans) = collector();
     let dir = tempfile::tempdir().unwrap();
     let traced = ["--otlp-endpoint", collector.as_str()];
-    let fast = [("OTEL_BSP_SCHEDULE_DELAY", "20")];
+    let fast = [
+        ("OTEL_BSP_SCHEDULE_DELAY", "20"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+    ];
     let server = serve_in(dir.path(), None, &traced, &fast);
     let (out, _) = client(&server.url, &["deploy", keel_tests::ORDER_HOOKS]);
     assert!(out.status.success());
@@ -1011,6 +1014,7 @@ fn a_runs_spans_join_the_callers_trace_across_a_kill_and_replay_makes_none() {
         .unwrap();
     assert!(exported.status.success(), "{exported:?}");
     let replayed = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
         .args(["--otlp-endpoint", collector.as_str(), "replay"])
         .arg(keel_tests::ORDER_HOOKS)
         .arg(&file)
@@ -1045,6 +1049,7 @@ fn a_steps_http_request_carries_its_attempts_traceparent() {
         ])
         .args(["run", keel_tests::ORDER, "process_order", "--input", &input])
         .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");

@@ -10,6 +10,9 @@ let stop = () => {}; // ends the current page's refresh or live stream
 
 // ---- helpers -------------------------------------------------------------
 
+// Read-only links made on runs' pages, by run ID (kept across redraws).
+const shareLinks = {};
+
 async function api(path, options = {}) {
   const response = await fetch(path, { credentials: "same-origin", ...options });
   if (response.status === 401) { location.href = "/login"; throw new Error("sign in first"); }
@@ -449,6 +452,8 @@ function runPage(runId) {
         </dl>
         ${ended(r.status) ? `<p><button class="danger" id="delete" data-testid="delete">Delete run</button></p>` : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}
         ${r.status === "failed" ? `<p><button id="retry" data-testid="retry">Retry from the failed step</button></p>` : ""}
+        <p><button id="share" data-testid="share" title="A link with a token that may only read this run, for 24 hours">Share a read-only link</button>
+        ${shareLinks[r.run_id] ? `<input class="mono" data-testid="share-link" readonly value="${esc(shareLinks[r.run_id])}">` : ""}</p>
         </div>
         <div class="card"><strong>Input</strong><pre data-testid="input">${json(r.input)}</pre></div>
         ${r.error ? `<div class="card"><strong class="error">Error · ${esc(r.error.kind)}</strong><pre data-testid="error">${esc(r.error.message)}</pre></div>` : ""}
@@ -488,6 +493,18 @@ function runPage(runId) {
         ${d.journal.map((e) => { const { seq, at_ms, kind, ...rest } = e; return `<tr><td>${seq}</td><td>${time(at_ms)}</td><td>${esc(kind)}</td><td class="mono">${esc(JSON.stringify(rest))}</td></tr>`; }).join("")}
         </tbody></table></details>`;
     wireResume(r);
+    document.getElementById("share").onclick = async () => {
+      try {
+        const minted = await api("/v1/tokens", {
+          method: "POST", headers: { "content-type": "application/json" },
+          body: JSON.stringify({ scope: { kind: "read_run", run_id: r.run_id }, ttl_ms: 24 * 3600 * 1000 }),
+        });
+        // In the fragment: browsers never send it to a server.
+        shareLinks[r.run_id] = `${location.origin}/share#run=${encodeURIComponent(r.run_id)}&token=${encodeURIComponent(minted.token)}`;
+        toast("Link made: it reads this run, and nothing else, for 24 hours");
+        render();
+      } catch (e) { toast(e.message, true); }
+    };
     const retry = document.getElementById("retry");
     if (retry) retry.onclick = async () => {
       try {

@@ -101,12 +101,18 @@ impl Auth {
     }
 }
 
-/// Requests anyone may make: the health check, the console's login, and
+/// Requests anyone may make: the health check, the console's login, the
+/// shared-run page (whose data needs the link's scoped token), and
 /// deliveries to webhooks (whose signatures the engine checks).
 fn is_public(method: &Method, path: &str) -> bool {
     matches!(
         path,
-        "/healthz" | "/login" | "/console/login.js" | "/console/style.css"
+        "/healthz"
+            | "/login"
+            | "/console/login.js"
+            | "/console/style.css"
+            | "/share"
+            | "/console/share.js"
     ) || crate::webhooks::is_delivery(method, path)
 }
 

@@ -1,6 +1,7 @@
 //! The web console, served from the binary: one page of plain HTML, CSS
 //! and JavaScript (no build step) that reads the API; the login page that
-//! sets the token cookie; and the OpenAPI document.
+//! sets the token cookie; the page of a run shared by a link with a
+//! scoped token; and the OpenAPI document.
 
 use axum::Json;
 use axum::Router;
@@ -19,6 +20,8 @@ const APP: &str = include_str!("../console/app.js");
 const STYLE: &str = include_str!("../console/style.css");
 const LOGIN: &str = include_str!("../console/login.html");
 const LOGIN_JS: &str = include_str!("../console/login.js");
+const SHARE: &str = include_str!("../console/share.html");
+const SHARE_JS: &str = include_str!("../console/share.js");
 
 /// The console's routes.
 pub fn routes() -> Router<AppState> {
@@ -37,6 +40,12 @@ pub fn routes() -> Router<AppState> {
             get(|| async { asset("text/javascript", LOGIN_JS) }),
         )
         .route("/login", get(|| async { Html(LOGIN) }).post(login))
+        // A run shared with a scoped token (in the link's fragment).
+        .route("/share", get(|| async { Html(SHARE) }))
+        .route(
+            "/console/share.js",
+            get(|| async { asset("text/javascript", SHARE_JS) }),
+        )
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

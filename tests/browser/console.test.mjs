@@ -167,6 +167,19 @@ try {
   await page.goto(`${base}/#/runs/${traced.run_id}`);
   assert.equal(await page.locator("[data-testid=trace]").innerText(), traceId);
 
+  // Its read-only link opens, with no cookie, a page of that run alone.
+  await page.locator("[data-testid=share]").click();
+  const link = await page.locator("[data-testid=share-link]").inputValue();
+  assert.match(link, /\/share#run=.*&token=ks1\./);
+  const stranger = await (await browser.newContext()).newPage();
+  await stranger.goto(link);
+  assert.equal(await stranger.locator("[data-testid=share-run-id]").innerText(), traced.run_id);
+  assert.equal(await stranger.locator("[data-testid=share-status]").innerText(), "completed");
+  const token = decodeURIComponent(new URL(link).hash.split("token=")[1]);
+  const listed = await fetch(base + "/v1/runs", { headers: { authorization: `Bearer ${token}` } });
+  assert.equal(listed.status, 403, "the link's token reads that run only");
+  await stranger.close();
+
   // The runs list filters by attributes, set at start and by the workflow.
   const tagged = await api("/v1/workflows/tagged/runs", { input: "acme", attributes: { plan: "pro" }, wait_ms: 10000 });
   assert.equal(tagged.status, "completed");
