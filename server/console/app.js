@@ -421,7 +421,7 @@ function runPage(runId) {
     };
   };
   // The OpenTelemetry trace its admission journaled, if any.
-  const traceOf = (d) => (d.journal || []).find((e) => e.kind === "traced")?.fields?.trace_id;
+  const traceOf = (d) => (d.journal || []).find((e) => e.kind === "traced")?.trace_id;
   const draw = (d) => {
     const r = d.run;
     const end = ended(r.status) ? r.updated_at_ms : d.now_ms;
