@@ -1046,3 +1046,50 @@ async fn a_workflow_that_passes_over_a_refused_payload_takes_the_next() {
     assert_eq!(refused, vec![0], "payload 0 was refused, once");
     assert!(keel.replay(&waiting.run_id, None).await.unwrap().is_ok());
 }
+
+/// The `Traced` entry of `run_id`'s journal: trace, span, parent span.
+async fn traced(keel: &Keel, run_id: &str) -> Option<(String, String, Option<String>)> {
+    keel.journal(run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.fact {
+            Fact::Traced {
+                trace_id,
+                span_id,
+                parent_span_id,
+            } => Some((trace_id, span_id, parent_span_id)),
+            _ => None,
+        })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_started_run_joins_its_callers_trace_and_its_child_joins_it_and_both_replay() {
+    let store = TestStore::new();
+    let (keel, c) = hooks_engine(&store).await;
+    let (trace, caller) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let options = StartOptions {
+        traceparent: Some(format!("00-{trace}-{caller}-01")),
+        ..StartOptions::default()
+    };
+    let parent = keel
+        .start_with(&c, "start_order", &note("11", "a"), &options)
+        .await
+        .unwrap();
+    let parent = keel.drive(&parent.run_id).await.unwrap();
+    let child = output(&parent)["started"].as_str().unwrap().to_string();
+    let (t, parent_span, under) = traced(&keel, &parent.run_id).await.expect("traced");
+    assert_eq!((t.as_str(), under.as_deref()), (trace, Some(caller)));
+    let (t, child_span, under) = traced(&keel, &child).await.expect("the child is traced");
+    assert_eq!(t, trace, "the child's spans are in the parent's trace");
+    assert_eq!(
+        under.as_deref(),
+        Some(parent_span.as_str()),
+        "under the parent's run span"
+    );
+    assert_ne!(child_span, parent_span);
+    // A start with no traceparent, on an engine not asked to trace, has none.
+    let plain = run(&keel, &c, "start_order", &note("12", "a")).await;
+    assert_eq!(traced(&keel, &plain.run_id).await, None);
+    assert_replays(&keel, &[&parent.run_id, &child, &plain.run_id]).await;
+}

@@ -369,6 +369,10 @@ impl Activation {
                         workflow: workflow.clone(),
                         input: input.clone(),
                         options: options.clone(),
+                        traceparent: self
+                            .journal
+                            .trace()
+                            .map(|(trace, span, _)| format!("00-{trace}-{span}-01")),
                     })
                     .await?;
                 self.record_command(fact(command, outcome.clone()))?;

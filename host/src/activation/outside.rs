@@ -51,6 +51,9 @@ pub struct ChildStart {
     pub workflow: String,
     pub input: String,
     pub options: ChildOptions,
+    /// The parent run's span as a W3C `traceparent`, if the parent is
+    /// traced: the child's spans join its trace.
+    pub traceparent: Option<String>,
 }
 
 /// What an activation may ask of the world outside its run.

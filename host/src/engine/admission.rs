@@ -510,7 +510,7 @@ impl Keel {
                 metadata,
             }),
             attributes: Default::default(),
-            traceparent: None,
+            traceparent: child.traceparent.clone(),
         };
         let admitted = self
             .admit(
