@@ -81,7 +81,7 @@ pub struct Cli {
         hide_env_values = true
     )]
     pub api_token: Option<String>,
-    /// Export OpenTelemetry traces (OTLP over HTTP, JSON) to this collector
+    /// Export OpenTelemetry traces (OTLP over HTTP, protobuf) to this collector
     /// (`http://127.0.0.1:4318`): a span per run, per activation and per
     /// step attempt, every run admitted here traced, a start's
     /// `traceparent` continued.
