@@ -2425,10 +2425,11 @@ async fn a_signed_webhook_reaches_its_hook_and_a_wrong_stale_or_replayed_one_nev
             "POST",
             "/v1/workflows/replier/runs",
             &[],
-            body(json!({"input": "pay:o-9"})),
+            body(json!({"input": "pay:o-9", "wait_ms": 10000, "return_on_wait": true})),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_eq!(run["status"], "waiting", "its hook is open: {run}");
     let run_id = run["run_id"].as_str().unwrap().to_string();
     let spec = json!({"id": "stripe", "hook": "pay:{/data/object/metadata/order_id}", "scheme": "stripe", "secret": "whsec_test_secret"});
     let (status, created) = s
