@@ -2,24 +2,11 @@
 
 mod common;
 
-use common::printed_json;
+use common::keel;
 
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn keel(db: &std::path::Path, args: &[&str]) -> (Output, Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .arg("--db")
-        .arg(db)
-        .arg("--json")
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("running keel");
-    let json = printed_json(args, &out);
-    (out, json)
-}
 
 #[test]
 fn run_show_and_list_print_the_documented_json() {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::printed_json;
+use common::{keel, printed_json};
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -742,37 +742,25 @@ fn a_journal_is_exported_while_a_server_holds_the_store_and_replays() {
     );
 }
 
-/// `keel --db DIR/db --json ARGS`, with no server.
-fn local(dir: &std::path::Path, args: &[&str]) -> (Output, Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .arg("--db")
-        .arg(dir.join("db"))
-        .arg("--json")
-        .args(args)
-        .env_remove("KEEL_API_TOKEN")
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("running keel");
-    let json = printed_json(args, &out);
-    (out, json)
-}
-
 #[test]
 fn tokens_and_webhooks_made_on_the_store_hold_on_its_server() {
     let dir = tempfile::tempdir().unwrap();
-    let (out, run) = local(
-        dir.path(),
+    let (out, run) = keel(
+        &dir.path().join("db"),
         &["run", keel_tests::TESTBED, "ten_steps", "--input", "2"],
     );
     assert!(out.status.success(), "{run}");
     let run_id = run["run_id"].as_str().unwrap();
     // Minted with the store's secret, with no server running.
-    let (out, minted) = local(dir.path(), &["tokens", "create", "--read-run", run_id]);
+    let (out, minted) = keel(
+        &dir.path().join("db"),
+        &["tokens", "create", "--read-run", run_id],
+    );
     assert!(out.status.success(), "{minted}");
     let token = minted["token"].as_str().unwrap();
     assert!(token.starts_with("ks1."), "{minted}");
-    let (out, refused) = local(
-        dir.path(),
+    let (out, refused) = keel(
+        &dir.path().join("db"),
         &["tokens", "create", "--read-run", run_id, "--start", "x"],
     );
     assert!(!out.status.success());
@@ -783,8 +771,8 @@ fn tokens_and_webhooks_made_on_the_store_hold_on_its_server() {
             .contains("exactly one"),
         "{refused}"
     );
-    let (out, created) = local(
-        dir.path(),
+    let (out, created) = keel(
+        &dir.path().join("db"),
         &[
             "webhooks",
             "create",

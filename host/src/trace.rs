@@ -6,7 +6,7 @@
 //! (no `tracing-opentelemetry` layer, no global tracer provider) all of it
 //! costs a journal entry and nothing else; replay makes no spans.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use keel_core::{Fact, RunRecord};
 use opentelemetry::trace::{
@@ -104,10 +104,7 @@ pub(crate) fn end_run(
         .with_start_time(at(run.created_at_ms))
         .with_attributes(attributes);
     let mut otel = tracer.build_with_context(builder, &parent);
-    opentelemetry::trace::Span::end_with_timestamp(
-        &mut otel,
-        at(ended_at_ms).max(SystemTime::UNIX_EPOCH),
-    );
+    opentelemetry::trace::Span::end_with_timestamp(&mut otel, at(ended_at_ms));
 }
 
 /// The `traceparent` of the current span, when it is exported (a step

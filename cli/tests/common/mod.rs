@@ -19,3 +19,17 @@ pub fn printed_json(args: &[&str], out: &Output) -> Value {
         )
     })
 }
+
+/// `keel --db DB --json ARGS`, with no server: its output and JSON.
+pub fn keel(db: &std::path::Path, args: &[&str]) -> (Output, Value) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db)
+        .arg("--json")
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("running keel");
+    let json = printed_json(args, &out);
+    (out, json)
+}

@@ -48,7 +48,7 @@ impl Keel {
             Target::Event { key } => check_name("event key", key)?,
         }
         if let Scheme::Hmac { header } = &scheme
-            && is_bad_header_name(header)
+            && http::HeaderName::from_bytes(header.as_bytes()).is_err()
         {
             return Err(invalid(format!("`{header}` is not a header name")));
         }
@@ -155,13 +155,4 @@ impl Keel {
             (Target::Hook { .. }, None) => unreachable!("a hook target names its token"),
         }
     }
-}
-
-/// Whether `name` cannot be an HTTP header name (RFC 9110 token
-/// characters only).
-fn is_bad_header_name(name: &str) -> bool {
-    name.is_empty()
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
