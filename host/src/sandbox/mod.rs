@@ -324,6 +324,23 @@ pub fn non_deterministic_imports(engine: &Engine, component: &Component) -> Vec<
     out
 }
 
+/// The version of WASI 0.2 that wasmtime-wasi defines in [`base_linker`].
+const WASI_P2_VERSION: &str = "0.2.12";
+
+/// The name under which [`base_linker`] defines the WASI interface that
+/// a component imports as `import`. wasmtime links an import of any 0.2.x
+/// to the host's 0.2 definition, so a shadowing stub must go into that
+/// definition: an instance under the import's own version would hide the
+/// host's functions the guest may call (componentize-py imports 0.2.9).
+fn host_interface_name(import: &str) -> String {
+    match import.split_once('@') {
+        Some((name, version)) if name.starts_with("wasi:") && version.starts_with("0.2.") => {
+            format!("{name}@{WASI_P2_VERSION}")
+        }
+        _ => import.to_string(),
+    }
+}
+
 /// The workflow linker for one component: the base linker with every
 /// function a workflow may not call shadowed by a stub that fails the run.
 pub fn workflow_linker(
@@ -337,7 +354,7 @@ pub fn workflow_linker(
         let what = format!("{interface}#{func}");
         let why = forbidden(&interface, &func).unwrap_or_default();
         linker
-            .instance(&interface)?
+            .instance(&host_interface_name(&interface))?
             .func_new(&func, move |store, _ty, _params, _results| {
                 let run_id = match &store.data().role {
                     Role::Workflow(w) => w.run_id().clone(),
@@ -583,5 +600,45 @@ fn child_options(
         metadata,
         min_retention_ms,
         ..ChildOptions::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stubs shadow the host's own definitions only if
+    /// [`WASI_P2_VERSION`] is the version wasmtime-wasi defines: the
+    /// exact name is taken.
+    #[test]
+    fn the_host_defines_wasi_at_the_version_the_stubs_shadow() {
+        let engine = Engine::default();
+        let mut linker = base_linker(&engine).unwrap();
+        linker.allow_shadowing(false);
+        let name = host_interface_name("wasi:clocks/monotonic-clock@0.2.9");
+        assert_eq!(
+            name,
+            format!("wasi:clocks/monotonic-clock@{WASI_P2_VERSION}")
+        );
+        let defined = linker
+            .instance(&name)
+            .unwrap()
+            .func_wrap("now", |_, (): ()| Ok((0u64,)));
+        assert!(
+            defined.is_err(),
+            "wasmtime-wasi no longer defines WASI {WASI_P2_VERSION}: update WASI_P2_VERSION"
+        );
+    }
+
+    #[test]
+    fn only_wasi_0_2_imports_are_renamed() {
+        assert_eq!(
+            host_interface_name("keel:workflow/workflow-context@0.1.0"),
+            "keel:workflow/workflow-context@0.1.0"
+        );
+        assert_eq!(
+            host_interface_name("wasi:http/types@0.3.0"),
+            "wasi:http/types@0.3.0"
+        );
     }
 }
