@@ -37,9 +37,10 @@ fn main() {
         .join("keel-guests");
     // Relative to this package, so a target dir shared by several clones
     // watches the sources of the clone being built.
-    for dir in ["guest-sdk", "guests", "wit"] {
+    for dir in ["guest-sdk", "guests", "wit", "sdk/python"] {
         println!("cargo:rerun-if-changed=../{dir}");
     }
+    println!("cargo:rerun-if-env-changed=KEEL_PYTHON");
 
     let mut artifacts = String::new();
     let mut listed = Vec::new();
@@ -85,11 +86,68 @@ fn main() {
     record("testbed", "testbed_reordered");
     build(&["testbed/bad_key"], &["testbed"]);
     record("testbed", "testbed_bad_key");
+    for (name, module, dirs) in PYTHON_GUESTS {
+        let (constant, entry) = build_python(&workspace, &out_dir, name, module, dirs);
+        artifacts += &constant;
+        listed.push(entry);
+    }
     artifacts += &format!(
         "/// Every guest this build made: `(name, path, SHA-256 of the copy)`.\npub const ALL: &[(&str, &str, &str)] = &[{}];\n",
         listed.join(", ")
     );
     std::fs::write(out_dir.join("artifacts.rs"), artifacts).expect("writing artifacts.rs");
+}
+
+/// The Python guests: `guests/python/NAME/NAME.py`, built with the SDK in
+/// `sdk/python` by the Python in `KEEL_PYTHON` (which has the pinned
+/// componentize-py; `scripts/python-sdk.sh` makes one).
+/// `(name, module, directories under guests/python)`.
+const PYTHON_GUESTS: &[(&str, &str, &[&str])] = &[
+    ("order", "order", &["order"]),
+    ("order_v2", "order_v2", &["order_v2", "order"]),
+    ("hooks", "hooks", &["hooks"]),
+    ("probes", "probes", &["probes"]),
+];
+
+/// Builds Python guest `name` into OUT_DIR as `python_NAME.wasm`; returns
+/// its constant's definition (`PYTHON_NAME`) and its entry in `ALL`.
+fn build_python(
+    workspace: &Path,
+    out_dir: &Path,
+    name: &str,
+    module: &str,
+    dirs: &[&str],
+) -> (String, String) {
+    let python = std::env::var("KEEL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let dest = out_dir.join(format!("python_{name}.wasm"));
+    let mut command = Command::new(&python);
+    command
+        .current_dir(workspace)
+        .env("PYTHONPATH", workspace.join("sdk/python"))
+        .args(["-m", "keel", "build", module, "-o"])
+        .arg(&dest);
+    for dir in dirs {
+        command
+            .arg("-p")
+            .arg(workspace.join("guests/python").join(dir));
+    }
+    let status = command
+        .status()
+        .unwrap_or_else(|e| panic!("running `{python}` to build the Python guests: {e}; set KEEL_PYTHON to a Python with componentize-py (`eval \"$(scripts/python-sdk.sh)\"`)"));
+    assert!(
+        status.success(),
+        "building the Python guest `{name}` failed; set KEEL_PYTHON to a Python with the pinned componentize-py: `eval \"$(scripts/python-sdk.sh)\"`"
+    );
+    let bytes = std::fs::read(&dest).unwrap_or_else(|e| panic!("reading {}: {e}", dest.display()));
+    let sha = hex(&Sha256::digest(&bytes));
+    let path = dest.display().to_string();
+    let constant_name = format!("PYTHON_{}", name.to_uppercase());
+    (
+        format!(
+            "/// The Python `{name}` guest component.\npub const {constant_name}: &str = {path:?};\n"
+        ),
+        format!("(\"python_{name}\", {path:?}, {sha:?})"),
+    )
 }
 
 /// Copies a built guest into OUT_DIR; returns its constant's definition

@@ -292,15 +292,15 @@ fn forbidden(interface: &str, func: &str) -> Option<&'static str> {
     if NON_DETERMINISTIC.iter().any(|p| interface.starts_with(p)) {
         return Some(
             "is not deterministic and is not available to workflows. Move this I/O into a \
-             #[step]; steps run with the capabilities granted to the component (HTTP hosts, \
+             step (#[step] in Rust, @keel.step in Python); steps run with the capabilities granted to the component (HTTP hosts, \
              directories, environment variables)",
         );
     }
     if interface.starts_with("wasi:clocks/monotonic-clock") && func.starts_with("subscribe-") {
         return Some(
             "blocks on the machine's clock (a thread sleep), which a workflow may not do: it \
-             would hold its run without a trace in the journal. Wait with `keel_sdk::sleep`, \
-             which is durable",
+             would hold its run without a trace in the journal. Wait with `keel_sdk::sleep` \
+             (`keel.sleep` in Python), which is durable",
         );
     }
     None

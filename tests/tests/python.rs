@@ -1,0 +1,395 @@
+//! Python workflows (`sdk/python`, built with componentize-py) through the
+//! real host, held to the guarantees of Rust ones: one charge through an
+//! API that loses a confirmation, a kill -9 mid-step, the hook seeds,
+//! replay and divergence, and the deterministic sandbox.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use common::{TestStore, json, open_backend, order_input, step_ids};
+use keel_host::core::divergence::Verdict;
+use keel_host::core::journal::Fact;
+use keel_host::core::{RunId, RunRecord, RunStatus};
+use keel_host::{Error, Grants, Keel, Loaded, StartOptions};
+use keel_payment_api::PaymentApi;
+use serde_json::json;
+
+/// An engine over `store` whose steps may reach `api`, with the Python
+/// guest at `component` loaded.
+async fn python_engine(
+    store: &TestStore,
+    api: Option<&PaymentApi>,
+    component: &str,
+) -> (Keel, Arc<Loaded>) {
+    let mut config = store.config();
+    if let Some(api) = api {
+        config.grants = Grants {
+            http: vec![api.addr.to_string()],
+            ..Grants::default()
+        };
+    }
+    let (keel, loaded, _) = open_backend(config, component).await;
+    (keel, loaded)
+}
+
+/// The `Idempotency-Key`s the API received for `/charge`.
+fn charge_keys(api: &PaymentApi) -> Vec<String> {
+    api.requests()
+        .iter()
+        .filter(|r| r.path == "/charge")
+        .map(|r| r.idempotency_key.clone().expect("an Idempotency-Key"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_order_charges_once_with_the_step_id_when_the_first_confirmation_is_lost() {
+    let api = PaymentApi::start(true).await.unwrap();
+    let store = TestStore::new();
+    let (keel, order) = python_engine(&store, Some(&api), keel_tests::PYTHON_ORDER).await;
+    let run = keel
+        .run(&order, "process_order", &order_input(&api, "py-1"))
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let out = json(run.output.as_deref().unwrap());
+    assert_eq!(
+        out,
+        json!({"order_id": "py-1", "reservation_id": "res-py-1", "charge_id": "ch_1"})
+    );
+    assert_eq!(api.charges().len(), 1, "charged once");
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    let charge_step = journal
+        .iter()
+        .find_map(|e| match &e.fact {
+            Fact::StepScheduled { step_id, name, .. } if name == "charge_user" => {
+                Some(step_id.clone())
+            }
+            _ => None,
+        })
+        .expect("charge_user was scheduled");
+    assert_eq!(charge_keys(&api), [charge_step.clone(), charge_step]);
+    // The recorded build replays its journal to the same output.
+    assert_eq!(
+        keel.replay(&run.run_id, None).await.unwrap(),
+        Verdict::Ok {
+            output: run.output.clone()
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_journal_diverges_readably_against_a_build_that_charges_first() {
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let (keel, order) = python_engine(&store, Some(&api), keel_tests::PYTHON_ORDER).await;
+    let run = keel
+        .run(&order, "process_order", &order_input(&api, "py-2"))
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let changed = keel.load(keel_tests::PYTHON_ORDER_V2).await.unwrap();
+    match keel.replay(&run.run_id, Some(&changed)).await.unwrap() {
+        Verdict::Diverged(d) => {
+            assert_eq!(d.position, 0);
+            assert_eq!(d.recorded.step_name.as_deref(), Some("reserve_inventory"));
+            assert_eq!(d.requested.step_name.as_deref(), Some("charge_user"));
+            assert!(d.recorded.excerpt.contains("py-2"), "{d:?}");
+        }
+        other => panic!("expected a divergence, got {other:?}"),
+    }
+}
+
+/// The child side of the kill test: runs the Python order until killed.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "run by a_python_order_killed_mid_step_is_finished_by_a_worker_with_one_charge"]
+async fn python_crash_child() {
+    let db = std::env::var("KEEL_CRASH_DB").unwrap();
+    let input = std::env::var("KEEL_CRASH_INPUT").unwrap();
+    let mut config = keel_host::Config::caching_in(common::shared_cache());
+    config.grants.http = vec![std::env::var("KEEL_CRASH_HOST").unwrap()];
+    let sled = keel_host::store::sled::SledOptions::new(&db);
+    let keel = Keel::open_sled(config, &sled).unwrap();
+    let order = keel.load(keel_tests::PYTHON_ORDER).await.unwrap();
+    keel.run(&order, "process_order", &input).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_order_killed_mid_step_is_finished_by_a_worker_with_one_charge() {
+    // The API takes the charge and loses its confirmation; the process is
+    // killed as it answers, before the step's attempt can be journaled.
+    let api = PaymentApi::start(true).await.unwrap();
+    let store = TestStore::new();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "python_crash_child", "--nocapture"])
+        .env("KEEL_CRASH_DB", store.path())
+        .env("KEEL_CRASH_INPUT", order_input(&api, "py-kill"))
+        .env("KEEL_CRASH_HOST", api.addr.to_string())
+        .env_remove("KEEL_TEST_STORE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    api.wait_for(|r| r.path == "/charge").await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let mut config = store.config();
+    config.grants.http = vec![api.addr.to_string()];
+    let keel = config.open_sled().unwrap();
+    let runs = keel.list_runs().await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::Running, "interrupted mid-run");
+    let before = step_ids(&keel.journal(&runs[0].run_id).await.unwrap());
+    assert_eq!(keel.work_once().await.unwrap(), 1);
+    let run = keel.get_run(&runs[0].run_id).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    let after = step_ids(&keel.journal(&run.run_id).await.unwrap());
+    assert_eq!(&after[..before.len()], &before[..], "step IDs changed");
+    assert_eq!(api.charges().len(), 1, "charged once across the kill");
+    let keys = charge_keys(&api);
+    assert!(keys.len() >= 2, "the charge was sent again: {keys:?}");
+    assert!(keys.iter().all(|k| *k == after[1]), "{keys:?} vs {after:?}");
+    assert_eq!(json(run.output.as_deref().unwrap())["charge_id"], "ch_1");
+}
+
+fn note(order_id: &str, note: &str) -> String {
+    json!({"order_id": order_id, "note": note}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_hooks_example_passes_the_seed_scenarios() {
+    let store = TestStore::new();
+    let (keel, hooks) = python_engine(&store, None, keel_tests::PYTHON_HOOKS).await;
+    let token = "order:py-7";
+    let owner = keel
+        .start_with(
+            &hooks,
+            "order_updates",
+            &note("py-7", "placed"),
+            &StartOptions::token(token),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    // A duplicate start with the same token is refused, naming the owner.
+    match keel
+        .start_with(
+            &hooks,
+            "order_updates",
+            &note("py-7", "again"),
+            &StartOptions::token(token),
+        )
+        .await
+    {
+        Err(Error::HookConflict {
+            conflicting_run_id, ..
+        }) => assert_eq!(conflicting_run_id, owner),
+        other => panic!("expected hook_conflict, got {other:?}"),
+    }
+    // Payloads are delivered in order.
+    keel.resume_hook(token, r#"{"note": "gift wrap"}"#)
+        .await
+        .unwrap();
+    keel.resume_hook(token, r#"{"note": "ring twice"}"#)
+        .await
+        .unwrap();
+    keel.resume_hook(token, r#"{"note": "ship it", "done": true}"#)
+        .await
+        .unwrap();
+    let run = keel.drive(&owner).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    assert_eq!(
+        json(run.output.as_deref().unwrap()),
+        json!(["placed", "gift wrap", "ring twice", "ship it"])
+    );
+    // After the end, the token is free: no hook holds it.
+    match keel.resume_hook(token, r#"{"note": "late"}"#).await {
+        Err(Error::HookNotFound { .. }) => {}
+        other => panic!("expected hook_not_found, got {other:?}"),
+    }
+    assert_eq!(
+        keel.replay(&owner, None).await.unwrap(),
+        Verdict::Ok {
+            output: run.output.clone()
+        }
+    );
+}
+
+async fn completed(keel: &Keel, c: &Loaded, workflow: &str, input: &str) -> RunRecord {
+    let run = keel.run(c, workflow, input).await.unwrap();
+    assert_eq!(
+        run.status,
+        RunStatus::Completed,
+        "{workflow}: {:?}",
+        run.error
+    );
+    run
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_children_selects_gathers_and_replies_work_and_replay() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    // A timer suspends the run instead of holding it in memory.
+    config.park_limit = std::time::Duration::ZERO;
+    let (keel, hooks, _) = open_backend(config, keel_tests::PYTHON_HOOKS).await;
+    // A child run started with a token; a second start names the owner.
+    let first = completed(&keel, &hooks, "start_order", &note("py-8", "placed")).await;
+    let child: RunId = json(first.output.as_deref().unwrap())["started"]
+        .as_str()
+        .unwrap()
+        .into();
+    let second = completed(&keel, &hooks, "start_order", &note("py-8", "placed")).await;
+    assert_eq!(
+        json(second.output.as_deref().unwrap()),
+        json!({"owner": child.as_str()})
+    );
+    // A token is held by one hook at a time.
+    let twice = completed(&keel, &hooks, "open_twice", &note("py-9", "x")).await;
+    let twice_out = json(twice.output.as_deref().unwrap());
+    assert_eq!(twice_out["second_held_by"], twice.run_id.as_str());
+    // gather returns in argument order.
+    let fan = completed(&keel, &hooks, "fan_out", &note("py-10", "n")).await;
+    assert_eq!(
+        json(fan.output.as_deref().unwrap()),
+        json!(["n 0", "n 1", "n 2"])
+    );
+    // select: a note beats the 30 s timer.
+    let waiting = keel
+        .start(&hooks, "note_or_timeout", &note("py-11", "x"))
+        .await
+        .unwrap()
+        .run_id;
+    assert_eq!(
+        keel.drive(&waiting).await.unwrap().status,
+        RunStatus::Waiting
+    );
+    // The hook's payload type is its schema: a note that is not a string
+    // is refused, and nothing is delivered.
+    match keel.resume_hook("order:py-11", r#"{"note": 7}"#).await {
+        Err(e @ Error::PayloadMismatch { .. }) => assert!(e.to_string().contains("note"), "{e}"),
+        other => panic!("a payload that does not fit the hook's type: {other:?}"),
+    }
+    keel.resume_hook("order:py-11", r#"{"note": "first"}"#)
+        .await
+        .unwrap();
+    let selected = keel.drive(&waiting).await.unwrap();
+    assert_eq!(selected.output.as_deref(), Some("\"first\""));
+    // A step resumes another run's hook.
+    let relay = completed(
+        &keel,
+        &hooks,
+        "relay",
+        &json!({"token": "order:py-8", "payload": {"note": "from a step", "done": true}})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(
+        json(relay.output.as_deref().unwrap()),
+        json!(child.as_str())
+    );
+    for run in [&first, &second, &twice, &fan, &selected, &relay] {
+        assert_eq!(
+            keel.replay(&run.run_id, None).await.unwrap(),
+            Verdict::Ok {
+                output: run.output.clone()
+            },
+            "{}",
+            run.workflow
+        );
+    }
+}
+
+async fn failed(keel: &Keel, c: &Loaded, workflow: &str, input: &str) -> keel_host::core::RunError {
+    let run = keel.run(c, workflow, input).await.unwrap();
+    assert_eq!(run.status, RunStatus::Failed, "{workflow} did not fail");
+    run.error.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_workflow_io_fails_the_run_as_a_rust_workflow_s_does() {
+    let store = TestStore::new();
+    let (keel, probes) = python_engine(&store, None, keel_tests::PYTHON_PROBES).await;
+    let err = failed(&keel, &probes, "read_file", "\"/etc/hostname\"").await;
+    assert_eq!(err.kind, "sandbox_violation", "{}", err.message);
+    assert!(err.message.contains("wasi:filesystem"), "{}", err.message);
+    assert!(err.message.contains("@keel.step"), "{}", err.message);
+    let err = failed(
+        &keel,
+        &probes,
+        "http_in_workflow",
+        "\"http://127.0.0.1:9/\"",
+    )
+    .await;
+    assert_eq!(err.kind, "sandbox_violation", "{}", err.message);
+    assert!(err.message.contains("wasi:http"), "{}", err.message);
+    let err = failed(&keel, &probes, "sleep_on_clock", "3600").await;
+    assert_eq!(err.kind, "sandbox_violation", "{}", err.message);
+    assert!(err.message.contains("keel.sleep"), "{}", err.message);
+    // CPython's socket module reaches the filesystem's preopens first.
+    let err = failed(&keel, &probes, "open_socket", "9").await;
+    assert_eq!(err.kind, "sandbox_violation", "{}", err.message);
+    assert!(
+        err.message.contains("not available to workflows"),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_clock_randomness_and_hashing_come_from_the_journal_and_the_run_id() {
+    let store = TestStore::new();
+    let (keel, probes) = python_engine(&store, None, keel_tests::PYTHON_PROBES).await;
+    let run = completed(&keel, &probes, "clock_random", "null").await;
+    let out = json(run.output.as_deref().unwrap());
+    assert_eq!(out["before"][0], run.created_at_ms);
+    assert_eq!(out["started_at_ms"], run.created_at_ms);
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    let completed_at = journal
+        .iter()
+        .find(|e| matches!(e.fact, Fact::StepCompleted { .. }))
+        .unwrap()
+        .at_ms;
+    assert_eq!(out["after"][0], completed_at);
+    assert_ne!(out["before"][1], out["after"][1], "random draws repeat");
+    assert_ne!(out["before"][2], out["after"][2], "urandom repeats");
+    assert_eq!(out["before"][3], out["after"][3], "a string's hash changes");
+    assert_eq!(
+        keel.replay(&run.run_id, None).await.unwrap(),
+        Verdict::Ok {
+            output: run.output.clone()
+        }
+    );
+    // Another run draws other numbers.
+    let other = completed(&keel, &probes, "clock_random", "null").await;
+    assert_ne!(
+        json(other.output.as_deref().unwrap())["before"][1],
+        out["before"][1]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_python_run_on_two_stores_writes_byte_identical_journals() {
+    let mut journals = Vec::new();
+    for _ in 0..2 {
+        let store = TestStore::new();
+        let mut config = store.config();
+        config.clock = keel_tests::ManualClock::at(1_800_000_000_000);
+        let (keel, probes, _) = open_backend(config, keel_tests::PYTHON_PROBES).await;
+        let options = StartOptions {
+            run_id: Some(RunId::from("01a23d00-0000-7000-8000-000000000001")),
+            ..StartOptions::default()
+        };
+        let run = keel
+            .start_with(&probes, "clock_random", "null", &options)
+            .await
+            .unwrap();
+        let run = keel.drive(&run.run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+        let journal = keel.journal(&run.run_id).await.unwrap();
+        journals.push(serde_json::to_vec(&journal).unwrap());
+    }
+    assert_eq!(journals[0], journals[1]);
+}
