@@ -1050,6 +1050,32 @@ fn crashtest_passes_idempotent_workflows() {
     );
 }
 
+#[test]
+fn crashtest_passes_the_python_order_example() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(keel_payment_api::PaymentApi::start(true))
+        .unwrap();
+    let input = serde_json::json!({
+        "order_id": "py-c", "user_id": "u-1", "amount": 1250, "payment_url": api.url("/charge"),
+    })
+    .to_string();
+    let host = api.addr.to_string();
+    let (out, report) = crashtest(&[
+        "--allow-http",
+        &host,
+        "crashtest",
+        keel_tests::PYTHON_ORDER,
+        "process_order",
+        "--input",
+        &input,
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["passed"], true, "{report}");
+    assert_eq!(report["clean"]["status"], "completed", "{report}");
+    assert!(report["points"].as_array().unwrap().len() >= 4, "{report}");
+}
+
 /// A relaxed workflow's steps are journaled with its end: the crash
 /// points are that write (lost: every step runs again, under the same
 /// step IDs; landed unheard: the run is over) and recovery keeps what the

@@ -39,6 +39,16 @@ pub fn verified(name: &str) -> Result<&'static str, String> {
 mod tests {
     use super::*;
 
+    /// The Python SDK builds against its own copy of keel's world.
+    #[test]
+    fn the_python_sdk_carries_keel_s_wit_unchanged() {
+        assert!(
+            include_str!("../../wit/keel.wit")
+                == include_str!("../../sdk/python/keel/wit/deps/keel.wit"),
+            "sdk/python/keel/wit/deps/keel.wit differs from wit/keel.wit: copy it over"
+        );
+    }
+
     #[test]
     fn every_built_guest_verifies_and_others_are_refused() {
         for (name, path, _) in ALL {
