@@ -394,14 +394,19 @@ pub enum Command {
     },
     /// Measure latency, throughput, replay speed and memory.
     Bench(bench::Args),
-    /// Create a guest crate that builds on the first `cargo build`: a
-    /// workflow with two steps, a scenario for `keel test`, a README.
+    /// Create a guest crate that builds on the first `cargo build` (or,
+    /// with `--lang python`, a Python project): a workflow with two steps,
+    /// a scenario for `keel test`, a README.
     New {
         /// The crate's name (letters, digits, `-`, `_`).
         name: String,
         /// The folder to create it in.
         #[arg(long, default_value = ".")]
         path: PathBuf,
+        /// The language: a Rust crate, or a Python project (app.py, built
+        /// with componentize-py).
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::scaffold::Lang,
         /// Depend on the SDK at this path [default: the SDK this keel was
         /// built from].
         #[arg(long, conflicts_with = "sdk_git")]

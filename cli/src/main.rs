@@ -234,10 +234,11 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::New {
             name,
             path,
+            lang,
             sdk_path,
             sdk_git,
             sdk_rev,
-        } => new_crate(name, path, sdk_path, sdk_git, sdk_rev, json),
+        } => new_project(name, path, *lang, sdk_path, sdk_git, sdk_rev, json),
         Command::Test { dir } => {
             let grants = request::grants_of(&cli)?;
             scaffold::test(dir, &user_cache_dir(), &grants, json).await
@@ -396,9 +397,10 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// `keel new`: a workflow crate from the template.
-fn new_crate(
+fn new_project(
     name: &str,
     path: &Path,
+    lang: scaffold::Lang,
     sdk_path: &Option<PathBuf>,
     sdk_git: &Option<String>,
     sdk_rev: &Option<String>,
@@ -410,15 +412,21 @@ fn new_crate(
             url: url.clone(),
             rev: sdk_rev.clone(),
         },
-        (None, None) => scaffold::Sdk::bundled().ok_or_else(|| {
+        (None, None) => scaffold::Sdk::bundled(lang).ok_or_else(|| {
             anyhow::anyhow!(
-                "this keel was not built from a checkout it can still find; pass --sdk-path DIR (a keel checkout's guest-sdk) or --sdk-git URL"
+                "this keel was not built from a checkout it can still find; pass --sdk-path DIR (a keel checkout's guest-sdk, or sdk/python) or --sdk-git URL"
             )
         })?,
     };
-    let dir = scaffold::new_crate(name, path, &sdk)?;
+    let dir = scaffold::new_project(name, path, &sdk, lang)?;
     if json {
         println!("{}", json!({ "created": dir }));
+    } else if lang == scaffold::Lang::Python {
+        println!(
+            "created {}: `cd {} && python3 -m venv .venv && .venv/bin/pip install -r requirements.txt && keel test`",
+            dir.display(),
+            dir.display()
+        );
     } else {
         println!(
             "created {}: `cd {} && cargo build --release && keel test`",

@@ -24,6 +24,21 @@ const README: &str = include_str!("../templates/guest/README.md.tmpl");
 /// The toolchain guests are built with (this keel's).
 const TOOLCHAIN_CHANNEL: &str = "1.95.0";
 
+const PY_APP: &str = include_str!("../templates/python/app.py.tmpl");
+const PY_REQUIREMENTS: &str = include_str!("../templates/python/requirements.txt.tmpl");
+const PY_GITIGNORE: &str = include_str!("../templates/python/gitignore.tmpl");
+const PY_README: &str = include_str!("../templates/python/README.md.tmpl");
+
+/// The module a Python project's workflows are declared in.
+const PY_MODULE: &str = "app";
+
+/// The language of a new project.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+}
+
 /// Where the SDK comes from.
 pub enum Sdk {
     Path(PathBuf),
@@ -32,11 +47,32 @@ pub enum Sdk {
 
 impl Sdk {
     /// The SDK this keel was built from, when its sources are still there.
-    pub fn bundled() -> Option<Sdk> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
-        path.join("Cargo.toml")
+    pub fn bundled(lang: Lang) -> Option<Sdk> {
+        let (dir, marker) = match lang {
+            Lang::Rust => ("../guest-sdk", "Cargo.toml"),
+            Lang::Python => ("../sdk/python", "pyproject.toml"),
+        };
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        path.join(marker)
             .is_file()
             .then(|| Sdk::Path(path.canonicalize().unwrap_or(path)))
+    }
+
+    /// The requirement line of the Python SDK, and a comment on it.
+    fn python_requirement(&self) -> (String, String) {
+        match self {
+            Sdk::Path(path) => (
+                format!("file://{}", path.display()),
+                "the SDK in a keel checkout".into(),
+            ),
+            Sdk::Git { url, rev } => (
+                format!(
+                    "git+{url}{}#subdirectory=sdk/python",
+                    rev.as_ref().map(|r| format!("@{r}")).unwrap_or_default()
+                ),
+                "the SDK from git".into(),
+            ),
+        }
     }
 
     fn dependency(&self) -> (String, String) {
@@ -67,8 +103,40 @@ fn fill(template: &str, values: &[(&str, &str)]) -> String {
         })
 }
 
-/// Creates the crate `name` in `parent`; returns its directory.
-pub fn new_crate(name: &str, parent: &Path, sdk: &Sdk) -> anyhow::Result<PathBuf> {
+/// Creates the project `name` in `parent` (a crate, or a Python project);
+/// returns its directory.
+pub fn new_project(name: &str, parent: &Path, sdk: &Sdk, lang: Lang) -> anyhow::Result<PathBuf> {
+    match lang {
+        Lang::Rust => new_crate(name, parent, sdk),
+        Lang::Python => new_python(name, parent, sdk),
+    }
+}
+
+/// Creates the Python project `name` in `parent`; returns its directory.
+fn new_python(name: &str, parent: &Path, sdk: &Sdk) -> anyhow::Result<PathBuf> {
+    let dir = new_dir(name, parent)?;
+    let lib = name.replace('-', "_");
+    let (requirement, comment) = sdk.python_requirement();
+    let values = [
+        ("name", name),
+        ("lib", lib.as_str()),
+        ("sdk", requirement.as_str()),
+        ("sdk_comment", comment.as_str()),
+    ];
+    let files: [(&str, &str); 5] = [
+        ("app.py", PY_APP),
+        ("requirements.txt", PY_REQUIREMENTS),
+        (".gitignore", PY_GITIGNORE),
+        ("tests/runs/greet.json", RUN_JSON),
+        ("README.md", PY_README),
+    ];
+    write_files(&dir, &files, &values)?;
+    Ok(dir)
+}
+
+/// The new project's directory `parent/name`, refused when the name is
+/// not one or the directory exists.
+fn new_dir(name: &str, parent: &Path) -> anyhow::Result<PathBuf> {
     let valid = !name.is_empty()
         && name
             .chars()
@@ -84,6 +152,26 @@ pub fn new_crate(name: &str, parent: &Path, sdk: &Sdk) -> anyhow::Result<PathBuf
         "{} already exists; pick another name or remove it",
         dir.display()
     );
+    Ok(dir)
+}
+
+/// Writes the templates `files` under `dir`, filled with `values`, with a
+/// `journals/` folder, and makes it a git repository.
+fn write_files(dir: &Path, files: &[(&str, &str)], values: &[(&str, &str)]) -> anyhow::Result<()> {
+    for (path, template) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("a file in the project"))?;
+        std::fs::write(&path, fill(template, values))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    std::fs::create_dir_all(dir.join("journals"))?;
+    git_init(dir);
+    Ok(())
+}
+
+/// Creates the crate `name` in `parent`; returns its directory.
+fn new_crate(name: &str, parent: &Path, sdk: &Sdk) -> anyhow::Result<PathBuf> {
+    let dir = new_dir(name, parent)?;
     let lib = name.replace('-', "_");
     let (dependency, comment) = sdk.dependency();
     let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide.md");
@@ -105,14 +193,7 @@ pub fn new_crate(name: &str, parent: &Path, sdk: &Sdk) -> anyhow::Result<PathBuf
         ("tests/runs/greet.json", RUN_JSON),
         ("README.md", README),
     ];
-    for (path, template) in files {
-        let path = dir.join(path);
-        std::fs::create_dir_all(path.parent().expect("a file in the crate"))?;
-        std::fs::write(&path, fill(template, &values))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    std::fs::create_dir_all(dir.join("journals"))?;
-    git_init(&dir);
+    write_files(&dir, &files, &values)?;
     Ok(dir)
 }
 
@@ -298,8 +379,58 @@ fn duration<'de, D: serde::Deserializer<'de>>(
         .transpose()
 }
 
-/// Builds the guest crate in `dir` and returns its component's path.
+/// Builds the project in `dir` (a guest crate, or a Python project with
+/// `app.py`) and returns its component's path.
 pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
+    if !dir.join("Cargo.toml").is_file() && dir.join(format!("{PY_MODULE}.py")).is_file() {
+        return build_python(dir);
+    }
+    build_crate(dir)
+}
+
+/// The Python that builds a Python project: the project's `.venv`, else
+/// `$KEEL_PYTHON`, else `python3`.
+fn project_python(dir: &Path) -> PathBuf {
+    let venv = dir.join(".venv/bin/python");
+    if venv.is_file() {
+        return venv;
+    }
+    std::env::var_os("KEEL_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// Builds the Python project in `dir` into `build/NAME.wasm` with the SDK's
+/// `python -m keel build`.
+fn build_python(dir: &Path) -> anyhow::Result<PathBuf> {
+    let dir = dir.canonicalize()?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().replace('-', "_"))
+        .unwrap_or_else(|| PY_MODULE.into());
+    let wasm = dir.join("build").join(format!("{name}.wasm"));
+    std::fs::create_dir_all(dir.join("build"))?;
+    let python = project_python(&dir);
+    let status = Command::new(&python)
+        .args(["-m", "keel", "build", PY_MODULE, "-o"])
+        .arg(&wasm)
+        .arg("-p")
+        .arg(&dir)
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", python.display()))?;
+    anyhow::ensure!(
+        status.success(),
+        "`{} -m keel build {PY_MODULE}` failed in {}",
+        python.display(),
+        dir.display()
+    );
+    Ok(wasm)
+}
+
+/// Builds the guest crate in `dir` and returns its component's path.
+fn build_crate(dir: &Path) -> anyhow::Result<PathBuf> {
     let status = Command::new("cargo")
         .args(["build", "--release", "--target", "wasm32-wasip2"])
         .current_dir(dir)

@@ -383,3 +383,73 @@ fn a_scenario_grants_http_skips_a_days_sleep_and_scripts_a_hook_payload() {
         text(&stuck)
     );
 }
+
+/// `keel new --lang python`, installed as its README says (a venv with
+/// the pinned componentize-py and the SDK), then `keel test`: the scenario
+/// records its journal, replays, and a change that calls the steps in
+/// another order fails naming both.
+#[test]
+fn a_new_python_project_passes_keel_test_and_catches_a_breaking_change() {
+    let parent = tempfile::tempdir().unwrap();
+    let out = keel(parent.path(), &["new", "hello-py", "--lang", "python"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = parent.path().join("hello-py");
+    for file in [
+        "app.py",
+        "requirements.txt",
+        "tests/runs/greet.json",
+        "README.md",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} was not created");
+    }
+    let venv = Command::new("python3")
+        .args(["-m", "venv", ".venv"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(venv.status.success(), "{}", text(&venv));
+    let pip = Command::new(dir.join(".venv/bin/pip"))
+        .args([
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-r",
+            "requirements.txt",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(pip.status.success(), "{}", text(&pip));
+
+    let first = keel(&dir, &["test"]);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        text(&first).contains("journal recorded"),
+        "{}",
+        text(&first)
+    );
+    let wasm = dir.join("build/hello_py.wasm");
+    assert!(wasm.is_file(), "{}", text(&first));
+    let second = keel(&dir, &["test"]);
+    assert!(second.status.success(), "{}", text(&second));
+    assert!(
+        text(&second).contains("ok    ./journals/greet.journal"),
+        "{}",
+        text(&second)
+    );
+
+    let app = dir.join("app.py");
+    let code = std::fs::read_to_string(&app).unwrap().replace(
+        "    return await shout(await compose(person))",
+        "    loud = await shout(person.name)\n    return await compose(Person(loud))",
+    );
+    std::fs::write(&app, code).unwrap();
+    let broken = keel(&dir, &["test"]);
+    assert!(!broken.status.success());
+    let report = text(&broken);
+    assert!(report.contains("DIVERGED"), "{report}");
+    assert!(
+        report.contains("step `compose`") && report.contains("step `shout`"),
+        "{report}"
+    );
+}
