@@ -35,6 +35,11 @@ pub struct Args {
     /// (skipped if the file does not exist).
     #[arg(long, default_value = "target/wasm32-wasip2/release/order_hooks.wasm")]
     hooks_component: PathBuf,
+    /// A Python guest with `ten_steps` (the SDK's `guests/python/probes`,
+    /// built with `python -m keel build probes`), for W10 in Python beside
+    /// Rust (skipped if the file does not exist).
+    #[arg(long, default_value = "guests/python/probes/probes.wasm")]
+    python_component: PathBuf,
     /// Tokens for the start-token figures; each is started by 8 callers at once.
     #[arg(long, default_value_t = 200)]
     tokens: usize,
@@ -426,6 +431,7 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
         "in process: W10 latency, one run at a time",
         latencies_of(keel, loaded, W10, args.latency_runs).await?,
     );
+    python_beside(keel, args, p50).await?;
     let mut rates = Vec::new();
     for in_flight in [16, 64] {
         let rate = throughput(keel, loaded, in_flight, args.throughput_runs).await?;
@@ -453,6 +459,34 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
         rate64: rates[1],
         stream,
     })
+}
+
+/// W10 of the Python guest beside the Rust one's p50 (`rust_p50`): the
+/// cost of a CPython instance per step attempt and per activation.
+async fn python_beside(keel: &Keel, args: &Args, rust_p50: Duration) -> anyhow::Result<()> {
+    if !args.python_component.exists() {
+        println!(
+            "in process: W10 in Python: skipped, build it with `python -m keel build probes` in guests/python/probes (sdk/python on PYTHONPATH)"
+        );
+        return Ok(());
+    }
+    let started = Instant::now();
+    let python = keel.load(&args.python_component).await?;
+    println!(
+        "in process: the Python guest ({} KiB) loaded in {:.0} ms (compiled or read from the cache)",
+        std::fs::metadata(&args.python_component)?.len() / 1024,
+        ms(started.elapsed())
+    );
+    w10(keel, &python, "10").await?;
+    let p50 = print_latencies(
+        "in process: W10 latency in Python, one run at a time",
+        latencies_of(keel, &python, W10, args.latency_runs.min(50)).await?,
+    );
+    println!(
+        "in process: W10 in Python against Rust, p50: {:.1}x",
+        p50.as_secs_f64() / rust_p50.as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Starts with tokens (8 concurrent callers per token, one admitted), then

@@ -60,3 +60,12 @@ async def sleep_on_clock(seconds: float) -> str:
     """Sleeps on the machine's clock (a workflow must use keel.sleep)."""
     time.sleep(seconds)
     return "slept"
+
+
+@keel.workflow
+async def ten_steps(n: int) -> int:
+    """`n` trivial steps in sequence: the W10 benchmark's workflow."""
+    total = 0
+    for i in range(n):
+        total += await noop(i)
+    return total
