@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 rustup toolchain install >&2
 # The Python guests are built by tests/build.rs with the pinned componentize-py.
 eval "$(scripts/python-sdk.sh)"
-"$KEEL_PYTHON" -m unittest discover -s sdk/python/tests -t sdk/python
+PYTHONDONTWRITEBYTECODE=1 "$KEEL_PYTHON" -m unittest discover -s sdk/python/tests -t sdk/python
 settings=$(scripts/postgres.sh)
 eval "$settings"
 export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA KEEL_TEST_POSTGRES_RESTART

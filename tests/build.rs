@@ -124,6 +124,8 @@ fn build_python(
     command
         .current_dir(workspace)
         .env("PYTHONPATH", workspace.join("sdk/python"))
+        // No bytecode caches in the sources this script watches.
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .args(["-m", "keel", "build", module, "-o"])
         .arg(&dest);
     for dir in dirs {

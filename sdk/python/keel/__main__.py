@@ -27,19 +27,46 @@ def componentize_py() -> str:
     return found
 
 
+def _ignored(directory: str, names: list) -> set:
+    """What a staged copy leaves out: hidden entries, virtualenvs,
+    bytecode caches, builds and components."""
+    return {
+        n
+        for n in names
+        if n.startswith(".") or n in ("__pycache__", "build", "node_modules") or n.endswith(".wasm")
+    }
+
+
+def stage(paths: list, staging: Path) -> list:
+    """Copies the module directories ``paths`` and the ``keel`` package
+    under ``staging``; returns the copies' paths. componentize-py writes
+    bytecode caches beside what it imports, so it is given copies: the
+    sources stay untouched (a build tool watching them sees no change)."""
+    copies = []
+    for i, p in enumerate(paths):
+        copy = staging / f"path{i}"
+        shutil.copytree(p, copy, ignore=_ignored)
+        copies.append(str(copy))
+    sdk = staging / "sdk"
+    shutil.copytree(Path(__file__).resolve().parent, sdk / "keel", ignore=_ignored)
+    copies.append(str(sdk))
+    return copies
+
+
 def build(module: str, out: Path, paths: list) -> None:
-    package_root = Path(__file__).resolve().parent.parent
     wit = Path(__file__).resolve().parent / "wit"
-    with tempfile.TemporaryDirectory(prefix="keel-build-") as entry_dir:
-        Path(entry_dir, "keel_component.py").write_text(
+    with tempfile.TemporaryDirectory(prefix="keel-build-") as staging:
+        entry_dir = Path(staging, "entry")
+        entry_dir.mkdir()
+        (entry_dir / "keel_component.py").write_text(
             f"import {module}  # registers its workflows and steps\n"
             "from keel._guest import Guest\n"
         )
         command = [componentize_py(), "-d", str(wit), "-w", WORLD, "componentize", "keel_component"]
-        for p in [entry_dir, *paths, str(package_root)]:
+        for p in [str(entry_dir), *stage(paths, Path(staging))]:
             command += ["-p", p]
         command += ["-o", str(out)]
-        env = dict(os.environ, PYTHONHASHSEED="0")
+        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1")
         done = subprocess.run(command, env=env)
         if done.returncode != 0:
             sys.exit(f"error: componentize-py failed ({done.returncode}) building `{module}`")
