@@ -289,6 +289,15 @@ fn bound_cpu(store: &mut wasmtime::Store<HostState>, fuel: u64) -> wasmtime::Res
 /// Instance slots reset together (one madvise for the batch).
 const DECOMMIT_BATCH: usize = 32;
 
+/// Core instances a component may hold, pooled per instance slot: a Rust
+/// guest has 3, a componentize-py guest 14 (CPython, its libraries and
+/// their shims, linked dynamically). A component with more is refused
+/// when it is instantiated, naming the bound.
+const CORE_INSTANCES_PER_SLOT: u32 = 20;
+
+/// Tables a component may hold, pooled per instance slot (2 for both).
+const TABLES_PER_SLOT: u32 = 4;
+
 /// Bytes of a memory or table slot kept resident between its instances.
 const KEEP_RESIDENT: usize = 256 << 10;
 
@@ -301,9 +310,11 @@ fn build_engine(config: &Config) -> Result<Engine> {
     let instances = config.max_instances.max(crate::slots::MIN_INSTANCES) + DECOMMIT_BATCH as u32;
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(instances)
-        .total_core_instances(instances * 4)
+        .max_core_instances_per_component(CORE_INSTANCES_PER_SLOT)
+        .total_core_instances(instances * CORE_INSTANCES_PER_SLOT)
         .total_memories(instances)
-        .total_tables(instances * 4)
+        .max_tables_per_component(TABLES_PER_SLOT)
+        .total_tables(instances * TABLES_PER_SLOT)
         .max_memory_size(config.max_memory)
         // Every step attempt is a fresh instance; resetting slots in batches
         // rather than one madvise (and TLB shootdown) per instance is worth

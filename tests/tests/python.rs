@@ -393,3 +393,67 @@ async fn the_same_python_run_on_two_stores_writes_byte_identical_journals() {
     }
     assert_eq!(journals[0], journals[1]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_runs_can_hold_every_instance_slot_at_once() {
+    // A componentize-py component instantiates 14 core modules (a Rust
+    // one 3): the pool holds enough of them for every slot to hold one.
+    let store = TestStore::new();
+    let (keel, probes) = python_engine(&store, None, keel_tests::PYTHON_PROBES).await;
+    let runs = (0..60).map(|_| keel.run(&probes, "ten_steps", "3"));
+    for run in futures::future::join_all(runs).await {
+        let run = run.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+        assert_eq!(run.output.as_deref(), Some("3"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_step_reaches_only_the_hosts_its_deployment_granted() {
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let (keel, order) = python_engine(&store, None, keel_tests::PYTHON_ORDER).await;
+    let run = keel
+        .run(&order, "process_order", &order_input(&api, "py-deny"))
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap().message;
+    assert!(
+        error.contains(&format!("the host denied HTTP requests to {}", api.addr)),
+        "{error}"
+    );
+    assert!(api.requests().is_empty(), "no request reached the API");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_attributes_streams_logs_and_patches_are_journaled_and_replay() {
+    use keel_host::core::stream::ChunkBody;
+    let store = TestStore::new();
+    let (keel, probes) = python_engine(&store, None, keel_tests::PYTHON_PROBES).await;
+    let run = completed(&keel, &probes, "tagged", "\"acme\"").await;
+    assert_eq!(
+        json(run.output.as_deref().unwrap()),
+        json!({"patched": true, "workflow": "tagged"})
+    );
+    assert_eq!(
+        run.attributes.get("tenant").map(String::as_str),
+        Some("acme")
+    );
+    let chunks = keel.chunks(&run.run_id, "progress", 0, 100).await.unwrap();
+    let data: Vec<_> = chunks
+        .iter()
+        .filter_map(|c| match &c.body {
+            ChunkBody::Data(j) => Some(json(j)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(data, [json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]);
+    assert!(matches!(chunks.last().unwrap().body, ChunkBody::Closed));
+    assert_eq!(
+        keel.replay(&run.run_id, None).await.unwrap(),
+        Verdict::Ok {
+            output: run.output.clone()
+        }
+    );
+}

@@ -69,3 +69,16 @@ async def ten_steps(n: int) -> int:
     for i in range(n):
         total += await noop(i)
     return total
+
+
+@keel.workflow
+async def tagged(tenant: str) -> dict:
+    """Logs, sets an attribute, writes and closes a stream and asks for a
+    patch: the journaled calls besides steps, timers and hooks."""
+    keel.log(f"tagging {tenant}", level="warn")
+    keel.set_attribute("tenant", tenant)
+    for i in range(3):
+        keel.stream_write("progress", {"i": i})
+    keel.stream_close("progress")
+    await noop(1)
+    return {"patched": keel.patched("v2"), "workflow": keel.workflow_metadata().workflow_name}
