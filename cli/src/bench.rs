@@ -378,6 +378,8 @@ struct InProcess {
     /// A run of [`STREAM_CHUNKS`] journaled chunks, started and read to
     /// its close by a follower.
     stream: Duration,
+    /// W10's p50 in the Python guest, when it was measured.
+    python_p50: Option<Duration>,
 }
 
 /// Chunks the stream figure's run writes (`streamer`, from its workflow).
@@ -431,7 +433,7 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
         "in process: W10 latency, one run at a time",
         latencies_of(keel, loaded, W10, args.latency_runs).await?,
     );
-    python_beside(keel, args, p50).await?;
+    let python_p50 = python_beside(keel, args, p50).await?;
     let mut rates = Vec::new();
     for in_flight in [16, 64] {
         let rate = throughput(keel, loaded, in_flight, args.throughput_runs).await?;
@@ -458,17 +460,22 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
         rate16: rates[0],
         rate64: rates[1],
         stream,
+        python_p50,
     })
 }
 
 /// W10 of the Python guest beside the Rust one's p50 (`rust_p50`): the
 /// cost of a CPython instance per step attempt and per activation.
-async fn python_beside(keel: &Keel, args: &Args, rust_p50: Duration) -> anyhow::Result<()> {
+async fn python_beside(
+    keel: &Keel,
+    args: &Args,
+    rust_p50: Duration,
+) -> anyhow::Result<Option<Duration>> {
     if !args.python_component.exists() {
         println!(
             "in process: W10 in Python: skipped, build it with `python -m keel build probes` in guests/python/probes (sdk/python on PYTHONPATH)"
         );
-        return Ok(());
+        return Ok(None);
     }
     let started = Instant::now();
     let python = keel.load(&args.python_component).await?;
@@ -486,7 +493,7 @@ async fn python_beside(keel: &Keel, args: &Args, rust_p50: Duration) -> anyhow::
         "in process: W10 in Python against Rust, p50: {:.1}x",
         p50.as_secs_f64() / rust_p50.as_secs_f64()
     );
-    Ok(())
+    Ok(Some(p50))
 }
 
 /// Starts with tokens (8 concurrent callers per token, one admitted), then
@@ -945,12 +952,10 @@ mod http {
 
     /// A `keel serve` on a fresh store; with `otlp`, exporting its traces
     /// there.
-    fn start(otlp: Option<&str>) -> anyhow::Result<Server> {
-        let dir = std::env::temp_dir().join(format!(
-            "keel-bench-http-{}-{}",
-            std::process::id(),
-            otlp.is_some()
-        ));
+    /// A `keel serve` on a store of its own, named `label` in this run.
+    fn start(label: &str, otlp: Option<&str>) -> anyhow::Result<Server> {
+        let dir =
+            std::env::temp_dir().join(format!("keel-bench-http-{}-{label}", std::process::id(),));
         let mut child = Command::new(std::env::current_exe()?)
             .arg("--db")
             .arg(&dir)
@@ -1092,13 +1097,16 @@ mod http {
     }
 
     pub(super) async fn figures(args: &Args, in_process: InProcess) -> anyhow::Result<()> {
-        let server = start(None)?;
+        let server = start("plain", None)?;
         let client = reqwest::Client::new();
         deploy(&client, &server.url, &args.component).await?;
         let p50 = print_latencies(
             "HTTP API (client process -> keel serve): W10 latency, one run at a time",
             latencies(&client, &server.url, args.latency_runs).await?,
         );
+        if let Some(in_process_python) = in_process.python_p50 {
+            python_over_http(&client, args, p50, in_process_python).await?;
+        }
         let total = args.http_runs;
         let mut rates = Vec::new();
         for in_flight in [16, 64] {
@@ -1129,6 +1137,32 @@ mod http {
             in_process.rate64,
             ms(p50),
             ms(in_process.p50),
+        );
+        Ok(())
+    }
+
+    /// W10 of the Python guest through the HTTP API of a `keel serve` of
+    /// its own, beside the Rust guest's (`rust_p50`) and its own in
+    /// process (`in_process`).
+    async fn python_over_http(
+        client: &reqwest::Client,
+        args: &Args,
+        rust_p50: std::time::Duration,
+        in_process: std::time::Duration,
+    ) -> anyhow::Result<()> {
+        let server = start("python", None)?;
+        deploy(client, &server.url, &args.python_component).await?;
+        let p50 = print_latencies(
+            "HTTP API: W10 latency in Python, one run at a time",
+            latencies(client, &server.url, args.latency_runs.min(50)).await?,
+        );
+        println!(
+            "HTTP API: W10 in Python against Rust, p50: {:.1}x ({:.2} vs {:.2} ms); against Python in process, same run: {:.2} vs {:.2} ms",
+            p50.as_secs_f64() / rust_p50.as_secs_f64(),
+            ms(p50),
+            ms(rust_p50),
+            ms(p50),
+            ms(in_process),
         );
         Ok(())
     }
@@ -1179,7 +1213,7 @@ mod http {
     ) -> anyhow::Result<()> {
         const ROUNDS: usize = 5;
         let (collector, exports) = collector().await?;
-        let server = start(Some(&collector))?;
+        let server = start("traced", Some(&collector))?;
         deploy(client, &server.url, &args.component).await?;
         let (mut p50s, mut rates) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
         let runs = (args.latency_runs / ROUNDS).max(5);
