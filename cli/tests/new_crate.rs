@@ -127,21 +127,7 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
     assert!(report["points"].as_array().unwrap().len() >= 4, "{report}");
 
     // The first `keel test` records the scenario's journal; the next replays it.
-    let first = keel(&dir, &["test"]);
-    assert!(first.status.success(), "{}", text(&first));
-    assert!(
-        text(&first).contains("journal recorded"),
-        "{}",
-        text(&first)
-    );
-    assert!(dir.join("journals/greet.journal").is_file());
-    let second = keel(&dir, &["test"]);
-    assert!(second.status.success(), "{}", text(&second));
-    assert!(
-        text(&second).contains("ok    ./journals/greet.journal"),
-        "{}",
-        text(&second)
-    );
+    records_then_replays(&dir);
 
     // A scenario naming a workflow the crate does not export is told so.
     let typo = dir.join("tests/runs/typo.json");
@@ -163,7 +149,33 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
         "    let loud = shout(greeting.name.clone()).await?;\n    let text = compose(greeting).await?;\n    Ok(format!(\"{loud} {text}\"))",
     );
     std::fs::write(&lib, code).unwrap();
-    let broken = keel(&dir, &["test"]);
+    diverges_naming_both_steps(&dir);
+}
+
+/// The first `keel test` in `dir` records the `greet` scenario's journal;
+/// the next replays it.
+fn records_then_replays(dir: &Path) {
+    let first = keel(dir, &["test"]);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        text(&first).contains("journal recorded"),
+        "{}",
+        text(&first)
+    );
+    assert!(dir.join("journals/greet.journal").is_file());
+    let second = keel(dir, &["test"]);
+    assert!(second.status.success(), "{}", text(&second));
+    assert!(
+        text(&second).contains("ok    ./journals/greet.journal"),
+        "{}",
+        text(&second)
+    );
+}
+
+/// `keel test` in `dir`, whose workflow now calls `shout` before
+/// `compose`, fails naming both.
+fn diverges_naming_both_steps(dir: &Path) {
+    let broken = keel(dir, &["test"]);
     assert!(!broken.status.success());
     let report = text(&broken);
     assert!(report.contains("DIVERGED"), "{report}");
@@ -421,22 +433,8 @@ fn a_new_python_project_passes_keel_test_and_catches_a_breaking_change() {
         .unwrap();
     assert!(pip.status.success(), "{}", text(&pip));
 
-    let first = keel(&dir, &["test"]);
-    assert!(first.status.success(), "{}", text(&first));
-    assert!(
-        text(&first).contains("journal recorded"),
-        "{}",
-        text(&first)
-    );
-    let wasm = dir.join("build/hello_py.wasm");
-    assert!(wasm.is_file(), "{}", text(&first));
-    let second = keel(&dir, &["test"]);
-    assert!(second.status.success(), "{}", text(&second));
-    assert!(
-        text(&second).contains("ok    ./journals/greet.journal"),
-        "{}",
-        text(&second)
-    );
+    records_then_replays(&dir);
+    assert!(dir.join("build/hello_py.wasm").is_file());
 
     let app = dir.join("app.py");
     let code = std::fs::read_to_string(&app).unwrap().replace(
@@ -444,12 +442,5 @@ fn a_new_python_project_passes_keel_test_and_catches_a_breaking_change() {
         "    loud = await shout(person.name)\n    return await compose(Person(loud))",
     );
     std::fs::write(&app, code).unwrap();
-    let broken = keel(&dir, &["test"]);
-    assert!(!broken.status.success());
-    let report = text(&broken);
-    assert!(report.contains("DIVERGED"), "{report}");
-    assert!(
-        report.contains("step `compose`") && report.contains("step `shout`"),
-        "{report}"
-    );
+    diverges_naming_both_steps(&dir);
 }
