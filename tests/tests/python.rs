@@ -457,3 +457,69 @@ async fn python_attributes_streams_logs_and_patches_are_journaled_and_replay() {
         }
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_python_order_lets_its_charge_finish_and_refunds_it_once() {
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let (keel, order) = python_engine(&store, Some(&api), keel_tests::PYTHON_ORDER).await;
+    // The charge is refused (retried) until the cancel is in.
+    api.set_refusing(true);
+    let run = keel
+        .start(&order, "process_order", &order_input(&api, "py-cancel"))
+        .await
+        .unwrap();
+    let driving = {
+        let (keel, run_id) = (keel.clone(), run.run_id.to_string());
+        tokio::spawn(async move { keel.drive(&run_id).await })
+    };
+    api.wait_for(|r| r.path == "/charge").await;
+    keel.cancel(&run.run_id, "out of stock", "test")
+        .await
+        .unwrap();
+    // Once the cancel is journaled, the charge may go through: it ends
+    // after the cancel and must be refunded.
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            let journal = keel.journal(&run.run_id).await.unwrap();
+            if journal.iter().any(|e| e.fact.name() == "cancel_requested") {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the cancel is journaled");
+    api.set_refusing(false);
+    driving.await.unwrap().unwrap();
+    let ended = keel.result(&run.run_id, true).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled, "{:?}", ended.error);
+    let charges = api.charges();
+    assert_eq!(charges.len(), 1, "charged once: {charges:?}");
+    let refunds: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/refund")
+        .collect();
+    assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
+    assert!(refunds[0].body.contains(&charges[0].1), "{:?}", refunds[0]);
+    let steps: Vec<String> = keel
+        .journal(&run.run_id)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::StepScheduled { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "reserve_inventory",
+            "charge_user",
+            "refund_charge",
+            "release_inventory"
+        ]
+    );
+}

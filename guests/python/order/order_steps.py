@@ -46,6 +46,25 @@ async def charge_user(order: Order) -> str:
     return charge_id
 
 
+@keel.step(max_retries=5, initial_backoff="100ms")
+async def refund_charge(order: Order, charge_id: str) -> None:
+    """Refunds ``charge_id`` through the payment API's ``/refund``; the
+    step ID is its ``Idempotency-Key``, so a retried refund is refunded
+    once."""
+    base, _, _ = order.payment_url.rpartition("/")
+    if not base:
+        raise keel.FatalError("the payment URL has no path")
+    response = await keel.http.post(
+        f"{base}/refund",
+        json={"charge_id": charge_id, "order_id": order.order_id},
+        headers={"Idempotency-Key": keel.step_metadata().step_id},
+    )
+    if response.status >= 500:
+        raise keel.RetryableError(f"refund answered {response.status}")
+    if not response.ok:
+        raise keel.FatalError(f"refund refused ({response.status})")
+
+
 @keel.step(max_retries=3, initial_backoff="100ms")
 async def release_inventory(reservation_id: str) -> str:
     """Releases a reservation."""

@@ -196,14 +196,35 @@ def install(executor: Optional[Executor]) -> None:
 class Command:
     """An awaitable command: scheduled by ``schedule()`` when first
     awaited, completed by the host; ``convert`` turns the outcome into the
-    awaitable's result (or raises)."""
+    awaitable's result (or raises). Like a task, it may be awaited again
+    once complete: it gives the same result (or raises the same error)."""
 
     def __init__(self, schedule: Callable[[], int], convert: Callable[[Any, int], Any]):
         self._schedule = schedule
         self._convert = convert
         self.id: Optional[int] = None
+        self._result: Optional[tuple] = None
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the command was scheduled (it was awaited at least once)."""
+        return self.id is not None
+
+    def _complete(self, outcome: Any) -> Any:
+        try:
+            value = self._convert(outcome, self.id)
+        except BaseException as e:
+            self._result = (False, e)
+            raise
+        self._result = (True, value)
+        return value
 
     def __await__(self):
+        if self._result is not None:
+            ok, value = self._result
+            if ok:
+                return value
+            raise value
         ex = current()
         if self.id is None:
             cancel = ex.refusing()
@@ -213,7 +234,7 @@ class Command:
             self.id = self._schedule()
         while True:
             if self.id in ex.delivered:
-                return self._convert(ex.delivered.pop(self.id), self.id)
+                return self._complete(ex.delivered.pop(self.id))
             cancel = ex.refusing()
             if cancel is not None:
                 raise cancel

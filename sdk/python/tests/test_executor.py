@@ -153,3 +153,45 @@ class ExecutorTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CommandTest(unittest.TestCase):
+    def test_a_completed_command_awaited_again_gives_the_same_result_without_the_host(self):
+        host = Host([1])
+
+        def failing(outcome, _id):
+            raise ValueError(outcome)
+
+        async def wf():
+            ok = command(host, "a")
+            first = await ok
+            again = await ok
+            bad = _executor.Command(lambda: host.schedule("b"), failing)
+            host.script.append(2)
+            errors = []
+            for _ in range(2):
+                try:
+                    await bad
+                except ValueError as e:
+                    errors.append(str(e))
+            return first, again, errors, ok.scheduled
+
+        self.assertEqual(run(host, wf), ("out 1", "out 1", ["out 2", "out 2"], True))
+        self.assertEqual(host.awaited, [[1], [2]], "each command is awaited from the host once")
+
+    def test_a_step_in_flight_at_the_cancel_is_awaited_to_its_end_inside_shield(self):
+        host = Host(["cancel", 1, 2])
+
+        async def wf():
+            charge = command(host, "charge")
+            try:
+                await charge
+            except Cancelled:
+                async def undo():
+                    taken = await charge
+                    return taken, await command(host, "refund")
+
+                return await _executor.shield(undo())
+
+        self.assertEqual(run(host, wf), ("out 1", "out 2"))
+        self.assertEqual(host.scheduled, ["charge", "refund"])
