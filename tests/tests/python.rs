@@ -523,3 +523,33 @@ async fn a_cancelled_python_order_lets_its_charge_finish_and_refunds_it_once() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_workflow_s_type_hints_refuse_an_input_that_does_not_fit() {
+    let store = TestStore::new();
+    let (keel, order) = python_engine(&store, None, keel_tests::PYTHON_ORDER).await;
+    let err = keel
+        .run(
+            &order,
+            "process_order",
+            r#"{"order_id": 5, "user_id": "u", "payment_url": "http://x/charge"}"#,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind().as_str(), "invalid_input");
+    let Error::InputMismatch { problems, .. } = &err else {
+        panic!("expected input_mismatch, got {err:?}");
+    };
+    assert!(
+        problems.iter().any(|p| p.starts_with("at /order_id:")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("amount")),
+        "the missing field is named: {problems:?}"
+    );
+    assert!(
+        keel.list_runs().await.unwrap().is_empty(),
+        "no run was created"
+    );
+}
