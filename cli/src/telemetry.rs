@@ -73,13 +73,17 @@ pub fn init(command: &Command, otlp_endpoint: Option<&str>) -> anyhow::Result<Te
         .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
     use opentelemetry::trace::TracerProvider as _;
-    // No per-poll timing, code locations or thread names: they cost on
-    // every poll of every run and say little a trace does not.
+    // No per-poll timing, code locations, thread names or targets: they
+    // cost on every poll of every run and say little a trace does not. No
+    // OpenTelemetry context is made current on each poll either: the engine
+    // reads a span's context from the span itself (`trace.rs`).
     let traces = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("keel"))
         .with_tracked_inactivity(false)
+        .with_context_activation(false)
         .with_location(false)
         .with_threads(false)
+        .with_target(false)
         .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
             if meta.is_event() {
                 // keel's own, at info or above: waits, retries, ends.
