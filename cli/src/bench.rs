@@ -1211,7 +1211,7 @@ mod http {
         args: &Args,
         plain: &str,
     ) -> anyhow::Result<()> {
-        const ROUNDS: usize = 5;
+        const ROUNDS: usize = 9;
         let (collector, exports) = collector().await?;
         let server = start("traced", Some(&collector))?;
         deploy(client, &server.url, &args.component).await?;
