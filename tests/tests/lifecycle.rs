@@ -314,13 +314,7 @@ async fn a_cancelled_order_refunds_its_charge_once_then_releases_its_items() {
     assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
     assert!(refunds[0].body.contains(&charges[0].1), "{:?}", refunds[0]);
     let journal = keel.journal(&run.run_id).await.unwrap();
-    let steps: Vec<&str> = journal
-        .iter()
-        .filter_map(|e| match &e.fact {
-            Fact::StepScheduled { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-        .collect();
+    let steps = common::step_names(&journal);
     assert_eq!(
         steps,
         [

@@ -503,16 +503,7 @@ async fn a_cancelled_python_order_lets_its_charge_finish_and_refunds_it_once() {
         .collect();
     assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
     assert!(refunds[0].body.contains(&charges[0].1), "{:?}", refunds[0]);
-    let steps: Vec<String> = keel
-        .journal(&run.run_id)
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|e| match &e.fact {
-            Fact::StepScheduled { name, .. } => Some(name.clone()),
-            _ => None,
-        })
-        .collect();
+    let steps = common::step_names(&keel.journal(&run.run_id).await.unwrap());
     assert_eq!(
         steps,
         [

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 import json as _json
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union, overload
+from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union
 
 from . import _codec, _host, _registry, http
 from ._executor import Command, current, gather, select, shield
@@ -126,7 +126,7 @@ def workflow(
             if idempotency_key
             else None,
             on_events=list(on_events or []),
-            timeout_ms=_registry.duration_ms(timeout, "timeout") if timeout is not None else None,
+            timeout_ms=_registry.optional_ms(timeout, "timeout"),
         )
         _registry.register_workflow(definition)
         return Workflow(definition)
@@ -197,9 +197,7 @@ def step(
             initial_backoff_ms=_registry.duration_ms(initial_backoff, "initial_backoff"),
             backoff_factor=float(backoff_factor),
             max_backoff_ms=_registry.duration_ms(max_backoff, "max_backoff"),
-            retry_budget_ms=_registry.duration_ms(retry_budget, "retry_budget")
-            if retry_budget is not None
-            else None,
+            retry_budget_ms=_registry.optional_ms(retry_budget, "retry_budget"),
         )
         _registry.register_step(definition)
         return Step(definition)
@@ -291,6 +289,11 @@ def set_attribute(key: str, value: str) -> None:
     """Sets the run's searchable attribute ``key`` (journaled)."""
     current()
     _raising(lambda: _host.workflow().set_attribute(key, value))
+
+
+def _json_or_none(value: Any) -> Optional[str]:
+    """``value`` as JSON text, or None for None."""
+    return None if value is None else _json.dumps(_codec.encode(value))
 
 
 def _raising(call: Callable[[], Any]) -> Any:
@@ -422,10 +425,8 @@ def create_hook(
     payload_schema = None if payload_type is Any else _json.dumps(_codec.schema(payload_type))
     options = types.HookOptions(
         token=token,
-        metadata=_json.dumps(_codec.encode(metadata)) if metadata is not None else None,
-        min_retention_ms=_registry.duration_ms(min_retention, "min_retention")
-        if min_retention is not None
-        else None,
+        metadata=_json_or_none(metadata),
+        min_retention_ms=_registry.optional_ms(min_retention, "min_retention"),
         force=force,
         payload_schema=payload_schema,
     )
@@ -506,13 +507,11 @@ async def start(
         raise ValueError(f"close must be one of {sorted(policies)}, not {close!r}")
     options = types.ChildOptions(
         token=token,
-        metadata=_json.dumps(_codec.encode(metadata)) if metadata is not None else None,
-        min_retention_ms=_registry.duration_ms(min_retention, "min_retention")
-        if min_retention is not None
-        else None,
+        metadata=_json_or_none(metadata),
+        min_retention_ms=_registry.optional_ms(min_retention, "min_retention"),
         deployment=deployment,
         close=policies[close],
-        timeout_ms=_registry.duration_ms(timeout, "timeout") if timeout is not None else None,
+        timeout_ms=_registry.optional_ms(timeout, "timeout"),
     )
     try:
         run_id = _host.workflow().start_child(name, _json.dumps(_codec.encode(input)), options)

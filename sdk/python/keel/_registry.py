@@ -35,6 +35,11 @@ def duration_ms(value: Any, what: str = "a duration") -> int:
     raise ValueError(f"{what} must be seconds or a string like \"250ms\", \"1s\", \"5m\", not {value!r}")
 
 
+def optional_ms(value: Any, what: str) -> Optional[int]:
+    """:func:`duration_ms` of ``value``, or None for None."""
+    return None if value is None else duration_ms(value, what)
+
+
 @dataclass
 class WorkflowDef:
     """A workflow as ``@keel.workflow`` registers it."""

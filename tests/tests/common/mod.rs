@@ -162,6 +162,17 @@ pub fn step_ids(journal: &[Entry]) -> Vec<String> {
         .collect()
 }
 
+/// The names of the steps scheduled, in command order.
+pub fn step_names(journal: &[Entry]) -> Vec<String> {
+    journal
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::StepScheduled { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The attempt numbers started, in journal order.
 pub fn attempts(journal: &[Entry]) -> Vec<u32> {
     journal
