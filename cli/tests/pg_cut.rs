@@ -1,9 +1,12 @@
 //! Connections to PostgreSQL cut at the worst moment: a proxy between a
 //! `keel start` process and the database forwards the process's n-th
-//! `COMMIT` and then cuts the connection before the database's answer
-//! reaches it, so that write has landed and keel never heard. One start per
-//! n, for every commit a start makes (opening the store, admission, each
-//! journal append, the run's end): each answer must stay true afterwards.
+//! commit and then cuts the connection before the database's answer
+//! reaches it, so that write has landed and keel never heard. A commit is a
+//! `COMMIT` or the execution of a statement that commits on its own (keel
+//! marks those `/* keel:commits */`; the proxy reads the wire protocol to
+//! see which prepared statement each execution runs). One start per n, for
+//! every commit a start makes (opening the store, admission, each journal
+//! append, the run's end): each answer must stay true afterwards.
 //! An acknowledged run exists and completes, a refusal left no run, and an
 //! unknown outcome names the run to look up.
 //!
@@ -41,15 +44,23 @@ fn tcp_database() -> (String, String, String) {
 /// `cut_at`-th `COMMIT` right after forwarding it, before the answer.
 struct Proxy {
     port: u16,
-    commits: Arc<AtomicUsize>,
+    seen: Arc<Seen>,
+}
+
+/// The commits a proxy has forwarded, and how many of them were marked
+/// statements rather than `COMMIT`s.
+#[derive(Default)]
+struct Seen {
+    commits: AtomicUsize,
+    by_statement: AtomicUsize,
 }
 
 impl Proxy {
     fn start(database: &str, cut_at: usize) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let commits = Arc::new(AtomicUsize::new(0));
-        let (database, seen) = (database.to_string(), commits.clone());
+        let seen = Arc::new(Seen::default());
+        let (database, counts) = (database.to_string(), seen.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -57,34 +68,117 @@ impl Proxy {
                     return;
                 };
                 let cut = Arc::new(AtomicBool::new(false));
-                pump_to_server(&client, &server, cut.clone(), seen.clone(), cut_at);
+                pump_to_server(&client, &server, cut.clone(), counts.clone(), cut_at);
                 pump_to_client(&server, &client, cut);
             }
         });
-        Proxy { port, commits }
+        Proxy { port, seen }
     }
 }
 
-/// Forwards client bytes, counting `COMMIT`s; after the one to cut, marks
+/// The mark keel puts on a statement that commits on its own.
+const COMMITS_MARK: &[u8] = b"/* keel:commits */";
+
+/// Reads the messages a client sends on one connection (PostgreSQL's
+/// frontend protocol: an untyped startup message, then a type byte and a
+/// length per message) and counts the commits among them: a simple query
+/// `COMMIT`, or a `Bind` of a prepared statement whose text bears
+/// [`COMMITS_MARK`].
+#[derive(Default)]
+struct CommitCounter {
+    pending: Vec<u8>,
+    started: bool,
+    marked: std::collections::HashSet<Vec<u8>>,
+}
+
+impl CommitCounter {
+    /// The commits among the messages that `chunk` completes: `COMMIT`s
+    /// and marked statements.
+    fn feed(&mut self, chunk: &[u8]) -> (usize, usize) {
+        self.pending.extend_from_slice(chunk);
+        let mut commits = (0, 0);
+        loop {
+            let header = if self.started { 5 } else { 4 };
+            if self.pending.len() < header {
+                return commits;
+            }
+            let at = header - 4;
+            let length = u32::from_be_bytes(self.pending[at..at + 4].try_into().unwrap()) as usize;
+            let whole = at + length;
+            if self.pending.len() < whole {
+                return commits;
+            }
+            let message: Vec<u8> = self.pending.drain(..whole).collect();
+            if self.started {
+                match self.read(message[0], &message[5..]) {
+                    Some(Commit::Query) => commits.0 += 1,
+                    Some(Commit::Statement) => commits.1 += 1,
+                    None => {}
+                }
+            }
+            self.started = true;
+        }
+    }
+
+    /// Reads one typed message: whether, and how, it commits.
+    fn read(&mut self, kind: u8, body: &[u8]) -> Option<Commit> {
+        let mut strings = body.split(|b| *b == 0);
+        match kind {
+            b'Q' => (strings.next() == Some(b"COMMIT")).then_some(Commit::Query),
+            b'P' => {
+                let (name, text) = (strings.next().unwrap_or_default(), strings.next());
+                if text.is_some_and(|t| t.starts_with(COMMITS_MARK)) {
+                    self.marked.insert(name.to_vec());
+                } else {
+                    self.marked.remove(name);
+                }
+                None
+            }
+            b'B' => {
+                let _portal = strings.next();
+                let statement = strings.next().unwrap_or_default();
+                self.marked.contains(statement).then_some(Commit::Statement)
+            }
+            b'C' if body.first() == Some(&b'S') => {
+                self.marked.remove(&body[1..body.len().saturating_sub(1)]);
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How a message commits.
+enum Commit {
+    /// A simple query `COMMIT`.
+    Query,
+    /// The execution of a statement marked as committing on its own.
+    Statement,
+}
+
+/// Forwards client bytes, counting commits; after the one to cut, marks
 /// the connection to be cut when the database answers.
 fn pump_to_server(
     client: &TcpStream,
     server: &TcpStream,
     cut: Arc<AtomicBool>,
-    seen: Arc<AtomicUsize>,
+    seen: Arc<Seen>,
     cut_at: usize,
 ) {
     let (mut from, mut to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 << 10];
+        let mut counter = CommitCounter::default();
         loop {
             let n = match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
             let chunk = &buf[..n];
-            let commits = chunk.windows(7).filter(|w| w == b"COMMIT\0").count();
-            let before = seen.fetch_add(commits, Ordering::SeqCst);
+            let (queries, statements) = counter.feed(chunk);
+            let commits = queries + statements;
+            seen.by_statement.fetch_add(statements, Ordering::SeqCst);
+            let before = seen.commits.fetch_add(commits, Ordering::SeqCst);
             if commits > 0 && before < cut_at && cut_at <= before + commits {
                 cut.store(true, Ordering::SeqCst);
             }
@@ -160,10 +254,15 @@ fn a_commit_that_lands_unheard_never_gives_a_false_answer() {
         "{}",
         json_of(&clean)
     );
-    let commits = counting.commits.load(Ordering::SeqCst);
+    let commits = counting.seen.commits.load(Ordering::SeqCst);
     assert!(
         commits >= 4,
         "a start commits its admission, steps and end: {commits}"
+    );
+    let by_statement = counting.seen.by_statement.load(Ordering::SeqCst);
+    assert!(
+        by_statement >= 2,
+        "each step's journal append is a marked statement of its own: {by_statement} of {commits}"
     );
 
     let mut answers = Vec::new();

@@ -60,6 +60,89 @@ pub(super) async fn check_fence(
     }
 }
 
+/// An append in one statement, so one round trip (its own transaction):
+/// the fence's row lock and check, the entries, and the run's record if
+/// given. `held` is false, and nothing written, when `$2`/`$3` no longer
+/// hold the run's lease. The leading comment marks a statement that
+/// commits on its own: the test that cuts connections at each commit
+/// (`cli/tests/pg_cut.rs`) finds it by this mark, as it finds `COMMIT`.
+const APPEND: &str = "/* keel:commits */ WITH fence AS (
+        SELECT lease_owner = $2 AND lease_epoch = $3 AS held
+        FROM runs WHERE run_id = $1 AND $2::text IS NOT NULL FOR UPDATE
+    ), ok AS (
+        SELECT $2::text IS NULL OR coalesce((SELECT held FROM fence), false) AS held
+    ), ins AS (
+        INSERT INTO journal (run_id, seq, entry)
+        SELECT $1, t.seq, t.entry
+        FROM unnest($4::bigint[], $5::bytea[]) AS t(seq, entry), ok WHERE ok.held
+        RETURNING 1
+    ), upd AS (
+        UPDATE runs SET record = $6, live = $7, attributes = $8::text::jsonb
+        FROM ok WHERE run_id = $1 AND $6::bytea IS NOT NULL AND ok.held
+        RETURNING 1
+    )
+    SELECT ok.held, (SELECT count(*) FROM ins), (SELECT count(*) FROM upd) FROM ok";
+
+impl PgStore {
+    /// [`RunStore::append`] of entries that write no stream (those take
+    /// statements of their own, in a transaction). A failure the database
+    /// did not answer (a connection lost after sending) may have
+    /// committed: [`StoreError::Unconfirmed`].
+    async fn append_in_one_statement(
+        &self,
+        run_id: &str,
+        entries: &[Entry],
+        run: Option<&RunRecord>,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        let seqs: Vec<i64> = entries.iter().map(|e| i(e.seq)).collect();
+        let bytes: Vec<Vec<u8>> = entries.iter().map(journal::encode).collect();
+        let record = run.map(codec::encode);
+        let live = run.map(|r| !r.status.is_final());
+        let attributes = run.map(attributes_json);
+        let owner = fence.map(|f| f.owner.as_str());
+        let epoch = fence.map(|f| i(f.epoch));
+        let client = self.client().await?;
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &run_id,
+            &owner,
+            &epoch,
+            &seqs,
+            &bytes,
+            &record,
+            &live,
+            &attributes,
+        ];
+        let mut answer = client.row(APPEND, &params).await;
+        for _ in 1..RETRIES {
+            // A deadlock or serialization failure rolled it back: again.
+            match &answer {
+                Err(e) if is_race(e) && e.code() != Some(&SqlState::UNIQUE_VIOLATION) => {
+                    answer = client.row(APPEND, &params).await;
+                }
+                _ => break,
+            }
+        }
+        match answer {
+            Ok(Some(row)) if row.get::<_, bool>(0) => Ok(()),
+            Ok(_) => Err(StoreError::LeaseLost {
+                run_id: run_id.into(),
+                epoch: fence.map_or(0, |f| f.epoch),
+            }),
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                Err(StoreError::JournalConflict {
+                    run_id: run_id.into(),
+                    seq: entries.first().map_or(0, |e| e.seq),
+                })
+            }
+            Err(e) if e.as_db_error().is_some() => Err(pg(e)),
+            Err(e) => Err(StoreError::Unconfirmed {
+                reason: describe(&e),
+            }),
+        }
+    }
+}
+
 #[async_trait]
 impl RunStore for PgStore {
     async fn admit(&self, a: Admission<'_>) -> Result<Admitted> {
@@ -361,6 +444,14 @@ impl JournalStore for PgStore {
         run: Option<&RunRecord>,
         fence: Option<&Lease>,
     ) -> Result<()> {
+        if keel_core::stream::journaled_writes(entries)
+            .next()
+            .is_none()
+        {
+            return self
+                .append_in_one_statement(run_id, entries, run, fence)
+                .await;
+        }
         let record = run.map(|r| (codec::encode(r), !r.status.is_final(), attributes_json(r)));
         transact!(self, |tx| {
             check_fence(tx, run_id, fence).await?;
