@@ -83,11 +83,100 @@ const APPEND: &str = "/* keel:commits */ WITH fence AS (
     )
     SELECT ok.held, (SELECT count(*) FROM ins), (SELECT count(*) FROM upd) FROM ok";
 
+/// A run's end in one statement, so one round trip (its own transaction),
+/// for a run that holds no concurrency slot: the fence's row lock and
+/// check, the run's hooks retired (kept inactive while they are retained,
+/// deleted otherwise), the record, the entries, the watchers woken (a
+/// wakeup row and a `NOTIFY` each), and the run's inbox, claims and, if
+/// `$10`, its cancel request gone. `held` is false when `$2`/`$3` no
+/// longer hold the lease; `ended` is false, and nothing written, also when
+/// the run holds a slot, whose release takes the transaction of
+/// [`RunStore::end_run`]. Marked as [`APPEND`] is.
+const END: &str = "/* keel:commits */ WITH fence AS (
+        SELECT lease_owner = $2 AND lease_epoch = $3 AS held
+        FROM runs WHERE run_id = $1 AND $2::text IS NOT NULL FOR UPDATE
+    ), ok AS (
+        SELECT $2::text IS NULL OR coalesce((SELECT held FROM fence), false) AS held,
+            NOT EXISTS (SELECT 1 FROM flow_slots WHERE run_id = $1) AS free
+    ), go AS (
+        SELECT held AND free AS go FROM ok
+    ), kept AS (
+        UPDATE hooks SET active = false FROM go
+        WHERE run_id = $1 AND retain_until_ms > $4 AND go.go
+        RETURNING 1
+    ), dropped AS (
+        DELETE FROM hooks USING go
+        WHERE run_id = $1 AND active AND (retain_until_ms IS NULL OR retain_until_ms <= $4)
+            AND go.go
+        RETURNING 1
+    ), upd AS (
+        UPDATE runs SET record = $5, live = false, lease_owner = '', lease_expires_ms = 0,
+            attributes = $6::text::jsonb
+        FROM go WHERE run_id = $1 AND go.go
+        RETURNING 1
+    ), ins AS (
+        INSERT INTO journal (run_id, seq, entry)
+        SELECT $1, t.seq, t.entry
+        FROM unnest($7::bigint[], $8::bytea[]) AS t(seq, entry), go WHERE go.go
+        RETURNING 1
+    ), watched AS (
+        DELETE FROM watchers USING go WHERE run_id = $1 AND go.go RETURNING watcher
+    ), woken AS (
+        INSERT INTO wakeups (run_id) SELECT watcher FROM watched
+        ON CONFLICT DO NOTHING RETURNING 1
+    ), told AS (
+        SELECT pg_notify($9, watcher) FROM watched
+    ), inbox AS (
+        DELETE FROM inbox USING go WHERE run_id = $1 AND go.go RETURNING 1
+    ), claims AS (
+        DELETE FROM claims USING go WHERE run_id = $1 AND go.go RETURNING 1
+    ), cancels AS (
+        DELETE FROM cancel_requests USING go WHERE run_id = $1 AND $10 AND go.go RETURNING 1
+    )
+    SELECT ok.held, go.go, coalesce((SELECT array_agg(watcher) FROM watched), '{}'),
+        (SELECT count(*) FROM told)
+    FROM ok, go";
+
 impl PgStore {
+    /// One of the statements above, with `params`, retried while it loses
+    /// a race (a deadlock, a serialization failure); its answer row. A
+    /// position the journal holds is [`StoreError::JournalConflict`] at
+    /// `seq`; a failure the database did not answer (a connection lost
+    /// after sending) may have committed: [`StoreError::Unconfirmed`].
+    async fn one_statement(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        run_id: &str,
+        seq: u64,
+    ) -> Result<Option<Row>> {
+        let client = self.client().await?;
+        let mut answer = client.row(sql, params).await;
+        for _ in 1..RETRIES {
+            match &answer {
+                Err(e) if is_race(e) && e.code() != Some(&SqlState::UNIQUE_VIOLATION) => {
+                    answer = client.row(sql, params).await;
+                }
+                _ => break,
+            }
+        }
+        match answer {
+            Ok(row) => Ok(row),
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                Err(StoreError::JournalConflict {
+                    run_id: run_id.into(),
+                    seq,
+                })
+            }
+            Err(e) if e.as_db_error().is_some() => Err(pg(e)),
+            Err(e) => Err(StoreError::Unconfirmed {
+                reason: describe(&e),
+            }),
+        }
+    }
+
     /// [`RunStore::append`] of entries that write no stream (those take
-    /// statements of their own, in a transaction). A failure the database
-    /// did not answer (a connection lost after sending) may have
-    /// committed: [`StoreError::Unconfirmed`].
+    /// statements of their own, in a transaction).
     async fn append_in_one_statement(
         &self,
         run_id: &str,
@@ -102,7 +191,6 @@ impl PgStore {
         let attributes = run.map(attributes_json);
         let owner = fence.map(|f| f.owner.as_str());
         let epoch = fence.map(|f| i(f.epoch));
-        let client = self.client().await?;
         let params: [&(dyn ToSql + Sync); 8] = [
             &run_id,
             &owner,
@@ -113,33 +201,65 @@ impl PgStore {
             &live,
             &attributes,
         ];
-        let mut answer = client.row(APPEND, &params).await;
-        for _ in 1..RETRIES {
-            // A deadlock or serialization failure rolled it back: again.
-            match &answer {
-                Err(e) if is_race(e) && e.code() != Some(&SqlState::UNIQUE_VIOLATION) => {
-                    answer = client.row(APPEND, &params).await;
-                }
-                _ => break,
-            }
+        let first = entries.first().map_or(0, |e| e.seq);
+        match self.one_statement(APPEND, &params, run_id, first).await? {
+            Some(row) if row.get::<_, bool>(0) => Ok(()),
+            _ => Err(lease_lost(run_id, fence)),
         }
-        match answer {
-            Ok(Some(row)) if row.get::<_, bool>(0) => Ok(()),
-            Ok(_) => Err(StoreError::LeaseLost {
-                run_id: run_id.into(),
-                epoch: fence.map_or(0, |f| f.epoch),
-            }),
-            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                Err(StoreError::JournalConflict {
-                    run_id: run_id.into(),
-                    seq: entries.first().map_or(0, |e| e.seq),
-                })
-            }
-            Err(e) if e.as_db_error().is_some() => Err(pg(e)),
-            Err(e) => Err(StoreError::Unconfirmed {
-                reason: describe(&e),
-            }),
+    }
+
+    /// [`RunStore::end_run`] in one statement ([`END`]); `None`, and
+    /// nothing written, if the run holds a concurrency slot or its end
+    /// writes a stream: those take the transaction.
+    async fn end_in_one_statement(
+        &self,
+        run: &RunRecord,
+        entries: &[Entry],
+        now_ms: u64,
+        fence: Option<&Lease>,
+    ) -> Result<Option<Vec<RunId>>> {
+        if keel_core::stream::journaled_writes(entries)
+            .next()
+            .is_some()
+        {
+            return Ok(None);
         }
+        let run_id = run.run_id.as_str();
+        let seqs: Vec<i64> = entries.iter().map(|e| i(e.seq)).collect();
+        let bytes: Vec<Vec<u8>> = entries.iter().map(journal::encode).collect();
+        let owner = fence.map(|f| f.owner.as_str());
+        let epoch = fence.map(|f| i(f.epoch));
+        let cancelled = run.status == keel_core::RunStatus::Cancelled;
+        let params: [&(dyn ToSql + Sync); 10] = [
+            &run_id,
+            &owner,
+            &epoch,
+            &i(now_ms),
+            &codec::encode(run),
+            &attributes_json(run),
+            &seqs,
+            &bytes,
+            &channel(&self.inner.schema),
+            &cancelled,
+        ];
+        let first = entries.first().map_or(0, |e| e.seq);
+        let row = self.one_statement(END, &params, run_id, first).await?;
+        let Some(row) = row.filter(|r| r.get::<_, bool>(0)) else {
+            return Err(lease_lost(run_id, fence));
+        };
+        if !row.get::<_, bool>(1) {
+            return Ok(None);
+        }
+        let watchers: Vec<String> = row.get(2);
+        Ok(Some(watchers.into_iter().map(RunId::from).collect()))
+    }
+}
+
+/// The error of a fenced write whose lease `fence` no longer holds.
+fn lease_lost(run_id: &str, fence: Option<&Lease>) -> StoreError {
+    StoreError::LeaseLost {
+        run_id: run_id.into(),
+        epoch: fence.map_or(0, |f| f.epoch),
     }
 }
 
@@ -372,6 +492,12 @@ impl RunStore for PgStore {
         now_ms: u64,
         fence: Option<&Lease>,
     ) -> Result<Vec<RunId>> {
+        if let Some(woken) = self
+            .end_in_one_statement(run, entries, now_ms, fence)
+            .await?
+        {
+            return Ok(woken);
+        }
         let record = codec::encode(run);
         let run_id = run.run_id.as_str();
         transact!(self, |tx| {
