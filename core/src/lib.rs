@@ -13,6 +13,7 @@ pub mod clock;
 pub mod codec;
 pub mod deployment;
 pub mod divergence;
+pub mod due;
 pub mod error_kind;
 pub mod file;
 pub mod flow;

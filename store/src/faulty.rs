@@ -279,6 +279,9 @@ impl<S: Store + ?Sized> RunStore for FaultyStore<S> {
     async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         self.inner.live_runs().await
     }
+    async fn live_counts(&self) -> Result<crate::LiveCounts> {
+        self.inner.live_counts().await
+    }
     async fn end_run(
         &self,
         run: &RunRecord,
@@ -325,11 +328,20 @@ impl<S: Store + ?Sized> LeaseStore for FaultyStore<S> {
     async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease> {
         self.inner.renew_lease(lease, ttl_ms, now_ms).await
     }
-    async fn release_lease(&self, lease: &Lease) -> Result<()> {
-        self.inner.release_lease(lease).await
+    async fn release_lease(&self, lease: &Lease, again_at_ms: Option<u64>) -> Result<()> {
+        self.inner.release_lease(lease, again_at_ms).await
     }
-    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
-        self.inner.leased_elsewhere(owner, now_ms).await
+    async fn claim_due(
+        &self,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Lease>> {
+        self.inner.claim_due(owner, ttl_ms, now_ms, limit).await
+    }
+    async fn next_due(&self) -> Result<Option<u64>> {
+        self.inner.next_due().await
     }
 }
 
@@ -459,12 +471,6 @@ impl<S: Store + ?Sized> WakeStore for FaultyStore<S> {
     }
     async fn is_woken(&self, run_id: &str) -> Result<bool> {
         self.inner.is_woken(run_id).await
-    }
-    async fn take_wakeup(&self, run_id: &str) -> Result<bool> {
-        self.inner.take_wakeup(run_id).await
-    }
-    async fn wakeups(&self) -> Result<Vec<RunId>> {
-        self.inner.wakeups().await
     }
     fn wake_stream(&self) -> Option<tokio::sync::broadcast::Receiver<Wake>> {
         self.inner.wake_stream()

@@ -126,6 +126,9 @@ pub struct Resumed {
     pub duplicate: bool,
 }
 
+/// How many live runs a store holds in each live status.
+pub type LiveCounts = std::collections::BTreeMap<keel_core::RunStatus, u64>;
+
 /// A worker's exclusive right to drive a run until `expires_at_ms`. Every
 /// take of a run's lease increments its epoch; writes fenced by a lease are
 /// refused once another owner has taken the run (a later epoch).
@@ -210,8 +213,14 @@ pub trait RunStore: Send + Sync {
     ) -> Result<Vec<RunRecord>>;
 
     /// The runs that have not ended, oldest first. A record that cannot be
-    /// decoded is an error, never skipped.
+    /// decoded is an error, never skipped. Reads every live run: for an
+    /// operator's explicit command, never for a path that repeats.
     async fn live_runs(&self) -> Result<Vec<RunRecord>>;
+
+    /// How many live runs the store holds in each live status (a status
+    /// with none may be left out): counts the store keeps with every status
+    /// change, read without reading runs.
+    async fn live_counts(&self) -> Result<LiveCounts>;
 
     /// Ends a run: stores its final record, ends its hooks (a hook with
     /// retention left keeps its token, inactive; the others release it),
@@ -232,13 +241,17 @@ pub trait RunStore: Send + Sync {
     ) -> Result<Vec<RunId>>;
 }
 
-/// Leases: at most one worker drives a run at a time.
+/// Leases and due work: at most one worker drives a run at a time, and
+/// workers find the runs they may drive through an index ordered by when
+/// each is due (`keel_core::due`), never by reading every run.
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
     /// Takes the lease on `run_id` for `owner` until `now_ms + ttl_ms`,
     /// unless another owner holds it unexpired (`None`); atomic and durable.
     /// Each take increments the run's epoch, so writes fenced by an older
-    /// lease are refused from then on.
+    /// lease are refused from then on. The take consumes the run's wake
+    /// ([`WakeStore::is_woken`]): while the lease is held the run is due at
+    /// its expiry, so a worker that dies holding it leaves the run due.
     async fn acquire_lease(
         &self,
         run_id: &str,
@@ -247,17 +260,33 @@ pub trait LeaseStore: Send + Sync {
         now_ms: u64,
     ) -> Result<Option<Lease>>;
 
-    /// Extends a lease still held at its epoch, or
-    /// [`StoreError::LeaseLost`].
+    /// Extends a lease still held at its epoch (and the run's due time
+    /// with it), or [`StoreError::LeaseLost`].
     async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease>;
 
     /// Gives a lease up so another worker may take the run at once; a lease
-    /// already lost is left alone.
-    async fn release_lease(&self, lease: &Lease) -> Result<()>;
+    /// already lost is left alone. The run is then due as its record says
+    /// (`keel_core::due::next_at`), at once if something woke it while the
+    /// lease was held, and no later than `again_at_ms` if given (a drive
+    /// that failed for a reason outside the run, tried again then).
+    async fn release_lease(&self, lease: &Lease, again_at_ms: Option<u64>) -> Result<()>;
 
-    /// The unexpired leases on live runs held by owners other than `owner`:
-    /// runs a worker should leave alone until the lease expires.
-    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>>;
+    /// Takes, for `owner` until `now_ms + ttl_ms`, the leases of up to
+    /// `limit` runs due at `now_ms` (due time at or before it), earliest
+    /// due first, each as [`LeaseStore::acquire_lease`] takes one; a run
+    /// whose lease expired under a dead owner is due. Each take is atomic
+    /// and durable; two callers never take one run. Reads only due runs.
+    async fn claim_due(
+        &self,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Lease>>;
+
+    /// The earliest due time among live runs (a held lease's expiry
+    /// included), if any run is due ever: the front of the index.
+    async fn next_due(&self) -> Result<Option<u64>>;
 }
 
 /// Journals: append-only, in sequence.
@@ -637,21 +666,18 @@ pub trait DeploymentStore: Send + Sync {
     async fn delete_deployment(&self, hash: &str, deployed_at_ms: u64) -> Result<bool>;
 }
 
-/// Wakeups: runs that something outside them moved on (a payload, a force
-/// claim, an awaited run's end), so that a worker drives them.
+/// Wakes: runs that something outside them moved on (a payload, a force
+/// claim, an awaited run's end, a cancel request), which makes them due at
+/// once (`keel_core::due`), and the announcement of such moves to every
+/// process sharing the store.
 #[async_trait]
 pub trait WakeStore: Send + Sync {
     /// Records that `watcher` waits for `run_id` to end; durable.
     async fn watch(&self, run_id: &str, watcher: &str) -> Result<()>;
 
-    /// Whether something woke the run since its wakeup was last taken.
+    /// Whether something woke the run since its lease was last taken
+    /// (which makes it due at once once no lease is held).
     async fn is_woken(&self, run_id: &str) -> Result<bool>;
-
-    /// Clears a run's wakeup before it is driven; true if it had one.
-    async fn take_wakeup(&self, run_id: &str) -> Result<bool>;
-
-    /// Every run with a pending wakeup.
-    async fn wakeups(&self) -> Result<Vec<RunId>>;
 
     /// Wakes announced by other processes sharing the store, as they
     /// happen; `None` for a store only one process opens.

@@ -253,6 +253,12 @@ mod postgres {
             let run = keel_core::testing::run_record(id, keel_core::RunStatus::Completed, at);
             store.import(&run, &[]).await.unwrap();
         }
+        // Live runs waiting on a timer, and on a hook with a wakeup.
+        for (id, wake_at) in [("timer", Some(40)), ("woken", None)] {
+            let mut run = keel_core::testing::run_record(id, keel_core::RunStatus::Waiting, 1);
+            run.wake_at_ms = wake_at;
+            store.import(&run, &[]).await.unwrap();
+        }
         drop(store);
         let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
             .await
@@ -278,6 +284,14 @@ mod postgres {
                  ALTER TABLE {schema}.components DROP COLUMN stored_at_ms;
                  ALTER TABLE {schema}.runs DROP COLUMN created_at_ms;
                  ALTER TABLE {schema}.runs DROP COLUMN attributes;
+                 DROP TABLE {schema}.run_counts;
+                 DROP FUNCTION {schema}.count_runs() CASCADE;
+                 DROP INDEX {schema}.runs_held;
+                 ALTER TABLE {schema}.runs DROP COLUMN due_at_ms;
+                 ALTER TABLE {schema}.runs DROP COLUMN status, DROP COLUMN next_at_ms,
+                     DROP COLUMN woken;
+                 CREATE TABLE {schema}.wakeups (run_id text PRIMARY KEY);
+                 INSERT INTO {schema}.wakeups VALUES ('woken');
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
             ))
             .await
@@ -335,9 +349,21 @@ mod postgres {
             .into_iter()
             .map(|r| r.run_id.into_string())
             .collect();
-        assert_eq!(listed, ["aa-newer", "zz-older"], "filled from the records");
+        assert_eq!(
+            listed,
+            ["aa-newer", "zz-older", "woken", "timer"],
+            "filled from the records"
+        );
         let read = store.get_run("zz-older").await.unwrap();
         assert_eq!(read, older, "read through its layout, without a parent");
+        // The due index and the counts, from the live runs and the wakeups.
+        use keel_store::LeaseStore;
+        let counts = store.live_counts().await.unwrap();
+        assert_eq!(counts.get(&keel_core::RunStatus::Waiting), Some(&2), "{counts:?}");
+        let due = store.claim_due("w", 1_000, 0, 10).await.unwrap();
+        let due: Vec<&str> = due.iter().map(|l| l.run_id.as_str()).collect();
+        assert_eq!(due, ["woken"], "the woken run is due at once");
+        assert_eq!(store.next_due().await.unwrap(), Some(40), "then the timer");
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -120,8 +120,13 @@ async fn set_status(
     run.status = status;
     run.updated_at_ms = now_ms;
     tx.run(
-        "UPDATE runs SET record = $2 WHERE run_id = $1",
-        &[&run_id, &codec::encode(&run)],
+        "UPDATE runs SET record = $2, status = $3, next_at_ms = $4 WHERE run_id = $1",
+        &[
+            &run_id,
+            &codec::encode(&run),
+            &run.status.as_str(),
+            &super::runs::next_at(&run),
+        ],
     )
     .await
     .map_err(pg)?;

@@ -107,12 +107,7 @@ impl HookStore for PgStore {
                     )
                     .await
                     .map_err(pg)?;
-                    tx.run(
-                        "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
-                        &[&owner.as_str()],
-                    )
-                    .await
-                    .map_err(pg)?;
+                    super::runs::wake(tx, &owner).await?;
                     self.notify(tx, &Wake::Run(owner.clone())).await?;
                     if let Attempt::Retry = write_hook(tx, hook, true).await? {
                         return Ok(Attempt::Retry);
@@ -171,12 +166,7 @@ impl HookStore for PgStore {
             )
             .await
             .map_err(pg)?;
-            tx.run(
-                "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
-                &[&hook.run_id.as_str()],
-            )
-            .await
-            .map_err(pg)?;
+            super::runs::wake(tx, &hook.run_id).await?;
             self.notify(tx, &Wake::Run(hook.run_id.clone())).await?;
             Ok(Attempt::Done(Resumed {
                 run_id: hook.run_id,

@@ -16,7 +16,6 @@ use crate::RetentionStore;
 /// retained tokens a purge keeps).
 const RUN_TABLES: &[&str] = &[
     "claims",
-    "wakeups",
     "flow_slots",
     "flow_failed",
     "cancel_requests",

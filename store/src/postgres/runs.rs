@@ -77,7 +77,8 @@ const APPEND: &str = "/* keel:commits */ WITH fence AS (
         FROM unnest($4::bigint[], $5::bytea[]) AS t(seq, entry), ok WHERE ok.held
         RETURNING 1
     ), upd AS (
-        UPDATE runs SET record = $6, live = $7, attributes = $8::text::jsonb
+        UPDATE runs SET record = $6, live = $7, attributes = $8::text::jsonb, status = $9,
+            next_at_ms = $10
         FROM ok WHERE run_id = $1 AND $6::bytea IS NOT NULL AND ok.held
         RETURNING 1
     )
@@ -111,7 +112,7 @@ const END: &str = "/* keel:commits */ WITH fence AS (
         RETURNING 1
     ), upd AS (
         UPDATE runs SET record = $5, live = false, lease_owner = '', lease_expires_ms = 0,
-            attributes = $6::text::jsonb
+            attributes = $6::text::jsonb, status = $11, next_at_ms = NULL, woken = false
         FROM go WHERE run_id = $1 AND go.go
         RETURNING 1
     ), ins AS (
@@ -122,8 +123,9 @@ const END: &str = "/* keel:commits */ WITH fence AS (
     ), watched AS (
         DELETE FROM watchers USING go WHERE run_id = $1 AND go.go RETURNING watcher
     ), woken AS (
-        INSERT INTO wakeups (run_id) SELECT watcher FROM watched
-        ON CONFLICT DO NOTHING RETURNING 1
+        UPDATE runs SET woken = true
+        WHERE run_id IN (SELECT watcher FROM watched) AND live AND run_id <> $1
+        RETURNING 1
     ), told AS (
         SELECT pg_notify($9, watcher) FROM watched
     ), inbox AS (
@@ -189,9 +191,11 @@ impl PgStore {
         let record = run.map(codec::encode);
         let live = run.map(|r| !r.status.is_final());
         let attributes = run.map(attributes_json);
+        let status = run.map(|r| r.status.as_str());
+        let next_at = run.and_then(next_at);
         let owner = fence.map(|f| f.owner.as_str());
         let epoch = fence.map(|f| i(f.epoch));
-        let params: [&(dyn ToSql + Sync); 8] = [
+        let params: [&(dyn ToSql + Sync); 10] = [
             &run_id,
             &owner,
             &epoch,
@@ -200,6 +204,8 @@ impl PgStore {
             &record,
             &live,
             &attributes,
+            &status,
+            &next_at,
         ];
         let first = entries.first().map_or(0, |e| e.seq);
         match self.one_statement(APPEND, &params, run_id, first).await? {
@@ -230,7 +236,7 @@ impl PgStore {
         let owner = fence.map(|f| f.owner.as_str());
         let epoch = fence.map(|f| i(f.epoch));
         let cancelled = run.status == keel_core::RunStatus::Cancelled;
-        let params: [&(dyn ToSql + Sync); 10] = [
+        let params: [&(dyn ToSql + Sync); 11] = [
             &run_id,
             &owner,
             &epoch,
@@ -241,6 +247,7 @@ impl PgStore {
             &bytes,
             &channel(&self.inner.schema),
             &cancelled,
+            &run.status.as_str(),
         ];
         let first = entries.first().map_or(0, |e| e.seq);
         let row = self.one_statement(END, &params, run_id, first).await?;
@@ -324,15 +331,15 @@ impl RunStore for PgStore {
             }
             match tx
                 .run(
-                    "INSERT INTO runs (run_id, live, record, created_at_ms, attributes)
-                     VALUES ($1, $2, $3, $4, $5::text::jsonb)
-                     ON CONFLICT (run_id) DO NOTHING",
+                    INSERT_RUN,
                     &[
                         &run.run_id.as_str(),
                         &!run.status.is_final(),
                         &record,
                         &i(run.created_at_ms),
                         &attributes_json(run),
+                        &run.status.as_str(),
+                        &next_at(run),
                     ],
                 )
                 .await
@@ -356,11 +363,14 @@ impl RunStore for PgStore {
             let plan = flow::admission_plan(tx, &a).await?;
             if plan.run != *run {
                 tx.run(
-                    "UPDATE runs SET record = $2, live = $3 WHERE run_id = $1",
+                    "UPDATE runs SET record = $2, live = $3, status = $4, next_at_ms = $5
+                     WHERE run_id = $1",
                     &[
                         &run.run_id.as_str(),
                         &codec::encode(&plan.run),
                         &!plan.run.status.is_final(),
+                        &plan.run.status.as_str(),
+                        &next_at(&plan.run),
                     ],
                 )
                 .await
@@ -385,15 +395,15 @@ impl RunStore for PgStore {
         transact!(self, |tx| {
             let inserted = tx
                 .run(
-                    "INSERT INTO runs (run_id, live, record, created_at_ms, attributes)
-                     VALUES ($1, $2, $3, $4, $5::text::jsonb)
-                     ON CONFLICT (run_id) DO NOTHING",
+                    INSERT_RUN,
                     &[
                         &run.run_id.as_str(),
                         &!run.status.is_final(),
                         &record,
                         &i(run.created_at_ms),
                         &attributes_json(run),
+                        &run.status.as_str(),
+                        &next_at(run),
                     ],
                 )
                 .await
@@ -485,6 +495,22 @@ impl RunStore for PgStore {
         .await
     }
 
+    async fn live_counts(&self) -> Result<crate::LiveCounts> {
+        let mut counts = crate::LiveCounts::new();
+        for row in self
+            .select(
+                "SELECT status, sum(n)::bigint FROM run_counts GROUP BY status",
+                &[],
+            )
+            .await?
+        {
+            if let Some(status) = keel_core::RunStatus::parse(row.get(0)) {
+                counts.insert(status, u(row.get(1)));
+            }
+        }
+        Ok(counts)
+    }
+
     async fn end_run(
         &self,
         run: &RunRecord,
@@ -513,8 +539,10 @@ impl RunStore for PgStore {
                 .map_err(pg)?;
             tx.run(
                 "UPDATE runs SET record = $2, live = false, lease_owner = '',
-                     lease_expires_ms = 0, attributes = $3::text::jsonb WHERE run_id = $1",
-                &[&run_id, &record, &attributes_json(run)],
+                     lease_expires_ms = 0, attributes = $3::text::jsonb, status = $4,
+                     next_at_ms = NULL, woken = false
+                 WHERE run_id = $1",
+                &[&run_id, &record, &attributes_json(run), &run.status.as_str()],
             )
             .await
             .map_err(pg)?;
@@ -530,12 +558,7 @@ impl RunStore for PgStore {
                 .map(|r| r.get::<_, String>(0).into())
                 .collect();
             for watcher in &watchers {
-                tx.run(
-                    "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
-                    &[&watcher.as_str()],
-                )
-                .await
-                .map_err(pg)?;
+                wake(tx, watcher).await?;
                 self.notify(tx, &Wake::Run(watcher.clone())).await?;
             }
             tx.run("DELETE FROM inbox WHERE run_id = $1", &[&run_id])
@@ -578,15 +601,19 @@ impl JournalStore for PgStore {
                 .append_in_one_statement(run_id, entries, run, fence)
                 .await;
         }
-        let record = run.map(|r| (codec::encode(r), !r.status.is_final(), attributes_json(r)));
+        let record = run.map(|r| {
+            let row = (!r.status.is_final(), r.status.as_str(), next_at(r));
+            (codec::encode(r), row, attributes_json(r))
+        });
         transact!(self, |tx| {
             check_fence(tx, run_id, fence).await?;
             insert_entries(tx, run_id, entries).await?;
-            if let Some((record, live, attributes)) = &record {
+            if let Some((record, (live, status, next_at), attributes)) = &record {
                 tx.run(
-                    "UPDATE runs SET record = $2, live = $3, attributes = $4::text::jsonb
+                    "UPDATE runs SET record = $2, live = $3, attributes = $4::text::jsonb,
+                         status = $5, next_at_ms = $6
                      WHERE run_id = $1",
-                    &[&run_id, record, live, attributes],
+                    &[&run_id, record, live, attributes, status, next_at],
                 )
                 .await
                 .map_err(pg)?;
@@ -620,7 +647,7 @@ impl LeaseStore for PgStore {
         let row = self
             .select_one(
                 "UPDATE runs SET lease_owner = $2, lease_epoch = lease_epoch + 1,
-                     lease_expires_ms = $3
+                     lease_expires_ms = $3, woken = false
                  WHERE run_id = $1
                    AND (lease_owner = '' OR lease_owner = $2 OR lease_expires_ms <= $4)
                  RETURNING lease_epoch",
@@ -661,34 +688,93 @@ impl LeaseStore for PgStore {
         })
     }
 
-    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+    async fn release_lease(&self, lease: &Lease, again_at_ms: Option<u64>) -> Result<()> {
         self.exec(
-            "UPDATE runs SET lease_owner = '', lease_expires_ms = 0
-                 WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
-            &[&lease.run_id.as_str(), &lease.owner, &i(lease.epoch)],
+            "UPDATE runs SET lease_owner = '', lease_expires_ms = 0,
+                 next_at_ms = LEAST(next_at_ms, $4)
+             WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+            &[
+                &lease.run_id.as_str(),
+                &lease.owner,
+                &i(lease.epoch),
+                &again_at_ms.map(i),
+            ],
         )
         .await?;
         Ok(())
     }
 
-    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
+    async fn claim_due(
+        &self,
+        owner: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Lease>> {
+        let expires = i(now_ms.saturating_add(ttl_ms));
         Ok(self
-            .select(
-                "SELECT run_id, lease_owner, lease_epoch, lease_expires_ms FROM runs
-                 WHERE live AND lease_owner <> '' AND lease_owner <> $1
-                   AND lease_expires_ms > $2",
-                &[&owner, &i(now_ms)],
-            )
+            .select(CLAIM_DUE, &[&i(now_ms), &(limit as i64), &owner, &expires])
             .await?
             .iter()
             .map(|r| Lease {
                 run_id: r.get::<_, String>(0).into(),
-                owner: r.get(1),
-                epoch: u(r.get(2)),
-                expires_at_ms: u(r.get(3)),
+                owner: owner.into(),
+                epoch: u(r.get(1)),
+                expires_at_ms: u(expires),
             })
             .collect())
     }
+
+    async fn next_due(&self) -> Result<Option<u64>> {
+        Ok(self
+            .select_one(
+                "SELECT due_at_ms FROM runs WHERE due_at_ms IS NOT NULL
+                 ORDER BY due_at_ms LIMIT 1",
+                &[],
+            )
+            .await?
+            .map(|r| u(r.get(0))))
+    }
+}
+
+/// Takes the leases of the runs due at `$1`, at most `$2`, earliest due
+/// first, for `$3` until `$4`: one statement over the due index that skips
+/// rows another claim has locked, so concurrent claims take disjoint runs
+/// without waiting on each other.
+const CLAIM_DUE: &str = "WITH due AS (
+        SELECT run_id, due_at_ms FROM runs WHERE due_at_ms <= $1
+        ORDER BY due_at_ms, run_id LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ), taken AS (
+        UPDATE runs r SET lease_owner = $3, lease_epoch = r.lease_epoch + 1,
+            lease_expires_ms = $4, woken = false
+        FROM due WHERE r.run_id = due.run_id
+        RETURNING r.run_id, r.lease_epoch, due.due_at_ms
+    )
+    SELECT run_id, lease_epoch FROM taken ORDER BY due_at_ms, run_id";
+
+/// Inserts a run's row: `$1` run ID, `$2` live, `$3` record, `$4`
+/// admission time, `$5` attributes, `$6` status, `$7` record-given due
+/// time; nothing if the run ID is taken.
+const INSERT_RUN: &str =
+    "INSERT INTO runs (run_id, live, record, created_at_ms, attributes, status, next_at_ms)
+     VALUES ($1, $2, $3, $4, $5::text::jsonb, $6, $7)
+     ON CONFLICT (run_id) DO NOTHING";
+
+/// Marks a live run woken (due at once once no lease is held).
+pub(super) async fn wake(tx: &Transaction<'_>, run_id: &str) -> Result<()> {
+    tx.run(
+        "UPDATE runs SET woken = true WHERE run_id = $1 AND live",
+        &[&run_id],
+    )
+    .await
+    .map_err(pg)?;
+    Ok(())
+}
+
+/// A record's due time as its row keeps it (`keel_core::due::next_at`).
+pub(super) fn next_at(run: &RunRecord) -> Option<i64> {
+    keel_core::due::next_at(run).map(i)
 }
 
 /// A run's attributes as the `attributes` column's JSON.

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 16;
+pub const SCHEMA_VERSION: i64 = 18;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -208,6 +208,61 @@ CREATE TABLE webhook_signatures (
 );
 CREATE INDEX webhook_signatures_until ON webhook_signatures (until_ms);
 "#,
+    // Due work (`keel_core::due`): each run's status and record-given due
+    // time beside its record (filled from the live runs' records below),
+    // its wake as a column instead of a row of `wakeups`.
+    r#"
+ALTER TABLE runs ADD COLUMN status text NOT NULL DEFAULT '',
+    ADD COLUMN next_at_ms bigint,
+    ADD COLUMN woken boolean NOT NULL DEFAULT false;
+UPDATE runs SET woken = true FROM wakeups WHERE wakeups.run_id = runs.run_id AND runs.live;
+DROP TABLE wakeups;
+"#,
+    // The due index: a live run's due time, derived by the rule of
+    // `keel_core::due::DueState::due_at` on every write of its row, and
+    // indexed for the workers' claims; the leased runs, for `workers`;
+    // and counts of live runs by status, kept by a trigger in the
+    // transaction of every status change, on 64 rows a status so that
+    // concurrent changes seldom wait on one row.
+    r#"
+ALTER TABLE runs ADD COLUMN due_at_ms bigint GENERATED ALWAYS AS (
+    CASE WHEN NOT live THEN NULL
+         WHEN lease_owner <> '' THEN lease_expires_ms
+         WHEN woken THEN 0
+         ELSE next_at_ms END) STORED;
+CREATE INDEX runs_due ON runs (due_at_ms, run_id) WHERE due_at_ms IS NOT NULL;
+CREATE INDEX runs_held ON runs (lease_owner) WHERE lease_owner <> '';
+CREATE TABLE run_counts (
+    status text NOT NULL,
+    shard integer NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (status, shard)
+);
+INSERT INTO run_counts (status, shard, n)
+    SELECT status, hashtext(run_id) & 63, count(*) FROM runs WHERE live GROUP BY 1, 2;
+CREATE FUNCTION count_runs() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.live THEN
+        INSERT INTO run_counts AS c (status, shard, n)
+            VALUES (OLD.status, hashtext(OLD.run_id) & 63, -1)
+            ON CONFLICT (status, shard) DO UPDATE SET n = c.n - 1;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.live THEN
+        INSERT INTO run_counts AS c (status, shard, n)
+            VALUES (NEW.status, hashtext(NEW.run_id) & 63, 1)
+            ON CONFLICT (status, shard) DO UPDATE SET n = c.n + 1;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER runs_counted_insert AFTER INSERT ON runs
+    FOR EACH ROW WHEN (NEW.live) EXECUTE FUNCTION count_runs();
+CREATE TRIGGER runs_counted_update AFTER UPDATE OF status, live ON runs
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.live IS DISTINCT FROM NEW.live)
+    EXECUTE FUNCTION count_runs();
+CREATE TRIGGER runs_counted_delete AFTER DELETE ON runs
+    FOR EACH ROW WHEN (OLD.live) EXECUTE FUNCTION count_runs();
+"#,
 ];
 
 /// Copies each run's admission time from its record into its row.
@@ -222,6 +277,29 @@ async fn fill_creation_times(tx: &tokio_postgres::Transaction<'_>, schema: &str)
         tx.execute(
             &update,
             &[&run.run_id.as_str(), &super::i(run.created_at_ms)],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    Ok(())
+}
+
+/// Copies each live run's status and record-given due time from its
+/// record into its row (ended runs need neither: they are out of the due
+/// index and the counts).
+async fn fill_due_times(tx: &tokio_postgres::Transaction<'_>, schema: &str) -> Result<()> {
+    let rows = tx
+        .query(&format!("SELECT record FROM {schema}.runs WHERE live"), &[])
+        .await
+        .map_err(pg)?;
+    let update =
+        format!("UPDATE {schema}.runs SET status = $2, next_at_ms = $3 WHERE run_id = $1");
+    for row in rows {
+        let run: keel_core::RunRecord = keel_core::codec::decode(row.get(0), "run record")?;
+        let next_at = keel_core::due::next_at(&run).map(super::i);
+        tx.execute(
+            &update,
+            &[&run.run_id.as_str(), &run.status.as_str(), &next_at],
         )
         .await
         .map_err(pg)?;
@@ -263,6 +341,9 @@ pub(super) async fn migrate(client: &mut Client, schema: &str, location: &str) -
             .map_err(pg)?;
         if version + 1 == 4 {
             fill_creation_times(&tx, schema).await?;
+        }
+        if version + 1 == 17 {
+            fill_due_times(&tx, schema).await?;
         }
         tracing::info!(schema, to = version + 1, "store schema migrated");
     }

@@ -53,12 +53,7 @@ impl CancelStore for PgStore {
                     .transpose()?;
                 return Ok(Attempt::Done(first));
             }
-            tx.run(
-                "INSERT INTO wakeups (run_id) VALUES ($1) ON CONFLICT DO NOTHING",
-                &[&run_id],
-            )
-            .await
-            .map_err(pg)?;
+            super::runs::wake(tx, run_id).await?;
             self.notify(tx, &Wake::Cancel(run_id.into())).await?;
             Ok(Attempt::Done(Some(request.clone())))
         })
@@ -189,25 +184,9 @@ impl WakeStore for PgStore {
 
     async fn is_woken(&self, run_id: &str) -> Result<bool> {
         Ok(self
-            .select_one("SELECT 1 FROM wakeups WHERE run_id = $1", &[&run_id])
+            .select_one("SELECT woken FROM runs WHERE run_id = $1", &[&run_id])
             .await?
-            .is_some())
-    }
-
-    async fn take_wakeup(&self, run_id: &str) -> Result<bool> {
-        Ok(self
-            .exec("DELETE FROM wakeups WHERE run_id = $1", &[&run_id])
-            .await?
-            > 0)
-    }
-
-    async fn wakeups(&self) -> Result<Vec<RunId>> {
-        Ok(self
-            .select("SELECT run_id FROM wakeups", &[])
-            .await?
-            .iter()
-            .map(|r| r.get::<_, String>(0).into())
-            .collect())
+            .is_some_and(|r| r.get::<_, bool>(0)))
     }
 
     fn wake_stream(&self) -> Option<broadcast::Receiver<Wake>> {

@@ -13,6 +13,7 @@ use keel_core::{RunId, RunRecord, RunStatus};
 use sled::Transactional;
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 
+use super::due::{RunTx, run_tx_of};
 use super::*;
 use crate::admission::AdmissionPlan;
 use crate::{Admission, FlowStore};
@@ -92,10 +93,10 @@ impl FlowWrites {
         Ok(())
     }
 
-    /// Marks the promoted runs `pending` in `runs`.
-    pub(super) fn promote(&self, runs: &TransactionalTree, now_ms: u64) -> TxResult<()> {
+    /// Marks the promoted runs `pending` (and so due).
+    pub(super) fn promote(&self, t: &RunTx<'_>, now_ms: u64) -> TxResult<()> {
         for run_id in &self.promoted {
-            set_status(runs, run_id, RunStatus::Pending, now_ms)?;
+            set_status(t, run_id, RunStatus::Pending, now_ms)?;
         }
         Ok(())
     }
@@ -104,12 +105,12 @@ impl FlowWrites {
 /// Rewrites a run's status inside a transaction (a run that is gone or
 /// ended is left alone).
 pub(super) fn set_status(
-    runs: &TransactionalTree,
+    t: &RunTx<'_>,
     run_id: &str,
     status: RunStatus,
     now_ms: u64,
 ) -> TxResult<()> {
-    let Some(bytes) = runs.get(run_id.as_bytes())? else {
+    let Some(bytes) = t.runs.get(run_id.as_bytes())? else {
         return Ok(());
     };
     let mut run: RunRecord = codec::decode(&bytes, "run record")
@@ -119,7 +120,41 @@ pub(super) fn set_status(
     }
     run.status = status;
     run.updated_at_ms = now_ms;
-    runs.insert(run_id.as_bytes(), codec::encode(&run))?;
+    t.put_run(&run)
+}
+
+/// Runs `body` in a transaction over a run's trees ([`RunTx`]) and the
+/// slots, group slots and groups of flow control.
+fn flow_tx(
+    i: &super::Inner,
+    body: impl Fn(
+        &RunTx<'_>,
+        &TransactionalTree,
+        &TransactionalTree,
+        &TransactionalTree,
+    ) -> TxResult<()>,
+) -> Result<()> {
+    let trees = (
+        &i.runs,
+        &i.live,
+        &i.counts,
+        &i.leases,
+        &i.due,
+        &i.held,
+        &i.slots,
+        &i.group_slots,
+        &i.groups,
+    );
+    trees.transaction(
+        |(runs, live, counts, leases, due, held, slots, index, groups)| {
+            body(
+                &run_tx_of(runs, live, counts, leases, due, held),
+                slots,
+                index,
+                groups,
+            )
+        },
+    )?;
     Ok(())
 }
 
@@ -233,13 +268,11 @@ impl SledStore {
     /// (made durable by the caller's sync).
     fn write_flow(&self, writes: &FlowWrites, now_ms: u64) -> Result<()> {
         let i = &self.inner;
-        (&i.runs, &i.slots, &i.group_slots, &i.groups).transaction(
-            |(runs, slots, index, groups)| {
-                writes.apply(slots, index, groups)?;
-                writes.promote(runs, now_ms)?;
-                Ok(())
-            },
-        )?;
+        flow_tx(i, |t, slots, index, groups| {
+            writes.apply(slots, index, groups)?;
+            writes.promote(t, now_ms)?;
+            Ok(())
+        })?;
         Ok(())
     }
 }
@@ -356,13 +389,11 @@ impl FlowStore for SledStore {
                 ..FlowWrites::default()
             };
             let i = &self.inner;
-            (&i.runs, &i.slots, &i.group_slots, &i.groups).transaction(
-                |(runs, slots, index, groups)| {
-                    writes.apply(slots, index, groups)?;
-                    set_status(runs, run_id, status, now_ms)?;
-                    Ok(())
-                },
-            )?;
+            flow_tx(i, |t, slots, index, groups| {
+                writes.apply(slots, index, groups)?;
+                set_status(t, run_id, status, now_ms)?;
+                Ok(())
+            })?;
             state
         };
         self.sync().await?;

@@ -8,6 +8,7 @@ use sled::Transactional;
 
 use crate::{HookPayload, HookStore, Registered, Result, Resumed, StoreError};
 
+use super::due::run_tx_of;
 use super::*;
 
 #[async_trait]
@@ -20,8 +21,13 @@ impl HookStore for SledStore {
     ) -> Result<Registered> {
         self.room()?;
         let i = &self.inner;
-        let trees = (&i.hooks, &i.run_hooks, &i.claims, &i.wakeups);
-        let registered = trees.transaction(|(hooks, run_hooks, claims, wakeups)| {
+        let trees = (
+            &i.hooks, &i.run_hooks, &i.claims, &i.runs, &i.live, &i.counts, &i.leases, &i.due,
+            &i.held,
+        );
+        let registered = trees.transaction(|trees| {
+            let (hooks, run_hooks, claims) = (&trees.0, &trees.1, &trees.2);
+            let run_tx = run_tx_of(&trees.3, &trees.4, &trees.5, &trees.6, &trees.7, &trees.8);
             let held = read_hook(hooks, &hook.token)?;
             let registered = |registration, claimed_from| Registered {
                 registration,
@@ -40,7 +46,7 @@ impl HookStore for SledStore {
                     }
                     Registration::TakeFrom(owner) => {
                         claims.insert(key_of(&owner, &hook.token), hook.run_id.as_bytes())?;
-                        wakeups.insert(owner.as_bytes(), &[])?;
+                        run_tx.wake(&owner)?;
                         write_hook(hooks, run_hooks, hook)?;
                         registered(HookRegistration::Registered, Some(owner))
                     }
@@ -59,8 +65,20 @@ impl HookStore for SledStore {
     ) -> Result<Resumed> {
         self.room()?;
         let i = &self.inner;
-        let trees = (&i.hooks, &i.inbox, &i.wakeups, &i.payload_ids);
-        let resumed = trees.transaction(|(hooks, inbox, wakeups, ids)| {
+        let trees = (
+            &i.hooks,
+            &i.inbox,
+            &i.payload_ids,
+            &i.runs,
+            &i.live,
+            &i.counts,
+            &i.leases,
+            &i.due,
+            &i.held,
+        );
+        let resumed = trees.transaction(|trees| {
+            let (hooks, inbox, ids) = (&trees.0, &trees.1, &trees.2);
+            let run_tx = run_tx_of(&trees.3, &trees.4, &trees.5, &trees.6, &trees.7, &trees.8);
             let Some(mut hook) = read_hook(hooks, token)?.filter(|h| h.active) else {
                 return abort(StoreError::HookNotFound {
                     token: token.into(),
@@ -83,7 +101,7 @@ impl HookStore for SledStore {
             }
             hook.next_payload += 1;
             hooks.insert(token.as_bytes(), codec::encode(&hook))?;
-            wakeups.insert(hook.run_id.as_bytes(), &[])?;
+            run_tx.wake(&hook.run_id)?;
             Ok(Resumed {
                 run_id: hook.run_id,
                 index,

@@ -2,8 +2,10 @@
 //!
 //! Trees: `runs` (run ID to record), `journal` (`run \0 seq` to entry),
 //! `live` (IDs of runs that have not ended), `created` (`admission time ++
-//! run ID`, the order of listings), `keys`, `hooks`, `run_hooks`,
-//! `inbox`, `claims`, `wakeups`, `watchers`, `events`, `subscriptions`,
+//! run ID`, the order of listings), `leases` (each run's lease and due
+//! state), `due` (live runs by due time), `held` (runs whose lease has an
+//! owner) and `counts` (live runs by status): see [`due`]; `keys`, `hooks`, `run_hooks`,
+//! `inbox`, `claims`, `watchers`, `events`, `subscriptions`,
 //! `components`, `schedules` (name to record), `jobs` (job ID to record),
 //! `streams` and `chunks` (a run's streams: [`streams`]), `payload_ids`,
 //! `purging` (deleted runs
@@ -25,12 +27,13 @@ use keel_core::journal;
 use keel_core::{Capabilities, Deployment, Entry, EventRecord, RunId, RunRecord};
 
 use crate::{
-    CancelStore, ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Lease,
+    CancelStore, ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore,
     Result, ScheduleStore, Store, StoreError, WakeStore, WorkerRecord, WorkerStore,
 };
 
 mod catalog;
 mod commit;
+mod due;
 mod flow;
 mod hooks;
 mod integrations;
@@ -122,8 +125,6 @@ struct Inner {
     inbox: sled::Tree,
     /// `run \0 token` to the run that took the token over with force.
     claims: sled::Tree,
-    /// Runs that something outside them moved on (a payload, a run's end).
-    wakeups: sled::Tree,
     /// Run ID to the cancel request its driver has yet to journal.
     cancels: sled::Tree,
     /// `awaited run \0 waiting run`.
@@ -133,8 +134,16 @@ struct Inner {
     /// `created_at_ms (big-endian) ++ run ID`, so listings go newest first
     /// whatever IDs runs were given.
     created: sled::Tree,
-    /// Run ID to its lease (owner, epoch, expiry); the epoch outlives releases.
+    /// Run ID to its lease and due state ([`due::Driving`]); the epoch
+    /// outlives releases.
     leases: sled::Tree,
+    /// `due time (big-endian) ++ run ID` for every live run that is due
+    /// ever (`keel_core::due`).
+    due: sled::Tree,
+    /// IDs of runs whose lease has an owner (held, or expired unreleased).
+    held: sled::Tree,
+    /// Live status to how many live runs have it (big-endian).
+    counts: sled::Tree,
     /// Worker ID to its announcement.
     workers: sled::Tree,
     /// Schedule name to its record.
@@ -251,12 +260,14 @@ impl SledStore {
             run_hooks: open("run_hooks")?,
             inbox: open("inbox")?,
             claims: open("claims")?,
-            wakeups: open("wakeups")?,
             cancels: open("cancels")?,
             watchers: open("watchers")?,
             live: open("live")?,
             created: open("created")?,
             leases: open("leases")?,
+            due: open("due")?,
+            held: open("held")?,
+            counts: open("counts")?,
             workers: open("workers")?,
             schedules: open("schedules")?,
             jobs: open("jobs")?,
@@ -370,24 +381,6 @@ impl SledStore {
         self.inner.committer.sync().await
     }
 
-    /// Writes a run's record and keeps the index of live runs: a live run
-    /// is indexed before its record is written and a finished one after, so
-    /// a crash between the two never hides a live run from workers.
-    fn write_run(&self, run: &RunRecord) -> Result<()> {
-        let id = run.run_id.as_bytes();
-        if !run.status.is_final() {
-            self.inner.live.insert(id, &[]).map_err(backend)?;
-        }
-        self.inner
-            .runs
-            .insert(id, codec::encode(run))
-            .map_err(backend)?;
-        if run.status.is_final() {
-            self.inner.live.remove(id).map_err(backend)?;
-        }
-        Ok(())
-    }
-
     /// Writes entries at positions the journal does not hold yet.
     fn write_entries(&self, run_id: &str, entries: &[Entry]) -> Result<()> {
         for entry in entries {
@@ -401,45 +394,6 @@ impl SledStore {
                 return Err(StoreError::JournalConflict {
                     run_id: run_id.into(),
                     seq: entry.seq,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// The lease record of a run (epoch 0 and no owner if never leased).
-    fn lease_of(&self, run_id: &str) -> Result<LeaseRecord> {
-        Ok(match self.inner.leases.get(run_id).map_err(backend)? {
-            Some(bytes) => codec::decode(&bytes, "lease")?,
-            None => LeaseRecord::default(),
-        })
-    }
-
-    /// Releases every lease: one process opens a sled store at a time, so
-    /// a lease found at open belongs to a process that is gone.
-    fn void_leases(&self) -> Result<()> {
-        for kv in self.inner.leases.iter() {
-            let (run_id, _) = kv.map_err(backend)?;
-            let run_id = String::from_utf8_lossy(&run_id).into_owned();
-            self.swap_lease(&run_id, |held| {
-                (!held.owner.is_empty()).then(|| LeaseRecord {
-                    owner: String::new(),
-                    expires_at_ms: 0,
-                    ..held
-                })
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Refuses a write fenced by a lease that is no longer the run's.
-    fn check_fence(&self, fence: Option<&Lease>) -> Result<()> {
-        if let Some(fence) = fence {
-            let held = self.lease_of(&fence.run_id)?;
-            if !held.is(fence) {
-                return Err(StoreError::LeaseLost {
-                    run_id: fence.run_id.clone(),
-                    epoch: fence.epoch,
                 });
             }
         }

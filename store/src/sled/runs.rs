@@ -1,6 +1,6 @@
-//! Runs, their journals and their leases: admission, import, listings and
-//! ends as sled transactions over the trees they touch, then one group
-//! commit; appends; leases, voided at open (one process opens the store).
+//! Runs and their journals: admission, import, listings and ends as sled
+//! transactions over the trees they touch (a record always with its due
+//! state: [`super::due`]), then one group commit; appends.
 
 use async_trait::async_trait;
 use keel_core::codec;
@@ -11,7 +11,8 @@ use sled::transaction::{
     ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
 };
 
-use crate::{Admission, Admitted, Lease, LeaseStore, Result, RunStore, StoreError};
+use super::due::run_tx_of;
+use crate::{Admission, Admitted, Lease, LiveCounts, Result, RunStore, StoreError};
 
 use super::*;
 
@@ -108,7 +109,6 @@ impl RunStore for SledStore {
         let plan = self.admission_plan(&a)?;
         let run = &plan.run;
         let key_bytes = a.key.map(|k| key_of(&run.workflow, k.key));
-        let record = codec::encode(run);
         let created_key = created_key(&RunCursor::of(run));
         let trees = (
             &i.runs,
@@ -121,10 +121,17 @@ impl RunStore for SledStore {
             &i.slots,
             &i.group_slots,
             &i.groups,
+            &i.counts,
+            &i.leases,
+            &i.due,
+            &i.held,
         );
         trees.transaction(|trees| {
-            let (runs, keys, hooks, run_hooks, live, journal, created, slots, index, groups) =
-                trees;
+            let (runs, keys, hooks, run_hooks, journal, created, slots, index, groups) = (
+                &trees.0, &trees.1, &trees.2, &trees.3, &trees.5, &trees.6, &trees.7, &trees.8,
+                &trees.9,
+            );
+            let record_tx = run_tx_of(runs, &trees.4, &trees.10, &trees.11, &trees.12, &trees.13);
             if runs.get(run.run_id.as_bytes())?.is_some() {
                 return abort(StoreError::RunExists {
                     run_id: run.run_id.clone(),
@@ -160,10 +167,7 @@ impl RunStore for SledStore {
             if let Some(hook) = &plan.start_hook {
                 write_hook(hooks, run_hooks, hook)?;
             }
-            if !run.status.is_final() {
-                live.insert(run.run_id.as_bytes(), &[])?;
-            }
-            runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+            record_tx.put_run(run)?;
             created.insert(created_key.as_slice(), &[])?;
             write_entries(journal, &run.run_id, &plan.journal)?;
             plan.flow.apply(slots, index, groups)?;
@@ -177,29 +181,29 @@ impl RunStore for SledStore {
     async fn import(&self, run: &RunRecord, entries: &[Entry]) -> Result<()> {
         self.room()?;
         let i = &self.inner;
-        let record = codec::encode(run);
         let created_key = created_key(&RunCursor::of(run));
         let writes: Vec<super::streams::Write<'_>> = keel_core::stream::journaled_writes(entries)
             .map(|(stream, origin, body, at)| (stream, origin, Some(body), at))
             .collect();
         let trees = (
-            &i.runs, &i.live, &i.journal, &i.created, &i.streams, &i.chunks,
+            &i.runs, &i.live, &i.journal, &i.created, &i.streams, &i.chunks, &i.counts,
+            &i.leases, &i.due, &i.held,
         );
-        trees.transaction(|(runs, live, journal, created, streams, chunks)| {
-            if runs.get(run.run_id.as_bytes())?.is_some() {
-                return abort(StoreError::RunExists {
-                    run_id: run.run_id.clone(),
-                });
-            }
-            write_entries(journal, &run.run_id, entries)?;
-            super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
-            if !run.status.is_final() {
-                live.insert(run.run_id.as_bytes(), &[])?;
-            }
-            runs.insert(run.run_id.as_bytes(), record.as_slice())?;
-            created.insert(created_key.as_slice(), &[])?;
-            Ok(())
-        })?;
+        trees.transaction(
+            |(runs, live, journal, created, streams, chunks, counts, leases, due, held)| {
+                if runs.get(run.run_id.as_bytes())?.is_some() {
+                    return abort(StoreError::RunExists {
+                        run_id: run.run_id.clone(),
+                    });
+                }
+                write_entries(journal, &run.run_id, entries)?;
+                super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
+                let record_tx = run_tx_of(runs, live, counts, leases, due, held);
+                record_tx.put_run(run)?;
+                created.insert(created_key.as_slice(), &[])?;
+                Ok(())
+            },
+        )?;
         self.sync().await
     }
 
@@ -247,6 +251,10 @@ impl RunStore for SledStore {
             .collect()
     }
 
+    async fn live_counts(&self) -> Result<LiveCounts> {
+        self.counts()
+    }
+
     async fn end_run(
         &self,
         run: &RunRecord,
@@ -258,7 +266,6 @@ impl RunStore for SledStore {
         self.check_fence(fence)?;
         let prefix = key_of(&run.run_id, "");
         let tokens = self.suffixes(&i.run_hooks, &prefix)?;
-        let record = codec::encode(run);
         // A run has a slot from its admission to its end: one without
         // decides nothing against a group.
         let flow_guard = self.slot_of(&run.run_id)?.map(|_| self.flow_lock());
@@ -274,12 +281,21 @@ impl RunStore for SledStore {
             &i.failed_slots,
             &i.streams,
             &i.chunks,
+            &i.counts,
+            &i.leases,
+            &i.due,
+            &i.held,
         );
         let writes: Vec<super::streams::Write<'_>> = keel_core::stream::journaled_writes(entries)
             .map(|(stream, origin, body, at)| (stream, origin, Some(body), at))
             .collect();
-        trees.transaction(
-            |(runs, hooks, live, journal, slots, index, groups, failed, streams, chunks)| {
+        trees.transaction(|trees| {
+            let (hooks, journal, slots, index, groups, failed, streams, chunks) = (
+                &trees.1, &trees.3, &trees.4, &trees.5, &trees.6, &trees.7, &trees.8, &trees.9,
+            );
+            let record_tx =
+                run_tx_of(&trees.0, &trees.2, &trees.10, &trees.11, &trees.12, &trees.13);
+            {
                 for token in &tokens {
                     let Some(mut hook) = read_hook(hooks, token)? else {
                         continue;
@@ -294,30 +310,26 @@ impl RunStore for SledStore {
                         hooks.remove(token.as_bytes())?;
                     }
                 }
-                live.remove(run.run_id.as_bytes())?;
-                runs.insert(run.run_id.as_bytes(), record.as_slice())?;
+                record_tx.put_run(run)?;
                 write_entries(journal, &run.run_id, entries)?;
                 super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
                 flow.apply(slots, index, groups)?;
                 flow.park_in(failed)?;
-                flow.promote(runs, now_ms)?;
+                flow.promote(&record_tx, now_ms)?;
                 Ok(())
-            },
-        )?;
+            }
+        })?;
         drop(flow_guard);
         // Read after the record is final, so a run that starts watching
         // meanwhile either is woken here or sees the end itself.
         let watchers = self.suffixes(&i.watchers, &prefix)?;
         for watcher in &watchers {
-            i.wakeups.insert(watcher.as_bytes(), &[]).map_err(backend)?;
+            self.run_tx(|t| t.wake(watcher))?;
         }
         self.drop_prefix(&i.run_hooks, &prefix)?;
         self.drop_prefix(&i.inbox, &prefix)?;
         self.drop_prefix(&i.watchers, &prefix)?;
         i.cancels.remove(run.run_id.as_bytes()).map_err(backend)?;
-        if let Some(fence) = fence {
-            self.release_lease(fence).await?;
-        }
         self.sync().await?;
         let mut woken: Vec<RunId> = watchers.into_iter().map(RunId::from).collect();
         woken.extend(flow.promoted);
@@ -368,120 +380,4 @@ pub(super) fn created_key(cursor: &keel_core::RunCursor) -> Vec<u8> {
     let mut key = cursor.created_at_ms.to_be_bytes().to_vec();
     key.extend_from_slice(cursor.run_id.as_bytes());
     key
-}
-
-/// A run's lease as sled keeps it.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub(super) struct LeaseRecord {
-    /// Empty when released.
-    pub(super) owner: String,
-    pub(super) epoch: u64,
-    pub(super) expires_at_ms: u64,
-}
-
-impl keel_core::codec::Stored for LeaseRecord {}
-
-impl LeaseRecord {
-    pub(super) fn is(&self, lease: &Lease) -> bool {
-        self.owner == lease.owner && self.epoch == lease.epoch
-    }
-
-    pub(super) fn lease(&self, run_id: &str) -> Lease {
-        Lease {
-            run_id: run_id.into(),
-            owner: self.owner.clone(),
-            epoch: self.epoch,
-            expires_at_ms: self.expires_at_ms,
-        }
-    }
-}
-
-impl SledStore {
-    /// Replaces the lease record `old` of `run_id` by what `change` makes
-    /// of it, if no one changed it meanwhile; `None` if `change` declines.
-    pub(super) fn swap_lease(
-        &self,
-        run_id: &str,
-        change: impl Fn(LeaseRecord) -> Option<LeaseRecord>,
-    ) -> Result<Option<LeaseRecord>> {
-        loop {
-            let old = self.inner.leases.get(run_id).map_err(backend)?;
-            let held: LeaseRecord = match &old {
-                Some(bytes) => codec::decode(bytes, "lease")?,
-                None => LeaseRecord::default(),
-            };
-            let Some(new) = change(held) else {
-                return Ok(None);
-            };
-            let swapped = self
-                .inner
-                .leases
-                .compare_and_swap(run_id, old, Some(codec::encode(&new)))
-                .map_err(backend)?;
-            if swapped.is_ok() {
-                return Ok(Some(new));
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl LeaseStore for SledStore {
-    async fn acquire_lease(
-        &self,
-        run_id: &str,
-        owner: &str,
-        ttl_ms: u64,
-        now_ms: u64,
-    ) -> Result<Option<Lease>> {
-        let taken = self.swap_lease(run_id, |held| {
-            let free = held.owner.is_empty() || held.owner == owner || held.expires_at_ms <= now_ms;
-            free.then(|| LeaseRecord {
-                owner: owner.into(),
-                epoch: held.epoch + 1,
-                expires_at_ms: now_ms.saturating_add(ttl_ms),
-            })
-        })?;
-        // Not flushed on its own: one process opens a sled store, so after a
-        // restart no earlier owner runs; the next flush covers it anyway.
-        Ok(taken.map(|t| t.lease(run_id)))
-    }
-
-    async fn renew_lease(&self, lease: &Lease, ttl_ms: u64, now_ms: u64) -> Result<Lease> {
-        let renewed = self.swap_lease(&lease.run_id, |held| {
-            held.is(lease).then(|| LeaseRecord {
-                expires_at_ms: now_ms.saturating_add(ttl_ms),
-                ..held
-            })
-        })?;
-        renewed
-            .map(|r| r.lease(&lease.run_id))
-            .ok_or_else(|| StoreError::LeaseLost {
-                run_id: lease.run_id.clone(),
-                epoch: lease.epoch,
-            })
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> Result<()> {
-        self.swap_lease(&lease.run_id, |held| {
-            held.is(lease).then(|| LeaseRecord {
-                owner: String::new(),
-                expires_at_ms: 0,
-                ..held
-            })
-        })?;
-        Ok(())
-    }
-
-    async fn leased_elsewhere(&self, owner: &str, now_ms: u64) -> Result<Vec<Lease>> {
-        let mut held = Vec::new();
-        for id in self.inner.live.iter().keys() {
-            let id = String::from_utf8_lossy(&id.map_err(backend)?).into_owned();
-            let lease = self.lease_of(&id)?;
-            if !lease.owner.is_empty() && lease.owner != owner && lease.expires_at_ms > now_ms {
-                held.push(lease.lease(&id));
-            }
-        }
-        Ok(held)
-    }
 }

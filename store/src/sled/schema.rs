@@ -5,12 +5,16 @@
 //! - 2: journal keys are `run ID \0 seq`, so that a child run's ID, which
 //!   extends its parent's, never falls under the parent's prefix.
 //! - 3: the `created` index (admission time, run ID) orders listings.
+//! - 4: each run's lease keeps its due state, the `due` index orders live
+//!   runs by due time, `held` lists the runs whose lease has an owner and
+//!   `counts` counts live runs by status (`super::due`); the `wakeups`
+//!   tree goes (a wake is part of the due state).
 
 use super::{SledStore, backend, created_key, key_of};
 use crate::{Result, StoreError};
 
 /// The schema this keel writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 const SCHEMA_KEY: &[u8] = b"schema";
 const LIVE_INDEX_MARKER: &[u8] = b"live-index-v1";
@@ -37,6 +41,9 @@ pub(super) fn migrate(store: &SledStore, meta: &sled::Tree, db: &sled::Db) -> Re
     }
     if found < 3 {
         index_creation_times(store)?;
+    }
+    if found < 4 {
+        index_due_times(store, db)?;
     }
     meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())
         .map_err(backend)?;
@@ -80,6 +87,38 @@ fn index_creation_times(store: &SledStore) -> Result<()> {
         let key = created_key(&keel_core::RunCursor::of(&run));
         store.inner.created.insert(key, &[]).map_err(backend)?;
     }
+    Ok(())
+}
+
+/// Builds the due index, `held` and the live counts from the live runs'
+/// records, leases and wakeups (from scratch, so an interrupted migration
+/// starts over), then drops the `wakeups` tree.
+fn index_due_times(store: &SledStore, db: &sled::Db) -> Result<()> {
+    let i = &store.inner;
+    for tree in [&i.due, &i.held, &i.counts] {
+        tree.clear().map_err(backend)?;
+    }
+    let wakeups = db.open_tree("wakeups").map_err(backend)?;
+    let live: Vec<String> = i
+        .live
+        .iter()
+        .keys()
+        .map(|k| Ok(String::from_utf8_lossy(&k.map_err(backend)?).into_owned()))
+        .collect::<Result<_>>()?;
+    for run_id in live {
+        let run = store.read_run(&run_id)?;
+        let woken = wakeups.contains_key(run_id.as_bytes()).map_err(backend)?;
+        store.run_tx(|t| {
+            t.due.change(&run_id, |d| d.counted = None)?;
+            t.put_run(&run)?;
+            if woken {
+                t.wake(&run_id)?;
+            }
+            Ok(())
+        })?;
+    }
+    drop(wakeups);
+    db.drop_tree("wakeups").map_err(backend)?;
     Ok(())
 }
 
@@ -204,7 +243,7 @@ mod tests {
                 err,
                 StoreError::SchemaTooNew {
                     found: 9,
-                    supported: 3,
+                    supported: 4,
                     ..
                 }
             ),

@@ -5,6 +5,7 @@
 use keel_core::lifecycle::CancelRequest;
 use sled::Transactional;
 
+use super::due::run_tx_of;
 use super::*;
 
 #[async_trait]
@@ -15,7 +16,12 @@ impl CancelStore for SledStore {
         request: &CancelRequest,
     ) -> Result<Option<CancelRequest>> {
         let i = &self.inner;
-        let asked = (&i.runs, &i.cancels, &i.wakeups).transaction(|(runs, cancels, wakeups)| {
+        let trees = (
+            &i.runs, &i.cancels, &i.live, &i.counts, &i.leases, &i.due, &i.held,
+        );
+        let asked = trees.transaction(|trees| {
+            let (runs, cancels) = (&trees.0, &trees.1);
+            let run_tx = run_tx_of(runs, &trees.2, &trees.3, &trees.4, &trees.5, &trees.6);
             let Some(record) = runs.get(run_id.as_bytes())? else {
                 return abort(StoreError::RunNotFound {
                     run_id: run_id.into(),
@@ -35,7 +41,7 @@ impl CancelStore for SledStore {
                 };
             }
             cancels.insert(run_id.as_bytes(), codec::encode(request))?;
-            wakeups.insert(run_id.as_bytes(), &[])?;
+            run_tx.wake(run_id)?;
             Ok(Some(request.clone()))
         })?;
         self.sync().await?;
@@ -61,31 +67,6 @@ impl WakeStore for SledStore {
     }
 
     async fn is_woken(&self, run_id: &str) -> Result<bool> {
-        self.inner
-            .wakeups
-            .contains_key(run_id.as_bytes())
-            .map_err(backend)
-    }
-
-    async fn take_wakeup(&self, run_id: &str) -> Result<bool> {
-        Ok(self
-            .inner
-            .wakeups
-            .remove(run_id.as_bytes())
-            .map_err(backend)?
-            .is_some())
-    }
-
-    async fn wakeups(&self) -> Result<Vec<RunId>> {
-        self.inner
-            .wakeups
-            .iter()
-            .keys()
-            .map(|k| {
-                Ok(String::from_utf8_lossy(&k.map_err(backend)?)
-                    .into_owned()
-                    .into())
-            })
-            .collect()
+        Ok(self.driving_of(run_id)?.woken)
     }
 }
