@@ -468,7 +468,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             if detach {
                 Reply::Run(run)
             } else {
-                Reply::Run(keel.drive_acknowledged(&run.run_id).await?)
+                Reply::Run(settle(keel, &run.run_id).await?)
             }
         }
         Request::Resume {
@@ -481,7 +481,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 .deliver(&token, &payload, payload_id.as_deref())
                 .await?
                 .run_id;
-            Reply::Run(keel.drive_acknowledged(&run_id).await?)
+            Reply::Run(settle(keel, &run_id).await?)
         }
         Request::Resume {
             token,
@@ -491,7 +491,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         } => {
             let payload_id = payload_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
             let delivered = keel.deliver(&token, &payload, Some(&payload_id)).await?;
-            let run = keel.drive_acknowledged(&delivered.run_id).await?;
+            let run = settle(keel, &delivered.run_id).await?;
             let wait = std::time::Duration::from_millis(ms);
             let reply = keel
                 .wait_reply_to(&delivered, &token, &payload_id, wait)
@@ -578,7 +578,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 Some(target) => keel.retry_on(&run_id, &target).await?,
                 None => keel.retry(&run_id).await?,
             };
-            Reply::Run(keel.drive_acknowledged(&run_id).await?)
+            Reply::Run(settle(keel, &run_id).await?)
         }
         Request::DeleteRuns { run_ids, cancel } => {
             let run_ids: Vec<_> = run_ids.into_iter().map(Into::into).collect();
@@ -769,12 +769,19 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             let event = keel.push_event(&key, &payload, &metadata).await?;
             let started = event.outcomes.iter().filter(|o| !o.deduplicated);
             for run_id in started.filter_map(|o| o.run_id.as_ref()) {
-                keel.drive_acknowledged(run_id).await?;
+                settle(keel, run_id).await?;
             }
             Reply::Event(event)
         }
         Request::ListEvents => Reply::Events(keel.list_events().await?),
     })
+}
+
+/// Drives a run whose start, payload or retry was acknowledged until it
+/// ends or waits (the drive goes on in this process after that).
+async fn settle(keel: &Keel, run_id: &str) -> keel_host::Result<keel_host::core::RunRecord> {
+    keel.drive_and_wait(run_id, keel_host::Until::Settled, std::time::Duration::MAX)
+        .await
 }
 
 /// Answers requests on the store's socket until the task is dropped.

@@ -728,7 +728,7 @@ async fn a_worker_killed_holding_both_slots_gives_them_up_when_its_lease_expires
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64;
-        let leases = store.leased_elsewhere("", now).await.unwrap();
+        let leases = store.held_leases(now).await.unwrap();
         let held: Vec<_> = leases
             .iter()
             .filter(|l| holders.iter().any(|h| h.run_id == l.run_id))

@@ -35,9 +35,7 @@ pub fn next_at(run: &RunRecord) -> Option<u64> {
         RunStatus::Pending | RunStatus::Running => Some(run.updated_at_ms),
         RunStatus::Scheduled => Some(run.wake_at_ms.unwrap_or(run.updated_at_ms)),
         RunStatus::Waiting => run.wake_at_ms,
-        RunStatus::Queued | RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled => {
-            None
-        }
+        RunStatus::Queued | RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled => None,
     }
 }
 

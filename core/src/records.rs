@@ -62,6 +62,15 @@ impl RunStatus {
         .find(|r| r.as_str() == s)
     }
 
+    /// The run waits (on a timer, a hook, another run, its start time or a
+    /// concurrency slot): it holds no worker, however its instance is kept.
+    pub fn waits(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Waiting | RunStatus::Scheduled | RunStatus::Queued
+        )
+    }
+
     /// The run has ended and will not execute again.
     pub fn is_final(self) -> bool {
         matches!(

@@ -185,7 +185,7 @@ impl Metrics {
     /// The metrics in the Prometheus text format, with gauges read now.
     pub async fn render(&self, keel: &Keel) -> keel_host::Result<String> {
         self.active.set(keel.active_runs() as i64);
-        let live = keel.live_runs().await?;
+        let live = keel.live_counts().await?;
         for status in [
             RunStatus::Pending,
             RunStatus::Scheduled,
@@ -193,7 +193,7 @@ impl Metrics {
             RunStatus::Waiting,
             RunStatus::Queued,
         ] {
-            let count = live.iter().filter(|r| r.status == status).count();
+            let count = live.get(&status).copied().unwrap_or(0);
             self.live
                 .get_or_create(&StatusLabel {
                     status: status.as_str().into(),

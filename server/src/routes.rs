@@ -19,7 +19,7 @@ use keel_core::timeline::timeline;
 use keel_core::{
     Deployment, GrantSpec, RunCursor, RunFilter, RunId, RunRecord, RunStatus, StepLimits,
 };
-use keel_host::{DeploySpec, Keel, StartHook, StartOptions};
+use keel_host::{DeploySpec, Keel, StartHook, StartOptions, Until};
 use serde::de::DeserializeOwned;
 
 use crate::body::Body;
@@ -724,37 +724,18 @@ async fn drive_and_wait(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<Ru
 }
 
 async fn wait_on(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord> {
-    let run_id = run.run_id.clone();
-    let drive = {
-        let (keel, run_id) = (keel.clone(), run_id.clone());
-        tokio::spawn(async move { keel.drive(&run_id).await })
+    let until = match wait.return_on_wait {
+        true => Until::Settled,
+        false => Until::Ended,
     };
-    if wait.ms == 0 {
-        return Ok(run);
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait.ms).min(MAX_WAIT);
-    let driven = match tokio::time::timeout_at(deadline, drive).await {
-        Ok(Ok(Ok(run))) => run,
-        Ok(Ok(Err(e))) => return Err(e.into()),
-        Ok(Err(join)) => {
-            return Err(ApiError::new(
-                keel_core::ErrorKind::Internal,
-                format!("driving run {run_id} stopped: {join}"),
-            ));
-        }
-        Err(_) => keel.get_run(&run_id).await?,
-    };
+    let timeout = Duration::from_millis(wait.ms).min(MAX_WAIT);
+    let driven = keel.drive_and_wait(&run.run_id, until, timeout).await?;
     // A run that waits (to start, or for a concurrency slot) answers at
     // once when asked to.
-    let waits = matches!(
-        driven.status,
-        RunStatus::Waiting | RunStatus::Scheduled | RunStatus::Queued
-    );
-    if driven.status.is_final() || (wait.return_on_wait && waits) {
-        return Ok(driven);
-    }
-    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    Ok(keel.wait_for_end(&run_id, left).await?)
+    Ok(match wait.ms {
+        0 => run,
+        _ => driven,
+    })
 }
 
 /// `GET /v1/runs`: filters `status` (repeatable or comma-separated),

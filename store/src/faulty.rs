@@ -343,6 +343,9 @@ impl<S: Store + ?Sized> LeaseStore for FaultyStore<S> {
     async fn next_due(&self) -> Result<Option<u64>> {
         self.inner.next_due().await
     }
+    async fn held_leases(&self, now_ms: u64) -> Result<Vec<Lease>> {
+        self.inner.held_leases(now_ms).await
+    }
 }
 
 #[async_trait]

@@ -287,6 +287,10 @@ pub trait LeaseStore: Send + Sync {
     /// The earliest due time among live runs (a held lease's expiry
     /// included), if any run is due ever: the front of the index.
     async fn next_due(&self) -> Result<Option<u64>>;
+
+    /// The unexpired leases on live runs at `now_ms`, by any owner. Reads
+    /// only the runs whose lease has an owner.
+    async fn held_leases(&self, now_ms: u64) -> Result<Vec<Lease>>;
 }
 
 /// Journals: append-only, in sequence.

@@ -359,7 +359,11 @@ mod postgres {
         // The due index and the counts, from the live runs and the wakeups.
         use keel_store::LeaseStore;
         let counts = store.live_counts().await.unwrap();
-        assert_eq!(counts.get(&keel_core::RunStatus::Waiting), Some(&2), "{counts:?}");
+        assert_eq!(
+            counts.get(&keel_core::RunStatus::Waiting),
+            Some(&2),
+            "{counts:?}"
+        );
         let due = store.claim_due("w", 1_000, 0, 10).await.unwrap();
         let due: Vec<&str> = due.iter().map(|l| l.run_id.as_str()).collect();
         assert_eq!(due, ["woken"], "the woken run is due at once");

@@ -197,7 +197,7 @@ async fn busy_workflows_do_not_stall_other_runs() {
         .collect();
     // Each spinner takes its run's lease just before its guest starts.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while backend.leased_elsewhere("nobody", 0).await.unwrap().len() < 4 {
+    while backend.held_leases(0).await.unwrap().len() < 4 {
         assert!(
             std::time::Instant::now() < deadline,
             "the spinners never started"
@@ -460,12 +460,7 @@ async fn a_computing_workflow_is_cancelled_without_waiting_for_it() {
         async move { keel.drive(&run_id).await }
     });
     // The drive takes the run's lease just before its guest starts.
-    while backend
-        .leased_elsewhere("nobody", 0)
-        .await
-        .unwrap()
-        .is_empty()
-    {
+    while backend.held_leases(0).await.unwrap().is_empty() {
         tokio::task::yield_now().await;
     }
     let cancelled = keel.terminate(&run.run_id).await.unwrap();

@@ -19,7 +19,7 @@ use keel_core::divergence::Divergence;
 use keel_core::index::{Delivered, JournalIndex};
 use keel_core::journal::{Entry, Fact};
 use keel_core::lifecycle::Child;
-use keel_core::{Clock, RunId, RunRecord};
+use keel_core::{Clock, RunId, RunRecord, RunStatus};
 use keel_store::{Lease, Store};
 use tokio::sync::Notify;
 
@@ -270,6 +270,40 @@ impl RunJournal {
         let mut state = self.lock();
         state.last_run = Some(run.clone());
         state.run = Some(run);
+    }
+
+    /// Stores the run as waiting (on a timer due at `wake_at_ms`, or on
+    /// something outside it) with the next flush, while its activation
+    /// waits in memory: every view says `waiting`, however the instance
+    /// is kept. Whether the record changed.
+    pub(super) fn mark_waiting(&self, wake_at_ms: Option<u64>, now_ms: u64) -> bool {
+        let mut state = self.lock();
+        let Some(mut run) = state.run.take().or_else(|| state.last_run.clone()) else {
+            return false;
+        };
+        let changed = run.status != RunStatus::Waiting || run.wake_at_ms != wake_at_ms;
+        if changed {
+            run.status = RunStatus::Waiting;
+            run.wake_at_ms = wake_at_ms;
+            run.updated_at_ms = now_ms;
+            state.run = Some(run.clone());
+        }
+        state.last_run = Some(run);
+        changed
+    }
+
+    /// Stores the run as running again with the next flush, if it was
+    /// marked waiting ([`RunJournal::mark_waiting`]).
+    pub(super) fn mark_running(&self, now_ms: u64) {
+        let mut state = self.lock();
+        let waiting = state.last_run.as_ref().map(|r| r.status) == Some(RunStatus::Waiting);
+        if let (true, Some(mut run)) = (waiting, state.last_run.clone()) {
+            run.status = RunStatus::Running;
+            run.wake_at_ms = None;
+            run.updated_at_ms = now_ms;
+            state.last_run = Some(run.clone());
+            state.run = Some(run);
+        }
     }
 
     /// Stores the run record with the attribute the workflow set, with

@@ -401,16 +401,21 @@ impl Activation {
         })
     }
 
+    /// When a wait on `ids` ends by time: the earliest of their timers and
+    /// the run's deadline or cancel grace.
+    fn wake_at(&self, ids: &[u32]) -> Option<u64> {
+        ids.iter()
+            .filter_map(|id| self.timers.get(id))
+            .copied()
+            .chain(self.lifecycle_due_ms().filter(|_| !self.offline))
+            .min()
+    }
+
     /// The suspension of an activation whose awaited commands nothing in
     /// this process will complete (or that gives its slot up): a timer
     /// wakes it, or something outside the run does.
     fn suspend(&self, ids: &[u32]) -> wasmtime::Error {
-        let wake_at_ms = ids
-            .iter()
-            .filter_map(|id| self.timers.get(id))
-            .copied()
-            .chain(self.lifecycle_due_ms().filter(|_| !self.offline))
-            .min();
+        let wake_at_ms = self.wake_at(ids);
         let mut on: Vec<String> = ids
             .iter()
             .filter_map(|id| self.external.get(id).map(External::describe))
@@ -446,6 +451,7 @@ impl Activation {
             self.note_cancel().await?;
             if hears_cancel {
                 if let Some((entry, is_cancel)) = self.journal.take_wake(ids, &mut self.delivered) {
+                    self.journal.mark_running(self.now_ms());
                     self.clock.set(entry.at_ms);
                     return Ok(match (is_cancel, entry.fact) {
                         (true, Fact::CancelRequested { reason, by }) => {
@@ -455,6 +461,7 @@ impl Activation {
                     });
                 }
             } else if let Some(entry) = self.journal.take_completion(ids, &mut self.delivered) {
+                self.journal.mark_running(self.now_ms());
                 self.clock.set(entry.at_ms);
                 return Ok(wit::Wake::Completed(self.completion(entry)));
             } else if self.journal.cancel_request().is_some() && !self.offline {
@@ -494,10 +501,15 @@ impl Activation {
                 return Err(self.suspend(ids));
             }
             if !ids.iter().any(|id| self.steps.contains(id)) {
-                // Waiting on a timer, a payload or another run: make what
-                // the run did so far, and what it waits for, visible. A
-                // running step flushes by itself before its attempt.
+                // Waiting on a timer, a payload or another run, in memory:
+                // the run waits, and every view says so. What it did so far
+                // and what it waits for become visible. A running step
+                // flushes by itself before its attempt.
+                let marked = self.journal.mark_waiting(self.wake_at(ids), self.now_ms());
                 self.journal.flush().await?;
+                if marked {
+                    self.outside.settled(&self.run_id);
+                }
             }
             let poll = if ids.iter().any(|id| self.external.contains_key(id)) {
                 // Another process may complete it: its wake normally arrives

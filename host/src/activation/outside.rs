@@ -76,6 +76,10 @@ pub trait Outside: Send + Sync {
     /// changed something it waits on.
     fn wake(&self, run_id: &RunId);
 
+    /// Tells whoever waits for `run_id` to settle that it now waits (its
+    /// record says so) while its activation waits in memory.
+    fn settled(&self, run_id: &RunId);
+
     /// Runs a step's attempts in the background.
     fn spawn_step(&self, step: StepCall) -> Result<JoinHandle<()>>;
 
@@ -107,6 +111,8 @@ impl Outside for Offline {
     }
 
     fn wake(&self, _run_id: &RunId) {}
+
+    fn settled(&self, _run_id: &RunId) {}
 
     fn spawn_step(&self, _step: StepCall) -> Result<JoinHandle<()>> {
         Err(Error::Wasm(

@@ -19,6 +19,23 @@ use crate::component::Loaded;
 use crate::runtime::Ended;
 use crate::{Error, Result};
 
+/// What a wait for a run waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// The run has ended.
+    Ended,
+    /// The run has ended, or it waits (a timer, a hook, another run, its
+    /// start time, a concurrency slot), however its instance is kept.
+    Settled,
+}
+
+impl Until {
+    /// Whether a run of `status` has reached this.
+    pub fn reached(self, status: RunStatus) -> bool {
+        status.is_final() || (self == Until::Settled && status.waits())
+    }
+}
+
 /// How often a wait for a run's end looks at the store again when nothing
 /// in this process woke it (another process may have moved the run on).
 const LOOK_AGAIN: Duration = Duration::from_secs(1);
@@ -369,7 +386,7 @@ impl Keel {
         if !wait || run.status.is_final() {
             return Ok(run);
         }
-        self.until_ended(run_id, None, true).await
+        self.until(run_id, Until::Ended, None, true).await
     }
 
     /// A run's record once it has ended, or as it is when `timeout`
@@ -377,17 +394,54 @@ impl Keel {
     /// does.
     pub async fn wait_for_end(&self, run_id: &str, timeout: Duration) -> Result<RunRecord> {
         let deadline = tokio::time::Instant::now() + timeout;
-        self.until_ended(run_id, Some(deadline), false).await
+        self.until(run_id, Until::Ended, Some(deadline), false)
+            .await
     }
 
-    /// The one wait for a run's end: returns its record once it has ended
-    /// or `deadline` has passed. With `drive`, this process drives the run
-    /// whenever it is due (its timer fired, a payload came), so no worker
-    /// is needed. Woken at once by an end or a payload in this process,
-    /// by the run's timer, and every second for what other processes do.
-    async fn until_ended(
+    /// Drives a run whose start, payload or retry was just acknowledged, in
+    /// the background (the drive goes on if the caller stops waiting), and
+    /// waits up to `timeout` (without bound if it overflows the clock:
+    /// `Duration::MAX`) for it to reach `until`; returns its record as it
+    /// then is. A failure of the drive is `DriveInterrupted` naming
+    /// the run, so that no caller mistakes it for a refusal of what was
+    /// acknowledged.
+    pub async fn drive_and_wait(
         &self,
         run_id: &str,
+        until: Until,
+        timeout: Duration,
+    ) -> Result<RunRecord> {
+        let drive = {
+            let (keel, run_id) = (self.clone(), run_id.to_string());
+            tokio::spawn(async move { keel.drive_acknowledged(&run_id).await })
+        };
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
+        let waited = self.until(run_id, until, deadline, false);
+        tokio::pin!(waited);
+        tokio::select! {
+            waited = &mut waited => waited,
+            driven = drive => match driven {
+                Ok(Ok(run)) if until.reached(run.status) => Ok(run),
+                Ok(Ok(_)) => waited.await,
+                Ok(Err(e)) => Err(e),
+                Err(join) => Err(Error::DriveInterrupted {
+                    run_id: run_id.into(),
+                    reason: format!("the drive stopped: {join}"),
+                }),
+            },
+        }
+    }
+
+    /// The one wait for a run: returns its record once it has reached
+    /// `until` or `deadline` has passed. With `drive`, this process drives
+    /// the run whenever it is due (its timer fired, a payload came), so no
+    /// worker is needed. Woken at once by an end, a payload or a run
+    /// settling in this process, by the run's timer, and every second for
+    /// what other processes do.
+    async fn until(
+        &self,
+        run_id: &str,
+        until: Until,
         deadline: Option<tokio::time::Instant>,
         drive: bool,
     ) -> Result<RunRecord> {
@@ -399,7 +453,7 @@ impl Keel {
             progress.as_mut().enable();
             let run = self.get_run(run_id).await?;
             let now = tokio::time::Instant::now();
-            if run.status.is_final() || deadline.is_some_and(|d| now >= d) {
+            if until.reached(run.status) || deadline.is_some_and(|d| now >= d) {
                 return Ok(run);
             }
             // A drive that could not move the run on (another process
@@ -470,10 +524,59 @@ impl Keel {
             tracing::debug!("another worker drives the run");
             return Ok(run);
         };
-        let driven = self.drive_leased(&lease, &active).await;
+        self.drive_with(lease, &active).await
+    }
+
+    /// Drives a run whose lease a worker's claim took
+    /// (`LeaseStore::claim_due`), as [`Keel::drive`] does.
+    pub(super) async fn drive_claimed(&self, lease: Lease) -> Result<RunRecord> {
+        let run_id = lease.run_id.clone();
+        let span = tracing::info_span!("run", %run_id);
+        async {
+            let Some(active) = ActiveRun::claim(&self.inner, &run_id) else {
+                // This process drives it already, under a lease it takes
+                // (or took) after this one. The claim took the run's wake,
+                // which that drive may not have seen: due again at once.
+                self.store()
+                    .release_lease(&lease, Some(self.now_ms()))
+                    .await?;
+                return self.get_run(&run_id).await;
+            };
+            self.drive_with(lease, &active).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Drives a run under `lease`, then gives the lease up: the run is due
+    /// again as its record says after a drive that ended cleanly (it
+    /// waits, or ended), and soon after one that did not (the drive may
+    /// have taken a wake it never acted on), later after each failure in
+    /// a row.
+    async fn drive_with(&self, lease: Lease, active: &ActiveRun<'_>) -> Result<RunRecord> {
+        let driven = if self.is_stopping() {
+            Err(Error::JournalWrite {
+                run_id: lease.run_id.clone(),
+                reason: "the worker is shutting down".into(),
+            })
+        } else {
+            self.drive_leased(&lease, active).await
+        };
+        let again_at = match &driven {
+            Ok(_) => {
+                lock(&self.inner.retries).succeeded(&lease.run_id);
+                None
+            }
+            Err(_) if self.is_stopping() => Some(self.now_ms()),
+            Err(e) => Some(lock(&self.inner.retries).failed(
+                lease.run_id.clone(),
+                self.now_ms(),
+                e.to_string(),
+            )),
+        };
+        // An end releases the lease with the run's final record.
         if !driven.as_ref().is_ok_and(|r| r.status.is_final()) {
-            // Suspended or interrupted: another worker may take it at once.
-            if let Err(e) = self.store().release_lease(&lease).await {
+            if let Err(e) = self.store().release_lease(&lease, again_at).await {
                 tracing::warn!("releasing the lease failed: {e}");
             }
         }
@@ -485,7 +588,11 @@ impl Keel {
         let run_id = lease.run_id.as_str();
         // Read under the lease: another worker may have moved it on.
         let mut run = self.get_run(run_id).await?;
-        if run.status.is_final() || run.status == RunStatus::Queued {
+        if run.status.is_final() {
+            self.store().release_lease(lease, None).await?;
+            return Ok(run);
+        }
+        if run.status == RunStatus::Queued {
             return Ok(run);
         }
         // A delayed start of a workflow with a concurrency limit asks for
@@ -496,9 +603,6 @@ impl Keel {
             tracing::info!("the run's concurrency key is at its limit: queued");
             return self.get_run(run_id).await;
         }
-        // Cleared before the activation reads the store, so that a payload
-        // resumed from now on wakes the run again.
-        self.store().take_wakeup(run_id).await?;
         let loaded = self.component_by_hash(&run.component_hash).await?;
         self.refresh_step_settings(&run.component_hash).await?;
         let entries = self.store().journal(run_id).await?;

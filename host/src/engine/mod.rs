@@ -41,6 +41,7 @@ mod worker;
 pub use admission::{StartHook, StartOptions};
 pub use children::ChildRun;
 pub use deployments::DeploySpec;
+pub use drive::Until;
 pub use integrations::Received;
 pub use jobs::BulkPreview;
 pub use retention::{PURGE_BATCH, Purge, RetentionConfig, archive_path};
@@ -66,6 +67,8 @@ pub(crate) struct Inner {
     /// The ID of each run whose journal this process just wrote: what
     /// [`Keel::watch`] follows.
     journaled: tokio::sync::broadcast::Sender<RunId>,
+    /// Runs whose drives failed for a reason outside them, in a row.
+    retries: Mutex<worker::Retries>,
     /// When expired keys and tokens were last deleted.
     last_purge_ms: Mutex<u64>,
     /// Where the next purge of ended runs goes on from.
@@ -152,6 +155,7 @@ impl Keel {
                 live: Mutex::default(),
                 progress: Notify::new(),
                 journaled: tokio::sync::broadcast::channel(1024).0,
+                retries: Mutex::default(),
                 last_purge_ms: Mutex::default(),
                 purge_cursor: Mutex::default(),
                 purging: Mutex::default(),
@@ -399,9 +403,16 @@ impl Keel {
         }
     }
 
-    /// The runs that have not ended, oldest first.
+    /// The runs that have not ended, oldest first. Reads every live run:
+    /// for an operator's explicit command only.
     pub async fn live_runs(&self) -> Result<Vec<RunRecord>> {
         Ok(self.store().live_runs().await?)
+    }
+
+    /// How many live runs the store holds in each live status, from the
+    /// counts it keeps (no run is read).
+    pub async fn live_counts(&self) -> Result<keel_store::LiveCounts> {
+        Ok(self.store().live_counts().await?)
     }
 
     /// How many runs this process is driving now.
@@ -459,6 +470,10 @@ impl Outside for Keel {
 
     fn wake(&self, run_id: &RunId) {
         self.poke(run_id);
+    }
+
+    fn settled(&self, _run_id: &RunId) {
+        self.inner.progress.notify_waiters();
     }
 
     fn spawn_step(&self, step: StepCall) -> Result<JoinHandle<()>> {

@@ -1,11 +1,13 @@
-//! The worker: finds the runs that can make progress (live runs that are
-//! pending, interrupted, due or woken) and drives each in its own task.
+//! The worker: claims the runs that are due (pending, interrupted, woken,
+//! their timer or start come, their lease expired under a dead worker)
+//! from the store's due index in batches, with their leases, and drives
+//! each in its own task. Nothing in a pass reads a run that is not due.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use keel_core::{RunId, RunRecord, RunStatus};
-use keel_store::WorkerRecord;
+use keel_core::{RunId, RunRecord};
+use keel_store::{Lease, WorkerRecord};
 
 use super::{Keel, lock};
 use crate::Result;
@@ -81,13 +83,15 @@ pub struct WorkSummary {
 }
 
 /// Runs whose last drive failed for a reason outside the run (its component
-/// missing from the store, a storage error): each is tried again after a
+/// missing from the store, a storage error): each is due again after a
 /// delay that doubles with every failure, from 100 ms up to a minute,
-/// instead of at once and forever.
+/// instead of at once and forever. The delay is the store's (the release
+/// of the failed drive's lease asks for the run again then), so every
+/// worker sharing the store keeps it; the count is this process's.
 #[derive(Debug, Default)]
-struct Retries {
-    /// Failures in a row, when the run may be tried again, the last error.
-    failed: HashMap<RunId, (u32, u64, String)>,
+pub(super) struct Retries {
+    /// Failures in a row and the last error.
+    failed: HashMap<RunId, (u32, String)>,
 }
 
 impl Retries {
@@ -95,88 +99,49 @@ impl Retries {
     const MAX_MS: u64 = 60_000;
 
     /// Records a failed drive at `now_ms`; returns when to try again.
-    fn failed(&mut self, run_id: RunId, now_ms: u64, error: String) -> u64 {
-        let (failures, retry_at, last) = self.failed.entry(run_id).or_insert((0, 0, String::new()));
+    pub(super) fn failed(&mut self, run_id: RunId, now_ms: u64, error: String) -> u64 {
+        let (failures, last) = self.failed.entry(run_id).or_insert((0, String::new()));
         *failures += 1;
         *last = error;
         let delay = Self::FIRST_MS
             .saturating_mul(1 << (*failures - 1).min(20))
             .min(Self::MAX_MS);
-        *retry_at = now_ms.saturating_add(delay);
-        *retry_at
+        now_ms.saturating_add(delay)
     }
 
-    fn succeeded(&mut self, run_id: &RunId) {
+    pub(super) fn succeeded(&mut self, run_id: &str) {
         self.failed.remove(run_id);
     }
 
-    /// The runs still waiting at `now_ms`, and the earliest retry among them.
     /// The runs still failing, sorted.
     fn undriven(&self) -> Vec<(RunId, u32, String)> {
         let mut runs: Vec<_> = self
             .failed
             .iter()
-            .map(|(id, (n, _, e))| (id.clone(), *n, e.clone()))
+            .map(|(id, (n, e))| (id.clone(), *n, e.clone()))
             .collect();
         runs.sort();
         runs
     }
-
-    fn waiting(&self, now_ms: u64) -> (HashSet<RunId>, Option<u64>) {
-        let waiting: Vec<(&RunId, u64)> = self
-            .failed
-            .iter()
-            .filter(|(_, (_, at, _))| *at > now_ms)
-            .map(|(id, (_, at, _))| (id, *at))
-            .collect();
-        let next = waiting.iter().map(|(_, at)| *at).min();
-        (
-            waiting.into_iter().map(|(id, _)| id.clone()).collect(),
-            next,
-        )
-    }
 }
 
+/// How long a worker waits before claiming again when runs are due but
+/// none could be taken (another worker is taking them at that moment).
+const CONTENDED: Duration = Duration::from_millis(20);
+
 impl Keel {
-    /// Runs that can make progress now (pending and interrupted runs,
-    /// waiting runs whose timer is due or that something woke), not counting
-    /// `busy` ones, and when the next of the others is due. Only live runs
-    /// are read.
-    async fn due_runs(&self, busy: &HashSet<RunId>) -> Result<(Vec<RunId>, Option<u64>)> {
-        self.purge_expired().await?;
-        let now = self.now_ms();
-        let active = lock(&self.inner.active).clone();
-        let woken: HashSet<RunId> = self.store().wakeups().await?.into_iter().collect();
-        let (mut due, mut next_wake) = (Vec::new(), None::<u64>);
-        let owner = &self.inner.config.worker_id;
-        let mut elsewhere = HashSet::new();
-        // Another worker drives these; look again when its lease would expire.
-        for lease in self.store().leased_elsewhere(owner, now).await? {
-            next_wake = Some(next_wake.map_or(lease.expires_at_ms, |n| n.min(lease.expires_at_ms)));
-            elsewhere.insert(lease.run_id);
+    /// Takes the leases of up to `limit` runs due now, earliest due first
+    /// (`LeaseStore::claim_due`): only due runs are read.
+    async fn claim_due(&self, limit: usize) -> Result<Vec<Lease>> {
+        if limit == 0 {
+            return Ok(Vec::new());
         }
-        for run in self.store().live_runs().await? {
-            if busy.contains(&run.run_id)
-                || active.contains(&run.run_id)
-                || elsewhere.contains(&run.run_id)
-            {
-                continue;
-            }
-            match (run.status, run.wake_at_ms) {
-                (RunStatus::Pending | RunStatus::Running, _) => due.push(run.run_id),
-                (RunStatus::Scheduled, Some(at)) if at > now => {
-                    next_wake = Some(next_wake.map_or(at, |n| n.min(at)));
-                }
-                (RunStatus::Scheduled, _) => due.push(run.run_id),
-                (RunStatus::Waiting, _) if woken.contains(&run.run_id) => due.push(run.run_id),
-                (RunStatus::Waiting, Some(at)) if at > now => {
-                    next_wake = Some(next_wake.map_or(at, |n| n.min(at)));
-                }
-                (RunStatus::Waiting, Some(_)) => due.push(run.run_id),
-                _ => {}
-            }
-        }
-        Ok((due, next_wake))
+        let config = &self.inner.config;
+        let ttl = config.lease_ttl.as_millis() as u64;
+        Ok(self
+            .store()
+            .claim_due(&config.worker_id, ttl, self.now_ms(), limit)
+            .await?)
     }
 
     /// Deletes expired idempotency keys and retained tokens, at most once a
@@ -251,10 +216,13 @@ impl Keel {
     /// Drives every run that can make progress now, and waits for them to
     /// complete, fail or wait. Returns how many it drove.
     pub async fn work_once(&self) -> Result<usize> {
+        self.purge_expired().await?;
         let mut tasks = tokio::task::JoinSet::new();
-        let (due, _) = self.due_runs(&HashSet::new()).await?;
-        for run_id in &due {
-            self.spawn_drive(&mut tasks, run_id);
+        let due = self
+            .claim_due(self.inner.config.max_concurrent_runs)
+            .await?;
+        for lease in &due {
+            self.spawn_drive(&mut tasks, lease);
         }
         while let Some(result) = tasks.join_next().await {
             log_driven(result, self.is_stopping());
@@ -302,11 +270,9 @@ impl Keel {
 
     async fn work_loop(&self, until_idle: bool, started_at_ms: u64) -> Result<WorkSummary> {
         let mut tasks = tokio::task::JoinSet::new();
-        let mut in_flight = HashSet::new();
         let mut driven = 0;
         let mut last_heartbeat = 0;
         let mut backoff = Duration::from_millis(100);
-        let mut retries = Retries::default();
         loop {
             if self.is_stopping() {
                 while let Some(result) = tasks.join_next().await {
@@ -314,7 +280,7 @@ impl Keel {
                 }
                 return Ok(WorkSummary {
                     driven,
-                    undriven: retries.undriven(),
+                    undriven: lock(&self.inner.retries).undriven(),
                 });
             }
             self.heartbeat(started_at_ms, &mut last_heartbeat).await;
@@ -326,9 +292,18 @@ impl Keel {
                     None
                 }
             };
-            let (held, next_retry) = retries.waiting(self.now_ms());
-            let busy: HashSet<RunId> = in_flight.union(&held).cloned().collect();
-            let (due, next_wake) = match self.due_runs(&busy).await {
+            let slots = self
+                .inner
+                .config
+                .max_concurrent_runs
+                .saturating_sub(tasks.len());
+            let found = async {
+                self.purge_expired().await?;
+                let claimed = self.claim_due(slots).await?;
+                let next_due = self.store().next_due().await?;
+                Ok::<_, crate::Error>((claimed, next_due))
+            };
+            let (claimed, next_due) = match found.await {
                 Ok(found) => {
                     backoff = Duration::from_millis(100);
                     found
@@ -342,42 +317,34 @@ impl Keel {
                     continue;
                 }
             };
-            let slots = self
-                .inner
-                .config
-                .max_concurrent_runs
-                .saturating_sub(tasks.len());
-            let waiting = due.len() > slots;
-            for run_id in due.into_iter().take(slots) {
-                self.spawn_drive(&mut tasks, &run_id);
-                in_flight.insert(run_id);
+            let took_all = claimed.len() < slots;
+            for lease in &claimed {
+                self.spawn_drive(&mut tasks, lease);
                 driven += 1;
             }
-            let next_wake = [next_wake, next_retry, next_fire]
-                .into_iter()
-                .flatten()
-                .min();
-            let wait = next_wake.map_or(Duration::from_secs(1), |at| {
-                Duration::from_millis(at.saturating_sub(self.now_ms()))
-            });
-            if until_idle && tasks.is_empty() && !waiting && wait >= Duration::from_secs(1) {
+            let now = self.now_ms();
+            let next_wake = [next_due, next_fire].into_iter().flatten().min();
+            let due_now = next_due.is_some_and(|at| at <= now);
+            let wait = match next_wake {
+                // Due runs left: more than the free slots (wait for a drive
+                // to end), or taken by another worker at this moment.
+                _ if due_now && !took_all => Duration::from_secs(1),
+                _ if due_now => CONTENDED,
+                Some(at) => Duration::from_millis(at.saturating_sub(now)),
+                None => Duration::from_secs(1),
+            };
+            if until_idle && tasks.is_empty() && wait >= Duration::from_secs(1) {
+                let undriven = lock(&self.inner.retries).undriven();
                 return Ok(WorkSummary {
                     driven,
-                    undriven: self.still_live(retries.undriven()).await,
+                    undriven: self.still_live(undriven).await,
                 });
             }
             let progress = self.inner.progress.notified();
             tokio::select! {
                 () = progress => {}
                 Some(result) = tasks.join_next() => {
-                    let (run_id, failed) = log_driven(result, self.is_stopping());
-                    if let Some(error) = failed {
-                        let at = retries.failed(run_id.clone(), self.now_ms(), error);
-                        tracing::warn!(%run_id, retry_at_ms = at, "the run will be tried again later");
-                    } else {
-                        retries.succeeded(&run_id);
-                    }
-                    in_flight.remove(&run_id);
+                    log_driven(result, self.is_stopping());
                 }
                 () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
             }
@@ -398,12 +365,12 @@ impl Keel {
         live
     }
 
-    fn spawn_drive(&self, tasks: &mut DriveTasks, run_id: &RunId) {
+    fn spawn_drive(&self, tasks: &mut DriveTasks, lease: &Lease) {
         let keel = self.clone();
-        let run_id = run_id.clone();
+        let lease = lease.clone();
         tasks.spawn(async move {
-            let result = keel.drive(&run_id).await;
-            (run_id, result)
+            let result = keel.drive_claimed(lease.clone()).await;
+            (lease.run_id, result)
         });
     }
 
@@ -444,16 +411,10 @@ impl Keel {
         Ok(forgotten)
     }
 
-    /// When the next waiting run is due, if any.
+    /// When the next run is due (its timer, its start, a held lease's
+    /// expiry), if any: the front of the store's due index.
     pub async fn next_wake(&self) -> Result<Option<u64>> {
-        Ok(self
-            .store()
-            .live_runs()
-            .await?
-            .iter()
-            .filter(|r| matches!(r.status, RunStatus::Waiting | RunStatus::Scheduled))
-            .filter_map(|r| r.wake_at_ms)
-            .min())
+        Ok(self.store().next_due().await?)
     }
 }
 
@@ -477,11 +438,9 @@ mod tests {
             .collect();
         assert_eq!(&delays[..4], [100, 200, 400, 800]);
         assert_eq!(*delays.last().unwrap(), 60_000);
-        let (waiting, next) = retries.waiting(1_000);
-        assert!(waiting.contains(&run));
-        assert_eq!(next, Some(61_000));
-        assert!(retries.waiting(61_000).0.is_empty());
+        assert_eq!(retries.undriven(), [(run.clone(), 12, "e".to_string())]);
         retries.succeeded(&run);
+        assert!(retries.undriven().is_empty());
         assert_eq!(retries.failed(run, 0, "e".into()), 100);
     }
 }

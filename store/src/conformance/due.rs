@@ -54,7 +54,12 @@ async fn suspend(store: &dyn Store, lease: &Lease, wake_at_ms: Option<u64>) -> O
         .map_err(fail("release"))
 }
 
-async fn claim(store: &dyn Store, owner: &str, now_ms: u64, limit: usize) -> Result<Vec<Lease>, String> {
+async fn claim(
+    store: &dyn Store,
+    owner: &str,
+    now_ms: u64,
+    limit: usize,
+) -> Result<Vec<Lease>, String> {
     store
         .claim_due(owner, 1_000, now_ms, limit)
         .await
@@ -85,7 +90,9 @@ pub(super) async fn due_runs_are_claimed_earliest_first_in_batches(h: &dyn Harne
         format!("the first batch of two at 60: {:?}", ids(&first))
     })?;
     check(
-        first.iter().all(|l| l.owner == "w1" && l.expires_at_ms == 1_060),
+        first
+            .iter()
+            .all(|l| l.owner == "w1" && l.expires_at_ms == 1_060),
         || format!("the batch's leases: {first:?}"),
     )?;
     let second = claim(&*store, "w1", 60, 10).await?;
@@ -156,15 +163,21 @@ pub(super) async fn a_lease_that_expires_makes_its_run_due(h: &dyn Harness) -> O
     check(early.is_empty(), || {
         format!("a run was claimed under a live lease: {early:?}")
     })?;
+    let listed = store.held_leases(99).await.map_err(fail("held_leases"))?;
+    check(listed == held, || {
+        format!("the held leases at 99: {listed:?}")
+    })?;
+    let lapsed = store.held_leases(100).await.map_err(fail("held_leases"))?;
+    check(lapsed.is_empty(), || {
+        format!("an expired lease is listed as held: {lapsed:?}")
+    })?;
     let taken = claim(&*store, "w2", 100, 10).await?;
     check(
         ids(&taken) == ["r"] && taken[0].epoch > held[0].epoch,
         || format!("at the lease's expiry: {taken:?} after {held:?}"),
     )?;
     let entry = timer_entry(1, 0);
-    let stale = store
-        .append("r", &[entry], None, Some(&held[0]))
-        .await;
+    let stale = store.append("r", &[entry], None, Some(&held[0])).await;
     check(matches!(stale, Err(StoreError::LeaseLost { .. })), || {
         format!("a write of the expired lease's owner: {stale:?}")
     })
@@ -183,9 +196,10 @@ pub(super) async fn a_woken_run_is_due_at_once_and_a_wake_outlives_a_lease(
     check(claim(&*store, "w1", 5_000, 10).await?.is_empty(), || {
         "a run waiting on a hook alone was claimed".into()
     })?;
-    check(store.next_due().await.map_err(fail("next_due"))?.is_none(), || {
-        "a run waiting on a hook alone has a due time".into()
-    })?;
+    check(
+        store.next_due().await.map_err(fail("next_due"))?.is_none(),
+        || "a run waiting on a hook alone has a due time".into(),
+    )?;
     store.resume_hook("t", "1").await.map_err(fail("resume"))?;
     let woken = claim(&*store, "w1", 1, 10).await?;
     check(ids(&woken) == ["r"], || {
@@ -204,11 +218,14 @@ pub(super) async fn a_woken_run_is_due_at_once_and_a_wake_outlives_a_lease(
     })?;
     suspend(&*store, &again[0], None).await?;
     store
-        .request_cancel("r", &keel_core::lifecycle::CancelRequest {
-            reason: "stop".into(),
-            by: "test".into(),
-            at_ms: 4,
-        })
+        .request_cancel(
+            "r",
+            &keel_core::lifecycle::CancelRequest {
+                reason: "stop".into(),
+                by: "test".into(),
+                at_ms: 4,
+            },
+        )
         .await
         .map_err(fail("request_cancel"))?;
     let cancelled = claim(&*store, "w3", 4, 10).await?;
@@ -259,10 +276,18 @@ pub(super) async fn an_ended_run_leaves_the_index_and_the_counts(h: &dyn Harness
         || format!("counts after admissions: {counts:?}"),
     )?;
     let lease = claim(&*store, "w", 0, 1).await?;
-    let mut running = store.get_run(&lease[0].run_id).await.map_err(fail("get_run"))?;
+    let mut running = store
+        .get_run(&lease[0].run_id)
+        .await
+        .map_err(fail("get_run"))?;
     running.status = RunStatus::Running;
     store
-        .append(&lease[0].run_id, &[timer_entry(1, 0)], Some(&running), Some(&lease[0]))
+        .append(
+            &lease[0].run_id,
+            &[timer_entry(1, 0)],
+            Some(&running),
+            Some(&lease[0]),
+        )
         .await
         .map_err(fail("append"))?;
     end(&*store, "b", 1).await.map_err(fail("end"))?;

@@ -542,7 +542,12 @@ impl RunStore for PgStore {
                      lease_expires_ms = 0, attributes = $3::text::jsonb, status = $4,
                      next_at_ms = NULL, woken = false
                  WHERE run_id = $1",
-                &[&run_id, &record, &attributes_json(run), &run.status.as_str()],
+                &[
+                    &run_id,
+                    &record,
+                    &attributes_json(run),
+                    &run.status.as_str(),
+                ],
             )
             .await
             .map_err(pg)?;
@@ -734,6 +739,24 @@ impl LeaseStore for PgStore {
             )
             .await?
             .map(|r| u(r.get(0))))
+    }
+
+    async fn held_leases(&self, now_ms: u64) -> Result<Vec<Lease>> {
+        Ok(self
+            .select(
+                "SELECT run_id, lease_owner, lease_epoch, lease_expires_ms FROM runs
+                 WHERE lease_owner <> '' AND live AND lease_expires_ms > $1",
+                &[&i(now_ms)],
+            )
+            .await?
+            .iter()
+            .map(|r| Lease {
+                run_id: r.get::<_, String>(0).into(),
+                owner: r.get(1),
+                epoch: u(r.get(2)),
+                expires_at_ms: u(r.get(3)),
+            })
+            .collect())
     }
 }
 

@@ -292,8 +292,7 @@ async fn fill_due_times(tx: &tokio_postgres::Transaction<'_>, schema: &str) -> R
         .query(&format!("SELECT record FROM {schema}.runs WHERE live"), &[])
         .await
         .map_err(pg)?;
-    let update =
-        format!("UPDATE {schema}.runs SET status = $2, next_at_ms = $3 WHERE run_id = $1");
+    let update = format!("UPDATE {schema}.runs SET status = $2, next_at_ms = $3 WHERE run_id = $1");
     for row in rows {
         let run: keel_core::RunRecord = keel_core::codec::decode(row.get(0), "run record")?;
         let next_at = keel_core::due::next_at(&run).map(super::i);

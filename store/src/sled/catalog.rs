@@ -18,13 +18,8 @@ impl WorkerStore for SledStore {
 
     async fn list_workers(&self, now_ms: u64) -> Result<Vec<(WorkerRecord, usize)>> {
         let mut held: std::collections::HashMap<String, usize> = Default::default();
-        // Only the runs whose lease has an owner are read.
-        for id in self.inner.held.iter().keys() {
-            let id = String::from_utf8_lossy(&id.map_err(backend)?).into_owned();
-            let lease = self.driving_of(&id)?;
-            if !lease.owner.is_empty() && lease.expires_at_ms > now_ms {
-                *held.entry(lease.owner).or_default() += 1;
-            }
+        for lease in crate::LeaseStore::held_leases(self, now_ms).await? {
+            *held.entry(lease.owner).or_default() += 1;
         }
         self.inner
             .workers

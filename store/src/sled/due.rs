@@ -139,8 +139,7 @@ impl DueTx<'_> {
             true => self.held.remove(run_id.as_bytes())?,
             false => self.held.insert(run_id.as_bytes(), &[])?,
         };
-        self.leases
-            .insert(run_id.as_bytes(), codec::encode(&new))?;
+        self.leases.insert(run_id.as_bytes(), codec::encode(&new))?;
         Ok(new)
     }
 }
@@ -232,17 +231,18 @@ impl SledStore {
     pub(super) fn run_tx<T>(&self, body: impl Fn(&RunTx<'_>) -> TxResult<T>) -> Result<T> {
         let i = &self.inner;
         let trees = (&i.runs, &i.live, &i.counts, &i.leases, &i.due, &i.held);
-        Ok(trees.transaction(|(runs, live, counts, leases, due, held)| {
-            body(&run_tx_of(runs, live, counts, leases, due, held))
-        })?)
+        Ok(
+            trees.transaction(|(runs, live, counts, leases, due, held)| {
+                body(&run_tx_of(runs, live, counts, leases, due, held))
+            })?,
+        )
     }
 
     /// Runs `body` in a transaction over the trees of [`DueTx`].
     pub(super) fn due_tx<T>(&self, body: impl Fn(&DueTx<'_>) -> TxResult<T>) -> Result<T> {
         let i = &self.inner;
-        Ok((&i.leases, &i.due, &i.held).transaction(|(leases, due, held)| {
-            body(&DueTx { leases, due, held })
-        })?)
+        Ok((&i.leases, &i.due, &i.held)
+            .transaction(|(leases, due, held)| body(&DueTx { leases, due, held }))?)
     }
 
     /// Writes a run's record (with its index, counts and due time).
@@ -394,6 +394,23 @@ impl LeaseStore for SledStore {
     async fn next_due(&self) -> Result<Option<u64>> {
         let first = self.inner.due.first().map_err(backend)?;
         Ok(first.and_then(|(key, _)| due::parse_index_key(&key).map(|(at, _)| at)))
+    }
+
+    async fn held_leases(&self, now_ms: u64) -> Result<Vec<Lease>> {
+        let mut held = Vec::new();
+        for id in self.inner.held.iter().keys() {
+            let id = String::from_utf8_lossy(&id.map_err(backend)?).into_owned();
+            let driving = self.driving_of(&id)?;
+            let live = self
+                .inner
+                .live
+                .contains_key(id.as_bytes())
+                .map_err(backend)?;
+            if live && !driving.owner.is_empty() && driving.expires_at_ms > now_ms {
+                held.push(driving.lease(&id));
+            }
+        }
+        Ok(held)
     }
 }
 

@@ -22,7 +22,14 @@ impl HookStore for SledStore {
         self.room()?;
         let i = &self.inner;
         let trees = (
-            &i.hooks, &i.run_hooks, &i.claims, &i.runs, &i.live, &i.counts, &i.leases, &i.due,
+            &i.hooks,
+            &i.run_hooks,
+            &i.claims,
+            &i.runs,
+            &i.live,
+            &i.counts,
+            &i.leases,
+            &i.due,
             &i.held,
         );
         let registered = trees.transaction(|trees| {

@@ -186,8 +186,8 @@ impl RunStore for SledStore {
             .map(|(stream, origin, body, at)| (stream, origin, Some(body), at))
             .collect();
         let trees = (
-            &i.runs, &i.live, &i.journal, &i.created, &i.streams, &i.chunks, &i.counts,
-            &i.leases, &i.due, &i.held,
+            &i.runs, &i.live, &i.journal, &i.created, &i.streams, &i.chunks, &i.counts, &i.leases,
+            &i.due, &i.held,
         );
         trees.transaction(
             |(runs, live, journal, created, streams, chunks, counts, leases, due, held)| {
@@ -293,8 +293,9 @@ impl RunStore for SledStore {
             let (hooks, journal, slots, index, groups, failed, streams, chunks) = (
                 &trees.1, &trees.3, &trees.4, &trees.5, &trees.6, &trees.7, &trees.8, &trees.9,
             );
-            let record_tx =
-                run_tx_of(&trees.0, &trees.2, &trees.10, &trees.11, &trees.12, &trees.13);
+            let record_tx = run_tx_of(
+                &trees.0, &trees.2, &trees.10, &trees.11, &trees.12, &trees.13,
+            );
             {
                 for token in &tokens {
                     let Some(mut hook) = read_hook(hooks, token)? else {
