@@ -933,18 +933,11 @@ fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
         );
         std::thread::yield_now();
     }
-    // A run that sleeps 30 s in memory: the forwarded start waits for it.
+    // A run that computes for seconds: the forwarded start waits for it.
     let start = Command::new(env!("CARGO_BIN_EXE_keel"))
         .arg("--db")
         .arg(db.path())
-        .args([
-            "--json",
-            "start",
-            keel_tests::TESTBED,
-            "sleeper",
-            "--input",
-            "30000",
-        ])
+        .args(["--json", "start", keel_tests::TESTBED, "spin"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -970,7 +963,87 @@ fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
     // The store is free again: the run named is there.
     let (out, run) = keel(db.path(), &["runs", "get", &run_id]);
     assert!(out.status.success(), "{run}");
-    assert_eq!(run["workflow"], "sleeper");
+    assert_eq!(run["workflow"], "spin");
+}
+
+/// Starts `keel --db DB worker` and waits until it answers on its socket.
+fn socket_worker(db: &std::path::Path) -> Worker {
+    let worker = Worker(
+        Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("--db")
+            .arg(db)
+            .arg("worker")
+            .env("KEEL_LOG", "error")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let socket = db.join("control/control.sock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never listened"
+        );
+        std::thread::yield_now();
+    }
+    worker
+}
+
+#[test]
+fn a_woken_run_whose_worker_dies_before_writing_is_driven_after_a_restart() {
+    let db = tempfile::tempdir().unwrap();
+    let mut worker = socket_worker(db.path());
+    let start = [
+        "start",
+        keel_tests::TESTBED,
+        "hook_then_compute",
+        "--input",
+        r#""rounds""#,
+    ];
+    let (out, run) = keel(db.path(), &start);
+    assert!(out.status.success(), "{run}");
+    assert_eq!(run["status"], "waiting", "{run}");
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    // A payload after which the run computes for seconds before it writes
+    // again; the resume waits on the worker, which dies meanwhile.
+    let resume = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["--json", "hooks", "resume", "rounds", "--payload", "1500000000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never took the woken run"
+        );
+        let (_, workers) = keel(db.path(), &["workers", "list"]);
+        if workers[0]["runs_held"] == 1 {
+            break;
+        }
+    }
+    let (_, shown) = keel(db.path(), &["runs", "show", &run_id]);
+    let before = shown["journal"].as_array().unwrap().len();
+    worker.0.kill().unwrap();
+    worker.0.wait().unwrap();
+    drop(resume);
+    // The payload was acknowledged to the store; the run took it in memory
+    // only. A worker started after finds the run due and drives it.
+    let (out, summary) = keel(db.path(), &["worker", "--until-idle"]);
+    assert!(out.status.success(), "{summary}");
+    let (_, run) = keel(db.path(), &["runs", "get", &run_id]);
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], 1500000000u64, "{run}");
+    let (_, shown) = keel(db.path(), &["runs", "show", &run_id]);
+    let journal = shown["journal"].as_array().unwrap();
+    let received = journal.iter().filter(|e| e["kind"] == "hook_received").count();
+    assert_eq!(received, 1, "{journal:?}");
+    assert!(journal.len() > before, "the dead worker wrote its end: {journal:?}");
 }
 
 /// The crash points of a crashtest report where recovery broke something.

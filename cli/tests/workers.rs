@@ -308,6 +308,69 @@ async fn a_payload_resumed_in_one_process_wakes_a_run_another_drives() {
     assert!(took < Duration::from_secs(10), "the wake took {took:?}");
 }
 
+/// A payload acknowledged to a waiting run whose driving worker is killed
+/// before its activation writes anything: the dead worker took the run's
+/// wake with its lease, and another worker takes the run over when that
+/// lease expires.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_woken_run_whose_worker_dies_before_writing_is_taken_over() {
+    use keel_host::store::LeaseStore;
+    let schema = schema("woken");
+    let keel = engine(&schema).await;
+    let testbed = keel.load(keel_tests::TESTBED).await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let mut first = worker(&schema, &logs.path().join("first.log"));
+    let run = keel
+        .start(&testbed, "hook_then_compute", r#""rounds""#)
+        .await
+        .unwrap();
+    let mut options = PgOptions::new(url());
+    options.schema = schema.clone();
+    let store = PgStore::open(options).await.unwrap();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The worker drives it to its wait on the hook and lets it go.
+    loop {
+        let got = keel.get_run(&run.run_id).await.unwrap();
+        let held = store.held_leases(now()).await.unwrap();
+        if got.status == RunStatus::Waiting && held.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run never waited: {got:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = keel.journal(&run.run_id).await.unwrap().len();
+    // A payload after which the run computes for seconds before it writes.
+    keel.resume_hook("rounds", "1500000000").await.unwrap();
+    while store.held_leases(now()).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the worker never took the run");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let killed = Instant::now();
+    let after = keel.journal(&run.run_id).await.unwrap().len();
+    assert_eq!(after, before, "the killed worker wrote before it died");
+    let _second = worker(&schema, &logs.path().join("second.log"));
+    let ended = ended(&keel, &run.run_id).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:?}");
+    assert_eq!(ended.output.as_deref(), Some("1500000000"));
+    // The lease (2 s), then the computation again.
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(30), "the takeover took {took:?}");
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    let received = journal
+        .iter()
+        .filter(|e| matches!(e.fact, Fact::HookReceived { .. }))
+        .count();
+    assert_eq!(received, 1, "{journal:?}");
+}
+
 /// Starts `crashable` (three probes; the second hangs on its first attempt)
 /// under `worker`, and waits until the hanging attempt has reported in.
 async fn crashable_in_flight(schema: &str, api: &PaymentApi) -> String {

@@ -878,6 +878,20 @@ async fn replier(token: String) -> Result<u32, Error> {
     }
 }
 
+/// Waits for a count on hook `token`, then computes that many rounds
+/// before it writes anything: a worker killed while it computes has taken
+/// the payload's wake and written nothing since.
+#[workflow]
+async fn hook_then_compute(token: String) -> Result<u64, Error> {
+    let rounds = keel_sdk::create_hook::<u64>(token)?.next().await?;
+    let mut x: u64 = 0;
+    for i in 0..rounds {
+        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+    }
+    std::hint::black_box(x);
+    Ok(rounds)
+}
+
 /// A text that is not blank: its schema is a string's, but it refuses to
 /// decode from a blank one, so a payload can fit the hook's schema and
 /// still be refused by the run.
