@@ -152,6 +152,7 @@ pub enum Request {
         token: String,
     },
     ListHooks,
+    ListWorkers,
     GetRun {
         run_id: String,
     },
@@ -304,6 +305,7 @@ pub enum Reply {
     Run(RunRecord),
     Hook(HookRecord),
     Hooks(Vec<HookRecord>),
+    Workers(Vec<keel_server::wire::WorkerView>),
     /// A page of runs, with the cursor of the next page if there is one.
     Runs {
         runs: Vec<RunRecord>,
@@ -554,6 +556,9 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         }
         Request::GetHook { token } => Reply::Hook(keel.get_hook(&token).await?),
         Request::ListHooks => Reply::Hooks(keel.list_hooks().await?),
+        Request::ListWorkers => {
+            Reply::Workers(keel.workers().await?.into_iter().map(Into::into).collect())
+        }
         Request::GetRun { run_id } => Reply::Run(keel.get_run(&run_id).await?),
         Request::Cancel {
             run_id,

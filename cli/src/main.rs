@@ -317,10 +317,11 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve { http, serving } => serve(&cli, false, Some((*http, serving))).await,
         Command::Workers {
             command: WorkersCommand::List,
-        } => {
-            print::workers(&local(&cli).await?.workers().await?, json);
-            Ok(ExitCode::SUCCESS)
-        }
+        } => Ok(print::print_reply(
+            &cli.command,
+            submit(&cli, Request::ListWorkers).await?,
+            json,
+        )),
         Command::Inspect { component } => {
             let view = match Path::new(component).is_file() || component.ends_with(".wasm") {
                 // A file is read offline: no store, so it works while a

@@ -181,6 +181,10 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Reply::Workers(list) => {
+            workers(&list, json);
+            ExitCode::SUCCESS
+        }
         Reply::Hooks(hooks) => {
             if json {
                 println!("{}", Value::Array(hooks.iter().map(hook_json).collect()));
@@ -934,20 +938,19 @@ pub fn inspect(component: &keel_server::wire::ComponentView, json: bool) {
 }
 
 /// `keel workers list`.
-pub fn workers(workers: &[keel_host::WorkerState], json: bool) {
+pub fn workers(workers: &[keel_server::wire::WorkerView], json: bool) {
     if json {
         let list: Vec<Value> = workers
             .iter()
-            .map(|w| {
-                let r = &w.record;
+            .map(|r| {
                 json!({
                     "worker_id": r.worker_id,
                     "host": r.host,
                     "pid": r.pid,
                     "started_at_ms": r.started_at_ms,
                     "heartbeat_at_ms": r.heartbeat_at_ms,
-                    "runs_held": w.runs,
-                    "gone": w.gone,
+                    "runs_held": r.runs,
+                    "gone": r.gone,
                 })
             })
             .collect();
@@ -955,8 +958,8 @@ pub fn workers(workers: &[keel_host::WorkerState], json: bool) {
         return;
     }
     let now = now_ms();
-    for w in workers {
-        let r = &w.record;
+    for r in workers {
+        let w = r;
         println!(
             "{:<40} host {:<16} pid {:<8} heartbeat {:.1} s ago  runs held {}{}",
             r.worker_id,

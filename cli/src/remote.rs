@@ -362,6 +362,11 @@ impl Client {
                     .await?
                     .into(),
             ),
+            Request::ListWorkers => Reply::Workers(
+                self.get::<keel_server::wire::WorkerList>(&["v1", "workers"], &[])
+                    .await?
+                    .workers,
+            ),
             Request::ListHooks => Reply::Hooks(
                 self.get::<HookList>(&["v1", "hooks"], &[])
                     .await?

@@ -1011,7 +1011,14 @@ fn a_woken_run_whose_worker_dies_before_writing_is_driven_after_a_restart() {
     let resume = Command::new(env!("CARGO_BIN_EXE_keel"))
         .arg("--db")
         .arg(db.path())
-        .args(["--json", "hooks", "resume", "rounds", "--payload", "1500000000"])
+        .args([
+            "--json",
+            "hooks",
+            "resume",
+            "rounds",
+            "--payload",
+            "1500000000",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -1041,9 +1048,15 @@ fn a_woken_run_whose_worker_dies_before_writing_is_driven_after_a_restart() {
     assert_eq!(run["output"], 1500000000u64, "{run}");
     let (_, shown) = keel(db.path(), &["runs", "show", &run_id]);
     let journal = shown["journal"].as_array().unwrap();
-    let received = journal.iter().filter(|e| e["kind"] == "hook_received").count();
+    let received = journal
+        .iter()
+        .filter(|e| e["kind"] == "hook_received")
+        .count();
     assert_eq!(received, 1, "{journal:?}");
-    assert!(journal.len() > before, "the dead worker wrote its end: {journal:?}");
+    assert!(
+        journal.len() > before,
+        "the dead worker wrote its end: {journal:?}"
+    );
 }
 
 /// The crash points of a crashtest report where recovery broke something.

@@ -60,7 +60,13 @@ pub struct Metrics {
     purged: Counter,
     purged_bytes: Counter,
     stored: Family<StoredLabel, Gauge>,
+    /// The workflows with a concurrency group, and when they were read.
+    limited: tokio::sync::Mutex<Option<(std::time::Instant, Vec<String>)>>,
 }
+
+/// How long the names of the workflows with a concurrency group are
+/// trusted before they are read again.
+const LIMITED_FOR: Duration = Duration::from_secs(60);
 
 /// What a `keel_store` gauge counts (`runs`, `journal_entries`, ...), with
 /// the runs' status.
@@ -157,7 +163,7 @@ impl Default for Metrics {
         let stored = Family::<StoredLabel, Gauge>::default();
         registry.register(
             "store",
-            "What the store holds, as last counted (every few minutes by a worker, and by every `store stats`): runs by status, journal entries and bytes, hooks, payloads and their bytes, events, components and their bytes, size on disk",
+            "What the store holds, as last counted by `keel store stats` (an operator's command: the count reads every record): runs by status, journal entries and bytes, hooks, payloads and their bytes, events, components and their bytes, size on disk",
             stored.clone(),
         );
         Metrics {
@@ -177,12 +183,16 @@ impl Default for Metrics {
             start_wait,
             queued,
             in_progress,
+            limited: Default::default(),
         }
     }
 }
 
 impl Metrics {
-    /// The metrics in the Prometheus text format, with gauges read now.
+    /// The metrics in the Prometheus text format, with gauges read now:
+    /// from counts the store keeps and the names of the workflows with a
+    /// concurrency group (looked up at most once a minute), never by
+    /// reading runs.
     pub async fn render(&self, keel: &Keel) -> keel_host::Result<String> {
         self.active.set(keel.active_runs() as i64);
         let live = keel.live_counts().await?;
@@ -193,31 +203,44 @@ impl Metrics {
             RunStatus::Waiting,
             RunStatus::Queued,
         ] {
-            let count = live.get(&status).copied().unwrap_or(0);
             self.live
                 .get_or_create(&StatusLabel {
                     status: status.as_str().into(),
                 })
-                .set(count as i64);
+                .set(live.in_status(status) as i64);
         }
-        let mut by_workflow: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-        for row in keel.limits().await? {
-            let counts = by_workflow.entry(row.workflow).or_default();
-            counts.0 += row.queued;
-            counts.1 += row.in_progress;
-        }
-        for (workflow, (queued, in_progress)) in by_workflow {
-            let label = WorkflowLabel { workflow };
-            self.queued.get_or_create(&label).set(queued as i64);
-            self.in_progress
-                .get_or_create(&label)
-                .set(in_progress as i64);
+        for workflow in self.limited_workflows(keel).await? {
+            let label = WorkflowLabel {
+                workflow: workflow.clone(),
+            };
+            let of = |status| live.of(&workflow, status) as i64;
+            self.queued.get_or_create(&label).set(of(RunStatus::Queued));
+            // A live run of a limited workflow holds its slot from its
+            // start (or, delayed, from when it comes due) to its end.
+            let holding = of(RunStatus::Pending) + of(RunStatus::Running) + of(RunStatus::Waiting);
+            self.in_progress.get_or_create(&label).set(holding);
         }
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         prometheus_client::encoding::text::encode(&mut out, &registry)
             .expect("writing to a String never fails");
         Ok(out)
+    }
+}
+
+impl Metrics {
+    /// The workflows with a concurrency group, read at most every
+    /// [`LIMITED_FOR`].
+    async fn limited_workflows(&self, keel: &Keel) -> keel_host::Result<Vec<String>> {
+        let mut cached = self.limited.lock().await;
+        if let Some((at, workflows)) = &*cached
+            && at.elapsed() < LIMITED_FOR
+        {
+            return Ok(workflows.clone());
+        }
+        let workflows = keel.limited_workflows().await?;
+        *cached = Some((std::time::Instant::now(), workflows.clone()));
+        Ok(workflows)
     }
 }
 

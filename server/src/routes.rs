@@ -1209,15 +1209,7 @@ pub async fn workers(State(s): State<AppState>) -> ApiResult<Json<WorkerList>> {
         .workers()
         .await?
         .into_iter()
-        .map(|w| WorkerView {
-            worker_id: w.record.worker_id,
-            host: w.record.host,
-            pid: w.record.pid,
-            started_at_ms: w.record.started_at_ms,
-            heartbeat_at_ms: w.record.heartbeat_at_ms,
-            runs: w.runs,
-            gone: w.gone,
-        })
+        .map(Into::into)
         .collect();
     Ok(Json(WorkerList { workers }))
 }

@@ -601,6 +601,20 @@ pub struct WorkerView {
     pub gone: bool,
 }
 
+impl From<keel_host::WorkerState> for WorkerView {
+    fn from(w: keel_host::WorkerState) -> Self {
+        WorkerView {
+            worker_id: w.record.worker_id,
+            host: w.record.host,
+            pid: w.record.pid,
+            started_at_ms: w.record.started_at_ms,
+            heartbeat_at_ms: w.record.heartbeat_at_ms,
+            runs: w.runs,
+            gone: w.gone,
+        }
+    }
+}
+
 /// The workers sharing the store.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct WorkerList {

@@ -587,6 +587,9 @@ impl<S: Store + ?Sized> FlowStore for FaultyStore<S> {
     async fn limit_rows(&self) -> Result<Vec<LimitRow>> {
         self.inner.limit_rows().await
     }
+    async fn limited_workflows(&self) -> Result<Vec<String>> {
+        self.inner.limited_workflows().await
+    }
 }
 
 #[async_trait]

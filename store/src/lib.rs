@@ -126,8 +126,40 @@ pub struct Resumed {
     pub duplicate: bool,
 }
 
-/// How many live runs a store holds in each live status.
-pub type LiveCounts = std::collections::BTreeMap<keel_core::RunStatus, u64>;
+/// How many live runs a store holds, by workflow and live status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveCounts(pub std::collections::BTreeMap<(String, keel_core::RunStatus), u64>);
+
+impl LiveCounts {
+    /// Adds `n` runs of `workflow` in `status`.
+    pub fn add(&mut self, workflow: &str, status: keel_core::RunStatus, n: u64) {
+        if n > 0 {
+            *self.0.entry((workflow.into(), status)).or_default() += n;
+        }
+    }
+
+    /// The live runs of `workflow` in `status`.
+    pub fn of(&self, workflow: &str, status: keel_core::RunStatus) -> u64 {
+        self.0
+            .get(&(workflow.to_string(), status))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The live runs in `status`, of every workflow.
+    pub fn in_status(&self, status: keel_core::RunStatus) -> u64 {
+        self.0
+            .iter()
+            .filter(|((_, s), _)| *s == status)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The workflows that have live runs.
+    pub fn workflows(&self) -> std::collections::BTreeSet<&str> {
+        self.0.keys().map(|(w, _)| w.as_str()).collect()
+    }
+}
 
 /// A worker's exclusive right to drive a run until `expires_at_ms`. Every
 /// take of a run's lease increments its epoch; writes fenced by a lease are
@@ -217,9 +249,8 @@ pub trait RunStore: Send + Sync {
     /// operator's explicit command, never for a path that repeats.
     async fn live_runs(&self) -> Result<Vec<RunRecord>>;
 
-    /// How many live runs the store holds in each live status (a status
-    /// with none may be left out): counts the store keeps with every status
-    /// change, read without reading runs.
+    /// How many live runs the store holds, by workflow and live status: counts
+    /// the store keeps with every status change, read without reading runs.
     async fn live_counts(&self) -> Result<LiveCounts>;
 
     /// Ends a run: stores its final record, ends its hooks (a hook with
@@ -266,9 +297,9 @@ pub trait LeaseStore: Send + Sync {
 
     /// Gives a lease up so another worker may take the run at once; a lease
     /// already lost is left alone. The run is then due as its record says
-    /// (`keel_core::due::next_at`), at once if something woke it while the
-    /// lease was held, and no later than `again_at_ms` if given (a drive
-    /// that failed for a reason outside the run, tried again then).
+    /// (`keel_core::due::next_at`), or at `again_at_ms` if given instead (a
+    /// drive that failed for a reason outside the run, tried again then),
+    /// and at once if something woke it while the lease was held.
     async fn release_lease(&self, lease: &Lease, again_at_ms: Option<u64>) -> Result<()>;
 
     /// Takes, for `owner` until `now_ms + ttl_ms`, the leases of up to
@@ -382,6 +413,9 @@ pub trait HookStore: Send + Sync {
 
     /// Deletes hooks whose run ended and whose retention has passed;
     /// returns how many. Each is deleted only if unchanged since read.
+    /// The worker calls it every second: its cost is bounded by what it
+    /// deletes (an index of expiries), or by a fixed number of records
+    /// examined per call, going on from where the last call stopped.
     async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize>;
 }
 
@@ -448,6 +482,9 @@ pub trait IntegrationStore: Send + Sync {
     ) -> Result<bool>;
 
     /// Forgets the signatures remembered until before `now_ms`; how many.
+    /// The worker calls it every second: its cost is bounded by what it
+    /// deletes (an index of expiries), or by a fixed number of records
+    /// examined per call, going on from where the last call stopped.
     async fn purge_expired_signatures(&self, now_ms: u64) -> Result<u64>;
 }
 
@@ -512,7 +549,12 @@ pub trait FlowStore: Send + Sync {
     ) -> Result<Vec<RunId>>;
 
     /// Every group and every override (`keel_core::flow::limit_rows`).
+    /// Reads every slot: for an operator's explicit command.
     async fn limit_rows(&self) -> Result<Vec<LimitRow>>;
+
+    /// The workflows that have a concurrency group (one read per group,
+    /// none per run).
+    async fn limited_workflows(&self) -> Result<Vec<String>>;
 }
 
 /// Step rate and concurrency limits: one sliding window of grants per
@@ -596,6 +638,9 @@ pub trait KeyStore: Send + Sync {
     async fn key_hold(&self, workflow: &str, key: &str) -> Result<Option<KeyHold>>;
 
     /// Deletes the keys whose window has passed; returns how many.
+    /// The worker calls it every second: its cost is bounded by what it
+    /// deletes (an index of expiries), or by a fixed number of records
+    /// examined per call, going on from where the last call stopped.
     async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize>;
 }
 

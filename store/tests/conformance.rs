@@ -289,7 +289,9 @@ mod postgres {
                  DROP INDEX {schema}.runs_held;
                  ALTER TABLE {schema}.runs DROP COLUMN due_at_ms;
                  ALTER TABLE {schema}.runs DROP COLUMN status, DROP COLUMN next_at_ms,
-                     DROP COLUMN woken;
+                     DROP COLUMN woken, DROP COLUMN workflow;
+                 DROP INDEX {schema}.keys_expiry;
+                 DROP INDEX {schema}.hooks_retired;
                  CREATE TABLE {schema}.wakeups (run_id text PRIMARY KEY);
                  INSERT INTO {schema}.wakeups VALUES ('woken');
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"
@@ -360,8 +362,8 @@ mod postgres {
         use keel_store::LeaseStore;
         let counts = store.live_counts().await.unwrap();
         assert_eq!(
-            counts.get(&keel_core::RunStatus::Waiting),
-            Some(&2),
+            counts.of("w", keel_core::RunStatus::Waiting),
+            2,
             "{counts:?}"
         );
         let due = store.claim_due("w", 1_000, 0, 10).await.unwrap();

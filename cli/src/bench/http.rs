@@ -38,9 +38,11 @@ impl Drop for Server {
 /// A `keel serve` on a store of its own, named `label` in this run; with
 /// `otlp`, exporting its traces there.
 fn start(label: &str, otlp: Option<&str>) -> anyhow::Result<Server> {
-    let dir =
-        std::env::temp_dir().join(format!("keel-bench-http-{}-{label}", std::process::id(),));
-    let mut server = serve(&[std::ffi::OsString::from("--db"), dir.clone().into()], otlp)?;
+    let dir = std::env::temp_dir().join(format!("keel-bench-http-{}-{label}", std::process::id(),));
+    let mut server = serve(
+        &[std::ffi::OsString::from("--db"), dir.clone().into()],
+        otlp,
+    )?;
     server.dir = Some(dir);
     Ok(server)
 }
@@ -99,10 +101,7 @@ pub(super) async fn w10(client: &reqwest::Client, url: &str) -> anyhow::Result<(
 /// `streamer` started over HTTP and its stream followed as server-sent
 /// events to the close, as a browser's `EventSource` does: the time
 /// from the start request to the last event.
-async fn stream_read(
-    client: &reqwest::Client,
-    url: &str,
-) -> anyhow::Result<std::time::Duration> {
+async fn stream_read(client: &reqwest::Client, url: &str) -> anyhow::Result<std::time::Duration> {
     use futures::StreamExt;
     let chunks = super::STREAM_CHUNKS;
     let t = Instant::now();
@@ -304,11 +303,7 @@ pub(super) async fn latencies(
 /// process that takes and drops them) against the one at `plain` that
 /// does not, measured in alternating rounds (so neither gains from
 /// going second): the medians of each.
-async fn traced_beside(
-    client: &reqwest::Client,
-    args: &Args,
-    plain: &str,
-) -> anyhow::Result<()> {
+async fn traced_beside(client: &reqwest::Client, args: &Args, plain: &str) -> anyhow::Result<()> {
     const ROUNDS: usize = 9;
     let (collector, exports) = collector().await?;
     let server = start("traced", Some(&collector))?;
@@ -342,8 +337,7 @@ async fn traced_beside(
 
 /// An OTLP collector on a loopback port that answers every export
 /// with 200 and counts them.
-async fn collector() -> anyhow::Result<(String, std::sync::Arc<std::sync::atomic::AtomicUsize>)>
-{
+async fn collector() -> anyhow::Result<(String, std::sync::Arc<std::sync::atomic::AtomicUsize>)> {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
@@ -364,9 +358,7 @@ async fn collector() -> anyhow::Result<(String, std::sync::Arc<std::sync::atomic
                         if line == "\r\n" {
                             break;
                         }
-                        if let Some(v) =
-                            line.to_ascii_lowercase().strip_prefix("content-length:")
-                        {
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
                             length = v.trim().parse().unwrap_or(0);
                         }
                     }

@@ -758,5 +758,3 @@ async fn parked(keel: &Keel, loaded: &Arc<Loaded>, count: usize) -> anyhow::Resu
     );
     Ok(())
 }
-
-

@@ -93,11 +93,8 @@ struct Row {
 }
 
 pub(super) async fn figures(args: &Args) -> anyhow::Result<()> {
-    let mut targets: Vec<(Target, usize)> = args
-        .parked
-        .iter()
-        .map(|&n| (Target::sled(n), n))
-        .collect();
+    let mut targets: Vec<(Target, usize)> =
+        args.parked.iter().map(|&n| (Target::sled(n), n)).collect();
     if let Some(url) = &args.postgres {
         targets.extend(
             args.parked_postgres
@@ -197,7 +194,9 @@ async fn start_many(
                     return anyhow::Ok(started);
                 }
                 let body = match settle {
-                    true => json!({"input": sleep_ms(i), "wait_ms": 60_000, "return_on_wait": true}),
+                    true => {
+                        json!({"input": sleep_ms(i), "wait_ms": 60_000, "return_on_wait": true})
+                    }
                     false => json!({"input": sleep_ms(i)}),
                 };
                 let run: Value = client
@@ -312,7 +311,12 @@ fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     // the 14th and 15th of the line.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let total = ticks(11) + ticks(12);

@@ -996,6 +996,7 @@ keel_sdk::component!(
         streamer,
         step_stream,
         replier,
+        hook_then_compute,
     ],
     steps = [
         tokens,

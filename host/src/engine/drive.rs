@@ -24,15 +24,24 @@ use crate::{Error, Result};
 pub enum Until {
     /// The run has ended.
     Ended,
-    /// The run has ended, or it waits (a timer, a hook, another run, its
-    /// start time, a concurrency slot), however its instance is kept.
+    /// The run has ended, or it waits (on a hook, another run, its start
+    /// time, a concurrency slot, or a timer not due within
+    /// [`SHORT_WAIT`]), however its instance is kept.
     Settled,
 }
 
+/// A run waiting on a timer due within this has not settled: it is about
+/// to go on.
+pub const SHORT_WAIT: Duration = Duration::from_secs(1);
+
 impl Until {
-    /// Whether a run of `status` has reached this.
-    pub fn reached(self, status: RunStatus) -> bool {
-        status.is_final() || (self == Until::Settled && status.waits())
+    /// Whether `run` has reached this at `now_ms`.
+    pub fn reached(self, run: &RunRecord, now_ms: u64) -> bool {
+        let soon = now_ms.saturating_add(SHORT_WAIT.as_millis() as u64);
+        run.status.is_final()
+            || (self == Until::Settled
+                && run.status.waits()
+                && run.wake_at_ms.is_none_or(|at| at > soon))
     }
 }
 
@@ -386,7 +395,7 @@ impl Keel {
         if !wait || run.status.is_final() {
             return Ok(run);
         }
-        self.until(run_id, Until::Ended, None, true).await
+        self.until(run_id, Until::Ended, None, true, None).await
     }
 
     /// A run's record once it has ended, or as it is when `timeout`
@@ -394,7 +403,7 @@ impl Keel {
     /// does.
     pub async fn wait_for_end(&self, run_id: &str, timeout: Duration) -> Result<RunRecord> {
         let deadline = tokio::time::Instant::now() + timeout;
-        self.until(run_id, Until::Ended, Some(deadline), false)
+        self.until(run_id, Until::Ended, Some(deadline), false, None)
             .await
     }
 
@@ -416,12 +425,15 @@ impl Keel {
             tokio::spawn(async move { keel.drive_acknowledged(&run_id).await })
         };
         let deadline = tokio::time::Instant::now().checked_add(timeout);
-        let waited = self.until(run_id, until, deadline, false);
+        // The record as acknowledged: a run that waited then has not
+        // settled again until its record changes (or the drive ends).
+        let before = self.get_run(run_id).await?;
+        let waited = self.until(run_id, until, deadline, false, Some(before));
         tokio::pin!(waited);
         tokio::select! {
             waited = &mut waited => waited,
             driven = drive => match driven {
-                Ok(Ok(run)) if until.reached(run.status) => Ok(run),
+                Ok(Ok(run)) if until.reached(&run, self.now_ms()) => Ok(run),
                 Ok(Ok(_)) => waited.await,
                 Ok(Err(e)) => Err(e),
                 Err(join) => Err(Error::DriveInterrupted {
@@ -433,17 +445,19 @@ impl Keel {
     }
 
     /// The one wait for a run: returns its record once it has reached
-    /// `until` or `deadline` has passed. With `drive`, this process drives
-    /// the run whenever it is due (its timer fired, a payload came), so no
-    /// worker is needed. Woken at once by an end, a payload or a run
-    /// settling in this process, by the run's timer, and every second for
-    /// what other processes do.
+    /// `until` or `deadline` has passed; a record equal to `since` reaches
+    /// nothing but an end (the run has yet to move on from it). With
+    /// `drive`, this process drives the run whenever it is due (its timer
+    /// fired, a payload came), so no worker is needed. Woken at once by an
+    /// end, a payload or a run settling in this process, by the run's
+    /// timer, and every second for what other processes do.
     async fn until(
         &self,
         run_id: &str,
         until: Until,
         deadline: Option<tokio::time::Instant>,
         drive: bool,
+        since: Option<RunRecord>,
     ) -> Result<RunRecord> {
         let mut just_drove = false;
         loop {
@@ -453,7 +467,8 @@ impl Keel {
             progress.as_mut().enable();
             let run = self.get_run(run_id).await?;
             let now = tokio::time::Instant::now();
-            if until.reached(run.status) || deadline.is_some_and(|d| now >= d) {
+            let moved = run.status.is_final() || since.as_ref() != Some(&run);
+            if (moved && until.reached(&run, self.now_ms())) || deadline.is_some_and(|d| now >= d) {
                 return Ok(run);
             }
             // A drive that could not move the run on (another process

@@ -18,6 +18,11 @@ impl Keel {
         Ok(self.store().limit_rows().await?)
     }
 
+    /// The workflows that have a concurrency group.
+    pub async fn limited_workflows(&self) -> Result<Vec<String>> {
+        Ok(self.store().limited_workflows().await?)
+    }
+
     /// Overrides the declared concurrency limit of `workflow`, for every
     /// key or (with `key`) one key value; 0 pauses it (new runs queue, none
     /// starts). A higher limit starts queued runs at once; they are

@@ -76,8 +76,6 @@ pub(crate) struct Inner {
     /// The worker's purge of ended runs in progress, and when the last
     /// one started.
     purging: Mutex<(Option<JoinHandle<()>>, u64)>,
-    /// When the worker last counted the store for its metrics.
-    last_stats_ms: Mutex<u64>,
     /// The bulk jobs this process is carrying out.
     jobs: jobs::JobsRunning,
     /// When the worker looks at the schedules next (the earliest fire it
@@ -160,7 +158,6 @@ impl Keel {
                 purge_cursor: Mutex::default(),
                 purging: Mutex::default(),
                 jobs: Mutex::default(),
-                last_stats_ms: Mutex::default(),
                 next_schedule_look_ms: Mutex::default(),
                 stopping: Default::default(),
                 deployments: Mutex::default(),

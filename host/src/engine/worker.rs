@@ -16,10 +16,6 @@ use crate::Result;
 /// milliseconds of the engine's clock.
 pub const PURGE_INTERVAL_MS: u64 = 10_000;
 
-/// How often a worker counts what the store holds for its metrics, in
-/// milliseconds of the engine's clock (a count reads every record).
-pub const STATS_INTERVAL_MS: u64 = 300_000;
-
 /// A worker is shown gone once it has not heartbeaten for this many lease
 /// times (it heartbeats every third of one).
 pub const GONE_AFTER_LEASES: u64 = 3;
@@ -192,20 +188,9 @@ impl Keel {
         }
         *last = now.max(1);
         let keel = self.clone();
-        let count = {
-            let mut counted = lock(&self.inner.last_stats_ms);
-            let due = *counted == 0 || now >= counted.saturating_add(STATS_INTERVAL_MS);
-            if due {
-                *counted = now.max(1);
-            }
-            due
-        };
         *task = Some(tokio::spawn(async move {
             if let Err(e) = keel.purge_ended(usize::MAX).await {
                 tracing::warn!("purging ended runs failed (the next pass tries again): {e}");
-            }
-            if count && let Err(e) = keel.store_stats().await {
-                tracing::warn!("counting the store failed (the next count tries again): {e}");
             }
             if let Err(e) = keel.forget_gone_workers().await {
                 tracing::warn!("forgetting gone workers failed (the next pass tries again): {e}");

@@ -444,6 +444,15 @@ impl FlowStore for PgStore {
             .await?;
         Ok(flow::limit_rows(&groups, &slots, &overrides))
     }
+
+    async fn limited_workflows(&self) -> Result<Vec<String>> {
+        Ok(self
+            .select("SELECT DISTINCT workflow FROM flow_groups ORDER BY 1", &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
 }
 
 #[async_trait]

@@ -340,6 +340,7 @@ impl RunStore for PgStore {
                         &attributes_json(run),
                         &run.status.as_str(),
                         &next_at(run),
+                        &run.workflow.as_str(),
                     ],
                 )
                 .await
@@ -404,6 +405,7 @@ impl RunStore for PgStore {
                         &attributes_json(run),
                         &run.status.as_str(),
                         &next_at(run),
+                        &run.workflow.as_str(),
                     ],
                 )
                 .await
@@ -496,16 +498,17 @@ impl RunStore for PgStore {
     }
 
     async fn live_counts(&self) -> Result<crate::LiveCounts> {
-        let mut counts = crate::LiveCounts::new();
+        let mut counts = crate::LiveCounts::default();
         for row in self
             .select(
-                "SELECT status, sum(n)::bigint FROM run_counts GROUP BY status",
+                "SELECT workflow, status, sum(n)::bigint FROM run_counts
+                 GROUP BY workflow, status",
                 &[],
             )
             .await?
         {
-            if let Some(status) = keel_core::RunStatus::parse(row.get(0)) {
-                counts.insert(status, u(row.get(1)));
+            if let Some(status) = keel_core::RunStatus::parse(row.get(1)) {
+                counts.add(row.get(0), status, u(row.get(2)));
             }
         }
         Ok(counts)
@@ -696,7 +699,7 @@ impl LeaseStore for PgStore {
     async fn release_lease(&self, lease: &Lease, again_at_ms: Option<u64>) -> Result<()> {
         self.exec(
             "UPDATE runs SET lease_owner = '', lease_expires_ms = 0,
-                 next_at_ms = LEAST(next_at_ms, $4)
+                 next_at_ms = COALESCE($4, next_at_ms)
              WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
             &[
                 &lease.run_id.as_str(),
@@ -778,10 +781,10 @@ const CLAIM_DUE: &str = "WITH due AS (
 
 /// Inserts a run's row: `$1` run ID, `$2` live, `$3` record, `$4`
 /// admission time, `$5` attributes, `$6` status, `$7` record-given due
-/// time; nothing if the run ID is taken.
-const INSERT_RUN: &str =
-    "INSERT INTO runs (run_id, live, record, created_at_ms, attributes, status, next_at_ms)
-     VALUES ($1, $2, $3, $4, $5::text::jsonb, $6, $7)
+/// time, `$8` workflow; nothing if the run ID is taken.
+const INSERT_RUN: &str = "INSERT INTO runs
+         (run_id, live, record, created_at_ms, attributes, status, next_at_ms, workflow)
+     VALUES ($1, $2, $3, $4, $5::text::jsonb, $6, $7, $8)
      ON CONFLICT (run_id) DO NOTHING";
 
 /// Marks a live run woken (due at once once no lease is held).

@@ -213,6 +213,7 @@ CREATE INDEX webhook_signatures_until ON webhook_signatures (until_ms);
     // its wake as a column instead of a row of `wakeups`.
     r#"
 ALTER TABLE runs ADD COLUMN status text NOT NULL DEFAULT '',
+    ADD COLUMN workflow text NOT NULL DEFAULT '',
     ADD COLUMN next_at_ms bigint,
     ADD COLUMN woken boolean NOT NULL DEFAULT false;
 UPDATE runs SET woken = true FROM wakeups WHERE wakeups.run_id = runs.run_id AND runs.live;
@@ -221,9 +222,10 @@ DROP TABLE wakeups;
     // The due index: a live run's due time, derived by the rule of
     // `keel_core::due::DueState::due_at` on every write of its row, and
     // indexed for the workers' claims; the leased runs, for `workers`;
-    // and counts of live runs by status, kept by a trigger in the
-    // transaction of every status change, on 64 rows a status so that
-    // concurrent changes seldom wait on one row.
+    // counts of live runs by workflow and status, kept by a trigger in the
+    // transaction of every status change, on 64 rows each so that
+    // concurrent changes seldom wait on one row; and the expiries the
+    // worker's purges of keys and retired hooks look up.
     r#"
 ALTER TABLE runs ADD COLUMN due_at_ms bigint GENERATED ALWAYS AS (
     CASE WHEN NOT live THEN NULL
@@ -233,25 +235,27 @@ ALTER TABLE runs ADD COLUMN due_at_ms bigint GENERATED ALWAYS AS (
 CREATE INDEX runs_due ON runs (due_at_ms, run_id) WHERE due_at_ms IS NOT NULL;
 CREATE INDEX runs_held ON runs (lease_owner) WHERE lease_owner <> '';
 CREATE TABLE run_counts (
+    workflow text NOT NULL,
     status text NOT NULL,
     shard integer NOT NULL,
     n bigint NOT NULL,
-    PRIMARY KEY (status, shard)
+    PRIMARY KEY (workflow, status, shard)
 );
-INSERT INTO run_counts (status, shard, n)
-    SELECT status, hashtext(run_id) & 63, count(*) FROM runs WHERE live GROUP BY 1, 2;
+INSERT INTO run_counts (workflow, status, shard, n)
+    SELECT workflow, status, hashtext(run_id) & 63, count(*) FROM runs WHERE live
+    GROUP BY 1, 2, 3;
 CREATE FUNCTION count_runs() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP <> 'INSERT' AND OLD.live THEN
-        INSERT INTO run_counts AS c (status, shard, n)
-            VALUES (OLD.status, hashtext(OLD.run_id) & 63, -1)
-            ON CONFLICT (status, shard) DO UPDATE SET n = c.n - 1;
+        INSERT INTO run_counts AS c (workflow, status, shard, n)
+            VALUES (OLD.workflow, OLD.status, hashtext(OLD.run_id) & 63, -1)
+            ON CONFLICT (workflow, status, shard) DO UPDATE SET n = c.n - 1;
     END IF;
     IF TG_OP <> 'DELETE' AND NEW.live THEN
-        INSERT INTO run_counts AS c (status, shard, n)
-            VALUES (NEW.status, hashtext(NEW.run_id) & 63, 1)
-            ON CONFLICT (status, shard) DO UPDATE SET n = c.n + 1;
+        INSERT INTO run_counts AS c (workflow, status, shard, n)
+            VALUES (NEW.workflow, NEW.status, hashtext(NEW.run_id) & 63, 1)
+            ON CONFLICT (workflow, status, shard) DO UPDATE SET n = c.n + 1;
     END IF;
     RETURN NULL;
 END $$;
@@ -262,6 +266,8 @@ CREATE TRIGGER runs_counted_update AFTER UPDATE OF status, live ON runs
     EXECUTE FUNCTION count_runs();
 CREATE TRIGGER runs_counted_delete AFTER DELETE ON runs
     FOR EACH ROW WHEN (OLD.live) EXECUTE FUNCTION count_runs();
+CREATE INDEX keys_expiry ON keys (expires_at_ms);
+CREATE INDEX hooks_retired ON hooks (retain_until_ms) WHERE NOT active;
 "#,
 ];
 
@@ -292,13 +298,20 @@ async fn fill_due_times(tx: &tokio_postgres::Transaction<'_>, schema: &str) -> R
         .query(&format!("SELECT record FROM {schema}.runs WHERE live"), &[])
         .await
         .map_err(pg)?;
-    let update = format!("UPDATE {schema}.runs SET status = $2, next_at_ms = $3 WHERE run_id = $1");
+    let update = format!(
+        "UPDATE {schema}.runs SET status = $2, next_at_ms = $3, workflow = $4 WHERE run_id = $1"
+    );
     for row in rows {
         let run: keel_core::RunRecord = keel_core::codec::decode(row.get(0), "run record")?;
         let next_at = keel_core::due::next_at(&run).map(super::i);
         tx.execute(
             &update,
-            &[&run.run_id.as_str(), &run.status.as_str(), &next_at],
+            &[
+                &run.run_id.as_str(),
+                &run.status.as_str(),
+                &next_at,
+                &run.workflow.as_str(),
+            ],
         )
         .await
         .map_err(pg)?;

@@ -31,7 +31,8 @@ pub(super) struct Driving {
     /// `keel_core::due::next_at` of its record, or earlier for a retry.
     pub(super) next_at_ms: Option<u64>,
     pub(super) woken: bool,
-    /// The status the run is counted under in `counts`, while it is live.
+    /// The status the run is counted under in `counts` (with its
+    /// workflow), while it is live.
     pub(super) counted: Option<RunStatus>,
 }
 
@@ -145,14 +146,19 @@ impl DueTx<'_> {
 }
 
 /// The trees every write of a run's record goes through, inside a
-/// transaction: the record, the index of live runs, the live counts and
-/// the run's driving state.
+/// transaction: the record, the indexes of live, listed and ended runs,
+/// the live counts and the run's driving state.
 pub(super) struct RunTx<'a> {
     pub(super) runs: &'a TransactionalTree,
     pub(super) live: &'a TransactionalTree,
+    pub(super) created: &'a TransactionalTree,
+    pub(super) ended: &'a TransactionalTree,
     pub(super) counts: &'a TransactionalTree,
     pub(super) due: DueTx<'a>,
 }
+
+/// How many trees [`SledStore::with_runs`] puts before the caller's.
+const RUN_TREES: usize = 8;
 
 impl RunTx<'_> {
     /// Writes `run`'s record, keeping its place among the live runs, the
@@ -161,16 +167,24 @@ impl RunTx<'_> {
     pub(super) fn put_run(&self, run: &RunRecord) -> TxResult<()> {
         let id = run.run_id.as_str();
         let live = !run.status.is_final();
+        let listed = super::runs::created_key(&keel_core::RunCursor::of(run));
         match live {
-            true => self.live.insert(id.as_bytes(), &[])?,
-            false => self.live.remove(id.as_bytes())?,
+            true => {
+                self.live.insert(id.as_bytes(), &[])?;
+                self.ended.remove(listed.as_slice())?;
+            }
+            false => {
+                self.live.remove(id.as_bytes())?;
+                self.ended.insert(listed.as_slice(), &[])?;
+            }
         };
+        self.created.insert(listed, &[])?;
         self.runs.insert(id.as_bytes(), codec::encode(run))?;
         let counted = live.then_some(run.status);
         let was = self.due.driving(id)?.counted;
         if was != counted {
-            self.count(was, -1)?;
-            self.count(counted, 1)?;
+            self.count(&run.workflow, was, -1)?;
+            self.count(&run.workflow, counted, 1)?;
         }
         self.due.change(id, |d| {
             d.next_at_ms = due::next_at(run);
@@ -192,14 +206,18 @@ impl RunTx<'_> {
         Ok(())
     }
 
-    fn count(&self, status: Option<RunStatus>, by: i64) -> TxResult<()> {
+    /// Counts `by` more live runs of `workflow` in `status` (under the key
+    /// `workflow \0 status`).
+    fn count(&self, workflow: &str, status: Option<RunStatus>, by: i64) -> TxResult<()> {
         let Some(status) = status else {
             return Ok(());
         };
-        let key = status.as_str().as_bytes();
-        let n = self.counts.get(key)?.map_or(0, |v| read_u64(&v));
-        let n = n.saturating_add_signed(by);
-        self.counts.insert(key, &n.to_be_bytes())?;
+        let key = key_of(workflow, status.as_str());
+        let n = self.counts.get(&key)?.map_or(0, |v| read_u64(&v));
+        match n.saturating_add_signed(by) {
+            0 => self.counts.remove(key)?,
+            n => self.counts.insert(key, &n.to_be_bytes())?,
+        };
         Ok(())
     }
 }
@@ -208,34 +226,41 @@ fn read_u64(bytes: &[u8]) -> u64 {
     bytes.try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
-/// A [`RunTx`] over the transaction's views of `runs`, `live`, `counts`,
-/// `leases`, `due` and `held`, in that order.
-pub(super) fn run_tx_of<'a>(
-    runs: &'a TransactionalTree,
-    live: &'a TransactionalTree,
-    counts: &'a TransactionalTree,
-    leases: &'a TransactionalTree,
-    due: &'a TransactionalTree,
-    held: &'a TransactionalTree,
-) -> RunTx<'a> {
-    RunTx {
-        runs,
-        live,
-        counts,
-        due: DueTx { leases, due, held },
-    }
-}
-
 impl SledStore {
+    /// Runs `body` in one transaction over the trees of a run's record
+    /// ([`RunTx`]) and `extra`, whose views `body` gets in that order.
+    pub(super) fn with_runs<T>(
+        &self,
+        extra: &[&sled::Tree],
+        body: impl Fn(&RunTx<'_>, &[TransactionalTree]) -> TxResult<T>,
+    ) -> Result<T> {
+        let i = &self.inner;
+        let mut trees: Vec<&sled::Tree> = vec![
+            &i.runs, &i.live, &i.created, &i.ended, &i.counts, &i.leases, &i.due, &i.held,
+        ];
+        trees.extend_from_slice(extra);
+        Ok(trees
+            .as_slice()
+            .transaction(|views: &Vec<TransactionalTree>| {
+                let run_tx = RunTx {
+                    runs: &views[0],
+                    live: &views[1],
+                    created: &views[2],
+                    ended: &views[3],
+                    counts: &views[4],
+                    due: DueTx {
+                        leases: &views[5],
+                        due: &views[6],
+                        held: &views[7],
+                    },
+                };
+                body(&run_tx, &views[RUN_TREES..])
+            })?)
+    }
+
     /// Runs `body` in a transaction over the trees of [`RunTx`].
     pub(super) fn run_tx<T>(&self, body: impl Fn(&RunTx<'_>) -> TxResult<T>) -> Result<T> {
-        let i = &self.inner;
-        let trees = (&i.runs, &i.live, &i.counts, &i.leases, &i.due, &i.held);
-        Ok(
-            trees.transaction(|(runs, live, counts, leases, due, held)| {
-                body(&run_tx_of(runs, live, counts, leases, due, held))
-            })?,
-        )
+        self.with_runs(&[], |t, _| body(t))
     }
 
     /// Runs `body` in a transaction over the trees of [`DueTx`].
@@ -354,10 +379,7 @@ impl LeaseStore for SledStore {
             if t.driving(&lease.run_id)?.is(lease) {
                 t.change(&lease.run_id, |d| {
                     d.release();
-                    d.next_at_ms = match (d.next_at_ms, again_at_ms) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    d.next_at_ms = again_at_ms.or(d.next_at_ms);
                 })?;
             }
             Ok(())
@@ -417,11 +439,14 @@ impl LeaseStore for SledStore {
 impl SledStore {
     /// The live counts, as [`crate::RunStore::live_counts`] answers them.
     pub(super) fn counts(&self) -> Result<LiveCounts> {
-        let mut counts = LiveCounts::new();
+        let mut counts = LiveCounts::default();
         for kv in self.inner.counts.iter() {
             let (key, value) = kv.map_err(backend)?;
-            if let Some(status) = RunStatus::parse(&String::from_utf8_lossy(&key)) {
-                counts.insert(status, read_u64(&value));
+            let key = String::from_utf8_lossy(&key);
+            if let Some((workflow, status)) = key.split_once('\0')
+                && let Some(status) = RunStatus::parse(status)
+            {
+                counts.add(workflow, status, read_u64(&value));
             }
         }
         Ok(counts)

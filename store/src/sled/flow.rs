@@ -13,7 +13,7 @@ use keel_core::{RunId, RunRecord, RunStatus};
 use sled::Transactional;
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 
-use super::due::{RunTx, run_tx_of};
+use super::due::RunTx;
 use super::*;
 use crate::admission::AdmissionPlan;
 use crate::{Admission, FlowStore};
@@ -126,7 +126,7 @@ pub(super) fn set_status(
 /// Runs `body` in a transaction over a run's trees ([`RunTx`]) and the
 /// slots, group slots and groups of flow control.
 fn flow_tx(
-    i: &super::Inner,
+    store: &SledStore,
     body: impl Fn(
         &RunTx<'_>,
         &TransactionalTree,
@@ -134,28 +134,13 @@ fn flow_tx(
         &TransactionalTree,
     ) -> TxResult<()>,
 ) -> Result<()> {
-    let trees = (
-        &i.runs,
-        &i.live,
-        &i.counts,
-        &i.leases,
-        &i.due,
-        &i.held,
-        &i.slots,
-        &i.group_slots,
-        &i.groups,
-    );
-    trees.transaction(
-        |(runs, live, counts, leases, due, held, slots, index, groups)| {
-            body(
-                &run_tx_of(runs, live, counts, leases, due, held),
-                slots,
-                index,
-                groups,
-            )
-        },
-    )?;
-    Ok(())
+    let i = &store.inner;
+    store.with_runs(&[&i.slots, &i.group_slots, &i.groups], |t, flow| {
+        let [slots, index, groups] = flow else {
+            unreachable!("the trees asked for")
+        };
+        body(t, slots, index, groups)
+    })
 }
 
 impl SledStore {
@@ -267,8 +252,7 @@ impl SledStore {
     /// Applies `writes` and the promotions' records in one transaction
     /// (made durable by the caller's sync).
     fn write_flow(&self, writes: &FlowWrites, now_ms: u64) -> Result<()> {
-        let i = &self.inner;
-        flow_tx(i, |t, slots, index, groups| {
+        flow_tx(self, |t, slots, index, groups| {
             writes.apply(slots, index, groups)?;
             writes.promote(t, now_ms)?;
             Ok(())
@@ -388,8 +372,7 @@ impl FlowStore for SledStore {
                 }],
                 ..FlowWrites::default()
             };
-            let i = &self.inner;
-            flow_tx(i, |t, slots, index, groups| {
+            flow_tx(self, |t, slots, index, groups| {
                 writes.apply(slots, index, groups)?;
                 set_status(t, run_id, status, now_ms)?;
                 Ok(())
@@ -483,6 +466,16 @@ impl FlowStore for SledStore {
             .map(|v| Ok(codec::decode(&v.map_err(backend)?, "slot")?))
             .collect::<Result<_>>()?;
         Ok(flow::limit_rows(&groups, &slots, &self.overrides()?))
+    }
+
+    async fn limited_workflows(&self) -> Result<Vec<String>> {
+        let mut workflows = std::collections::BTreeSet::new();
+        for key in self.inner.groups.iter().keys() {
+            let key = key.map_err(backend)?;
+            let workflow = key.split(|b| *b == 0).next().unwrap_or_default();
+            workflows.insert(String::from_utf8_lossy(workflow).into_owned());
+        }
+        Ok(workflows.into_iter().collect())
     }
 }
 

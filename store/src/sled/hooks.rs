@@ -8,7 +8,6 @@ use sled::Transactional;
 
 use crate::{HookPayload, HookStore, Registered, Result, Resumed, StoreError};
 
-use super::due::run_tx_of;
 use super::*;
 
 #[async_trait]
@@ -21,20 +20,11 @@ impl HookStore for SledStore {
     ) -> Result<Registered> {
         self.room()?;
         let i = &self.inner;
-        let trees = (
-            &i.hooks,
-            &i.run_hooks,
-            &i.claims,
-            &i.runs,
-            &i.live,
-            &i.counts,
-            &i.leases,
-            &i.due,
-            &i.held,
-        );
-        let registered = trees.transaction(|trees| {
-            let (hooks, run_hooks, claims) = (&trees.0, &trees.1, &trees.2);
-            let run_tx = run_tx_of(&trees.3, &trees.4, &trees.5, &trees.6, &trees.7, &trees.8);
+        let trees = [&i.hooks, &i.run_hooks, &i.claims];
+        let registered = self.with_runs(&trees, |run_tx, t| {
+            let [hooks, run_hooks, claims] = t else {
+                unreachable!("the trees asked for")
+            };
             let held = read_hook(hooks, &hook.token)?;
             let registered = |registration, claimed_from| Registered {
                 registration,
@@ -72,20 +62,11 @@ impl HookStore for SledStore {
     ) -> Result<Resumed> {
         self.room()?;
         let i = &self.inner;
-        let trees = (
-            &i.hooks,
-            &i.inbox,
-            &i.payload_ids,
-            &i.runs,
-            &i.live,
-            &i.counts,
-            &i.leases,
-            &i.due,
-            &i.held,
-        );
-        let resumed = trees.transaction(|trees| {
-            let (hooks, inbox, ids) = (&trees.0, &trees.1, &trees.2);
-            let run_tx = run_tx_of(&trees.3, &trees.4, &trees.5, &trees.6, &trees.7, &trees.8);
+        let trees = [&i.hooks, &i.inbox, &i.payload_ids];
+        let resumed = self.with_runs(&trees, |run_tx, t| {
+            let [hooks, inbox, ids] = t else {
+                unreachable!("the trees asked for")
+            };
             let Some(mut hook) = read_hook(hooks, token)?.filter(|h| h.active) else {
                 return abort(StoreError::HookNotFound {
                     token: token.into(),
@@ -189,8 +170,10 @@ impl HookStore for SledStore {
     }
 
     async fn purge_expired_hooks(&self, now_ms: u64) -> Result<usize> {
-        self.purge(&self.inner.hooks, "hook", |h: &HookRecord| {
-            h.holder(now_ms).is_none()
+        self.purge(&self.inner.hooks, |_, v| {
+            Ok(codec::decode::<HookRecord>(v, "hook")?
+                .holder(now_ms)
+                .is_none())
         })
     }
 }
@@ -207,8 +190,8 @@ impl KeyStore for SledStore {
     }
 
     async fn purge_expired_keys(&self, now_ms: u64) -> Result<usize> {
-        self.purge(&self.inner.keys, "idempotency key", |h: &KeyHold| {
-            h.expires_at_ms <= now_ms
+        self.purge(&self.inner.keys, |_, v| {
+            Ok(codec::decode::<KeyHold>(v, "idempotency key")?.expires_at_ms <= now_ms)
         })
     }
 }

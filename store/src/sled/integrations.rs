@@ -112,19 +112,8 @@ impl crate::IntegrationStore for SledStore {
     }
 
     async fn purge_expired_signatures(&self, now_ms: u64) -> Result<u64> {
-        let mut purged = 0;
-        for kv in self.inner.signatures.iter() {
-            let (key, value) = kv.map_err(backend)?;
-            if until_of(&value) < now_ms {
-                // Removed only if unchanged: a claim made meanwhile stays.
-                let removed = self
-                    .inner
-                    .signatures
-                    .compare_and_swap(&key, Some(value), None::<&[u8]>)
-                    .map_err(backend)?;
-                purged += u64::from(removed.is_ok());
-            }
-        }
+        // Removed only if unchanged: a claim made meanwhile stays.
+        let purged = self.purge(&self.inner.signatures, |_, v| Ok(until_of(v) < now_ms))? as u64;
         if purged > 0 {
             self.sync().await?;
         }

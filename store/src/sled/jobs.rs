@@ -1,6 +1,8 @@
 //! Bulk operations' jobs: one record per job ID in the `jobs` tree (IDs
 //! sort by time), updated by compare-and-swap on the bytes read, so a
-//! revision is written once.
+//! revision is written once; `running_jobs` holds the IDs of those still
+//! running (added before a record says so, removed after), so a worker's
+//! look for work reads those only.
 
 use keel_core::bulk::{JobRecord, JobState};
 
@@ -17,6 +19,7 @@ impl JobStore for SledStore {
         self.room()?;
         let mut record = job.clone();
         record.revision = 0;
+        self.index_running(&record)?;
         let created = self
             .inner
             .jobs
@@ -50,6 +53,9 @@ impl JobStore for SledStore {
         }
         let mut next = job.clone();
         next.revision += 1;
+        if next.state == JobState::Running {
+            self.index_running(&next)?;
+        }
         let swapped = self
             .inner
             .jobs
@@ -58,6 +64,7 @@ impl JobStore for SledStore {
         if swapped.is_err() {
             return Err(conflict());
         }
+        self.index_running(&next)?;
         self.sync().await?;
         Ok(next.revision)
     }
@@ -81,12 +88,31 @@ impl JobStore for SledStore {
 
     async fn running_jobs(&self) -> Result<Vec<JobRecord>> {
         let mut running = Vec::new();
-        for kv in self.inner.jobs.iter() {
-            let job = decode(&kv.map_err(backend)?.1)?;
-            if job.state == JobState::Running {
-                running.push(job);
+        for id in self.inner.running_jobs.iter().keys() {
+            let id = id.map_err(backend)?;
+            match self.inner.jobs.get(&id).map_err(backend)? {
+                Some(bytes) if decode(&bytes)?.state == JobState::Running => {
+                    running.push(decode(&bytes)?)
+                }
+                // Ended (or never created): its index entry goes.
+                _ => {
+                    self.inner.running_jobs.remove(&id).map_err(backend)?;
+                }
             }
         }
         Ok(running)
+    }
+}
+
+impl SledStore {
+    /// Keeps `job`'s place in `running_jobs` as its state says.
+    pub(super) fn index_running(&self, job: &JobRecord) -> Result<()> {
+        let id = job.job_id.as_bytes();
+        match job.state == JobState::Running {
+            true => self.inner.running_jobs.insert(id, &[]),
+            false => self.inner.running_jobs.remove(id),
+        }
+        .map_err(backend)?;
+        Ok(())
     }
 }

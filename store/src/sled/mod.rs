@@ -2,11 +2,13 @@
 //!
 //! Trees: `runs` (run ID to record), `journal` (`run \0 seq` to entry),
 //! `live` (IDs of runs that have not ended), `created` (`admission time ++
-//! run ID`, the order of listings), `leases` (each run's lease and due
+//! run ID`, the order of listings), `ended` (the same keys, of ended
+//! runs), `leases` (each run's lease and due
 //! state), `due` (live runs by due time), `held` (runs whose lease has an
 //! owner) and `counts` (live runs by status): see [`due`]; `keys`, `hooks`, `run_hooks`,
 //! `inbox`, `claims`, `watchers`, `events`, `subscriptions`,
-//! `components`, `schedules` (name to record), `jobs` (job ID to record),
+//! `components`, `schedules` (name to record), `jobs` (job ID to record)
+//! and `running_jobs`,
 //! `streams` and `chunks` (a run's streams: [`streams`]), `payload_ids`,
 //! `purging` (deleted runs
 //! whose data is being deleted: [`retention`]), `cancels` (run ID to its
@@ -134,6 +136,9 @@ struct Inner {
     /// `created_at_ms (big-endian) ++ run ID`, so listings go newest first
     /// whatever IDs runs were given.
     created: sled::Tree,
+    /// The keys of `created` of the runs that have ended: what a purge
+    /// pages through.
+    ended: sled::Tree,
     /// Run ID to its lease and due state ([`due::Driving`]); the epoch
     /// outlives releases.
     leases: sled::Tree,
@@ -150,6 +155,8 @@ struct Inner {
     schedules: sled::Tree,
     /// Job ID (time-sortable) to the bulk operation's record.
     jobs: sled::Tree,
+    /// IDs of the jobs still running.
+    running_jobs: sled::Tree,
     /// Run ID to its concurrency slot (`flow`).
     slots: sled::Tree,
     /// Group key ++ run ID to the slot: the slots of each concurrency group.
@@ -189,6 +196,17 @@ struct Inner {
     min_free_bytes: u64,
     /// The last reading of the disk's free space, and when it was taken.
     room: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// Where each tree's sweep of expired records goes on from
+    /// ([`SledStore::purge`]).
+    sweeps: std::sync::Mutex<std::collections::HashMap<Vec<u8>, Vec<u8>>>,
+}
+
+/// The most records one sweep of a tree examines.
+const SWEEP: usize = 4096;
+
+/// Locks a mutex, taking the data of a poisoned one.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Where the sled store is and how it keeps its disk.
@@ -264,6 +282,7 @@ impl SledStore {
             watchers: open("watchers")?,
             live: open("live")?,
             created: open("created")?,
+            ended: open("ended")?,
             leases: open("leases")?,
             due: open("due")?,
             held: open("held")?,
@@ -271,6 +290,7 @@ impl SledStore {
             workers: open("workers")?,
             schedules: open("schedules")?,
             jobs: open("jobs")?,
+            running_jobs: open("running_jobs")?,
             slots: open("slots")?,
             group_slots: open("group_slots")?,
             groups: open("groups")?,
@@ -288,6 +308,7 @@ impl SledStore {
             path,
             min_free_bytes,
             room: std::sync::Mutex::new(None),
+            sweeps: Default::default(),
         };
         let store = SledStore {
             inner: Arc::new(Closing(Some(inner))),
@@ -417,26 +438,48 @@ impl SledStore {
             .collect()
     }
 
-    /// Deletes the records of `tree` that are `expired`, each only if it
-    /// has not changed since it was read; returns how many.
-    fn purge<T: codec::Stored>(
+    /// Deletes the records of `tree` that are `expired` (`expired(key,
+    /// value)`), each only if it has not changed since it was read; returns
+    /// how many. sled keeps no index of expiries, so one call examines at
+    /// most [`SWEEP`] records, going on from where the last call on `tree`
+    /// stopped and round to the start: a sweep whose cost per call is
+    /// bounded however many records the tree holds.
+    fn purge(
         &self,
         tree: &sled::Tree,
-        what: &str,
-        expired: impl Fn(&T) -> bool,
+        expired: impl Fn(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<usize> {
-        let mut purged = 0;
-        for kv in tree.iter() {
+        let name = tree.name();
+        let from = lock(&self.inner.sweeps).get(name.as_ref()).cloned();
+        let after = |k: &[u8]| from.as_deref().is_none_or(|f| k > f);
+        let ahead = match &from {
+            Some(f) => tree.range::<&[u8], _>((
+                std::ops::Bound::Excluded(f.as_slice()),
+                std::ops::Bound::Unbounded,
+            )),
+            None => tree.iter(),
+        };
+        let behind = tree
+            .iter()
+            .take_while(|kv| kv.as_ref().map_or(true, |(k, _)| !after(k)));
+        let (mut purged, mut last) = (0, None);
+        for kv in ahead.chain(behind).take(SWEEP) {
             let (k, v) = kv.map_err(backend)?;
-            if expired(&codec::decode(&v, what)?)
+            if expired(&k, &v)?
                 && tree
-                    .compare_and_swap(&k, Some(v), None::<&[u8]>)
+                    .compare_and_swap(&k, Some(&v), None::<&[u8]>)
                     .map_err(backend)?
                     .is_ok()
             {
                 purged += 1;
             }
+            last = Some(k.to_vec());
         }
+        let mut sweeps = lock(&self.inner.sweeps);
+        match last {
+            Some(last) => sweeps.insert(name.to_vec(), last),
+            None => sweeps.remove(name.as_ref()),
+        };
         Ok(purged)
     }
 }

@@ -1,4 +1,4 @@
-//! Retention on sled: ended runs oldest first (the `created` tree), their
+//! Retention on sled: ended runs oldest first (the `ended` tree), their
 //! deletion, and the store's figures.
 //!
 //! A deletion removes each run's record, `created` key and lease in one
@@ -30,9 +30,9 @@ impl RetentionStore for SledStore {
                 let mut start = created_key(cursor);
                 // Just after the cursor's own key.
                 start.push(0);
-                i.created.range(start..end)
+                i.ended.range(start..end)
             }
-            None => i.created.range(..end),
+            None => i.ended.range(..end),
         };
         let mut found = Vec::new();
         for kv in range {
@@ -41,9 +41,6 @@ impl RetentionStore for SledStore {
             }
             let (key, _) = kv.map_err(backend)?;
             let run_id = String::from_utf8_lossy(&key[8.min(key.len())..]).into_owned();
-            if i.live.contains_key(run_id.as_bytes()).map_err(backend)? {
-                continue;
-            }
             match self.read_run(&run_id) {
                 Ok(run) if run.status.is_final() => found.push(run),
                 Ok(_) | Err(StoreError::RunNotFound { .. }) => {}
@@ -123,8 +120,10 @@ impl SledStore {
     /// run is unknown or live.
     fn unlink_run(&self, run_id: &str) -> Result<Option<u64>> {
         let i = &self.inner;
-        let trees = (&i.runs, &i.live, &i.created, &i.leases, &i.purging);
-        let unlinked = trees.transaction(|(runs, live, created, leases, purging)| {
+        let trees = (
+            &i.runs, &i.live, &i.created, &i.ended, &i.leases, &i.purging,
+        );
+        let unlinked = trees.transaction(|(runs, live, created, ended, leases, purging)| {
             let Some(bytes) = runs.get(run_id.as_bytes())? else {
                 return Ok(None);
             };
@@ -138,6 +137,8 @@ impl SledStore {
             purging.insert(run_id.as_bytes(), &[])?;
             runs.remove(run_id.as_bytes())?;
             created.remove(created_key(&RunCursor::of(&run)))?;
+            ended.remove(created_key(&RunCursor::of(&run)))?;
+            // An ended run is out of the due index: only its lease goes.
             leases.remove(run_id.as_bytes())?;
             Ok(Some(bytes.len() as u64))
         })?;

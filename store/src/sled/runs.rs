@@ -6,12 +6,10 @@ use async_trait::async_trait;
 use keel_core::codec;
 use keel_core::journal;
 use keel_core::{Entry, HookRecord, KeyHold, RunCursor, RunId, RunRecord};
-use sled::Transactional;
 use sled::transaction::{
     ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
 };
 
-use super::due::run_tx_of;
 use crate::{Admission, Admitted, Lease, LiveCounts, Result, RunStore, StoreError};
 
 use super::*;
@@ -109,30 +107,20 @@ impl RunStore for SledStore {
         let plan = self.admission_plan(&a)?;
         let run = &plan.run;
         let key_bytes = a.key.map(|k| key_of(&run.workflow, k.key));
-        let created_key = created_key(&RunCursor::of(run));
-        let trees = (
-            &i.runs,
+        let extra = [
             &i.keys,
             &i.hooks,
             &i.run_hooks,
-            &i.live,
             &i.journal,
-            &i.created,
             &i.slots,
             &i.group_slots,
             &i.groups,
-            &i.counts,
-            &i.leases,
-            &i.due,
-            &i.held,
-        );
-        trees.transaction(|trees| {
-            let (runs, keys, hooks, run_hooks, journal, created, slots, index, groups) = (
-                &trees.0, &trees.1, &trees.2, &trees.3, &trees.5, &trees.6, &trees.7, &trees.8,
-                &trees.9,
-            );
-            let record_tx = run_tx_of(runs, &trees.4, &trees.10, &trees.11, &trees.12, &trees.13);
-            if runs.get(run.run_id.as_bytes())?.is_some() {
+        ];
+        self.with_runs(&extra, |record_tx, t| {
+            let [keys, hooks, run_hooks, journal, slots, index, groups] = t else {
+                unreachable!("the trees asked for")
+            };
+            if record_tx.runs.get(run.run_id.as_bytes())?.is_some() {
                 return abort(StoreError::RunExists {
                     run_id: run.run_id.clone(),
                 });
@@ -168,7 +156,6 @@ impl RunStore for SledStore {
                 write_hook(hooks, run_hooks, hook)?;
             }
             record_tx.put_run(run)?;
-            created.insert(created_key.as_slice(), &[])?;
             write_entries(journal, &run.run_id, &plan.journal)?;
             plan.flow.apply(slots, index, groups)?;
             Ok(())
@@ -181,29 +168,22 @@ impl RunStore for SledStore {
     async fn import(&self, run: &RunRecord, entries: &[Entry]) -> Result<()> {
         self.room()?;
         let i = &self.inner;
-        let created_key = created_key(&RunCursor::of(run));
         let writes: Vec<super::streams::Write<'_>> = keel_core::stream::journaled_writes(entries)
             .map(|(stream, origin, body, at)| (stream, origin, Some(body), at))
             .collect();
-        let trees = (
-            &i.runs, &i.live, &i.journal, &i.created, &i.streams, &i.chunks, &i.counts, &i.leases,
-            &i.due, &i.held,
-        );
-        trees.transaction(
-            |(runs, live, journal, created, streams, chunks, counts, leases, due, held)| {
-                if runs.get(run.run_id.as_bytes())?.is_some() {
-                    return abort(StoreError::RunExists {
-                        run_id: run.run_id.clone(),
-                    });
-                }
-                write_entries(journal, &run.run_id, entries)?;
-                super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
-                let record_tx = run_tx_of(runs, live, counts, leases, due, held);
-                record_tx.put_run(run)?;
-                created.insert(created_key.as_slice(), &[])?;
-                Ok(())
-            },
-        )?;
+        self.with_runs(&[&i.journal, &i.streams, &i.chunks], |record_tx, t| {
+            let [journal, streams, chunks] = t else {
+                unreachable!("the trees asked for")
+            };
+            if record_tx.runs.get(run.run_id.as_bytes())?.is_some() {
+                return abort(StoreError::RunExists {
+                    run_id: run.run_id.clone(),
+                });
+            }
+            write_entries(journal, &run.run_id, entries)?;
+            super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
+            record_tx.put_run(run)
+        })?;
         self.sync().await
     }
 
@@ -270,10 +250,11 @@ impl RunStore for SledStore {
         // decides nothing against a group.
         let flow_guard = self.slot_of(&run.run_id)?.map(|_| self.flow_lock());
         let flow = self.flow_end(&run.run_id, run.status == keel_core::RunStatus::Failed)?;
-        let trees = (
-            &i.runs,
+        let writes: Vec<super::streams::Write<'_>> = keel_core::stream::journaled_writes(entries)
+            .map(|(stream, origin, body, at)| (stream, origin, Some(body), at))
+            .collect();
+        let extra = [
             &i.hooks,
-            &i.live,
             &i.journal,
             &i.slots,
             &i.group_slots,
@@ -281,44 +262,42 @@ impl RunStore for SledStore {
             &i.failed_slots,
             &i.streams,
             &i.chunks,
-            &i.counts,
-            &i.leases,
-            &i.due,
-            &i.held,
-        );
-        let writes: Vec<super::streams::Write<'_>> = keel_core::stream::journaled_writes(entries)
-            .map(|(stream, origin, body, at)| (stream, origin, Some(body), at))
-            .collect();
-        trees.transaction(|trees| {
-            let (hooks, journal, slots, index, groups, failed, streams, chunks) = (
-                &trees.1, &trees.3, &trees.4, &trees.5, &trees.6, &trees.7, &trees.8, &trees.9,
-            );
-            let record_tx = run_tx_of(
-                &trees.0, &trees.2, &trees.10, &trees.11, &trees.12, &trees.13,
-            );
-            {
-                for token in &tokens {
-                    let Some(mut hook) = read_hook(hooks, token)? else {
-                        continue;
-                    };
-                    if hook.run_id != run.run_id {
-                        continue;
-                    }
-                    if hook.retain_until_ms.is_some_and(|t| t > now_ms) {
-                        hook.active = false;
-                        hooks.insert(token.as_bytes(), codec::encode(&hook))?;
-                    } else {
-                        hooks.remove(token.as_bytes())?;
-                    }
+        ];
+        self.with_runs(&extra, |record_tx, t| {
+            let [
+                hooks,
+                journal,
+                slots,
+                index,
+                groups,
+                failed,
+                streams,
+                chunks,
+            ] = t
+            else {
+                unreachable!("the trees asked for")
+            };
+            for token in &tokens {
+                let Some(mut hook) = read_hook(hooks, token)? else {
+                    continue;
+                };
+                if hook.run_id != run.run_id {
+                    continue;
                 }
-                record_tx.put_run(run)?;
-                write_entries(journal, &run.run_id, entries)?;
-                super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
-                flow.apply(slots, index, groups)?;
-                flow.park_in(failed)?;
-                flow.promote(&record_tx, now_ms)?;
-                Ok(())
+                if hook.retain_until_ms.is_some_and(|t| t > now_ms) {
+                    hook.active = false;
+                    hooks.insert(token.as_bytes(), codec::encode(&hook))?;
+                } else {
+                    hooks.remove(token.as_bytes())?;
+                }
             }
+            record_tx.put_run(run)?;
+            write_entries(journal, &run.run_id, entries)?;
+            super::streams::apply(streams, chunks, &run.run_id, &writes, 0, u64::MAX)?;
+            flow.apply(slots, index, groups)?;
+            flow.park_in(failed)?;
+            flow.promote(record_tx, now_ms)?;
+            Ok(())
         })?;
         drop(flow_guard);
         // Read after the record is final, so a run that starts watching

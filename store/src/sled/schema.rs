@@ -7,8 +7,10 @@
 //! - 3: the `created` index (admission time, run ID) orders listings.
 //! - 4: each run's lease keeps its due state, the `due` index orders live
 //!   runs by due time, `held` lists the runs whose lease has an owner and
-//!   `counts` counts live runs by status (`super::due`); the `wakeups`
-//!   tree goes (a wake is part of the due state).
+//!   `counts` counts live runs by workflow and status (`super::due`); the
+//!   `wakeups` tree goes (a wake is part of the due state); `running_jobs`
+//!   lists the jobs still running; `ended` lists the ended runs' keys of
+//!   `created`.
 
 use super::{SledStore, backend, created_key, key_of};
 use crate::{Result, StoreError};
@@ -90,7 +92,7 @@ fn index_creation_times(store: &SledStore) -> Result<()> {
     Ok(())
 }
 
-/// Builds the due index, `held` and the live counts from the live runs'
+/// Builds the due index, `held`, the live counts and `running_jobs` from the live runs'
 /// records, leases and wakeups (from scratch, so an interrupted migration
 /// starts over), then drops the `wakeups` tree.
 fn index_due_times(store: &SledStore, db: &sled::Db) -> Result<()> {
@@ -119,6 +121,19 @@ fn index_due_times(store: &SledStore, db: &sled::Db) -> Result<()> {
     }
     drop(wakeups);
     db.drop_tree("wakeups").map_err(backend)?;
+    i.ended.clear().map_err(backend)?;
+    for key in i.created.iter().keys() {
+        let key = key.map_err(backend)?;
+        let run_id = String::from_utf8_lossy(&key[8.min(key.len())..]).into_owned();
+        if !i.live.contains_key(run_id.as_bytes()).map_err(backend)? {
+            i.ended.insert(key, &[]).map_err(backend)?;
+        }
+    }
+    for kv in i.jobs.iter() {
+        let job: keel_core::bulk::JobRecord =
+            keel_core::codec::decode(&kv.map_err(backend)?.1, "job")?;
+        store.index_running(&job)?;
+    }
     Ok(())
 }
 

@@ -3,9 +3,7 @@
 //! wakes stay in it.
 
 use keel_core::lifecycle::CancelRequest;
-use sled::Transactional;
 
-use super::due::run_tx_of;
 use super::*;
 
 #[async_trait]
@@ -16,12 +14,11 @@ impl CancelStore for SledStore {
         request: &CancelRequest,
     ) -> Result<Option<CancelRequest>> {
         let i = &self.inner;
-        let trees = (
-            &i.runs, &i.cancels, &i.live, &i.counts, &i.leases, &i.due, &i.held,
-        );
-        let asked = trees.transaction(|trees| {
-            let (runs, cancels) = (&trees.0, &trees.1);
-            let run_tx = run_tx_of(runs, &trees.2, &trees.3, &trees.4, &trees.5, &trees.6);
+        let asked = self.with_runs(&[&i.cancels], |run_tx, t| {
+            let [cancels] = t else {
+                unreachable!("the trees asked for")
+            };
+            let runs = run_tx.runs;
             let Some(record) = runs.get(run_id.as_bytes())? else {
                 return abort(StoreError::RunNotFound {
                     run_id: run_id.into(),
