@@ -354,8 +354,12 @@ async fn a_woken_run_whose_worker_dies_before_writing_is_taken_over() {
     first.0.kill().unwrap();
     first.0.wait().unwrap();
     let killed = Instant::now();
-    let after = keel.journal(&run.run_id).await.unwrap().len();
-    assert_eq!(after, before, "the killed worker wrote before it died");
+    let after = keel.journal(&run.run_id).await.unwrap();
+    assert_eq!(
+        after.len(),
+        before,
+        "the killed worker wrote before it died: {after:?}"
+    );
     let _second = worker(&schema, &logs.path().join("second.log"));
     let ended = ended(&keel, &run.run_id).await;
     assert_eq!(ended.status, RunStatus::Completed, "{ended:?}");

@@ -883,12 +883,15 @@ async fn replier(token: String) -> Result<u32, Error> {
 /// the payload's wake and written nothing since.
 #[workflow]
 async fn hook_then_compute(token: String) -> Result<u64, Error> {
-    let rounds = keel_sdk::create_hook::<u64>(token)?.next().await?;
+    // Held to the end: disposing of it is an effect, flushed first.
+    let mut hook = keel_sdk::create_hook::<u64>(token)?;
+    let rounds = hook.next().await?;
     let mut x: u64 = 0;
     for i in 0..rounds {
         x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
     }
     std::hint::black_box(x);
+    drop(hook);
     Ok(rounds)
 }
 
