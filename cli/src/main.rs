@@ -162,8 +162,8 @@ async fn open_with(cli: &Cli, config: Config) -> anyhow::Result<Keel> {
 /// The sled store `--db` names, with its free-space reserve.
 fn sled_options(cli: &Cli) -> SledOptions {
     SledOptions {
-        path: PathBuf::from(&cli.db),
         min_free_bytes: cli.min_free_mib << 20,
+        ..SledOptions::new(&cli.db)
     }
 }
 

@@ -179,6 +179,28 @@ fn error_kind(body: &Value) -> &str {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_run_sleeping_in_memory_answers_waiting_at_once() {
+    let s = server(None).await;
+    let (status, run) = s
+        .post(
+            "/v1/workflows/sleeper/runs",
+            json!({"input": 30000, "wait_ms": 60000, "return_on_wait": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_eq!(run["status"], "waiting", "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let (_, read) = s.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(read["status"], "waiting", "{read}");
+    assert_eq!(read["waiting_on"][0]["kind"], "timer", "{read}");
+    let metrics = s.metrics().await;
+    assert!(
+        metrics.contains("keel_runs_live{status=\"waiting\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_run_started_over_http_completes_and_reads_back_with_its_timeline() {
     let s = server(None).await;
     let (status, run) = s

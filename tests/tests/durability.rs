@@ -314,6 +314,30 @@ async fn a_long_sleep_suspends_the_run_and_a_worker_resumes_it() {
     assert!(fired >= wake_at);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sleep_kept_in_memory_is_waiting_and_a_start_settles_at_once() {
+    let store = TestStore::new();
+    // The default park limit keeps a 30 s sleep's instance in memory.
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.start(&testbed, "sleeper", "30000").await.unwrap();
+    let settled = keel
+        .drive_and_wait(&run.run_id, keel_host::Until::Settled, Duration::MAX)
+        .await
+        .unwrap();
+    assert_eq!(settled.status, RunStatus::Waiting, "{settled:?}");
+    let wake_at = settled.wake_at_ms.expect("it says until when");
+    assert!(wake_at >= keel_host_now() + 20_000, "wakes at {wake_at}");
+    assert_eq!(keel.active_runs(), 1, "its instance is kept in memory");
+    let read = keel.get_run(&run.run_id).await.unwrap();
+    assert_eq!(read.status, RunStatus::Waiting);
+    assert_eq!(read.wake_at_ms, Some(wake_at));
+    // Its timer and its lease's expiry, not a read of the run, bring it back.
+    let due = keel.next_wake().await.unwrap().expect("a due time");
+    assert!(due <= wake_at, "due at {due}, its timer at {wake_at}");
+    let ended = keel.terminate(&run.run_id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Cancelled);
+}
+
 fn keel_host_now() -> u64 {
     use keel_host::core::Clock;
     keel_host::SystemClock.now_ms()

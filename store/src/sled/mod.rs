@@ -6,7 +6,7 @@
 //! runs), `leases` (each run's lease and due
 //! state), `due` (live runs by due time), `held` (runs whose lease has an
 //! owner) and `counts` (live runs by status): see [`due`]; `keys`, `hooks`, `run_hooks`,
-//! `inbox`, `claims`, `watchers`, `events`, `subscriptions`,
+//! `inbox`, `claims`, `watchers` and `watching`, `events`, `subscriptions`,
 //! `components`, `schedules` (name to record), `jobs` (job ID to record)
 //! and `running_jobs`,
 //! `streams` and `chunks` (a run's streams: [`streams`]), `payload_ids`,
@@ -131,6 +131,8 @@ struct Inner {
     cancels: sled::Tree,
     /// `awaited run \0 waiting run`.
     watchers: sled::Tree,
+    /// `waiting run \0 awaited run`: `watchers` the other way round.
+    watching: sled::Tree,
     /// The IDs of runs that have not ended, so that workers look at those only.
     live: sled::Tree,
     /// `created_at_ms (big-endian) ++ run ID`, so listings go newest first
@@ -218,7 +220,14 @@ pub struct SledOptions {
     /// store with less free are refused with [`StoreError::StorageFull`],
     /// and go on once space is freed.
     pub min_free_bytes: u64,
+    /// The most memory sled's page cache takes: what the store holds
+    /// beyond it stays on disk, so a process's memory does not grow with
+    /// the runs it holds.
+    pub cache_bytes: u64,
 }
+
+/// sled's page cache by default (sled's own default is 1 GiB).
+pub const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
 
 /// Free space beyond the reserve above which [`SledStore::room`] trusts a
 /// recent reading.
@@ -232,6 +241,7 @@ impl SledOptions {
         SledOptions {
             path: path.into(),
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -252,6 +262,7 @@ impl SledStore {
         let db = sled::Config::new()
             .path(&path)
             .mode(sled::Mode::LowSpace)
+            .cache_capacity(options.cache_bytes)
             .open()
             .map_err(|e| open_error(&path, e))?;
         // Again, for the files sled has just created.
@@ -280,6 +291,7 @@ impl SledStore {
             claims: open("claims")?,
             cancels: open("cancels")?,
             watchers: open("watchers")?,
+            watching: open("watching")?,
             live: open("live")?,
             created: open("created")?,
             ended: open("ended")?,

@@ -164,7 +164,6 @@ impl SledStore {
                 i.inbox.remove(key).map_err(backend)?;
             }
             bytes += self.drop_streams(run_id)?;
-            self.drop_prefix(&i.run_hooks, &prefix)?;
             self.drop_prefix(&i.claims, &prefix)?;
             self.drop_prefix(&i.payload_ids, &prefix)?;
             if let Some(slot) = self.slot_of(run_id)? {
@@ -183,33 +182,41 @@ impl SledStore {
         Ok((entries, bytes))
     }
 
-    /// Deletes the hooks `run_ids` hold (those retained after a run's end
-    /// are no longer under its prefix in `run_hooks`) and the watches they
-    /// are in, either side: one pass over each tree. A hook retained past
-    /// `tokens_at_ms` stays (`RetentionStore::delete_runs`).
+    /// Deletes the hooks `run_ids` hold (found under each run's prefix of
+    /// `run_hooks`, which keeps the hooks retained after its end) and the
+    /// watches they are in, either side (`watchers`, and `watching` for the
+    /// other side): reads only what the runs hold. A hook retained past
+    /// `tokens_at_ms` stays (`RetentionStore::delete_runs`), until
+    /// `HookStore::purge_expired_hooks` finds it.
     fn drop_hooks_and_watches(&self, run_ids: &[RunId], tokens_at_ms: Option<u64>) -> Result<()> {
-        if run_ids.is_empty() {
-            return Ok(());
-        }
         let i = &self.inner;
-        let ids: std::collections::HashSet<&[u8]> =
-            run_ids.iter().map(|id| id.as_bytes()).collect();
-        for kv in i.hooks.iter() {
-            let (token, value) = kv.map_err(backend)?;
-            let hook: keel_core::HookRecord = codec::decode(&value, "hook")?;
-            let kept =
-                tokens_at_ms.is_some_and(|at| hook.retain_until_ms.is_some_and(|until| until > at));
-            if ids.contains(hook.run_id.as_bytes()) && !kept {
-                i.hooks.remove(token).map_err(backend)?;
+        for run_id in run_ids {
+            let prefix = key_of(run_id, "");
+            for token in self.suffixes(&i.run_hooks, &prefix)? {
+                let Some(value) = i.hooks.get(token.as_bytes()).map_err(backend)? else {
+                    continue;
+                };
+                let hook: keel_core::HookRecord = codec::decode(&value, "hook")?;
+                let kept = tokens_at_ms
+                    .is_some_and(|at| hook.retain_until_ms.is_some_and(|until| until > at));
+                if hook.run_id == *run_id && !kept {
+                    i.hooks.remove(token.as_bytes()).map_err(backend)?;
+                }
             }
-        }
-        for key in i.watchers.iter().keys() {
-            let key = key.map_err(backend)?;
-            let mut sides = key.splitn(2, |b| *b == 0);
-            let (awaited, watcher) = (sides.next().unwrap_or_default(), sides.next());
-            if ids.contains(awaited) || watcher.is_some_and(|w| ids.contains(w)) {
-                i.watchers.remove(key).map_err(backend)?;
+            self.drop_prefix(&i.run_hooks, &prefix)?;
+            // Watches of the run, and by it.
+            for watcher in self.suffixes(&i.watchers, &prefix)? {
+                i.watching
+                    .remove(key_of(&watcher, run_id))
+                    .map_err(backend)?;
             }
+            self.drop_prefix(&i.watchers, &prefix)?;
+            for awaited in self.suffixes(&i.watching, &prefix)? {
+                i.watchers
+                    .remove(key_of(&awaited, run_id))
+                    .map_err(backend)?;
+            }
+            self.drop_prefix(&i.watching, &prefix)?;
         }
         Ok(())
     }

@@ -305,8 +305,22 @@ impl RunStore for SledStore {
         let watchers = self.suffixes(&i.watchers, &prefix)?;
         for watcher in &watchers {
             self.run_tx(|t| t.wake(watcher))?;
+            i.watching
+                .remove(key_of(watcher, &run.run_id))
+                .map_err(backend)?;
         }
-        self.drop_prefix(&i.run_hooks, &prefix)?;
+        // A retained hook stays listed under the run, for its purge.
+        for token in &tokens {
+            let retained = match i.hooks.get(token.as_bytes()).map_err(backend)? {
+                Some(v) => codec::decode::<HookRecord>(&v, "hook")?.run_id == run.run_id,
+                None => false,
+            };
+            if !retained {
+                i.run_hooks
+                    .remove(key_of(&run.run_id, token))
+                    .map_err(backend)?;
+            }
+        }
         self.drop_prefix(&i.inbox, &prefix)?;
         self.drop_prefix(&i.watchers, &prefix)?;
         i.cancels.remove(run.run_id.as_bytes()).map_err(backend)?;

@@ -10,7 +10,7 @@
 //!   `counts` counts live runs by workflow and status (`super::due`); the
 //!   `wakeups` tree goes (a wake is part of the due state); `running_jobs`
 //!   lists the jobs still running; `ended` lists the ended runs' keys of
-//!   `created`.
+//!   `created`; `watching` holds `watchers` the other way round.
 
 use super::{SledStore, backend, created_key, key_of};
 use crate::{Result, StoreError};
@@ -127,6 +127,17 @@ fn index_due_times(store: &SledStore, db: &sled::Db) -> Result<()> {
         let run_id = String::from_utf8_lossy(&key[8.min(key.len())..]).into_owned();
         if !i.live.contains_key(run_id.as_bytes()).map_err(backend)? {
             i.ended.insert(key, &[]).map_err(backend)?;
+        }
+    }
+    for key in i.watchers.iter().keys() {
+        let key = key.map_err(backend)?;
+        let mut sides = key.splitn(2, |b| *b == 0);
+        if let (Some(awaited), Some(watcher)) = (sides.next(), sides.next()) {
+            let reversed = key_of(
+                &String::from_utf8_lossy(watcher),
+                &String::from_utf8_lossy(awaited),
+            );
+            i.watching.insert(reversed, &[]).map_err(backend)?;
         }
     }
     for kv in i.jobs.iter() {

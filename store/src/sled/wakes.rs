@@ -56,6 +56,12 @@ impl CancelStore for SledStore {
 #[async_trait]
 impl WakeStore for SledStore {
     async fn watch(&self, run_id: &str, watcher: &str) -> Result<()> {
+        // The other side first: a crash between the two leaves a key that
+        // a purge of the watcher removes, never a watch it cannot find.
+        self.inner
+            .watching
+            .insert(key_of(watcher, run_id), &[])
+            .map_err(backend)?;
         self.inner
             .watchers
             .insert(key_of(run_id, watcher), &[])
