@@ -32,6 +32,10 @@ pub struct Cli {
     /// freed.
     #[arg(long, global = true, help_heading = "Store", default_value_t = keel_host::store::sled::DEFAULT_MIN_FREE_BYTES >> 20)]
     pub min_free_mib: u64,
+    /// Embedded store: MiB of memory its page cache may take; what the
+    /// store holds beyond it stays on disk.
+    #[arg(long, global = true, help_heading = "Store", default_value_t = keel_host::store::sled::DEFAULT_CACHE_BYTES >> 20)]
+    pub sled_cache_mib: u64,
     /// PostgreSQL: the schema keel's tables live in.
     #[arg(
         long,

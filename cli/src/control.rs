@@ -470,7 +470,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
             if detach {
                 Reply::Run(run)
             } else {
-                Reply::Run(settle(keel, &run.run_id).await?)
+                settle(keel, &run.run_id).await?
             }
         }
         Request::Resume {
@@ -483,7 +483,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 .deliver(&token, &payload, payload_id.as_deref())
                 .await?
                 .run_id;
-            Reply::Run(settle(keel, &run_id).await?)
+            settle(keel, &run_id).await?
         }
         Request::Resume {
             token,
@@ -493,7 +493,9 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
         } => {
             let payload_id = payload_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
             let delivered = keel.deliver(&token, &payload, Some(&payload_id)).await?;
-            let run = settle(keel, &delivered.run_id).await?;
+            let run = keel
+                .drive_and_wait(&delivered.run_id, keel_host::Until::Settled, Duration::MAX)
+                .await?;
             let wait = std::time::Duration::from_millis(ms);
             let reply = keel
                 .wait_reply_to(&delivered, &token, &payload_id, wait)
@@ -583,7 +585,7 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
                 Some(target) => keel.retry_on(&run_id, &target).await?,
                 None => keel.retry(&run_id).await?,
             };
-            Reply::Run(settle(keel, &run_id).await?)
+            settle(keel, &run_id).await?
         }
         Request::DeleteRuns { run_ids, cancel } => {
             let run_ids: Vec<_> = run_ids.into_iter().map(Into::into).collect();
@@ -783,10 +785,17 @@ pub async fn execute(keel: &Keel, request: Request) -> keel_host::Result<Reply> 
 }
 
 /// Drives a run whose start, payload or retry was acknowledged until it
-/// ends or waits (the drive goes on in this process after that).
-async fn settle(keel: &Keel, run_id: &str) -> keel_host::Result<keel_host::core::RunRecord> {
-    keel.drive_and_wait(run_id, keel_host::Until::Settled, std::time::Duration::MAX)
-        .await
+/// ends or waits (the drive goes on in this process after that); a run
+/// that waits comes with what it waits on, read by the same engine.
+async fn settle(keel: &Keel, run_id: &str) -> keel_host::Result<Reply> {
+    let run = keel
+        .drive_and_wait(run_id, keel_host::Until::Settled, Duration::MAX)
+        .await?;
+    if run.status != keel_host::core::RunStatus::Waiting {
+        return Ok(Reply::Run(run));
+    }
+    let waiting_on = keel.waiting_on(&run).await?;
+    Ok(Reply::RunWaiting { run, waiting_on })
 }
 
 /// Answers requests on the store's socket until the task is dropped.

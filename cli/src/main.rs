@@ -159,10 +159,11 @@ async fn open_with(cli: &Cli, config: Config) -> anyhow::Result<Keel> {
     })
 }
 
-/// The sled store `--db` names, with its free-space reserve.
+/// The sled store `--db` names, with its free-space reserve and cache.
 fn sled_options(cli: &Cli) -> SledOptions {
     SledOptions {
         min_free_bytes: cli.min_free_mib << 20,
+        cache_bytes: cli.sled_cache_mib << 20,
         ..SledOptions::new(&cli.db)
     }
 }

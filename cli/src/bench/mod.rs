@@ -79,6 +79,9 @@ pub struct Args {
     /// With `--parked`: runs of the wake-lag figure, due 1,000 a second.
     #[arg(long, default_value_t = 3000)]
     wake_runs: usize,
+    /// With `--parked`: MiB of page cache for the sled stores' servers.
+    #[arg(long, default_value_t = keel_host::store::sled::DEFAULT_CACHE_BYTES >> 20)]
+    sled_cache_mib: u64,
     /// With `--parked`: runs due in the same second on a fresh sled store,
     /// for the burst figures (0 skips them).
     #[arg(long, default_value_t = 0)]

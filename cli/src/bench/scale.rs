@@ -51,9 +51,14 @@ impl Target {
     }
 
     /// The global arguments that open it.
-    fn db_args(&self) -> Vec<OsString> {
+    fn db_args(&self, args: &Args) -> Vec<OsString> {
         match self {
-            Target::Sled(dir) => vec!["--db".into(), dir.into()],
+            Target::Sled(dir) => vec![
+                "--db".into(),
+                dir.into(),
+                "--sled-cache-mib".into(),
+                args.sled_cache_mib.to_string().into(),
+            ],
             Target::Postgres { url, schema } => ["--db", url, "--pg-schema", schema]
                 .map(OsString::from)
                 .to_vec(),
@@ -104,7 +109,7 @@ pub(super) async fn figures(args: &Args) -> anyhow::Result<()> {
     }
     let mut rows = Vec::new();
     for (target, n) in targets {
-        let server = http::serve(&target.db_args(), None)?;
+        let server = http::serve(&target.db_args(args), None)?;
         let row = measure(target.name(), &server, n, args).await;
         drop(server);
         target.remove().await?;
@@ -115,7 +120,7 @@ pub(super) async fn figures(args: &Args) -> anyhow::Result<()> {
     print_table(&rows);
     if args.burst > 0 {
         let target = Target::sled(0);
-        let server = http::serve(&target.db_args(), None)?;
+        let server = http::serve(&target.db_args(args), None)?;
         let outcome = burst(&server, args).await;
         drop(server);
         target.remove().await?;

@@ -420,15 +420,18 @@ impl Keel {
         until: Until,
         timeout: Duration,
     ) -> Result<RunRecord> {
+        // The record as acknowledged: a run that waited then has not
+        // settled again until its record changes (or the drive ends), or
+        // another driver has written it since.
+        let acknowledged = self.now_ms();
+        let before = self.get_run(run_id).await?;
         let drive = {
             let (keel, run_id) = (self.clone(), run_id.to_string());
             tokio::spawn(async move { keel.drive_acknowledged(&run_id).await })
         };
         let deadline = tokio::time::Instant::now().checked_add(timeout);
-        // The record as acknowledged: a run that waited then has not
-        // settled again until its record changes (or the drive ends).
-        let before = self.get_run(run_id).await?;
-        let waited = self.until(run_id, until, deadline, false, Some(before));
+        let since = Some((before, acknowledged));
+        let waited = self.until(run_id, until, deadline, false, since);
         tokio::pin!(waited);
         tokio::select! {
             waited = &mut waited => waited,
@@ -445,8 +448,10 @@ impl Keel {
     }
 
     /// The one wait for a run: returns its record once it has reached
-    /// `until` or `deadline` has passed; a record equal to `since` reaches
-    /// nothing but an end (the run has yet to move on from it). With
+    /// `until` or `deadline` has passed; with `since` (a record and the
+    /// time something moved the run on), a record written before that
+    /// time and equal to it reaches nothing but an end (the run has yet to
+    /// move on from it). With
     /// `drive`, this process drives the run whenever it is due (its timer
     /// fired, a payload came), so no worker is needed. Woken at once by an
     /// end, a payload or a run settling in this process, by the run's
@@ -457,7 +462,7 @@ impl Keel {
         until: Until,
         deadline: Option<tokio::time::Instant>,
         drive: bool,
-        since: Option<RunRecord>,
+        since: Option<(RunRecord, u64)>,
     ) -> Result<RunRecord> {
         let mut just_drove = false;
         loop {
@@ -467,7 +472,9 @@ impl Keel {
             progress.as_mut().enable();
             let run = self.get_run(run_id).await?;
             let now = tokio::time::Instant::now();
-            let moved = run.status.is_final() || since.as_ref() != Some(&run);
+            let moved = since.as_ref().is_none_or(|(before, at)| {
+                run.status.is_final() || *before != run || run.updated_at_ms >= *at
+            });
             if (moved && until.reached(&run, self.now_ms())) || deadline.is_some_and(|d| now >= d) {
                 return Ok(run);
             }
