@@ -286,10 +286,11 @@ mod postgres {
                  ALTER TABLE {schema}.runs DROP COLUMN attributes;
                  DROP TABLE {schema}.run_counts;
                  DROP FUNCTION {schema}.count_runs() CASCADE;
-                 DROP INDEX {schema}.runs_held;
-                 ALTER TABLE {schema}.runs DROP COLUMN due_at_ms;
-                 ALTER TABLE {schema}.runs DROP COLUMN status, DROP COLUMN next_at_ms,
-                     DROP COLUMN woken, DROP COLUMN workflow;
+                 ALTER TABLE {schema}.runs ADD COLUMN lease_owner text NOT NULL DEFAULT '',
+                     ADD COLUMN lease_epoch bigint NOT NULL DEFAULT 0,
+                     ADD COLUMN lease_expires_ms bigint NOT NULL DEFAULT 0;
+                 DROP TABLE {schema}.run_due;
+                 ALTER TABLE {schema}.runs DROP COLUMN status, DROP COLUMN workflow;
                  DROP INDEX {schema}.keys_expiry;
                  DROP INDEX {schema}.hooks_retired;
                  CREATE TABLE {schema}.wakeups (run_id text PRIMARY KEY);

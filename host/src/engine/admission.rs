@@ -299,6 +299,7 @@ impl Keel {
         tracing::info!(run_id = %run.run_id, workflow, status = run.status.as_str(), "run admitted");
         self.inner.config.observer.run_started(workflow);
         self.inner.progress.notify_waiters();
+        self.due_changed();
         Ok(run)
     }
 

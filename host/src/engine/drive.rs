@@ -183,8 +183,9 @@ impl Keel {
         let asked = self.store().request_cancel(run_id, &request).await?;
         if asked.is_some() {
             tracing::info!(run_id, reason, by, "cancel requested");
-            if let Some(journal) = lock(&self.inner.live).get(run_id) {
-                journal.hint_cancel();
+            match lock(&self.inner.live).get(run_id) {
+                Some(journal) => journal.hint_cancel(),
+                None => self.due_changed(),
             }
             self.inner.progress.notify_waiters();
         }
@@ -385,6 +386,7 @@ impl Keel {
         tracing::info!(run_id, from_seq, "run retried");
         self.store().announce(&Wake::Admitted).await?;
         self.inner.progress.notify_waiters();
+        self.due_changed();
         Ok(run)
     }
 

@@ -76,6 +76,7 @@ impl Keel {
             "bulk job submitted"
         );
         self.inner.progress.notify_waiters();
+        self.due_changed();
         Ok(job)
     }
 

@@ -69,6 +69,7 @@ impl Keel {
         if !promoted.is_empty() {
             self.store().announce(&Wake::Admitted).await?;
             self.inner.progress.notify_waiters();
+            self.due_changed();
         }
         Ok(promoted)
     }

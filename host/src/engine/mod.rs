@@ -62,8 +62,12 @@ pub(crate) struct Inner {
     /// The journals of the activations in this process, to wake them.
     live: Mutex<HashMap<RunId, Arc<RunJournal>>>,
     /// Notified when a run may have become due (a start, a payload, a
-    /// run's end) and when a drive ends.
+    /// run's end) and when a drive ends: what waits for a run listens.
     progress: Notify,
+    /// Notified when a run may have become due that no activation of this
+    /// process will take (a wake of a run not driven here, an admission, a
+    /// wake from another process): what the worker loop listens to.
+    due_changed: Notify,
     /// The ID of each run whose journal this process just wrote: what
     /// [`Keel::watch`] follows.
     journaled: tokio::sync::broadcast::Sender<RunId>,
@@ -152,6 +156,7 @@ impl Keel {
                 active: Mutex::default(),
                 live: Mutex::default(),
                 progress: Notify::new(),
+                due_changed: Notify::new(),
                 journaled: tokio::sync::broadcast::channel(1024).0,
                 retries: Mutex::default(),
                 last_purge_ms: Mutex::default(),
@@ -189,8 +194,9 @@ impl Keel {
                 match wake {
                     Ok(Wake::Run(run_id)) => keel.poke(&run_id),
                     Ok(Wake::Cancel(run_id)) => {
-                        if let Some(journal) = lock(&keel.inner.live).get(&run_id) {
-                            journal.hint_cancel();
+                        match lock(&keel.inner.live).get(&run_id) {
+                            Some(journal) => journal.hint_cancel(),
+                            None => keel.inner.due_changed.notify_one(),
                         }
                         keel.inner.progress.notify_waiters();
                     }
@@ -199,7 +205,10 @@ impl Keel {
                             journal.terminate();
                         }
                     }
-                    Ok(Wake::Admitted) => keel.inner.progress.notify_waiters(),
+                    Ok(Wake::Admitted) => {
+                        keel.inner.due_changed.notify_one();
+                        keel.inner.progress.notify_waiters();
+                    }
                     Ok(Wake::Deployed) => keel.forget_deployments(),
                     // Missed some: every run may have moved.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -207,6 +216,7 @@ impl Keel {
                         for journal in lock(&keel.inner.live).values() {
                             journal.poke();
                         }
+                        keel.inner.due_changed.notify_one();
                         keel.inner.progress.notify_waiters();
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -247,6 +257,7 @@ impl Keel {
             journal.fail("the worker is shutting down".into());
         }
         self.inner.progress.notify_waiters();
+        self.inner.due_changed.notify_one();
     }
 
     fn is_stopping(&self) -> bool {
@@ -261,12 +272,18 @@ impl Keel {
     }
 
     /// Wakes the activation of `run_id` if this process drives it, and the
-    /// worker loop otherwise.
+    /// worker loop otherwise (and whoever waits for a run).
     fn poke(&self, run_id: &str) {
-        if let Some(journal) = lock(&self.inner.live).get(run_id) {
-            journal.poke();
+        match lock(&self.inner.live).get(run_id) {
+            Some(journal) => journal.poke(),
+            None => self.inner.due_changed.notify_one(),
         }
         self.inner.progress.notify_waiters();
+    }
+
+    /// Tells the worker loop that runs may have become due.
+    fn due_changed(&self) {
+        self.inner.due_changed.notify_one();
     }
 
     /// Loads a component file, stores its bytes (runs are pinned to them)

@@ -310,6 +310,7 @@ impl Keel {
     fn schedules_changed(&self) {
         lock(&self.inner.next_schedule_look_ms).0 = 0;
         self.inner.progress.notify_waiters();
+        self.due_changed();
     }
 
     /// The worker's pass over the schedules: fires every one that is due

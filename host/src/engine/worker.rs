@@ -125,6 +125,10 @@ impl Retries {
 /// none could be taken (another worker is taking them at that moment).
 const CONTENDED: Duration = Duration::from_millis(20);
 
+/// The least time between two passes of a worker: wakes that come faster
+/// (an admission or a payload each) share a pass.
+const BETWEEN_PASSES: Duration = Duration::from_millis(10);
+
 impl Keel {
     /// Takes the leases of up to `limit` runs due now, earliest due first
     /// (`LeaseStore::claim_due`): only due runs are read.
@@ -258,6 +262,7 @@ impl Keel {
         let mut driven = 0;
         let mut last_heartbeat = 0;
         let mut backoff = Duration::from_millis(100);
+        let mut last_pass = tokio::time::Instant::now();
         loop {
             if self.is_stopping() {
                 while let Some(result) = tasks.join_next().await {
@@ -268,6 +273,8 @@ impl Keel {
                     undriven: lock(&self.inner.retries).undriven(),
                 });
             }
+            tokio::time::sleep_until(last_pass + BETWEEN_PASSES).await;
+            last_pass = tokio::time::Instant::now();
             self.heartbeat(started_at_ms, &mut last_heartbeat).await;
             // Fires admitted here are driven in this same pass.
             let next_fire = match self.fire_schedules_when_due().await {
@@ -325,9 +332,9 @@ impl Keel {
                     undriven: self.still_live(undriven).await,
                 });
             }
-            let progress = self.inner.progress.notified();
             tokio::select! {
-                () = progress => {}
+                // A wake, an admission, or a shutdown.
+                () = self.inner.due_changed.notified() => {}
                 Some(result) = tasks.join_next() => {
                     log_driven(result, self.is_stopping());
                 }

@@ -26,7 +26,7 @@ impl WorkerStore for PgStore {
         Ok(self
             .select(
                 "SELECT w.worker_id, w.host, w.pid, w.started_at_ms, w.heartbeat_at_ms,
-                     (SELECT count(*) FROM runs r WHERE r.lease_owner <> ''
+                     (SELECT count(*) FROM run_due r WHERE r.lease_owner <> ''
                         AND r.lease_owner = w.worker_id AND r.live
                         AND r.lease_expires_ms > $1)
                  FROM workers w ORDER BY w.worker_id",

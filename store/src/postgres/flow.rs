@@ -120,7 +120,8 @@ async fn set_status(
     run.status = status;
     run.updated_at_ms = now_ms;
     tx.run(
-        "UPDATE runs SET record = $2, status = $3, next_at_ms = $4 WHERE run_id = $1",
+        "WITH due AS (UPDATE run_due SET next_at_ms = $4 WHERE run_id = $1)
+         UPDATE runs SET record = $2, status = $3 WHERE run_id = $1",
         &[
             &run_id,
             &codec::encode(&run),

@@ -15,6 +15,7 @@ use crate::RetentionStore;
 /// `inbox` and `chunks` (whose sizes a deletion reports) and `hooks` (whose
 /// retained tokens a purge keeps).
 const RUN_TABLES: &[&str] = &[
+    "run_due",
     "claims",
     "flow_slots",
     "flow_failed",

@@ -42,7 +42,7 @@ pub(super) async fn check_fence(
     let Some(fence) = fence else { return Ok(()) };
     let row = tx
         .row(
-            "SELECT lease_owner, lease_epoch FROM runs WHERE run_id = $1 FOR UPDATE",
+            "SELECT lease_owner, lease_epoch FROM run_due WHERE run_id = $1 FOR UPDATE",
             &[&run_id],
         )
         .await
@@ -68,7 +68,7 @@ pub(super) async fn check_fence(
 /// (`cli/tests/pg_cut.rs`) finds it by this mark, as it finds `COMMIT`.
 const APPEND: &str = "/* keel:commits */ WITH fence AS (
         SELECT lease_owner = $2 AND lease_epoch = $3 AS held
-        FROM runs WHERE run_id = $1 AND $2::text IS NOT NULL FOR UPDATE
+        FROM run_due WHERE run_id = $1 AND $2::text IS NOT NULL FOR UPDATE
     ), ok AS (
         SELECT $2::text IS NULL OR coalesce((SELECT held FROM fence), false) AS held
     ), ins AS (
@@ -77,12 +77,16 @@ const APPEND: &str = "/* keel:commits */ WITH fence AS (
         FROM unnest($4::bigint[], $5::bytea[]) AS t(seq, entry), ok WHERE ok.held
         RETURNING 1
     ), upd AS (
-        UPDATE runs SET record = $6, live = $7, attributes = $8::text::jsonb, status = $9,
-            next_at_ms = $10
+        UPDATE runs SET record = $6, live = $7, attributes = $8::text::jsonb, status = $9
+        FROM ok WHERE run_id = $1 AND $6::bytea IS NOT NULL AND ok.held
+        RETURNING 1
+    ), due AS (
+        UPDATE run_due SET live = $7, next_at_ms = $10
         FROM ok WHERE run_id = $1 AND $6::bytea IS NOT NULL AND ok.held
         RETURNING 1
     )
-    SELECT ok.held, (SELECT count(*) FROM ins), (SELECT count(*) FROM upd) FROM ok";
+    SELECT ok.held, (SELECT count(*) FROM ins), (SELECT count(*) FROM upd),
+        (SELECT count(*) FROM due) FROM ok";
 
 /// A run's end in one statement, so one round trip (its own transaction),
 /// for a run that holds no concurrency slot: the fence's row lock and
@@ -95,7 +99,7 @@ const APPEND: &str = "/* keel:commits */ WITH fence AS (
 /// [`RunStore::end_run`]. Marked as [`APPEND`] is.
 const END: &str = "/* keel:commits */ WITH fence AS (
         SELECT lease_owner = $2 AND lease_epoch = $3 AS held
-        FROM runs WHERE run_id = $1 AND $2::text IS NOT NULL FOR UPDATE
+        FROM run_due WHERE run_id = $1 AND $2::text IS NOT NULL FOR UPDATE
     ), ok AS (
         SELECT $2::text IS NULL OR coalesce((SELECT held FROM fence), false) AS held,
             NOT EXISTS (SELECT 1 FROM flow_slots WHERE run_id = $1) AS free
@@ -111,8 +115,12 @@ const END: &str = "/* keel:commits */ WITH fence AS (
             AND go.go
         RETURNING 1
     ), upd AS (
-        UPDATE runs SET record = $5, live = false, lease_owner = '', lease_expires_ms = 0,
-            attributes = $6::text::jsonb, status = $11, next_at_ms = NULL, woken = false
+        UPDATE runs SET record = $5, live = false, attributes = $6::text::jsonb, status = $11
+        FROM go WHERE run_id = $1 AND go.go
+        RETURNING 1
+    ), released AS (
+        UPDATE run_due SET live = false, lease_owner = '', lease_expires_ms = 0,
+            next_at_ms = NULL, woken = false
         FROM go WHERE run_id = $1 AND go.go
         RETURNING 1
     ), ins AS (
@@ -123,7 +131,7 @@ const END: &str = "/* keel:commits */ WITH fence AS (
     ), watched AS (
         DELETE FROM watchers USING go WHERE run_id = $1 AND go.go RETURNING watcher
     ), woken AS (
-        UPDATE runs SET woken = true
+        UPDATE run_due SET woken = true
         WHERE run_id IN (SELECT watcher FROM watched) AND live AND run_id <> $1
         RETURNING 1
     ), told AS (
@@ -364,8 +372,10 @@ impl RunStore for PgStore {
             let plan = flow::admission_plan(tx, &a).await?;
             if plan.run != *run {
                 tx.run(
-                    "UPDATE runs SET record = $2, live = $3, status = $4, next_at_ms = $5
-                     WHERE run_id = $1",
+                    "WITH due AS (
+                         UPDATE run_due SET live = $3, next_at_ms = $5 WHERE run_id = $1
+                     )
+                     UPDATE runs SET record = $2, live = $3, status = $4 WHERE run_id = $1",
                     &[
                         &run.run_id.as_str(),
                         &codec::encode(&plan.run),
@@ -541,9 +551,13 @@ impl RunStore for PgStore {
                 .await
                 .map_err(pg)?;
             tx.run(
-                "UPDATE runs SET record = $2, live = false, lease_owner = '',
-                     lease_expires_ms = 0, attributes = $3::text::jsonb, status = $4,
-                     next_at_ms = NULL, woken = false
+                "WITH due AS (
+                     UPDATE run_due SET live = false, lease_owner = '', lease_expires_ms = 0,
+                         next_at_ms = NULL, woken = false
+                     WHERE run_id = $1
+                 )
+                 UPDATE runs SET record = $2, live = false, attributes = $3::text::jsonb,
+                     status = $4
                  WHERE run_id = $1",
                 &[
                     &run_id,
@@ -618,8 +632,11 @@ impl JournalStore for PgStore {
             insert_entries(tx, run_id, entries).await?;
             if let Some((record, (live, status, next_at), attributes)) = &record {
                 tx.run(
-                    "UPDATE runs SET record = $2, live = $3, attributes = $4::text::jsonb,
-                         status = $5, next_at_ms = $6
+                    "WITH due AS (
+                         UPDATE run_due SET live = $3, next_at_ms = $6 WHERE run_id = $1
+                     )
+                     UPDATE runs SET record = $2, live = $3, attributes = $4::text::jsonb,
+                         status = $5
                      WHERE run_id = $1",
                     &[&run_id, record, live, attributes, status, next_at],
                 )
@@ -654,7 +671,7 @@ impl LeaseStore for PgStore {
         let expires = i(now_ms.saturating_add(ttl_ms));
         let row = self
             .select_one(
-                "UPDATE runs SET lease_owner = $2, lease_epoch = lease_epoch + 1,
+                "UPDATE run_due SET lease_owner = $2, lease_epoch = lease_epoch + 1,
                      lease_expires_ms = $3, woken = false
                  WHERE run_id = $1
                    AND (lease_owner = '' OR lease_owner = $2 OR lease_expires_ms <= $4)
@@ -674,7 +691,7 @@ impl LeaseStore for PgStore {
         let expires = i(now_ms.saturating_add(ttl_ms));
         let renewed = self
             .exec(
-                "UPDATE runs SET lease_expires_ms = $4
+                "UPDATE run_due SET lease_expires_ms = $4
                  WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
                 &[
                     &lease.run_id.as_str(),
@@ -698,7 +715,7 @@ impl LeaseStore for PgStore {
 
     async fn release_lease(&self, lease: &Lease, again_at_ms: Option<u64>) -> Result<()> {
         self.exec(
-            "UPDATE runs SET lease_owner = '', lease_expires_ms = 0,
+            "UPDATE run_due SET lease_owner = '', lease_expires_ms = 0,
                  next_at_ms = COALESCE($4, next_at_ms)
              WHERE run_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
             &[
@@ -736,7 +753,7 @@ impl LeaseStore for PgStore {
     async fn next_due(&self) -> Result<Option<u64>> {
         Ok(self
             .select_one(
-                "SELECT due_at_ms FROM runs WHERE due_at_ms IS NOT NULL
+                "SELECT due_at_ms FROM run_due WHERE due_at_ms IS NOT NULL
                  ORDER BY due_at_ms LIMIT 1",
                 &[],
             )
@@ -747,7 +764,7 @@ impl LeaseStore for PgStore {
     async fn held_leases(&self, now_ms: u64) -> Result<Vec<Lease>> {
         Ok(self
             .select(
-                "SELECT run_id, lease_owner, lease_epoch, lease_expires_ms FROM runs
+                "SELECT run_id, lease_owner, lease_epoch, lease_expires_ms FROM run_due
                  WHERE lease_owner <> '' AND live AND lease_expires_ms > $1",
                 &[&i(now_ms)],
             )
@@ -768,29 +785,36 @@ impl LeaseStore for PgStore {
 /// rows another claim has locked, so concurrent claims take disjoint runs
 /// without waiting on each other.
 const CLAIM_DUE: &str = "WITH due AS (
-        SELECT run_id, due_at_ms FROM runs WHERE due_at_ms <= $1
+        SELECT run_id, due_at_ms FROM run_due WHERE due_at_ms <= $1
         ORDER BY due_at_ms, run_id LIMIT $2
         FOR UPDATE SKIP LOCKED
     ), taken AS (
-        UPDATE runs r SET lease_owner = $3, lease_epoch = r.lease_epoch + 1,
+        UPDATE run_due r SET lease_owner = $3, lease_epoch = r.lease_epoch + 1,
             lease_expires_ms = $4, woken = false
         FROM due WHERE r.run_id = due.run_id
         RETURNING r.run_id, r.lease_epoch, due.due_at_ms
     )
     SELECT run_id, lease_epoch FROM taken ORDER BY due_at_ms, run_id";
 
-/// Inserts a run's row: `$1` run ID, `$2` live, `$3` record, `$4`
-/// admission time, `$5` attributes, `$6` status, `$7` record-given due
-/// time, `$8` workflow; nothing if the run ID is taken.
-const INSERT_RUN: &str = "INSERT INTO runs
-         (run_id, live, record, created_at_ms, attributes, status, next_at_ms, workflow)
-     VALUES ($1, $2, $3, $4, $5::text::jsonb, $6, $7, $8)
-     ON CONFLICT (run_id) DO NOTHING";
+/// Inserts a run's row and its driving state: `$1` run ID, `$2` live, `$3`
+/// record, `$4` admission time, `$5` attributes, `$6` status, `$7`
+/// record-given due time, `$8` workflow; nothing if the run ID is taken
+/// (the count of rows is then 0).
+const INSERT_RUN: &str = "WITH run AS (
+        INSERT INTO runs (run_id, live, record, created_at_ms, attributes, status, workflow)
+        VALUES ($1, $2, $3, $4, $5::text::jsonb, $6, $8)
+        ON CONFLICT (run_id) DO NOTHING
+        RETURNING run_id
+    )
+    INSERT INTO run_due (run_id, live, next_at_ms)
+    SELECT run_id, $2, $7 FROM run
+    ON CONFLICT (run_id) DO UPDATE SET live = excluded.live, next_at_ms = excluded.next_at_ms,
+        woken = false, lease_owner = '', lease_expires_ms = 0";
 
 /// Marks a live run woken (due at once once no lease is held).
 pub(super) async fn wake(tx: &Transaction<'_>, run_id: &str) -> Result<()> {
     tx.run(
-        "UPDATE runs SET woken = true WHERE run_id = $1 AND live",
+        "UPDATE run_due SET woken = true WHERE run_id = $1 AND live",
         &[&run_id],
     )
     .await

@@ -208,32 +208,46 @@ CREATE TABLE webhook_signatures (
 );
 CREATE INDEX webhook_signatures_until ON webhook_signatures (until_ms);
 "#,
-    // Due work (`keel_core::due`): each run's status and record-given due
-    // time beside its record (filled from the live runs' records below),
-    // its wake as a column instead of a row of `wakeups`.
+    // Due work (`keel_core::due`): each run's driving state in a narrow
+    // table of its own (its lease, its record-given due time, whether
+    // something woke it, and the due time derived from them by the rule of
+    // `keel_core::due::DueState::due_at`), so that taking, renewing and
+    // releasing a lease rewrites a small row with two indexes, never the
+    // run's record and its indexes; the run's status and workflow beside
+    // its record (filled from the live runs' records below), for the counts.
     r#"
 ALTER TABLE runs ADD COLUMN status text NOT NULL DEFAULT '',
-    ADD COLUMN workflow text NOT NULL DEFAULT '',
-    ADD COLUMN next_at_ms bigint,
-    ADD COLUMN woken boolean NOT NULL DEFAULT false;
-UPDATE runs SET woken = true FROM wakeups WHERE wakeups.run_id = runs.run_id AND runs.live;
+    ADD COLUMN workflow text NOT NULL DEFAULT '';
+CREATE TABLE run_due (
+    run_id text PRIMARY KEY,
+    live boolean NOT NULL,
+    next_at_ms bigint,
+    woken boolean NOT NULL DEFAULT false,
+    lease_owner text NOT NULL DEFAULT '',
+    lease_epoch bigint NOT NULL DEFAULT 0,
+    lease_expires_ms bigint NOT NULL DEFAULT 0,
+    due_at_ms bigint GENERATED ALWAYS AS (
+        CASE WHEN NOT live THEN NULL
+             WHEN lease_owner <> '' THEN lease_expires_ms
+             WHEN woken THEN 0
+             ELSE next_at_ms END) STORED
+);
+INSERT INTO run_due (run_id, live, lease_owner, lease_epoch, lease_expires_ms, woken)
+    SELECT r.run_id, r.live, r.lease_owner, r.lease_epoch, r.lease_expires_ms,
+        r.live AND w.run_id IS NOT NULL
+    FROM runs r LEFT JOIN wakeups w USING (run_id);
 DROP TABLE wakeups;
+ALTER TABLE runs DROP COLUMN lease_owner, DROP COLUMN lease_epoch,
+    DROP COLUMN lease_expires_ms;
 "#,
-    // The due index: a live run's due time, derived by the rule of
-    // `keel_core::due::DueState::due_at` on every write of its row, and
-    // indexed for the workers' claims; the leased runs, for `workers`;
-    // counts of live runs by workflow and status, kept by a trigger in the
-    // transaction of every status change, on 64 rows each so that
-    // concurrent changes seldom wait on one row; and the expiries the
-    // worker's purges of keys and retired hooks look up.
+    // The due index for the workers' claims; the leased runs, for
+    // `workers`; counts of live runs by workflow and status, kept by a
+    // trigger in the transaction of every status change, on 64 rows each
+    // so that concurrent changes seldom wait on one row; and the expiries
+    // the worker's purges of keys and retired hooks look up.
     r#"
-ALTER TABLE runs ADD COLUMN due_at_ms bigint GENERATED ALWAYS AS (
-    CASE WHEN NOT live THEN NULL
-         WHEN lease_owner <> '' THEN lease_expires_ms
-         WHEN woken THEN 0
-         ELSE next_at_ms END) STORED;
-CREATE INDEX runs_due ON runs (due_at_ms, run_id) WHERE due_at_ms IS NOT NULL;
-CREATE INDEX runs_held ON runs (lease_owner) WHERE lease_owner <> '';
+CREATE INDEX run_due_at ON run_due (due_at_ms, run_id) WHERE due_at_ms IS NOT NULL;
+CREATE INDEX run_due_held ON run_due (lease_owner) WHERE lease_owner <> '';
 CREATE TABLE run_counts (
     workflow text NOT NULL,
     status text NOT NULL,
@@ -290,16 +304,17 @@ async fn fill_creation_times(tx: &tokio_postgres::Transaction<'_>, schema: &str)
     Ok(())
 }
 
-/// Copies each live run's status and record-given due time from its
-/// record into its row (ended runs need neither: they are out of the due
-/// index and the counts).
+/// Copies each live run's status and workflow into its row and its
+/// record-given due time into its driving state (ended runs need neither:
+/// they are out of the due index and the counts).
 async fn fill_due_times(tx: &tokio_postgres::Transaction<'_>, schema: &str) -> Result<()> {
     let rows = tx
         .query(&format!("SELECT record FROM {schema}.runs WHERE live"), &[])
         .await
         .map_err(pg)?;
     let update = format!(
-        "UPDATE {schema}.runs SET status = $2, next_at_ms = $3, workflow = $4 WHERE run_id = $1"
+        "WITH due AS (UPDATE {schema}.run_due SET next_at_ms = $3 WHERE run_id = $1)
+         UPDATE {schema}.runs SET status = $2, workflow = $4 WHERE run_id = $1"
     );
     for row in rows {
         let run: keel_core::RunRecord = keel_core::codec::decode(row.get(0), "run record")?;

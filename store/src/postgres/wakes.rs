@@ -184,7 +184,7 @@ impl WakeStore for PgStore {
 
     async fn is_woken(&self, run_id: &str) -> Result<bool> {
         Ok(self
-            .select_one("SELECT woken FROM runs WHERE run_id = $1", &[&run_id])
+            .select_one("SELECT woken FROM run_due WHERE run_id = $1", &[&run_id])
             .await?
             .is_some_and(|r| r.get::<_, bool>(0)))
     }
