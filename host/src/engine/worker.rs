@@ -262,7 +262,10 @@ impl Keel {
         let mut driven = 0;
         let mut last_heartbeat = 0;
         let mut backoff = Duration::from_millis(100);
-        let mut last_pass = tokio::time::Instant::now();
+        // When the last pass began, and whether a wake (not a drive that
+        // ended, which frees a slot for the next due run at once) asks for
+        // this one.
+        let (mut last_pass, mut woken) = (tokio::time::Instant::now(), false);
         loop {
             if self.is_stopping() {
                 while let Some(result) = tasks.join_next().await {
@@ -273,7 +276,9 @@ impl Keel {
                     undriven: lock(&self.inner.retries).undriven(),
                 });
             }
-            tokio::time::sleep_until(last_pass + BETWEEN_PASSES).await;
+            if std::mem::take(&mut woken) {
+                tokio::time::sleep_until(last_pass + BETWEEN_PASSES).await;
+            }
             last_pass = tokio::time::Instant::now();
             self.heartbeat(started_at_ms, &mut last_heartbeat).await;
             // Fires admitted here are driven in this same pass.
@@ -334,9 +339,13 @@ impl Keel {
             }
             tokio::select! {
                 // A wake, an admission, or a shutdown.
-                () = self.inner.due_changed.notified() => {}
+                () = self.inner.due_changed.notified() => woken = true,
                 Some(result) = tasks.join_next() => {
                     log_driven(result, self.is_stopping());
+                    // The others that ended meanwhile, for one claim.
+                    while let Some(result) = tasks.try_join_next() {
+                        log_driven(result, self.is_stopping());
+                    }
                 }
                 () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
             }
