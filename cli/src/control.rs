@@ -86,6 +86,8 @@ impl StartSpec {
                 metadata: self.metadata.clone(),
             }),
             traceparent: None,
+            // Driven at once unless detached.
+            driven_here: !self.detach,
         }
     }
 }

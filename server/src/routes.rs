@@ -662,6 +662,8 @@ pub async fn start(
         ));
     }
     let options = StartOptions {
+        // The handler drives it at once (`drive_and_wait`).
+        driven_here: true,
         run_id,
         start_at_ms,
         priority: request.priority,

@@ -55,6 +55,18 @@ pub struct Admission<'a> {
     pub flow: Option<FlowClaim<'a>>,
     /// The time admission decides windows and retention by.
     pub now_ms: u64,
+    /// The lease the run is admitted under, for the admitting worker that
+    /// drives it at once: no other worker claims it before the lease
+    /// expires (or is released), and it is due when it does.
+    pub lease: Option<AdmissionLease<'a>>,
+}
+
+/// The lease a run is admitted under ([`Admission::lease`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AdmissionLease<'a> {
+    /// The admitting worker.
+    pub owner: &'a str,
+    pub expires_at_ms: u64,
 }
 
 /// A run's entry into its workflow's concurrency group

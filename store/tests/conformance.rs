@@ -399,6 +399,7 @@ mod postgres {
             journal: &[],
             flow: None,
             now_ms: 0,
+            lease: None,
         })
         .await
         .unwrap();

@@ -9,7 +9,7 @@ use keel_core::file::JournalFile;
 use keel_core::flow;
 use keel_core::journal::{Fact, StartOutcome};
 use keel_core::{Entry, EventOutcome, EventRecord, HookRecord, RunId, RunRecord, RunStatus};
-use keel_store::{Admission, Admitted, FlowClaim, KeyClaim, StoreError};
+use keel_store::{Admission, AdmissionLease, Admitted, FlowClaim, KeyClaim, StoreError};
 
 use super::Keel;
 use crate::activation::ChildStart;
@@ -46,6 +46,11 @@ pub struct StartOptions {
     pub attributes: keel_core::Attributes,
     /// The caller's W3C `traceparent`: the run's spans join its trace.
     pub traceparent: Option<String>,
+    /// The caller drives the run in this process right after its
+    /// admission ([`Keel::drive_and_wait`]): a run due at once is admitted
+    /// under this worker's lease, so no other worker claims it meanwhile
+    /// (it is due when the lease expires, should this process die first).
+    pub driven_here: bool,
 }
 
 /// The start hook of a run (`start(..., { hook: { token, ... } })`).
@@ -270,6 +275,13 @@ impl Keel {
                 priority,
             }),
             now_ms: now,
+            lease: (options.driven_here && run.status == RunStatus::Pending).then(|| {
+                AdmissionLease {
+                    owner: &self.inner.config.worker_id,
+                    expires_at_ms: now
+                        .saturating_add(self.inner.config.lease_ttl.as_millis() as u64),
+                }
+            }),
         };
         let admitted = match self.store().admit(admission).await {
             Ok(admitted) => admitted,
@@ -500,6 +512,7 @@ impl Keel {
             },
         };
         let start = StartOptions {
+            driven_here: false,
             additional_metadata: None,
             run_id: None,
             start_at_ms: None,

@@ -468,6 +468,7 @@ impl Keel {
     async fn start_fire(&self, record: &ScheduleRecord, nominal_ms: u64, now: u64) -> Result<Fire> {
         let run_id = record.run_id_of(nominal_ms);
         let options = StartOptions {
+            driven_here: false,
             additional_metadata: record
                 .settings
                 .additional_metadata

@@ -28,6 +28,7 @@ async fn admit_at(
             journal: &journal,
             flow: None,
             now_ms: at_ms,
+            lease: None,
         })
         .await
         .map(|_| ())
@@ -115,6 +116,46 @@ pub(super) async fn due_runs_are_claimed_earliest_first_in_batches(h: &dyn Harne
     check(next == Some(1_060), || {
         format!("the earliest lease expiry is the next due time: {next:?}")
     })
+}
+
+pub(super) async fn a_run_admitted_under_a_lease_is_due_when_it_expires(
+    h: &dyn Harness,
+) -> Outcome {
+    let store = h.fresh().await;
+    let record = run_record("r", RunStatus::Pending, 10);
+    let journal = started(&record.workflow);
+    store
+        .admit(Admission {
+            run: &record,
+            key: None,
+            start_hook: None,
+            journal: &journal,
+            flow: None,
+            now_ms: 10,
+            lease: Some(crate::AdmissionLease {
+                owner: "admitter",
+                expires_at_ms: 500,
+            }),
+        })
+        .await
+        .map_err(fail("admit"))?;
+    check(claim(&*store, "other", 499, 10).await?.is_empty(), || {
+        "a run admitted under a lease was claimed before it expired".into()
+    })?;
+    let next = store.next_due().await.map_err(fail("next_due"))?;
+    check(next == Some(500), || format!("due at {next:?}"))?;
+    let mine = store
+        .acquire_lease("r", "admitter", 1_000, 20)
+        .await
+        .map_err(fail("acquire"))?;
+    check(mine.is_some(), || {
+        "the admitting worker could not take its run's lease".into()
+    })?;
+    let other = store
+        .acquire_lease("r", "other", 1_000, 30)
+        .await
+        .map_err(fail("acquire"))?;
+    check(other.is_none(), || format!("another took it: {other:?}"))
 }
 
 pub(super) async fn two_claimers_never_take_one_run(h: &dyn Harness) -> Outcome {

@@ -46,6 +46,7 @@ async fn enter_at(
                 priority,
             }),
             now_ms: 1,
+            lease: None,
         })
         .await
 }

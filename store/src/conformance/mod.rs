@@ -157,6 +157,7 @@ cases!(
     a_webhook_is_created_once_and_deleted_with_its_signatures,
     a_signature_is_claimed_once_until_it_expires,
     due_runs_are_claimed_earliest_first_in_batches,
+    a_run_admitted_under_a_lease_is_due_when_it_expires,
     two_claimers_never_take_one_run,
     a_lease_that_expires_makes_its_run_due,
     a_woken_run_is_due_at_once_and_a_wake_outlives_a_lease,
@@ -227,6 +228,7 @@ async fn admit(
             journal: &journal,
             flow: None,
             now_ms,
+            lease: None,
         })
         .await
         .map(|_| ())
@@ -701,6 +703,7 @@ async fn a_child_run_keeps_its_parent_and_wakes_it_when_it_ends(h: &dyn Harness)
             journal: &journal,
             flow: None,
             now_ms: 0,
+            lease: None,
         })
         .await
         .map_err(fail("admit the child"))?;
@@ -761,6 +764,7 @@ async fn runs_are_found_by_their_attributes_newest_first(h: &dyn Harness) -> Out
                 journal: &journal,
                 flow: None,
                 now_ms: *at,
+                lease: None,
             })
             .await
             .map_err(fail("admit"))?;

@@ -349,6 +349,8 @@ impl RunStore for PgStore {
                         &run.status.as_str(),
                         &next_at(run),
                         &run.workflow.as_str(),
+                        &a.lease.map_or("", |l| l.owner),
+                        &a.lease.map_or(0, |l| i(l.expires_at_ms)),
                     ],
                 )
                 .await
@@ -416,6 +418,8 @@ impl RunStore for PgStore {
                         &run.status.as_str(),
                         &next_at(run),
                         &run.workflow.as_str(),
+                        &"",
+                        &0i64,
                     ],
                 )
                 .await
@@ -798,18 +802,20 @@ const CLAIM_DUE: &str = "WITH due AS (
 
 /// Inserts a run's row and its driving state: `$1` run ID, `$2` live, `$3`
 /// record, `$4` admission time, `$5` attributes, `$6` status, `$7`
-/// record-given due time, `$8` workflow; nothing if the run ID is taken
-/// (the count of rows is then 0).
+/// record-given due time, `$8` workflow, `$9` the lease's owner (`''` for
+/// none) and `$10` its expiry; nothing if the run ID is taken (the count of
+/// rows is then 0).
 const INSERT_RUN: &str = "WITH run AS (
         INSERT INTO runs (run_id, live, record, created_at_ms, attributes, status, workflow)
         VALUES ($1, $2, $3, $4, $5::text::jsonb, $6, $8)
         ON CONFLICT (run_id) DO NOTHING
         RETURNING run_id
     )
-    INSERT INTO run_due (run_id, live, next_at_ms)
-    SELECT run_id, $2, $7 FROM run
+    INSERT INTO run_due (run_id, live, next_at_ms, lease_owner, lease_epoch, lease_expires_ms)
+    SELECT run_id, $2, $7, $9, ($9 <> '')::int, $10 FROM run
     ON CONFLICT (run_id) DO UPDATE SET live = excluded.live, next_at_ms = excluded.next_at_ms,
-        woken = false, lease_owner = '', lease_expires_ms = 0";
+        woken = false, lease_owner = excluded.lease_owner,
+        lease_epoch = run_due.lease_epoch + 1, lease_expires_ms = excluded.lease_expires_ms";
 
 /// Marks a live run woken (due at once once no lease is held).
 pub(super) async fn wake(tx: &Transaction<'_>, run_id: &str) -> Result<()> {

@@ -85,7 +85,7 @@ impl Driving {
 
     /// Taken by `owner` until `expires_at_ms`: a new epoch, and the wake
     /// taken with it.
-    fn take(&mut self, owner: &str, expires_at_ms: u64) {
+    pub(super) fn take(&mut self, owner: &str, expires_at_ms: u64) {
         self.owner = owner.into();
         self.epoch += 1;
         self.expires_at_ms = expires_at_ms;

@@ -156,6 +156,11 @@ impl RunStore for SledStore {
                 write_hook(hooks, run_hooks, hook)?;
             }
             record_tx.put_run(run)?;
+            if let Some(lease) = a.lease {
+                record_tx
+                    .due
+                    .change(&run.run_id, |d| d.take(lease.owner, lease.expires_at_ms))?;
+            }
             write_entries(journal, &run.run_id, &plan.journal)?;
             plan.flow.apply(slots, index, groups)?;
             Ok(())
