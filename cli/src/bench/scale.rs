@@ -65,6 +65,20 @@ impl Target {
         }
     }
 
+    /// Brings the store to a steady state after many writes at once: on
+    /// PostgreSQL, the vacuum autovacuum would otherwise run during the
+    /// figures that follow; the time it took.
+    async fn settle(&self) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        if let Target::Postgres { url, schema } = self {
+            use keel_host::store::postgres::{PgOptions, PgStore};
+            let mut options = PgOptions::new(url);
+            options.schema = schema.clone();
+            PgStore::open(options).await?.vacuum_analyze().await?;
+        }
+        Ok(t.elapsed())
+    }
+
     async fn remove(&self) -> anyhow::Result<()> {
         match self {
             Target::Sled(dir) => {
@@ -110,7 +124,7 @@ pub(super) async fn figures(args: &Args) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for (target, n) in targets {
         let server = http::serve(&target.db_args(args), None)?;
-        let row = measure(target.name(), &server, n, args).await;
+        let row = measure(&target, &server, n, args).await;
         drop(server);
         target.remove().await?;
         let row = row?;
@@ -130,11 +144,12 @@ pub(super) async fn figures(args: &Args) -> anyhow::Result<()> {
 }
 
 async fn measure(
-    store: &'static str,
+    target: &Target,
     server: &Server,
     parked: usize,
     args: &Args,
 ) -> anyhow::Result<Row> {
+    let store = target.name();
     let client = reqwest::Client::new();
     let url = server.url.as_str();
     http::deploy(&client, url, &args.component).await?;
@@ -146,6 +161,13 @@ async fn measure(
         park.as_secs_f64(),
         parked as f64 / park.as_secs_f64().max(1e-9)
     );
+    if parked > 0 && matches!(target, Target::Postgres { .. }) {
+        let vacuumed = target.settle().await?;
+        println!(
+            "{store}: VACUUM (ANALYZE) after parking, as autovacuum would: {:.1} s",
+            vacuumed.as_secs_f64()
+        );
+    }
     let mut latencies = http::latencies(&client, url, args.latency_runs).await?;
     latencies.sort();
     let (p50, p99) = (quantile(&latencies, 0.5), quantile(&latencies, 0.99));

@@ -301,6 +301,17 @@ impl PgStore {
     /// rewrites it). Plain `VACUUM`, which autovacuum runs, only makes it
     /// reusable.
     pub async fn vacuum_full(&self) -> Result<()> {
+        self.vacuum("VACUUM FULL").await
+    }
+
+    /// Runs `VACUUM (ANALYZE)` on each of the store's tables, as
+    /// autovacuum would in time: for a benchmark that measures a steady
+    /// state after writing many rows at once.
+    pub async fn vacuum_analyze(&self) -> Result<()> {
+        self.vacuum("VACUUM (ANALYZE)").await
+    }
+
+    async fn vacuum(&self, command: &str) -> Result<()> {
         let client = self.client().await?;
         let tables = client
             .query(
@@ -313,7 +324,7 @@ impl PgStore {
         for table in tables {
             let name: String = table.get(0);
             client
-                .batch_execute(&format!("VACUUM FULL {}.{name}", self.inner.schema))
+                .batch_execute(&format!("{command} {}.{name}", self.inner.schema))
                 .await
                 .map_err(pg)?;
         }
