@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn index_keys_sort_by_due_time_then_run() {
-        let mut keys = vec![
+        let mut keys = [
             index_key(300, "a"),
             index_key(2, "z"),
             index_key(2, "b"),

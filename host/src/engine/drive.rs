@@ -599,10 +599,10 @@ impl Keel {
             )),
         };
         // An end releases the lease with the run's final record.
-        if !driven.as_ref().is_ok_and(|r| r.status.is_final()) {
-            if let Err(e) = self.store().release_lease(&lease, again_at).await {
-                tracing::warn!("releasing the lease failed: {e}");
-            }
+        if !driven.as_ref().is_ok_and(|r| r.status.is_final())
+            && let Err(e) = self.store().release_lease(&lease, again_at).await
+        {
+            tracing::warn!("releasing the lease failed: {e}");
         }
         driven
     }
