@@ -69,6 +69,21 @@ pub struct AdmissionLease<'a> {
     pub expires_at_ms: u64,
 }
 
+impl AdmissionLease<'_> {
+    /// The lease an admission of `run_id` under it took: a new run's first,
+    /// epoch 1. An admitter whose admission went unconfirmed releases it
+    /// with [`LeaseStore::release_lease`] so other workers drive the run at
+    /// once if it was admitted; if it was not, the release changes nothing.
+    pub fn lease(&self, run_id: &str) -> Lease {
+        Lease {
+            run_id: run_id.into(),
+            owner: self.owner.into(),
+            epoch: 1,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
 /// A run's entry into its workflow's concurrency group
 /// (`keel_core::flow`).
 #[derive(Clone, Copy, Debug)]

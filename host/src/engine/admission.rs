@@ -260,6 +260,11 @@ impl Keel {
                 fact: traced,
             });
         }
+        let lease =
+            (options.driven_here && run.status == RunStatus::Pending).then(|| AdmissionLease {
+                owner: &self.inner.config.worker_id,
+                expires_at_ms: now.saturating_add(self.inner.config.lease_ttl.as_millis() as u64),
+            });
         let admission = Admission {
             run: &run,
             key: key.as_ref().map(|(key, ttl_ms)| KeyClaim {
@@ -275,13 +280,7 @@ impl Keel {
                 priority,
             }),
             now_ms: now,
-            lease: (options.driven_here && run.status == RunStatus::Pending).then(|| {
-                AdmissionLease {
-                    owner: &self.inner.config.worker_id,
-                    expires_at_ms: now
-                        .saturating_add(self.inner.config.lease_ttl.as_millis() as u64),
-                }
-            }),
+            lease,
         };
         let admitted = match self.store().admit(admission).await {
             Ok(admitted) => admitted,
@@ -296,6 +295,13 @@ impl Keel {
             }
             // The store may have written the run: only a retry can tell.
             Err(e) => {
+                // If it did, under this worker's lease: let go of it so
+                // any worker drives the run now, not when it expires.
+                if let Some(lease) = lease
+                    && let Err(e) = self.store().release_lease(&lease.lease(&run_id), None).await
+                {
+                    tracing::warn!(%run_id, "releasing an unconfirmed admission's lease failed: {e}");
+                }
                 return Err(Error::StartOutcomeUnknown {
                     run_id,
                     reason: e.to_string(),

@@ -158,6 +158,55 @@ pub(super) async fn a_run_admitted_under_a_lease_is_due_when_it_expires(
     check(other.is_none(), || format!("another took it: {other:?}"))
 }
 
+pub(super) async fn an_admission_lease_released_frees_its_run_and_nothing_else(
+    h: &dyn Harness,
+) -> Outcome {
+    let store = h.fresh().await;
+    let record = run_record("r", RunStatus::Pending, 10);
+    let journal = started(&record.workflow);
+    let lease = crate::AdmissionLease {
+        owner: "admitter",
+        expires_at_ms: 500,
+    };
+    store
+        .admit(Admission {
+            run: &record,
+            key: None,
+            start_hook: None,
+            journal: &journal,
+            flow: None,
+            now_ms: 10,
+            lease: Some(lease),
+        })
+        .await
+        .map_err(fail("admit"))?;
+    store
+        .release_lease(&lease.lease("r"), None)
+        .await
+        .map_err(fail("release"))?;
+    let claimed = claim(&*store, "other", 20, 10).await?;
+    check(ids(&claimed) == ["r"], || {
+        format!("the released admission lease left the run held: claimed {claimed:?}")
+    })?;
+    // An admission that never happened: releasing its lease writes nothing.
+    store
+        .release_lease(&lease.lease("never"), None)
+        .await
+        .map_err(fail("release"))?;
+    let run = store.get_run("never").await;
+    check(matches!(run, Err(StoreError::RunNotFound { .. })), || {
+        format!("a release made a run: {run:?}")
+    })?;
+    let held = store.held_leases(20).await.map_err(fail("held"))?;
+    check(held.iter().all(|l| l.owner == "other"), || {
+        format!("the admitter still holds {held:?}")
+    })?;
+    let next = store.next_due().await.map_err(fail("next_due"))?;
+    check(next == Some(1_020), || {
+        format!("only the other claimer's lease should be due, at 1020: {next:?}")
+    })
+}
+
 pub(super) async fn two_claimers_never_take_one_run(h: &dyn Harness) -> Outcome {
     let store = h.fresh().await;
     for n in 0..60 {
