@@ -9,7 +9,7 @@ use keel_core::file::JournalFile;
 use keel_core::flow;
 use keel_core::journal::{Fact, StartOutcome};
 use keel_core::{Entry, EventOutcome, EventRecord, HookRecord, RunId, RunRecord, RunStatus};
-use keel_store::{Admission, AdmissionLease, Admitted, FlowClaim, KeyClaim, StoreError};
+use keel_store::{Admission, AdmissionLease, Admitted, FlowClaim, KeyClaim, Lease, StoreError};
 
 use super::Keel;
 use crate::activation::ChildStart;
@@ -295,12 +295,8 @@ impl Keel {
             }
             // The store may have written the run: only a retry can tell.
             Err(e) => {
-                // If it did, under this worker's lease: let go of it so
-                // any worker drives the run now, not when it expires.
-                if let Some(lease) = lease
-                    && let Err(e) = self.store().release_lease(&lease.lease(&run_id), None).await
-                {
-                    tracing::warn!(%run_id, "releasing an unconfirmed admission's lease failed: {e}");
+                if let Some(lease) = lease {
+                    self.release_unconfirmed(lease.lease(&run_id)).await;
                 }
                 return Err(Error::StartOutcomeUnknown {
                     run_id,
@@ -319,6 +315,34 @@ impl Keel {
         self.inner.progress.notify_waiters();
         self.due_changed();
         Ok(run)
+    }
+
+    /// Lets go of the lease an unconfirmed admission may have taken, so
+    /// that if the run was admitted any worker drives it now rather than
+    /// when the lease expires. The store failed a moment ago, so this tries
+    /// for a few seconds; if it cannot, the lease's expiry frees the run
+    /// (the caller's answer already says the outcome is unknown).
+    async fn release_unconfirmed(&self, lease: Lease) {
+        const BACKOFF: [Duration; 4] = [
+            Duration::ZERO,
+            Duration::from_millis(250),
+            Duration::from_millis(750),
+            Duration::from_secs(2),
+        ];
+        for delay in BACKOFF {
+            tokio::time::sleep(delay).await;
+            match self.store().release_lease(&lease, None).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(run_id = %lease.run_id, "releasing an unconfirmed admission's lease failed: {e}")
+                }
+            }
+        }
+        tracing::info!(
+            run_id = %lease.run_id,
+            expires_at_ms = lease.expires_at_ms,
+            "an unconfirmed admission's lease could not be released; the run, if admitted, is driven when it expires"
+        );
     }
 
     /// The run as admission stored it (queued, or cancelled by
