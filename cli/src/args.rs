@@ -1101,3 +1101,146 @@ impl HttpOptions {
         }
     }
 }
+
+#[cfg(test)]
+mod docs {
+    //! The repository's Markdown: its relative links lead somewhere.
+
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+
+    use pulldown_cmark::{Event, Parser, Tag, TagEnd};
+
+    fn root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+
+    /// The Markdown files of the repository (the root, `docs/`, the SDKs'
+    /// and clients'), never what tools installed under them.
+    fn markdown_files() -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let mut folders = vec![root()];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if path.is_dir() {
+                    let skipped = name.starts_with('.')
+                        || ["target", "node_modules", "dist", "build"].contains(&name.as_str());
+                    if !skipped {
+                        folders.push(path);
+                    }
+                } else if name.ends_with(".md") {
+                    found.push(path);
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    /// GitHub's anchor for a heading: lower case, punctuation dropped,
+    /// spaces made hyphens; a repeated one gets `-1`, `-2`, ...
+    fn slug(heading: &str, seen: &mut HashMap<String, usize>) -> String {
+        let base: String = heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(base.clone()).or_default();
+        let slug = match *n {
+            0 => base,
+            n => format!("{base}-{n}"),
+        };
+        *n += 1;
+        slug
+    }
+
+    /// A file's heading anchors and the destinations of its links.
+    fn read(path: &Path) -> (Vec<String>, Vec<String>) {
+        let text = std::fs::read_to_string(path).unwrap();
+        let (mut anchors, mut links, mut seen) = (Vec::new(), Vec::new(), HashMap::new());
+        let mut heading: Option<String> = None;
+        for event in Parser::new(&text) {
+            match event {
+                Event::Start(Tag::Heading { .. }) => heading = Some(String::new()),
+                Event::End(TagEnd::Heading(_)) => {
+                    if let Some(h) = heading.take() {
+                        anchors.push(slug(&h, &mut seen));
+                    }
+                }
+                Event::Text(t) | Event::Code(t) => {
+                    if let Some(h) = heading.as_mut() {
+                        h.push_str(&t);
+                    }
+                }
+                Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => {
+                    links.push(dest_url.into_string())
+                }
+                _ => {}
+            }
+        }
+        (anchors, links)
+    }
+
+    #[test]
+    fn every_relative_link_in_the_docs_leads_somewhere() {
+        let files = markdown_files();
+        assert!(files.len() > 10, "found only {files:?}");
+        let anchors: HashMap<PathBuf, Vec<String>> = files
+            .iter()
+            .map(|f| (f.canonicalize().unwrap(), read(f).0))
+            .collect();
+        let mut broken = Vec::new();
+        for file in &files {
+            for link in read(file).1 {
+                if link.contains("://") || link.starts_with("mailto:") {
+                    continue;
+                }
+                let (target, anchor) = link.split_once('#').unwrap_or((&link, ""));
+                let target = match target {
+                    "" => file.clone(),
+                    t => file.parent().unwrap().join(t),
+                };
+                let Ok(target) = target.canonicalize() else {
+                    broken.push(format!("{}: {link}: no such file", file.display()));
+                    continue;
+                };
+                if !target.starts_with(root().canonicalize().unwrap()) {
+                    broken.push(format!(
+                        "{}: {link}: outside the repository",
+                        file.display()
+                    ));
+                } else if !anchor.is_empty()
+                    && !anchors
+                        .get(&target)
+                        .is_some_and(|a| a.iter().any(|a| a == anchor))
+                {
+                    broken.push(format!("{}: {link}: no such heading", file.display()));
+                }
+            }
+        }
+        assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    }
+}
+
+#[cfg(test)]
+mod reference {
+    /// docs/cli.md is the reference clap gives of these arguments;
+    /// `KEEL_BLESS=1` writes it.
+    #[test]
+    fn the_cli_reference_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cli.md");
+        let current = clap_markdown::help_markdown::<super::Cli>();
+        if std::env::var_os("KEEL_BLESS").is_some() {
+            std::fs::write(&path, &current).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == current,
+            "docs/cli.md is not the CLI's reference: run `KEEL_BLESS=1 cargo test -p keel-cli the_cli_reference_is_current`"
+        );
+    }
+}

@@ -1,17 +1,23 @@
 //! keel-store: the storage boundary of keel.
 //!
 //! The engine talks to storage through one async trait, [`Store`], made of
-//! one part per concern: [`RunStore`], [`JournalStore`], [`LeaseStore`], [`HookStore`],
-//! [`KeyStore`], [`EventStore`], [`ComponentStore`], [`WakeStore`],
-//! [`ScheduleStore`], [`FlowStore`], [`RateStore`] and [`IntegrationStore`]. Their
+//! one part per concern: runs ([`RunStore`]), their journals
+//! ([`JournalStore`]), leases and due work ([`LeaseStore`]), workers
+//! ([`WorkerStore`]), hooks ([`HookStore`]), idempotency keys
+//! ([`KeyStore`]), events ([`EventStore`]), components ([`ComponentStore`])
+//! and deployments ([`DeploymentStore`]), wakes ([`WakeStore`]), cancel
+//! requests ([`CancelStore`]), streams ([`StreamStore`]), retention
+//! ([`RetentionStore`]), schedules ([`ScheduleStore`]), flow control
+//! ([`FlowStore`], [`RateStore`]), bulk jobs ([`JobStore`]) and tokens and
+//! webhooks ([`IntegrationStore`]). Their
 //! methods are domain-level operations (admit a run with its key, start
 //! hook and first journal entries; end a run with its hooks), each written
 //! with its atomicity and durability. Every store passes the
 //! [`conformance`] suite; [`sled::SledStore`] is the embedded default (one
 //! process), [`postgres::PgStore`] the shared one (any number of processes
 //! and machines), both cut into the same modules (runs, hooks, catalog,
-//! wakes, schema), and [`faulty::FaultyStore`] wraps any store to inject
-//! failures in tests.
+//! wakes, flow, jobs, retention, schedules, streams, integrations, schema),
+//! and [`faulty::FaultyStore`] wraps any store to inject failures in tests.
 //!
 //! Durability: unless a method says otherwise, a method that writes is
 //! atomic (all of its writes or none survive a crash) and durable when it
