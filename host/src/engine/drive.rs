@@ -599,10 +599,14 @@ impl Keel {
             )),
         };
         // An end releases the lease with the run's final record.
-        if !driven.as_ref().is_ok_and(|r| r.status.is_final())
-            && let Err(e) = self.store().release_lease(&lease, again_at).await
-        {
-            tracing::warn!("releasing the lease failed: {e}");
+        if !driven.as_ref().is_ok_and(|r| r.status.is_final()) {
+            match self.store().release_lease(&lease, again_at).await {
+                // Due next at its timer, or again soon: earlier than the
+                // lease's expiry the worker may be sleeping until (a drive
+                // it did not start, an API's or a CLI's).
+                Ok(()) => self.due_changed(),
+                Err(e) => tracing::warn!("releasing the lease failed: {e}"),
+            }
         }
         driven
     }
