@@ -19,10 +19,8 @@ eval "$settings"
 export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA KEEL_TEST_POSTGRES_RESTART
 cargo test --workspace "$@"
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
-# (named as the workspace's test targets, so nothing is built again).
-engine_suite=()
-for t in tests/tests/*.rs server/tests/api.rs; do engine_suite+=(--test "$(basename "$t" .rs)"); done
-KEEL_TEST_STORE=postgres cargo test --workspace "${engine_suite[@]}" "$@"
+# (the workspace's test targets, so nothing is built again).
+KEEL_TEST_STORE=postgres cargo test --workspace --test engine --test api "$@"
 scripts/e2e-server.sh
 KEEL_E2E_STORE=postgres scripts/e2e-server.sh
 scripts/clients.sh

@@ -5,12 +5,12 @@
 //! a deadline passing on the injectable clock. Real guests, a real
 //! downstream service; on sled, or PostgreSQL with `KEEL_TEST_STORE`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ManualClock, TestStore, open, open_backend};
+use crate::common::{ManualClock, TestStore, open, open_backend};
 use keel_host::core::journal::Fact;
 use keel_host::core::lifecycle::Grace;
 use keel_host::core::{RunRecord, RunStatus};

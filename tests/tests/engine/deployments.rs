@@ -4,11 +4,9 @@
 //! older build unless forced. On sled, or PostgreSQL with
 //! `KEEL_TEST_STORE`.
 
-mod common;
-
 use std::path::Path;
 
-use common::{TestStore, attempts, json, open_with, order_input, step_ids};
+use crate::common::{TestStore, attempts, json, open_with, order_input, step_ids};
 use keel_host::core::deployment::Target;
 use keel_host::core::journal::Fact;
 use keel_host::core::{ErrorKind, GrantSpec, RunStatus};

@@ -5,9 +5,9 @@
 //! is delivered once; replay of such runs writes nothing. On sled, or
 //! PostgreSQL with `KEEL_TEST_STORE`.
 
-mod common;
+use crate::common;
 
-use common::{TestStore, json, open};
+use crate::common::{TestStore, json, open};
 use futures::StreamExt;
 use keel_host::core::RunStatus;
 use keel_host::core::divergence::Verdict;

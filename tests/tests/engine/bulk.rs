@@ -4,9 +4,9 @@
 //! and a filter that selects every run is refused. On sled, or PostgreSQL
 //! with `KEEL_TEST_STORE`.
 
-mod common;
+use crate::common;
 
-use common::{ManualClock, TestStore, json, open, open_backend, order_input};
+use crate::common::{ManualClock, TestStore, json, open, open_backend, order_input};
 use keel_host::core::bulk::{BulkAction, BulkRequest, JobState};
 use keel_host::core::journal::Fact;
 use keel_host::core::{RunFilter, RunId, RunStatus};

@@ -3,13 +3,11 @@
 //! `cancel_newest` and `cancel_in_progress` strategies, delayed starts,
 //! and limits an operator changes at runtime (0 pauses).
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ManualClock, TestStore, open, open_backend};
+use crate::common::{ManualClock, TestStore, open, open_backend};
 use keel_host::core::RunStatus;
 use keel_host::core::flow::SlotState;
 use keel_host::core::journal::Fact;

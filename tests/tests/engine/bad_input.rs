@@ -1,10 +1,10 @@
 //! Bad input gets a clear error, and the host stays alive.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
-use common::{TestStore, open, open_backend};
+use crate::common::{TestStore, open, open_backend};
 use keel_host::core::RunStatus;
 use keel_host::core::journal::Fact;
 use keel_host::store::LeaseStore;
@@ -149,7 +149,12 @@ async fn a_store_locked_by_another_process_is_refused() {
     let store = TestStore::new();
     let keel = store.config().open_sled().unwrap();
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "lock_child", "--nocapture"])
+        .args([
+            "--ignored",
+            "--exact",
+            "bad_input::lock_child",
+            "--nocapture",
+        ])
         .env("KEEL_LOCK_DB", store.path())
         .output()
         .unwrap();

@@ -6,9 +6,9 @@
 //! purging one store at once delete each run once. On sled, or PostgreSQL
 //! with `KEEL_TEST_STORE`.
 
-mod common;
+use crate::common;
 
-use common::{ManualClock, TestStore, open, open_backend};
+use crate::common::{ManualClock, TestStore, open, open_backend};
 use keel_host::core::file::JournalFile;
 use keel_host::core::{RunId, RunStatus};
 use keel_host::{DeploySpec, Error, Keel, Replayer, archive_path};

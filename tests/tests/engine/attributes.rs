@@ -4,9 +4,7 @@
 //! its cursor, and refused over their bounds. On sled, or PostgreSQL with
 //! `KEEL_TEST_STORE`.
 
-mod common;
-
-use common::{TestStore, open};
+use crate::common::{TestStore, open};
 use keel_host::core::journal::Fact;
 use keel_host::core::{Attributes, RunFilter, RunStatus};
 use keel_host::{Error, StartOptions};

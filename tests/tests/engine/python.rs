@@ -3,12 +3,12 @@
 //! API that loses a confirmation, a kill -9 mid-step, the hook seeds,
 //! replay and divergence, and the deterministic sandbox.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use common::{TestStore, json, open_backend, order_input, step_ids};
+use crate::common::{TestStore, json, open_backend, order_input, step_ids};
 use keel_host::core::divergence::Verdict;
 use keel_host::core::journal::Fact;
 use keel_host::core::{RunId, RunRecord, RunStatus};
@@ -122,7 +122,12 @@ async fn a_python_order_killed_mid_step_is_finished_by_a_worker_with_one_charge(
     let api = PaymentApi::start(true).await.unwrap();
     let store = TestStore::new();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "python_crash_child", "--nocapture"])
+        .args([
+            "--ignored",
+            "--exact",
+            "python::python_crash_child",
+            "--nocapture",
+        ])
         .env("KEEL_CRASH_DB", store.path())
         .env("KEEL_CRASH_INPUT", order_input(&api, "py-kill"))
         .env("KEEL_CRASH_HOST", api.addr.to_string())

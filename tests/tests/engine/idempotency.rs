@@ -1,11 +1,11 @@
 //! TTL idempotency keys and event triggers (the Hatchet semantics).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{ManualClock, TestStore, json, open, open_backend};
+use crate::common::{ManualClock, TestStore, json, open, open_backend};
 use keel_host::core::Clock;
 use keel_host::core::{RunId, RunStatus};
 use keel_host::store::KeyStore;

@@ -2,13 +2,13 @@
 //!
 //! The fixtures under `tests/journals/` are recorded by the tool itself;
 //! regenerate them with
-//! `cargo test -p keel-tests --test replay -- --ignored regenerate_journal_fixtures`.
+//! `cargo test -p keel-tests --test engine -- --ignored replay::regenerate_journal_fixtures`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::{TestStore, json, order_input, order_keel};
+use crate::common::{TestStore, json, order_input, order_keel};
 use keel_host::core::RunStatus;
 use keel_host::core::divergence::Verdict;
 use keel_host::core::file::JournalFile;

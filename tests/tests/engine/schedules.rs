@@ -2,11 +2,9 @@
 //! derived IDs, overlap and catch-up hold, pause, trigger and backfill,
 //! and two engines sharing a store fire each time once.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{ManualClock, TestStore, open_backend, open_store};
+use crate::common::{ManualClock, TestStore, open_backend, open_store};
 use keel_host::Keel;
 use keel_host::core::RunStatus;
 use keel_host::core::schedule::{

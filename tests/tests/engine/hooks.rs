@@ -2,12 +2,12 @@
 //! Workflow SDK's run idempotency), end to end through the `order-hooks`
 //! guest.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Backend, ManualClock, TestStore, json, open_backend, open_with};
+use crate::common::{Backend, ManualClock, TestStore, json, open_backend, open_with};
 use keel_host::core::journal::Fact;
 use keel_host::core::{Capabilities, RunId, RunRecord, RunStatus};
 use keel_host::{Error, Keel, Loaded, StartHook, StartOptions};

@@ -1,11 +1,13 @@
 //! Step IDs, retries, replay and recovery, end to end.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{TestStore, attempts, json, open, open_backend, order_input, order_keel, step_ids};
+use crate::common::{
+    TestStore, attempts, json, open, open_backend, order_input, order_keel, step_ids,
+};
 use keel_host::core::RunStatus;
 use keel_host::core::divergence::Verdict;
 use keel_host::core::journal::Fact;
@@ -364,7 +366,12 @@ async fn kill_9_in_the_middle_of_a_step_then_a_worker_completes_the_run() {
     let api = PaymentApi::start(false).await.unwrap();
     let store = TestStore::new();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "crash_child", "--nocapture"])
+        .args([
+            "--ignored",
+            "--exact",
+            "durability::crash_child",
+            "--nocapture",
+        ])
         .env("KEEL_CRASH_DB", store.path())
         .env("KEEL_CRASH_URL", api.url("/probe"))
         .env("KEEL_CRASH_HOST", api.addr.to_string())

@@ -1,9 +1,9 @@
 //! Instances are a cache, not a limit: more runs, sleeps and steps than the
 //! engine has instance slots for all complete, queued rather than failed.
 
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 use keel_host::Keel;
 use keel_host::core::RunStatus;
 

@@ -1,0 +1,21 @@
+//! The engine's end-to-end suite, one test binary: real guests through the
+//! real host, on sled, or on PostgreSQL with `KEEL_TEST_STORE=postgres`.
+//! Each module is one concern; `common` opens engines on either store.
+
+mod common;
+
+mod attributes;
+mod bad_input;
+mod bulk;
+mod capacity;
+mod deployments;
+mod durability;
+mod flow;
+mod hooks;
+mod idempotency;
+mod lifecycle;
+mod python;
+mod replay;
+mod retention;
+mod schedules;
+mod streams;
