@@ -26,7 +26,14 @@ pub struct Entry {
 /// completion it was given, or a change of the run's life (start, end).
 ///
 /// Variants are only ever appended: their order is the binary format.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// [`FactKind`] names each variant without its fields: its snake-case
+/// name is the `kind` of the entry's JSON shape ([`entry_to_json`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, strum::EnumDiscriminants)]
+#[strum_discriminants(
+    name(FactKind),
+    derive(strum::EnumIter, strum::EnumString, strum::IntoStaticStr),
+    strum(serialize_all = "snake_case")
+)]
 pub enum Fact {
     /// The run was admitted.
     RunStarted {
@@ -176,6 +183,7 @@ pub enum Fact {
     /// `deadline_exceeded`, `error` says why and how the cleanup ended,
     /// `output` is the workflow's output if it returned one.
     RunEndedCancelled {
+        #[serde(rename = "error_kind", alias = "kind")]
         kind: String,
         error: String,
         output: Option<String>,
@@ -315,42 +323,7 @@ impl Fact {
 
     /// The fact's name in snake case, as `keel runs show` prints it.
     pub fn name(&self) -> &'static str {
-        match self {
-            Fact::RunStarted { .. } => "run_started",
-            Fact::StepScheduled { .. } => "step_scheduled",
-            Fact::StepAttemptStarted { .. } => "step_attempt_started",
-            Fact::StepAttemptFailed { .. } => "step_attempt_failed",
-            Fact::StepCompleted { .. } => "step_completed",
-            Fact::StepFailed { .. } => "step_failed",
-            Fact::TimerScheduled { .. } => "timer_scheduled",
-            Fact::PatchMarker { .. } => "patch_marker",
-            Fact::TimerFired { .. } => "timer_fired",
-            Fact::RunCompleted { .. } => "run_completed",
-            Fact::RunFailed { .. } => "run_failed",
-            Fact::HookCreated { .. } => "hook_created",
-            Fact::HookNext { .. } => "hook_next",
-            Fact::HookReceived { .. } => "hook_received",
-            Fact::HookForceClaimed { .. } => "hook_force_claimed",
-            Fact::HookDisposed { .. } => "hook_disposed",
-            Fact::RunStatusRead { .. } => "run_status_read",
-            Fact::RunAwaited { .. } => "run_awaited",
-            Fact::AwaitedRunEnded { .. } => "awaited_run_ended",
-            Fact::WorkflowStarted { .. } => "workflow_started",
-            Fact::RunCancelled => "run_cancelled",
-            Fact::RunRetried { .. } => "run_retried",
-            Fact::StepThrottled { .. } => "step_throttled",
-            Fact::CancelRequested { .. } => "cancel_requested",
-            Fact::DeadlineSet { .. } => "deadline_set",
-            Fact::RunEndedCancelled { .. } => "run_ended_cancelled",
-            Fact::ChildStarted { .. } => "child_started",
-            Fact::AttributeSet { .. } => "attribute_set",
-            Fact::StreamWritten { .. } => "stream_written",
-            Fact::StreamClosed { .. } => "stream_closed",
-            Fact::HookReplied { .. } => "hook_replied",
-            Fact::HookRefused { .. } => "hook_refused",
-            Fact::PayloadSkipped { .. } => "payload_skipped",
-            Fact::Traced { .. } => "traced",
-        }
+        FactKind::from(self).into()
     }
 
     /// A one-line description of a command, for divergence reports.
@@ -420,18 +393,16 @@ impl Fact {
 /// fields, with inputs and outputs as the strings recorded, so that the
 /// shape is lossless.
 pub fn entry_to_json(entry: &Entry) -> serde_json::Value {
-    let mut out = serde_json::json!({
-        "seq": entry.seq,
-        "at_ms": entry.at_ms,
-        "kind": entry.fact.name(),
-    });
-    if let (Ok(serde_json::Value::Object(tagged)), Some(out)) =
-        (serde_json::to_value(&entry.fact), out.as_object_mut())
+    let mut out = serde_json::Map::new();
+    if let Ok(serde_json::Value::Object(tagged)) = serde_json::to_value(&entry.fact)
         && let Some((_, serde_json::Value::Object(fields))) = tagged.into_iter().next()
     {
         out.extend(fields);
     }
-    out
+    out.insert("seq".into(), entry.seq.into());
+    out.insert("at_ms".into(), entry.at_ms.into());
+    out.insert("kind".into(), entry.fact.name().into());
+    serde_json::Value::Object(out)
 }
 
 /// Reads an entry in the shape [`entry_to_json`] writes, or in the shape
@@ -446,19 +417,23 @@ pub fn entry_from_json(value: &serde_json::Value) -> Result<Entry, String> {
             .and_then(|v| v.as_u64())
             .ok_or_else(|| format!("entry has no number `{field}`"))
     };
-    let variant: String = kind
-        .split('_')
-        .map(|w| {
-            let mut c = w.chars();
-            c.next()
-                .map_or_else(String::new, |f| f.to_uppercase().chain(c).collect())
-        })
-        .collect();
     let mut fields = value.as_object().cloned().unwrap_or_default();
     for meta in ["seq", "at_ms", "kind"] {
         fields.remove(meta);
     }
-    let tagged = if fields.is_empty() && kind == "run_cancelled" {
+    let fact_kind = match kind.parse::<FactKind>() {
+        Ok(fact_kind) => fact_kind,
+        // keel 0.1 wrote a cancelled run's end with its end kind in place
+        // of the entry's kind.
+        Err(_) if matches!(kind, "cancelled" | "deadline_exceeded") => {
+            fields.insert("error_kind".into(), kind.into());
+            FactKind::RunEndedCancelled
+        }
+        Err(_) => return Err(format!("no journal entry is of kind `{kind}`")),
+    };
+    // The variant's name, as serde's external tagging spells it.
+    let variant = format!("{fact_kind:?}");
+    let tagged = if fields.is_empty() && fact_kind == FactKind::RunCancelled {
         serde_json::Value::String(variant)
     } else {
         serde_json::json!({ variant: fields })
@@ -470,6 +445,177 @@ pub fn entry_from_json(value: &serde_json::Value) -> Result<Entry, String> {
         at_ms: number("at_ms")?,
         fact,
     })
+}
+
+/// One fact of every kind, with every field set (options `Some`), for the
+/// tests that send every kind of entry through each of keel's doors: the
+/// binary and JSON files, the API and the remote CLI.
+pub fn examples() -> Vec<Fact> {
+    let s = |v: &str| v.to_string();
+    vec![
+        Fact::RunStarted {
+            workflow: s("order"),
+            input: s(r#"{"id":1}"#),
+        },
+        Fact::StepScheduled {
+            command: 1,
+            name: s("charge"),
+            input: s("[1,2]"),
+            step_id: s("run-1"),
+            digest: s("d1"),
+        },
+        Fact::StepAttemptStarted {
+            command: 1,
+            attempt: 2,
+        },
+        Fact::StepAttemptFailed {
+            command: 1,
+            attempt: 1,
+            error: s("boom"),
+            retry_at_ms: 7,
+        },
+        Fact::StepCompleted {
+            command: 1,
+            output: s(r#""ok""#),
+        },
+        Fact::StepFailed {
+            command: 1,
+            error: s("gave up"),
+            fatal: true,
+            attempts: 3,
+        },
+        Fact::TimerScheduled {
+            command: 2,
+            fire_at_ms: 9,
+        },
+        Fact::PatchMarker {
+            command: 3,
+            change_id: s("v2"),
+        },
+        Fact::TimerFired { command: 2 },
+        Fact::RunCompleted { output: s("null") },
+        Fact::RunFailed {
+            kind: s("step_failed"),
+            error: s("no"),
+        },
+        Fact::HookCreated {
+            command: 4,
+            token: s("t"),
+            force: true,
+            registration: HookRegistration::Conflict {
+                owner_run_id: s("other"),
+            },
+        },
+        Fact::HookNext {
+            command: 5,
+            hook: 4,
+            token: s("t"),
+            index: 6,
+        },
+        Fact::HookReceived {
+            command: 5,
+            payload: s("{}"),
+        },
+        Fact::HookForceClaimed {
+            command: 5,
+            claimed_by_run_id: s("other"),
+        },
+        Fact::HookDisposed {
+            command: 6,
+            hook: 4,
+        },
+        Fact::RunStatusRead {
+            command: 7,
+            run_id: s("other"),
+            status: s("running"),
+        },
+        Fact::RunAwaited {
+            command: 8,
+            run_id: s("other"),
+        },
+        Fact::AwaitedRunEnded {
+            command: 8,
+            status: s("failed"),
+            output: Some(s("1")),
+            error: Some(s("why")),
+        },
+        Fact::WorkflowStarted {
+            command: 9,
+            workflow: s("child"),
+            input: s("2"),
+            token: Some(s("tok")),
+            outcome: StartOutcome::HookConflict {
+                conflicting_run_id: s("other"),
+            },
+        },
+        Fact::RunCancelled,
+        Fact::RunRetried { from_seq: 4 },
+        Fact::StepThrottled {
+            command: 1,
+            attempt: 1,
+            key: s("api"),
+            waited_ms: 250,
+        },
+        Fact::CancelRequested {
+            reason: s("operator"),
+            by: s("cli"),
+        },
+        Fact::DeadlineSet {
+            deadline_ms: 60_000,
+        },
+        Fact::RunEndedCancelled {
+            kind: s("deadline_exceeded"),
+            error: s("cleanup completed"),
+            output: Some(s("3")),
+        },
+        Fact::ChildStarted {
+            command: 10,
+            workflow: s("child"),
+            deployment: Some(s("billing")),
+            input: s("4"),
+            token: Some(s("tok2")),
+            close: crate::lifecycle::ClosePolicy::Wait,
+            timeout_ms: Some(1_000),
+            outcome: StartOutcome::Refused { reason: s("full") },
+        },
+        Fact::AttributeSet {
+            command: 11,
+            key: s("tenant"),
+            value: s("acme"),
+        },
+        Fact::StreamWritten {
+            command: 12,
+            stream: s("out"),
+            value: s(r#""chunk""#),
+        },
+        Fact::StreamClosed {
+            command: 13,
+            stream: s("out"),
+        },
+        Fact::HookReplied {
+            command: 14,
+            request: 5,
+            token: s("t"),
+            index: 6,
+            reply: s("true"),
+        },
+        Fact::HookRefused {
+            command: 15,
+            request: 5,
+            token: s("t"),
+            index: 7,
+            reason: s("bad"),
+        },
+        Fact::PayloadSkipped {
+            token: s("t"),
+            index: 7,
+        },
+        Fact::Traced {
+            trace_id: s("0af7651916cd43dd8448eb211c80319c"),
+            span_id: s("b7ad6b7169203331"),
+            parent_span_id: Some(s("00f067aa0ba902b7")),
+        },
+    ]
 }
 
 impl codec::Stored for Entry {}
@@ -527,6 +673,54 @@ mod tests {
         other[0] = 9;
         let err = decode(&other).unwrap_err();
         assert!(err.to_string().contains("format version 9"), "{err}");
+    }
+
+    #[test]
+    fn every_kind_of_fact_round_trips_through_its_binary_and_json_shapes() {
+        use strum::IntoEnumIterator;
+        let examples = examples();
+        for kind in FactKind::iter() {
+            assert!(
+                examples.iter().any(|f| FactKind::from(f) == kind),
+                "journal::examples() has no fact of kind `{}`: add one, with every field set",
+                <&str>::from(kind)
+            );
+        }
+        for (seq, fact) in examples.into_iter().enumerate() {
+            let entry = Entry {
+                seq: seq as u64,
+                at_ms: 1_000 + seq as u64,
+                fact,
+            };
+            assert_eq!(decode(&encode(&entry)).unwrap(), entry);
+            let json = entry_to_json(&entry);
+            assert_eq!(json["kind"], entry.fact.name(), "{json}");
+            let text = serde_json::to_string(&json).unwrap();
+            let back = entry_from_json(&serde_json::from_str(&text).unwrap());
+            assert_eq!(back.as_ref(), Ok(&entry), "{text}");
+            // The shape journal files had before `kind`.
+            let old = serde_json::to_value(&entry).unwrap();
+            assert_eq!(entry_from_json(&old).as_ref(), Ok(&entry), "{old}");
+        }
+    }
+
+    #[test]
+    fn a_cancelled_end_written_by_keel_0_1_still_reads() {
+        let old = serde_json::json!({
+            "seq": 5, "at_ms": 9, "kind": "deadline_exceeded",
+            "error": "cleanup completed", "output": null,
+        });
+        let entry = entry_from_json(&old).unwrap();
+        assert_eq!(
+            entry.fact,
+            Fact::RunEndedCancelled {
+                kind: "deadline_exceeded".into(),
+                error: "cleanup completed".into(),
+                output: None,
+            }
+        );
+        let err = entry_from_json(&serde_json::json!({"seq": 0, "at_ms": 0, "kind": "nope"}));
+        assert_eq!(err, Err("no journal entry is of kind `nope`".into()));
     }
 
     #[test]
