@@ -70,3 +70,52 @@ echo "== the TypeScript client" >&2
 echo "== the Python client" >&2
 # From outside the checkout, so the installed package is what is tested.
 (cd "$work" && "$work/venv/bin/python" -m unittest discover -s "$here/clients/python/tests" -t "$here/clients/python/tests")
+
+# What users install: each package built as it would be published, then
+# installed from that file alone in a directory of its own, and used.
+echo "== the packages, installed from their files in clean directories" >&2
+mkdir -p "$work/packages"
+(cd clients/typescript && npm pack --silent --pack-destination "$work/packages" >/dev/null)
+"$work/venv/bin/pip" install -q build
+for project in clients/python sdk/python; do
+    "$work/venv/bin/python" -m build -q --outdir "$work/packages" "$project" >/dev/null
+done
+ls "$work/packages" >&2
+
+mkdir -p "$work/ts-app"
+(cd "$work/ts-app" && npm init -y >/dev/null && npm install --silent --no-audit --no-fund "$work"/packages/keel-client-*.tgz)
+cat >"$work/ts-app/app.mjs" <<'JS'
+import assert from "node:assert/strict";
+import { Keel } from "@keel/client";
+const run = await new Keel({ url: process.env.KEEL_URL }).start("ten_steps", 4);
+assert.equal(await run.result(), 4);
+console.log(`the packaged TypeScript client ran ${run.id}`);
+JS
+(cd "$work/ts-app" && node app.mjs)
+
+python3 -m venv "$work/py-app"
+"$work/py-app/bin/pip" install -q "$work"/packages/keel_client-*.whl "$work"/packages/keel_sdk-*.whl
+(cd "$work" && "$work/py-app/bin/python" - <<'PY'
+import asyncio, importlib.resources
+from keel_client import AsyncKeel
+import keel
+
+async def main():
+    async with AsyncKeel(__import__("os").environ["KEEL_URL"]) as client:
+        run = await client.start("ten_steps", 5)
+        assert await run.result() == 5
+        print(f"the packaged Python client ran {run.id}")
+
+asyncio.run(main())
+# The SDK's package carries the WIT contract a component is built against.
+wit = importlib.resources.files(keel) / "wit" / "deps" / "keel.wit"
+assert "package keel:workflow" in wit.read_text(), wit
+assert callable(keel.workflow) and callable(keel.step)
+print("the packaged Python SDK imports, with its WIT")
+PY
+)
+
+# The Rust SDK crates as `cargo publish` would upload them, built from
+# those packages alone.
+echo "== the Rust SDK crates package and build as published" >&2
+cargo publish --dry-run --quiet -p keel-sdk-macros -p keel-sdk --allow-dirty

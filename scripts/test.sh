@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs the pinned toolchain and the wasm target,
 # makes sure PostgreSQL runs with a test database (scripts/postgres.sh),
-# runs every test of the workspace (the PostgreSQL ones included), the
-# engine's end-to-end suite and the API tests once more on PostgreSQL, then
+# runs every test of the workspace with cargo-nextest (the PostgreSQL ones
+# included) and the doc tests, the engine's end-to-end suite and the API
+# tests once more on PostgreSQL, then
 # checks a real `keel serve` from outside, on sled and on PostgreSQL: its
 # OpenAPI document with schemathesis and its console in headless Chromium
 # (scripts/e2e-server.sh, which installs Chromium, playwright-core and
@@ -17,10 +18,24 @@ PYTHONDONTWRITEBYTECODE=1 "$KEEL_PYTHON" -m unittest discover -s sdk/python/test
 settings=$(scripts/postgres.sh)
 eval "$settings"
 export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA KEEL_TEST_POSTGRES_RESTART
-cargo test --workspace "$@"
+# cargo-nextest runs each test in a process of its own and writes a JUnit
+# report per pass; the slowest 20 tests of all passes are printed at the end.
+cargo nextest --version >/dev/null 2>&1 || cargo install cargo-nextest --locked
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+reports=$(mktemp -d)
+trap 'python3 scripts/slowest.py 20 "$reports"/*.xml 2>/dev/null; rm -rf "$reports"' EXIT
+pass() { # pass NAME NEXTEST-ARGS...: one pass, its report kept as NAME
+    local name=$1 status=0
+    shift
+    cargo nextest run --workspace --no-tests=warn "$@" || status=$?
+    cp "$target/nextest/default/junit.xml" "$reports/$name.xml" 2>/dev/null || true
+    return $status
+}
+pass sled "$@"
+cargo test --workspace --doc "$@"
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
 # (the workspace's test targets, so nothing is built again).
-KEEL_TEST_STORE=postgres cargo test --workspace --test engine --test api "$@"
+KEEL_TEST_STORE=postgres pass postgres --test engine --test api "$@"
 scripts/e2e-server.sh
 KEEL_E2E_STORE=postgres scripts/e2e-server.sh
 scripts/clients.sh

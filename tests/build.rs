@@ -37,7 +37,7 @@ fn main() {
         .join("keel-guests");
     // Relative to this package, so a target dir shared by several clones
     // watches the sources of the clone being built.
-    for dir in ["guest-sdk", "guests", "wit", "sdk/python/keel"] {
+    for dir in ["guest-sdk", "guests", "sdk/python/keel"] {
         println!("cargo:rerun-if-changed=../{dir}");
     }
     println!("cargo:rerun-if-env-changed=KEEL_PYTHON");

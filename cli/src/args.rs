@@ -883,9 +883,8 @@ pub enum RunsCommand {
 /// bulk`.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct RunFilterArgs {
-    /// Only runs with this status (repeatable): pending, scheduled,
-    /// running, waiting, completed, failed, cancelled.
-    #[arg(long, value_parser = parse_status)]
+    /// Only runs with this status (repeatable).
+    #[arg(long, value_parser = status_parser())]
     pub status: Vec<keel_host::core::RunStatus>,
     /// Only runs of this workflow.
     #[arg(long)]
@@ -1025,7 +1024,7 @@ pub enum JobsCommand {
     },
 }
 
-/// A run status named on the command line.
+/// An attribute `KEY=VALUE` named on the command line.
 fn parse_attribute(s: &str) -> Result<(String, String), String> {
     let (key, value) = s
         .split_once('=')
@@ -1034,12 +1033,14 @@ fn parse_attribute(s: &str) -> Result<(String, String), String> {
     Ok((key.to_string(), value.to_string()))
 }
 
-fn parse_status(s: &str) -> Result<keel_host::core::RunStatus, String> {
-    keel_host::core::RunStatus::parse(s).ok_or_else(|| {
-        format!(
-            "`{s}` is not a run status: pending, running, waiting, completed, failed or cancelled"
-        )
-    })
+/// Parses a run status named on the command line; help and errors list
+/// every status.
+fn status_parser() -> impl clap::builder::TypedValueParser<Value = keel_host::core::RunStatus> {
+    use clap::builder::TypedValueParser;
+    use keel_host::core::RunStatus;
+    use strum::IntoEnumIterator;
+    clap::builder::PossibleValuesParser::new(RunStatus::iter().map(RunStatus::as_str))
+        .try_map(|s: String| RunStatus::named(&s))
 }
 
 /// How `keel serve` (or `keel worker --http`) answers HTTP clients.

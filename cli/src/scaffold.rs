@@ -75,24 +75,37 @@ impl Sdk {
         }
     }
 
-    fn dependency(&self) -> (String, String) {
-        match self {
+    /// The `[patch.crates-io]` section that takes the SDK crate, required
+    /// by version, from this source instead of crates.io.
+    fn patch(&self) -> String {
+        let (source, from) = match self {
             Sdk::Path(path) => (
                 format!("{{ path = {:?} }}", path.display().to_string()),
-                "a path to a keel checkout; or `{ git = \"URL\" }`, or a version once published"
-                    .into(),
+                "a keel checkout".to_string(),
             ),
             Sdk::Git { url, rev } => (
                 match rev {
                     Some(rev) => format!("{{ git = {url:?}, rev = {rev:?} }}"),
                     None => format!("{{ git = {url:?} }}"),
                 },
-                "from git; or `{ path = \"...\" }` to a checkout, or a version once published"
-                    .into(),
+                "git".to_string(),
             ),
-        }
+        };
+        format!(
+            "# keel-sdk {version} is taken from {from} instead of crates.io. To use
+# the published crate, delete this section; to develop against another
+# copy, point it at `{{ path = \"...\" }}` or `{{ git = \"URL\" }}`.
+[patch.crates-io]
+keel-sdk = {source}
+",
+            version = SDK_VERSION
+        )
     }
 }
+
+/// The version of the SDK crate this keel speaks to (they are released
+/// together).
+const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Fills `{{key}}` placeholders.
 fn fill(template: &str, values: &[(&str, &str)]) -> String {
@@ -173,14 +186,14 @@ fn write_files(dir: &Path, files: &[(&str, &str)], values: &[(&str, &str)]) -> a
 fn new_crate(name: &str, parent: &Path, sdk: &Sdk) -> anyhow::Result<PathBuf> {
     let dir = new_dir(name, parent)?;
     let lib = name.replace('-', "_");
-    let (dependency, comment) = sdk.dependency();
+    let patch = sdk.patch();
     let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide.md");
     let guide = guide.canonicalize().unwrap_or(guide).display().to_string();
     let values = [
         ("name", name),
         ("lib", lib.as_str()),
-        ("sdk", dependency.as_str()),
-        ("sdk_comment", comment.as_str()),
+        ("sdk_version", SDK_VERSION),
+        ("sdk_patch", patch.as_str()),
         ("toolchain", TOOLCHAIN_CHANNEL),
         ("guide", guide.as_str()),
     ];

@@ -49,6 +49,16 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
     ] {
         assert!(dir.join(file).is_file(), "{file} was not created");
     }
+    // The SDK is required by version, as a published crate would be, and
+    // taken from this checkout by a patch the author can delete.
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    let required = format!("keel-sdk = \"{}\"", env!("CARGO_PKG_VERSION"));
+    assert!(manifest.contains(&required), "{manifest}");
+    let patch = manifest
+        .split("[patch.crates-io]")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{manifest}"));
+    assert!(patch.contains("keel-sdk = { path = "), "{manifest}");
     let again = keel(parent.path(), &["new", "hello-keel"]);
     assert!(!again.status.success(), "an existing folder is refused");
     assert!(

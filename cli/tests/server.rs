@@ -1069,3 +1069,76 @@ fn a_steps_http_request_carries_its_attempts_traceparent() {
         "the run's span is in the same trace: {exported:?}"
     );
 }
+
+#[test]
+fn a_cancelled_run_reads_through_a_server_and_its_api_file_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve_in(dir.path(), None, &[], &[]);
+    let input = r#"{"order_id": "c9", "note": "first"}"#;
+    let (out, run) = client(
+        &server.url,
+        &[
+            "start",
+            keel_tests::ORDER_HOOKS,
+            "order_updates",
+            "--input",
+            input,
+            "--token",
+            "order:c9",
+        ],
+    );
+    assert!(out.status.success(), "{run}");
+    assert_eq!(run["status"], "waiting", "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let (out, cancelled) = client(
+        &server.url,
+        &["runs", "cancel", run_id, "--reason", "customer asked"],
+    );
+    assert!(out.status.success(), "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+
+    let (out, shown) = client(&server.url, &["runs", "show", run_id]);
+    assert!(out.status.success(), "{shown}");
+    let kinds: Vec<&str> = shown["journal"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{shown}"))
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.last(), Some(&"run_ended_cancelled"), "{shown}");
+    let end = shown["journal"].as_array().unwrap().last().unwrap();
+    assert_eq!(end["error_kind"], "cancelled", "{end}");
+    let request = shown["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "cancel_requested")
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert_eq!(request["reason"], "customer asked", "{request}");
+    let text = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--server", &server.url, "runs", "show", run_id])
+        .output()
+        .unwrap();
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+
+    // The file the API serves is one `keel replay` reads.
+    let url = format!("{}/v1/runs/{run_id}/journal?format=file", server.url);
+    let body = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { reqwest::get(url).await?.error_for_status()?.text().await })
+        .unwrap();
+    let file = dir.path().join("cancelled.json");
+    std::fs::write(&file, body).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--json", "replay", keel_tests::ORDER_HOOKS])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let reports = printed_json(&["replay"], &out);
+    assert!(out.status.success(), "{reports}");
+    assert_eq!(reports[0]["verdict"], "ok", "{reports}");
+}

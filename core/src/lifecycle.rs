@@ -105,6 +105,9 @@ pub enum Cleanup {
     Failed(String),
     /// It was ended at the grace bound, for this reason.
     OverGrace(String),
+    /// None of it had run (a queued run, a delayed start not yet due):
+    /// there was nothing to clean up.
+    NotStarted,
 }
 
 /// The error kind a cancel with `reason` ends the run with.
@@ -129,6 +132,7 @@ pub fn cancelled_end(reason: &str, by: &str, cleanup: Cleanup) -> Fact {
         Cleanup::Failed(e) if e.starts_with(&cause) => (e, None),
         Cleanup::Failed(e) => (format!("{cause}; the workflow then failed: {e}"), None),
         Cleanup::OverGrace(why) => (format!("{cause}; {why}"), None),
+        Cleanup::NotStarted => (format!("{cause}, before it started"), None),
     };
     Fact::RunEndedCancelled {
         kind: cancel_kind(reason).as_str().into(),

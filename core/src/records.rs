@@ -7,9 +7,24 @@ use crate::ids::{ComponentHash, HookToken, RunId};
 use crate::journal::HookRegistration;
 
 /// A run's status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum RunStatus {
     /// Admitted, not yet executed.
     Pending,
@@ -34,32 +49,18 @@ pub enum RunStatus {
 impl RunStatus {
     /// The status in snake case.
     pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Pending => "pending",
-            RunStatus::Running => "running",
-            RunStatus::Waiting => "waiting",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::Scheduled => "scheduled",
-            RunStatus::Queued => "queued",
-        }
+        self.into()
     }
 
     /// The status named by [`RunStatus::as_str`].
     pub fn parse(s: &str) -> Option<RunStatus> {
-        [
-            RunStatus::Pending,
-            RunStatus::Running,
-            RunStatus::Waiting,
-            RunStatus::Completed,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-            RunStatus::Scheduled,
-            RunStatus::Queued,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == s)
+        s.parse().ok()
+    }
+
+    /// The status named by [`RunStatus::as_str`], or an error that lists
+    /// every status.
+    pub fn named(s: &str) -> Result<RunStatus, UnknownStatus> {
+        RunStatus::parse(s).ok_or_else(|| UnknownStatus(s.to_string()))
     }
 
     /// The run waits (on a timer, a hook, another run, its start time or a
@@ -78,6 +79,20 @@ impl RunStatus {
             RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
         )
     }
+}
+
+/// A name that is no run status.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a run status; use {list}", list = status_names())]
+pub struct UnknownStatus(pub String);
+
+/// Every status's name, in order, separated by commas.
+fn status_names() -> String {
+    use strum::IntoEnumIterator;
+    RunStatus::iter()
+        .map(RunStatus::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Why a run failed.
@@ -424,6 +439,17 @@ impl Registration {
 mod tests {
     use super::*;
     use crate::codec;
+
+    #[test]
+    fn an_unknown_status_names_every_status() {
+        assert_eq!(RunStatus::named("queued"), Ok(RunStatus::Queued));
+        let err = RunStatus::named("sleeping").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "`sleeping` is not a run status; use pending, running, waiting, completed, \
+             failed, cancelled, scheduled, queued"
+        );
+    }
 
     #[test]
     fn a_run_record_of_layout_1_is_read_without_a_parent_and_rewritten_as_2() {

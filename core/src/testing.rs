@@ -143,3 +143,174 @@ mod tests {
         assert_eq!(journal[2].fact, completed(0, "2"));
     }
 }
+
+/// One fact of every kind, with every field set (options `Some`), for the
+/// tests that send every kind of entry through each of keel's doors: the
+/// binary and JSON files, the API and the remote CLI.
+pub fn every_fact() -> Vec<Fact> {
+    let s = |v: &str| v.to_string();
+    vec![
+        Fact::RunStarted {
+            workflow: s("order"),
+            input: s(r#"{"id":1}"#),
+        },
+        Fact::StepScheduled {
+            command: 1,
+            name: s("charge"),
+            input: s("[1,2]"),
+            step_id: s("run-1"),
+            digest: s("d1"),
+        },
+        Fact::StepAttemptStarted {
+            command: 1,
+            attempt: 2,
+        },
+        Fact::StepAttemptFailed {
+            command: 1,
+            attempt: 1,
+            error: s("boom"),
+            retry_at_ms: 7,
+        },
+        Fact::StepCompleted {
+            command: 1,
+            output: s(r#""ok""#),
+        },
+        Fact::StepFailed {
+            command: 1,
+            error: s("gave up"),
+            fatal: true,
+            attempts: 3,
+        },
+        Fact::TimerScheduled {
+            command: 2,
+            fire_at_ms: 9,
+        },
+        Fact::PatchMarker {
+            command: 3,
+            change_id: s("v2"),
+        },
+        Fact::TimerFired { command: 2 },
+        Fact::RunCompleted { output: s("null") },
+        Fact::RunFailed {
+            kind: s("step_failed"),
+            error: s("no"),
+        },
+        Fact::HookCreated {
+            command: 4,
+            token: s("t"),
+            force: true,
+            registration: crate::journal::HookRegistration::Conflict {
+                owner_run_id: s("other"),
+            },
+        },
+        Fact::HookNext {
+            command: 5,
+            hook: 4,
+            token: s("t"),
+            index: 6,
+        },
+        Fact::HookReceived {
+            command: 5,
+            payload: s("{}"),
+        },
+        Fact::HookForceClaimed {
+            command: 5,
+            claimed_by_run_id: s("other"),
+        },
+        Fact::HookDisposed {
+            command: 6,
+            hook: 4,
+        },
+        Fact::RunStatusRead {
+            command: 7,
+            run_id: s("other"),
+            status: s("running"),
+        },
+        Fact::RunAwaited {
+            command: 8,
+            run_id: s("other"),
+        },
+        Fact::AwaitedRunEnded {
+            command: 8,
+            status: s("failed"),
+            output: Some(s("1")),
+            error: Some(s("why")),
+        },
+        Fact::WorkflowStarted {
+            command: 9,
+            workflow: s("child"),
+            input: s("2"),
+            token: Some(s("tok")),
+            outcome: crate::journal::StartOutcome::HookConflict {
+                conflicting_run_id: s("other"),
+            },
+        },
+        Fact::RunCancelled,
+        Fact::RunRetried { from_seq: 4 },
+        Fact::StepThrottled {
+            command: 1,
+            attempt: 1,
+            key: s("api"),
+            waited_ms: 250,
+        },
+        Fact::CancelRequested {
+            reason: s("operator"),
+            by: s("cli"),
+        },
+        Fact::DeadlineSet {
+            deadline_ms: 60_000,
+        },
+        Fact::RunEndedCancelled {
+            kind: s("deadline_exceeded"),
+            error: s("cleanup completed"),
+            output: Some(s("3")),
+        },
+        Fact::ChildStarted {
+            command: 10,
+            workflow: s("child"),
+            deployment: Some(s("billing")),
+            input: s("4"),
+            token: Some(s("tok2")),
+            close: crate::lifecycle::ClosePolicy::Wait,
+            timeout_ms: Some(1_000),
+            outcome: crate::journal::StartOutcome::Refused { reason: s("full") },
+        },
+        Fact::AttributeSet {
+            command: 11,
+            key: s("tenant"),
+            value: s("acme"),
+        },
+        Fact::StreamWritten {
+            command: 12,
+            stream: s("out"),
+            value: s(r#""chunk""#),
+        },
+        Fact::StreamClosed {
+            command: 13,
+            stream: s("out"),
+        },
+        Fact::HookReplied {
+            command: 14,
+            request: 5,
+            token: s("t"),
+            index: 6,
+            reply: s("true"),
+        },
+        Fact::HookRefused {
+            command: 15,
+            request: 5,
+            token: s("t"),
+            index: 7,
+            reason: s("bad"),
+        },
+        Fact::PayloadSkipped {
+            token: s("t"),
+            index: 7,
+        },
+        Fact::Traced {
+            trace_id: s("0af7651916cd43dd8448eb211c80319c"),
+            span_id: s("b7ad6b7169203331"),
+            parent_span_id: Some(s("00f067aa0ba902b7")),
+        },
+    ]
+}

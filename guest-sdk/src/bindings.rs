@@ -3,7 +3,7 @@
 //! `keel_sdk::__private::bindings`, so nothing here imports the SDK back.
 
 wit_bindgen::generate!({
-    path: "../wit",
+    path: "wit",
     world: "keel:workflow/workflow-component",
     pub_export_macro: true,
     export_macro_name: "__export_component",

@@ -753,11 +753,7 @@ pub async fn list_runs(
         if status.is_empty() {
             continue;
         }
-        statuses.push(RunStatus::parse(status).ok_or_else(|| {
-            ApiError::invalid(format!(
-                "`{status}` is not a run status; use pending, scheduled, running, waiting, completed, failed or cancelled"
-            ))
-        })?);
+        statuses.push(RunStatus::named(status).map_err(|e| ApiError::invalid(e.to_string()))?);
     }
     let filter = RunFilter {
         statuses,

@@ -43,9 +43,9 @@ mod tests {
     #[test]
     fn the_python_sdk_carries_keel_s_wit_unchanged() {
         assert!(
-            include_str!("../../wit/keel.wit")
+            include_str!("../../guest-sdk/wit/keel.wit")
                 == include_str!("../../sdk/python/keel/wit/deps/keel.wit"),
-            "sdk/python/keel/wit/deps/keel.wit differs from wit/keel.wit: copy it over"
+            "sdk/python/keel/wit/deps/keel.wit differs from guest-sdk/wit/keel.wit: copy it over"
         );
     }
 

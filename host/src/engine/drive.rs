@@ -172,14 +172,14 @@ impl Keel {
         if run.status.is_final() {
             return Ok(run);
         }
-        if self.never_activated(&run).await? {
-            return self.terminate_inner(run_id).await;
-        }
         let request = CancelRequest {
             reason: reason.into(),
             by: by.into(),
             at_ms: self.now_ms(),
         };
+        if self.never_activated(&run).await? {
+            return self.terminate_inner(run_id, Some(&request)).await;
+        }
         let asked = self.store().request_cancel(run_id, &request).await?;
         if asked.is_some() {
             tracing::info!(run_id, reason, by, "cancel requested");
@@ -212,12 +212,18 @@ impl Keel {
     /// it, in this process or another sharing the store, is stopped where
     /// it is. A finished run is returned as it is.
     pub async fn terminate(&self, run_id: &str) -> Result<RunRecord> {
-        self.terminate_inner(run_id)
+        self.terminate_inner(run_id, None)
             .await
             .map_err(|e| unconfirmed(e, run_id, "cancel"))
     }
 
-    async fn terminate_inner(&self, run_id: &str) -> Result<RunRecord> {
+    /// [`Keel::terminate`]; with `request`, of a run none of whose code
+    /// ran, which journals the request and ends cancelled by it.
+    async fn terminate_inner(
+        &self,
+        run_id: &str,
+        request: Option<&CancelRequest>,
+    ) -> Result<RunRecord> {
         let mut announced = false;
         loop {
             let run = self.get_run(run_id).await?;
@@ -229,6 +235,12 @@ impl Keel {
             {
                 let entries = self.store().journal(run_id).await?;
                 let journal = self.journal_of(&lease, entries)?;
+                if let Some(request) = request {
+                    let (reason, by) = (request.reason.clone(), request.by.clone());
+                    let fact = lifecycle::cancelled_end(&reason, &by, Cleanup::NotStarted);
+                    journal.record(Fact::CancelRequested { reason, by })?;
+                    return self.end_cancelled(run, fact, &journal).await;
+                }
                 let cancelled = Error::Cancelled {
                     run_id: run.run_id.clone(),
                 };

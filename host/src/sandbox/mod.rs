@@ -36,7 +36,7 @@ pub use log::GuestLog;
 pub use pulse::Pulse;
 
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "../guest-sdk/wit",
     world: "keel:workflow/workflow-component",
     imports: { default: async | trappable },
     exports: { default: async },

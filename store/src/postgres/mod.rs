@@ -295,7 +295,6 @@ impl PgStore {
         found
     }
 
-    /// Drops the store's schema and everything in it: for tests.
     /// `VACUUM FULL` of keel's tables: gives the space of deleted rows
     /// back to the operating system (it locks each table while it
     /// rewrites it). Plain `VACUUM`, which autovacuum runs, only makes it
@@ -309,6 +308,18 @@ impl PgStore {
     /// state after writing many rows at once.
     pub async fn vacuum_analyze(&self) -> Result<()> {
         self.vacuum("VACUUM (ANALYZE)").await
+    }
+
+    /// Runs a checkpoint and waits for it (`CHECKPOINT`, which needs a
+    /// superuser or the `pg_checkpoint` role): every page changed so far is
+    /// written out now, so that a benchmark measuring a steady state after
+    /// writing many rows at once does not measure the disk busy with them.
+    pub async fn checkpoint(&self) -> Result<()> {
+        self.client()
+            .await?
+            .batch_execute("CHECKPOINT")
+            .await
+            .map_err(pg)
     }
 
     async fn vacuum(&self, command: &str) -> Result<()> {
@@ -331,6 +342,7 @@ impl PgStore {
         Ok(())
     }
 
+    /// Drops the store's schema and everything in it: for tests.
     #[doc(hidden)]
     pub async fn drop_schema(&self) -> Result<()> {
         let client = self.client().await?;

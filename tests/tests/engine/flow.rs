@@ -348,13 +348,28 @@ async fn cancelling_a_queued_run_frees_its_place() {
         .start(&loaded, "one_at_a_time", r#"["next", 0]"#)
         .await
         .unwrap();
+    let cancelled = keel
+        .cancel(&doomed.run_id, "duplicate order", "cli")
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    // The reason and who asked are kept, as for a run that had started.
+    let error = cancelled.error.unwrap();
     assert_eq!(
-        keel.cancel(&doomed.run_id, "", "test")
-            .await
-            .unwrap()
-            .status,
-        RunStatus::Cancelled
+        (error.kind.as_str(), error.message.as_str()),
+        (
+            "cancelled",
+            "cancelled by cli: duplicate order, before it started"
+        )
     );
+    let journal = keel.journal(&doomed.run_id).await.unwrap();
+    let asked = journal.iter().find_map(|e| match &e.fact {
+        keel_host::core::journal::Fact::CancelRequested { reason, by } => {
+            Some((reason.as_str(), by.as_str()))
+        }
+        _ => None,
+    });
+    assert_eq!(asked, Some(("duplicate order", "cli")), "{journal:?}");
     let slot = keel.run_slot(&next.run_id).await.unwrap().unwrap();
     assert_eq!(slot.position, Some(1), "the cancelled run left the queue");
     clock.advance(1000);
