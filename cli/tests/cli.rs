@@ -667,7 +667,18 @@ fn runs_list_filters_by_status_and_workflow() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a run status"));
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        error.contains("invalid value 'done' for '--status <STATUS>'"),
+        "{error}"
+    );
+    // Every status, the two that once went unlisted included.
+    assert!(
+        error.contains(
+            "possible values: pending, running, waiting, completed, failed, cancelled, scheduled, queued"
+        ),
+        "{error}"
+    );
 }
 
 #[test]

@@ -128,22 +128,6 @@ pub fn run_record_layout_1(run: &RunRecord) -> Vec<u8> {
     postcard::to_stdvec(&(1u16, crate::records::RunRecordV1::of(run))).expect("records encode")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn entries_take_their_positions_and_the_current_time() {
-        let journal = JournalBuilder::started("w", "null")
-            .then_at(5, step(0, "a", "1"))
-            .then(completed(0, "2"))
-            .entries();
-        let placed: Vec<(u64, u64)> = journal.iter().map(|e| (e.seq, e.at_ms)).collect();
-        assert_eq!(placed, [(0, 0), (1, 5), (2, 5)]);
-        assert_eq!(journal[2].fact, completed(0, "2"));
-    }
-}
-
 /// One fact of every kind, with every field set (options `Some`), for the
 /// tests that send every kind of entry through each of keel's doors: the
 /// binary and JSON files, the API and the remote CLI.
@@ -313,4 +297,20 @@ pub fn every_fact() -> Vec<Fact> {
             parent_span_id: Some(s("00f067aa0ba902b7")),
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_take_their_positions_and_the_current_time() {
+        let journal = JournalBuilder::started("w", "null")
+            .then_at(5, step(0, "a", "1"))
+            .then(completed(0, "2"))
+            .entries();
+        let placed: Vec<(u64, u64)> = journal.iter().map(|e| (e.seq, e.at_ms)).collect();
+        assert_eq!(placed, [(0, 0), (1, 5), (2, 5)]);
+        assert_eq!(journal[2].fact, completed(0, "2"));
+    }
 }
