@@ -87,8 +87,8 @@ mkdir -p "$work/ts-app"
 cat >"$work/ts-app/app.mjs" <<'JS'
 import assert from "node:assert/strict";
 import { Keel } from "@keel/client";
-const run = await new Keel({ url: process.env.KEEL_URL }).start("ten_steps", 4);
-assert.equal(await run.result(), 4);
+const run = await new Keel({ url: process.env.KEEL_URL }).start("ten_steps", 3);
+assert.equal(await run.result(), 3);
 console.log(`the packaged TypeScript client ran ${run.id}`);
 JS
 (cd "$work/ts-app" && node app.mjs)
@@ -102,8 +102,8 @@ import keel
 
 async def main():
     async with AsyncKeel(__import__("os").environ["KEEL_URL"]) as client:
-        run = await client.start("ten_steps", 5)
-        assert await run.result() == 5
+        run = await client.start("ten_steps", 3)
+        assert await run.result() == 3
         print(f"the packaged Python client ran {run.id}")
 
 asyncio.run(main())
