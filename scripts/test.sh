@@ -31,7 +31,10 @@ pass() { # pass NAME NEXTEST-ARGS...: one pass, its report kept as NAME
     cp "$target/nextest/default/junit.xml" "$reports/$name.xml" 2>/dev/null || true
     return $status
 }
-pass sled "$@"
+# pg_restart restarts the PostgreSQL server under load: it runs alone, in a
+# pass of its own, since nextest runs test binaries side by side.
+pass sled -E 'not binary(pg_restart)' "$@"
+pass restart -E 'binary(pg_restart)' "$@"
 cargo test --workspace --doc "$@"
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
 # (the workspace's test targets, so nothing is built again).

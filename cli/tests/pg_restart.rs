@@ -7,8 +7,9 @@
 //!
 //! It restarts the server `KEEL_TEST_POSTGRES` points at with
 //! `KEEL_TEST_POSTGRES_RESTART` (both set by `scripts/test.sh`); without
-//! them it fails, never skips. It is a test binary of its own, so no other
-//! test shares the database while it restarts.
+//! them it fails, never skips. It is a test binary of its own, which
+//! `scripts/test.sh` runs in a nextest pass of its own, so no other test
+//! shares the database while it restarts.
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
