@@ -21,14 +21,15 @@ export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA KEEL_TEST
 # cargo-nextest runs each test in a process of its own and writes a JUnit
 # report per pass; the slowest 20 tests of all passes are printed at the end.
 cargo nextest --version >/dev/null 2>&1 || cargo install cargo-nextest --locked
-target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 reports=$(mktemp -d)
 trap 'python3 scripts/slowest.py 20 "$reports"/*.xml 2>/dev/null; rm -rf "$reports"' EXIT
 pass() { # pass NAME NEXTEST-ARGS...: one pass, its report kept as NAME
     local name=$1 status=0
     shift
     cargo nextest run --workspace --no-tests=warn "$@" || status=$?
-    cp "$target/nextest/default/junit.xml" "$reports/$name.xml" 2>/dev/null || true
+    # nextest keeps its reports under the workspace's target/, whatever
+    # CARGO_TARGET_DIR says.
+    cp target/nextest/default/junit.xml "$reports/$name.xml" 2>/dev/null || true
     return $status
 }
 # pg_restart restarts the PostgreSQL server under load: it runs alone, in a

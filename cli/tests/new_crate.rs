@@ -55,7 +55,7 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
     let required = format!("keel-sdk = \"{}\"", env!("CARGO_PKG_VERSION"));
     assert!(manifest.contains(&required), "{manifest}");
     let patch = manifest
-        .split("[patch.crates-io]")
+        .split("\n[patch.crates-io]\n")
         .nth(1)
         .unwrap_or_else(|| panic!("{manifest}"));
     assert!(patch.contains("keel-sdk = { path = "), "{manifest}");

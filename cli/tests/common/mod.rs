@@ -33,3 +33,27 @@ pub fn keel(db: &std::path::Path, args: &[&str]) -> (Output, Value) {
     let json = printed_json(args, &out);
     (out, json)
 }
+
+/// A child process that is killed and reaped when dropped, so that a test
+/// that fails leaves nothing running behind it.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
