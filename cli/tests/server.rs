@@ -931,9 +931,24 @@ fn a_runs_spans_join_the_callers_trace_across_a_kill_and_replay_makes_none() {
     assert!(out.status.success(), "{resumed}");
     let (out, ended) = client(&server.url, &["runs", "result", &run_id]);
     assert!(out.status.success(), "{ended}");
-    // The run's span, and the second activation's (which ends after it).
-    let count = |seen: &[Value], name: &str| seen.iter().filter(|s| s["name"] == name).count();
-    while count(&seen, "run order_updates") < 1 || count(&seen, "activation order_updates") < 2 {
+    // The run's span, both steps' and every activation a step ran under
+    // (the last ends after the run's span). After the kill the run may be
+    // activated more than once: a worker that takes its lease over once it
+    // expires replays it to its wait again before the payload comes.
+    let named = |seen: &[Value], name: &str| -> Vec<Value> {
+        seen.iter().filter(|s| s["name"] == name).cloned().collect()
+    };
+    let complete = |seen: &[Value]| {
+        let activations = named(seen, "activation order_updates");
+        let steps = named(seen, "step record_note");
+        !named(seen, "run order_updates").is_empty()
+            && activations.len() >= 2
+            && steps.len() >= 2
+            && steps
+                .iter()
+                .all(|s| activations.iter().any(|a| a["spanId"] == s["parentSpanId"]))
+    };
+    while !complete(&seen) {
         seen.push(spans.recv_timeout(Duration::from_secs(30)).unwrap());
     }
     let run = seen
@@ -955,10 +970,9 @@ fn a_runs_spans_join_the_callers_trace_across_a_kill_and_replay_makes_none() {
         .iter()
         .filter(|s| s["name"] == "activation order_updates")
         .collect();
-    assert_eq!(
-        activations.len(),
-        2,
-        "one before the kill, one after: {seen:?}"
+    assert!(
+        activations.len() >= 2,
+        "one before the kill, one or more after: {seen:?}"
     );
     for a in &activations {
         assert_eq!(a["traceId"], trace, "{a}");
