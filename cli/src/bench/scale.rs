@@ -21,6 +21,13 @@ const DAY_MS: u64 = 86_400_000;
 const CALLERS: usize = 64;
 /// Runs of the wake-lag figure come due at this many a second.
 const DUE_PER_SECOND: u64 = 1_000;
+/// W10 runs before the latency figure, not counted: the first runs of a
+/// fresh server compile and cache what later runs reuse.
+const WARM_UP: usize = 30;
+/// The most the operating system may hold unwritten before figures are
+/// taken, and how long the bench waits for it to get there.
+const DIRTY_MIB: u64 = 64;
+const WRITE_BACK_WAIT: Duration = Duration::from_secs(600);
 /// How long the server's CPU is sampled while idle.
 const IDLE: Duration = Duration::from_secs(10);
 
@@ -69,11 +76,12 @@ impl Target {
     /// PostgreSQL, the vacuum autovacuum would otherwise run during the
     /// figures that follow, then a checkpoint, whose writes would otherwise
     /// go on for minutes beside them (the WAL of a million runs parked in
-    /// minutes spans checkpoints that real traffic spreads over days); the
-    /// time it took.
-    async fn settle(&self) -> anyhow::Result<Duration> {
+    /// minutes spans checkpoints that real traffic spreads over days); on
+    /// either store, then waits for the operating system to write back
+    /// what it holds dirty. The time it took.
+    async fn settle(&self, parked: usize) -> anyhow::Result<Duration> {
         let t = Instant::now();
-        if let Target::Postgres { url, schema } = self {
+        if let (Target::Postgres { url, schema }, 1..) = (self, parked) {
             use keel_host::store::postgres::{PgOptions, PgStore};
             let mut options = PgOptions::new(url);
             options.schema = schema.clone();
@@ -83,6 +91,7 @@ impl Target {
                 println!("PostgreSQL: no checkpoint ({e}): the figures may include its writes");
             }
         }
+        written_back().await;
         Ok(t.elapsed())
     }
 
@@ -168,13 +177,12 @@ async fn measure(
         park.as_secs_f64(),
         parked as f64 / park.as_secs_f64().max(1e-9)
     );
-    if parked > 0 && matches!(target, Target::Postgres { .. }) {
-        let vacuumed = target.settle().await?;
-        println!(
-            "{store}: VACUUM (ANALYZE) and CHECKPOINT after parking: {:.1} s",
-            vacuumed.as_secs_f64()
-        );
-    }
+    let settled = target.settle(parked).await?;
+    println!(
+        "{store}: settled before measuring (vacuum and checkpoint on PostgreSQL with runs parked, the disk's write-back): {:.1} s",
+        settled.as_secs_f64()
+    );
+    http::latencies(&client, url, WARM_UP).await?;
     let mut latencies = http::latencies(&client, url, args.latency_runs).await?;
     latencies.sort();
     let (p50, p99) = (quantile(&latencies, 0.5), quantile(&latencies, 0.99));
@@ -336,6 +344,32 @@ async fn metrics_latency(client: &reqwest::Client, url: &str) -> anyhow::Result<
     }
     times.sort();
     Ok(quantile(&times, 0.5))
+}
+
+/// Waits (up to [`WRITE_BACK_WAIT`]) until the operating system holds under
+/// [`DIRTY_MIB`] of pages not yet written to disk (`Dirty` and `Writeback`
+/// in `/proc/meminfo`), so figures are not taken while the disk is still
+/// busy with what was written before them; says so if it gave up.
+async fn written_back() {
+    let unwritten_mib = || -> Option<u64> {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kib = |field: &str| -> Option<u64> {
+            let line = meminfo.lines().find(|l| l.starts_with(field))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
+        Some((kib("Dirty:")? + kib("Writeback:")?) / 1024)
+    };
+    let t = Instant::now();
+    while let Some(mib) = unwritten_mib() {
+        if mib < DIRTY_MIB {
+            return;
+        }
+        if t.elapsed() > WRITE_BACK_WAIT {
+            println!("the disk still has {mib} MiB to write back: the figures may include it");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The CPU time of process `pid` (user and system), from `/proc`.

@@ -39,7 +39,10 @@ impl Keel {
     /// subscribes its workflows to their events and records the deployment
     /// (replacing an earlier deployment of the same bytes). Durable on
     /// return; every engine sharing the store sees it. A build the name had
-    /// before a later one is refused (`OlderBuild`) unless `force`d.
+    /// before a later one is refused (`OlderBuild`) unless `force`d. A
+    /// refusal changes nothing: every check (grants, limits, name, the
+    /// component, the schedules it declares) comes before the first write
+    /// of a deployment or schedule.
     pub async fn deploy(
         &self,
         origin: &Path,
@@ -60,6 +63,7 @@ impl Keel {
                 .and_then(|s| keel_core::ids::safe_name(&s.to_string_lossy()))
                 .unwrap_or_else(|| loaded.hash[..12].to_string())
         });
+        let declared = self.declared_schedules(&name, &loaded.manifest)?;
         let named = self.named(&name).await?;
         if let Some(latest) = named.first()
             && latest.hash != loaded.hash
@@ -100,8 +104,7 @@ impl Keel {
         let deployment = self.set_retention(deployment, spec.retention_ms).await?;
         self.forget_deployments();
         tracing::info!(name = %deployment.name, hash = %deployment.hash, "component deployed");
-        self.declare_schedules(&deployment.name, &loaded.manifest)
-            .await?;
+        self.declare_schedules(&deployment.name, declared).await?;
         Ok((deployment, loaded))
     }
 

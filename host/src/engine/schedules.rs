@@ -44,6 +44,15 @@ impl Keel {
     }
 
     async fn check_schedule(&self, spec: &ScheduleSpec) -> Result<()> {
+        self.check_schedule_settings(spec)?;
+        let all = self.deployments().await?;
+        deployment::resolve(&all, &spec.workflow, target(&spec.deployment))?;
+        Ok(())
+    }
+
+    /// Every check of a schedule's settings but whether its workflow is
+    /// deployed (a deploy checks its declarations before it stores).
+    fn check_schedule_settings(&self, spec: &ScheduleSpec) -> Result<()> {
         check_name("schedule name", &spec.name)?;
         let invalid = |reason: String| Error::InvalidSchedule {
             name: spec.name.clone(),
@@ -80,8 +89,6 @@ impl Keel {
                 }
             }
         }
-        let all = self.deployments().await?;
-        deployment::resolve(&all, &spec.workflow, target(&spec.deployment))?;
         Ok(())
     }
 
@@ -233,16 +240,14 @@ impl Keel {
         Ok(fires)
     }
 
-    /// Makes the schedules the deployment `name` holds what `manifest`
-    /// declares: each declared schedule `NAME.WORKFLOW` is created, or
-    /// updated (keeping its fires and whether it is paused), and one the
-    /// deployment declared before that `manifest` no longer does is
-    /// deleted. Runtime schedules are never touched.
-    pub(super) async fn declare_schedules(
+    /// The schedules `manifest` declares when deployed as `name`
+    /// (`NAME.WORKFLOW`), each checked as a creation is: a deploy refuses
+    /// before it stores anything if one is invalid.
+    pub(super) fn declared_schedules(
         &self,
         name: &str,
         manifest: &keel_core::manifest::Manifest,
-    ) -> Result<()> {
+    ) -> Result<Vec<ScheduleSpec>> {
         let mut declared = Vec::new();
         for w in &manifest.workflows {
             let Some(declaration) = &w.schedule else {
@@ -255,7 +260,24 @@ impl Keel {
                     name: schedule.clone(),
                     reason: e.to_string(),
                 })?;
-            declared.push(schedule.clone());
+            self.check_schedule_settings(&settings)?;
+            declared.push(settings);
+        }
+        Ok(declared)
+    }
+
+    /// Makes the schedules the deployment `name` holds those `declared`
+    /// (checked by [`Keel::declared_schedules`]): each is created, or
+    /// updated (keeping its fires and whether it is paused), and one the
+    /// deployment declared before and no longer does is deleted. Runtime
+    /// schedules are never touched.
+    pub(super) async fn declare_schedules(
+        &self,
+        name: &str,
+        declared: Vec<ScheduleSpec>,
+    ) -> Result<()> {
+        for settings in &declared {
+            let schedule = settings.name.clone();
             let created = match self.store().schedule(&schedule).await? {
                 Some(_) => false,
                 None => match self.create_schedule(settings.clone()).await {
@@ -281,7 +303,7 @@ impl Keel {
         }
         for s in self.store().list_schedules().await? {
             if s.settings.declared_by.as_deref() == Some(name)
-                && !declared.contains(&s.settings.name)
+                && !declared.iter().any(|d| d.name == s.settings.name)
             {
                 self.delete_schedule(&s.settings.name).await?;
             }

@@ -250,3 +250,89 @@ async fn a_failed_run_is_retried_on_a_newer_build_only_where_its_journal_replays
     let unknown = keel.retry_on(&run.run_id, "nope").await.unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::DeploymentNotFound);
 }
+
+/// What a deploy may change: every deployment and every schedule.
+async fn deployed_state(
+    keel: &Keel,
+) -> (
+    Vec<keel_host::core::Deployment>,
+    Vec<keel_host::core::schedule::ScheduleRecord>,
+) {
+    let mut deployments = keel.deployments().await.unwrap().to_vec();
+    deployments.sort_by(|a, b| a.hash.cmp(&b.hash));
+    let mut schedules = keel.schedules().await.unwrap();
+    schedules.sort_by(|a, b| a.settings.name.cmp(&b.settings.name));
+    (deployments, schedules)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_deploy_changes_nothing() {
+    let store = TestStore::new();
+    let (keel, _) = open_with(store.config(), keel_tests::TESTBED).await;
+    let bytes = std::fs::read(keel_tests::TESTBED).unwrap();
+    let path = Path::new(keel_tests::TESTBED);
+    let granted = GrantSpec {
+        env: vec!["TESTBED_KEY".into()],
+        ..GrantSpec::default()
+    };
+    let spec = |name: &str| DeploySpec {
+        name: Some(name.into()),
+        ..DeploySpec::default()
+    };
+    let first = DeploySpec {
+        grants: Some(granted.clone()),
+        ..spec("testbed")
+    };
+    keel.deploy(path, &bytes, first).await.unwrap();
+    let before = deployed_state(&keel).await;
+    assert!(
+        before.1.iter().any(|s| s.settings.name == "testbed.hourly"),
+        "the testbed declares a schedule: {:?}",
+        before.1
+    );
+
+    // The same bytes under a name whose declared schedule (`NAME.hourly`)
+    // would be too long: a valid deployment name, so only the schedule's
+    // check refuses it, after the deployment was found to be the same build.
+    let long = "t".repeat(100);
+    let refusals = [
+        ("a schedule name too long", spec(&long), bytes.clone()),
+        ("a name at the limit", spec(&"n".repeat(128)), bytes.clone()),
+        ("an invalid name", spec("no spaces"), bytes.clone()),
+        (
+            "an invalid grant",
+            DeploySpec {
+                grants: Some(GrantSpec {
+                    http: vec!["https://api.example.com/".into()],
+                    ..GrantSpec::default()
+                }),
+                ..spec("testbed")
+            },
+            bytes.clone(),
+        ),
+        (
+            "a limit out of range",
+            DeploySpec {
+                limits: keel_host::core::deployment::StepLimits {
+                    max_memory_mib: Some(0),
+                    ..Default::default()
+                },
+                ..spec("testbed")
+            },
+            bytes.clone(),
+        ),
+        ("not a component", spec("testbed"), b"not wasm".to_vec()),
+    ];
+    for (what, spec, bytes) in refusals {
+        let refused = keel.deploy(path, &bytes, spec).await;
+        let error = refused.err().unwrap_or_else(|| panic!("{what}: deployed"));
+        assert_eq!(
+            deployed_state(&keel).await,
+            before,
+            "{what} ({error}) changed the deployments or schedules"
+        );
+    }
+    // And the deployment still answers to its name, with its grants.
+    let testbed = keel.deployment("testbed").await.unwrap();
+    assert_eq!(testbed.grants, granted);
+}
