@@ -94,7 +94,17 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
             "check that PostgreSQL is running and the URL's host, port and credentials are right"
                 .into()
         }
-        K::StoreUnavailable | K::CorruptRecord => {
+        K::StoreUnavailable => {
+            "check that the store is reachable (for PostgreSQL, that it runs and the URL's host, port and credentials are right), then try again"
+                .into()
+        }
+        K::StoreUnconfirmed => match error.id("run_id") {
+            Some(run_id) => format!(
+                "the write may or may not have landed: `keel runs get {run_id}` tells where the run stands"
+            ),
+            None => "the write may or may not have landed: read what it changed before trying again".into(),
+        },
+        K::CorruptRecord => {
             "if the store is corrupted, restore it from a backup or move it aside and start afresh"
                 .into()
         }
@@ -186,7 +196,6 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
         | K::Wasm
         | K::LeaseLost
         | K::JournalConflict
-        | K::StoreUnconfirmed
         | K::Storage
         | K::Io
         | K::InvalidRequest

@@ -646,7 +646,7 @@ pub async fn start(
         .as_deref()
         .map(RunId::parse)
         .transpose()
-        .map_err(|e| ApiError::invalid(format!("`run_id`: {e}")))?;
+        .map_err(keel_host::Error::from)?;
     let start_at_ms = match (request.delay_ms, request.start_at_ms) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid(
@@ -1125,7 +1125,7 @@ pub async fn follow_stream(
     RawQuery(raw): RawQuery,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
-    let run_id = RunId::parse(&run_id).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let run_id = RunId::parse(&run_id).map_err(keel_host::Error::from)?;
     keel_core::stream::check_stream_name(&name).map_err(ApiError::invalid)?;
     let q = Query::parse(raw);
     let last_seen = match headers.get("last-event-id") {

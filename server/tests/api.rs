@@ -1235,7 +1235,12 @@ async fn limits_names_and_ids_are_checked_with_json_refusals() {
             json!({"input": 1, "run_id": ".."}),
         )
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        (status, error_kind(&body)),
+        (StatusCode::BAD_REQUEST, "invalid_name"),
+        "a start's run ID is refused as the README's table says: {body}"
+    );
+    assert_eq!(body["error"]["ids"]["field"], "run ID", "{body}");
     // The health check tells an anonymous caller nothing about the store.
     let (_, health) = s.get("/healthz").await;
     assert_eq!(health, json!({"status": "ok"}));
