@@ -709,6 +709,40 @@ fn runs_show_prints_a_timeline_with_step_names_and_durations() {
 }
 
 #[test]
+fn a_delayed_run_shows_when_it_starts_not_a_running_time() {
+    let db = tempfile::tempdir().unwrap();
+    let (_, run) = keel(
+        db.path(),
+        &[
+            "start",
+            keel_tests::TESTBED,
+            "ten_steps",
+            "--input",
+            "3",
+            "--delay",
+            "2h",
+        ],
+    );
+    assert_eq!(run["status"], "scheduled", "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--db", db.path().to_str().unwrap(), "runs", "show", run_id])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("admitted 20") && text.contains(", starts 20") && text.contains("(in 1h"),
+        "when it was admitted and when it starts: {text}"
+    );
+    assert!(!text.contains("running for"), "it is not running: {text}");
+    assert!(
+        text.contains("timeline: empty: the run has not started"),
+        "{text}"
+    );
+}
+
+#[test]
 fn completions_are_printed_and_a_closed_pipe_ends_quietly() {
     let out = Command::new(env!("CARGO_BIN_EXE_keel"))
         .args(["completions", "bash"])

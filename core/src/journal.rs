@@ -198,7 +198,7 @@ pub enum Fact {
         deployment: Option<String>,
         input: String,
         token: Option<String>,
-        close: crate::lifecycle::ClosePolicy,
+        close: ClosePolicy,
         timeout_ms: Option<u64>,
         outcome: StartOutcome,
     },
@@ -479,6 +479,32 @@ pub fn excerpt(s: &str, max: usize) -> String {
 /// The run's end as the journal records it, if it does.
 pub fn recorded_end(entries: &[Entry]) -> Option<&Fact> {
     entries.iter().rev().map(|e| &e.fact).find(|f| f.is_end())
+}
+
+/// What becomes of a child run when its parent ends (completed, failed
+/// or cancelled), chosen when the parent starts it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum ClosePolicy {
+    /// The child gets a cancel request and runs its own cleanup.
+    #[default]
+    Cancel,
+    /// The child goes on.
+    Abandon,
+    /// The parent's end waits until the child has ended.
+    Wait,
+}
+
+impl ClosePolicy {
+    /// The policy's name, as the CLI and the API show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClosePolicy::Cancel => "cancel",
+            ClosePolicy::Abandon => "abandon",
+            ClosePolicy::Wait => "wait",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ErrorKind;
+pub use crate::journal::ClosePolicy;
 use crate::journal::Fact;
 
 /// The reason of the cancel a passed deadline makes.
@@ -141,32 +142,6 @@ pub fn cancelled_end(reason: &str, by: &str, cleanup: Cleanup) -> Fact {
     }
 }
 
-/// What becomes of a child run when its parent ends (completed, failed
-/// or cancelled), chosen when the parent starts it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum ClosePolicy {
-    /// The child gets a cancel request and runs its own cleanup.
-    #[default]
-    Cancel,
-    /// The child goes on.
-    Abandon,
-    /// The parent's end waits until the child has ended.
-    Wait,
-}
-
-impl ClosePolicy {
-    /// The policy's name, as the CLI and the API show it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClosePolicy::Cancel => "cancel",
-            ClosePolicy::Abandon => "abandon",
-            ClosePolicy::Wait => "wait",
-        }
-    }
-}
-
 /// A run a workflow started, as its parent's journal records it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -194,14 +169,21 @@ pub struct ChildOptions {
     pub timeout_ms: Option<u64>,
 }
 
-/// The cancel request the end of `parent` (with `status`) sends to a
-/// child whose policy is [`ClosePolicy::Cancel`].
-pub fn parent_closed(parent: &crate::RunId, status: crate::RunStatus, at_ms: u64) -> CancelRequest {
-    let how = match status {
+/// The cancel request the end of `parent` sends to a child whose policy
+/// is [`ClosePolicy::Cancel`], saying how the parent ended (a deadline is
+/// not a cancel).
+pub fn parent_closed(parent: &crate::RunRecord, at_ms: u64) -> CancelRequest {
+    let deadline = parent
+        .error
+        .as_ref()
+        .is_some_and(|e| e.kind == DEADLINE_EXCEEDED);
+    let how = match parent.status {
+        crate::RunStatus::Cancelled if deadline => "passed its deadline",
         crate::RunStatus::Cancelled => "was cancelled",
         crate::RunStatus::Failed => "failed",
         _ => "completed",
     };
+    let parent = &parent.run_id;
     CancelRequest {
         reason: format!("its parent {parent} {how}"),
         by: format!("parent {parent}"),
@@ -212,6 +194,28 @@ pub fn parent_closed(parent: &crate::RunId, status: crate::RunStatus, at_ms: u64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_is_told_how_its_parent_ended() {
+        let mut parent = crate::testing::run_record("parent", crate::RunStatus::Cancelled, 1);
+        parent.error = Some(crate::RunError {
+            kind: DEADLINE_EXCEEDED.into(),
+            message: "the run passed its deadline".into(),
+        });
+        let told = parent_closed(&parent, 5);
+        assert_eq!(told.reason, "its parent parent passed its deadline");
+        assert_eq!(told.by, "parent parent");
+        parent.error = Some(crate::RunError {
+            kind: "cancelled".into(),
+            message: "cancelled by cli".into(),
+        });
+        assert_eq!(
+            parent_closed(&parent, 5).reason,
+            "its parent parent was cancelled"
+        );
+        parent.status = crate::RunStatus::Failed;
+        assert_eq!(parent_closed(&parent, 5).reason, "its parent parent failed");
+    }
 
     #[test]
     fn a_deadline_is_a_distinct_outcome() {

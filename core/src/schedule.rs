@@ -21,8 +21,10 @@ pub const RECENT_FIRES: usize = 50;
 /// nominal time to it.
 pub const MAX_SCHEDULE_NAME: usize = 100;
 
-/// Catch-up window when none is given (Temporal's default too).
-pub const DEFAULT_CATCHUP_WINDOW_MS: u64 = 60_000;
+/// Catch-up window when none is given: a year, Temporal's default, so a
+/// fire missed while every worker was down still runs when one returns
+/// (a nightly job is not lost to a ten-minute outage).
+pub const DEFAULT_CATCHUP_WINDOW_MS: u64 = 365 * 86_400_000;
 
 /// The most nominal times one decision looks at: a schedule that missed
 /// more (a long outage of a frequent schedule) skips ahead over the rest,
@@ -569,12 +571,25 @@ impl ScheduleRecord {
             live = true;
         }
         self.skip_missed(now_ms, &mut decision);
-        let mut decided = 0;
-        while decided < MAX_FIRES_PER_DECISION
+        let mut due = Vec::new();
+        while due.len() < MAX_FIRES_PER_DECISION
             && let Some(nominal) = self.next_fire_ms.filter(|at| *at <= now_ms)
         {
-            decided += 1;
             self.next_fire_ms = self.within_end(self.settings.spec.next_after(nominal));
+            due.push(nominal);
+        }
+        // Under `skip`, of the fires due at once (late ones caught up and
+        // the one on time) only the latest starts: the earlier ones would
+        // only keep it from starting.
+        if self.settings.overlap == Overlap::Skip
+            && !live
+            && let Some(latest) = due.pop()
+        {
+            let superseded = due.drain(..).map(|n| (n, FireOutcome::Skipped));
+            decision.recorded.extend(superseded);
+            decision.starts.push(latest);
+        }
+        for nominal in due {
             let outcome = match (self.settings.overlap, live) {
                 (Overlap::AllowAll, _) | (_, false) => {
                     decision.starts.push(nominal);
@@ -882,6 +897,42 @@ mod tests {
         let d = s.decide(t0 + 200_000, false);
         assert_eq!(d.starts, [t0 + 60_000]);
         assert_eq!(s.buffered_ms, None);
+    }
+
+    #[test]
+    fn under_skip_the_fire_on_time_starts_and_the_late_ones_give_way() {
+        let t0 = utc("2026-01-01T00:00:00Z");
+        let mut s = schedule(Overlap::Skip, 600_000, t0);
+        // Down for three periods: the fires at 1m and 2m are late, the one
+        // at 3m on time; it is the one that runs.
+        let d = s.decide(t0 + 180_000, false);
+        assert_eq!(d.starts, [t0 + 180_000]);
+        assert_eq!(
+            d.recorded,
+            [
+                (t0 + 60_000, FireOutcome::Skipped),
+                (t0 + 120_000, FireOutcome::Skipped)
+            ]
+        );
+        assert_eq!(s.next_fire_ms, Some(t0 + 240_000));
+        // While its run is live, the next is skipped as before.
+        let d = s.decide(t0 + 240_000, true);
+        assert!(d.starts.is_empty());
+        assert_eq!(d.recorded, [(t0 + 240_000, FireOutcome::Skipped)]);
+    }
+
+    #[test]
+    fn the_default_window_catches_up_a_nightly_job_after_an_outage() {
+        let t0 = utc("2026-01-01T00:00:00Z");
+        let mut settings = schedule(Overlap::Skip, DEFAULT_CATCHUP_WINDOW_MS, t0).settings;
+        settings.spec = Spec::cron("0 2 * * *", Some("Europe/Berlin")).unwrap();
+        let mut s = ScheduleRecord::new(settings, t0);
+        let nightly = utc("2026-01-01T01:00:00Z");
+        assert_eq!(s.next_fire_ms, Some(nightly));
+        // Every worker was down from 00:55 to 01:10 UTC.
+        let d = s.decide(nightly + 600_000, false);
+        assert_eq!(d.starts, [nightly], "the nightly fire still runs, late");
+        assert!(d.recorded.is_empty(), "nothing missed: {:?}", d.recorded);
     }
 
     #[test]

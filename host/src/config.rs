@@ -11,6 +11,18 @@ use crate::clock::SystemClock;
 use crate::observer::{Observer, Unobserved};
 use crate::sandbox::Grants;
 
+/// How a worker keeps ended runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// How long runs whose deployment sets no retention are kept once
+    /// ended; `None` keeps them.
+    pub default_ms: Option<u64>,
+    /// Each purged run's journal file is written here first
+    /// (`RUN_ID.keel`, the format `keel replay` and `keel journal import`
+    /// read).
+    pub archive_dir: Option<PathBuf>,
+}
+
 /// How the engine runs guests.
 #[derive(Clone)]
 pub struct Config {
@@ -67,7 +79,7 @@ pub struct Config {
     /// and disk.
     pub limits: RunLimits,
     /// How long ended runs are kept, and where purged runs are archived.
-    pub retention: crate::engine::RetentionConfig,
+    pub retention: RetentionConfig,
 }
 
 /// Bounds of one run. Each, when exceeded, refuses the start (an input)
@@ -223,7 +235,7 @@ impl Config {
             observer: Arc::new(Unobserved),
             trace_runs: false,
             limits: RunLimits::default(),
-            retention: crate::engine::RetentionConfig::default(),
+            retention: RetentionConfig::default(),
         }
     }
 }

@@ -30,11 +30,11 @@ mod trace;
 
 pub use clock::SystemClock;
 pub use component::Loaded;
-pub use config::{Config, RunLimits, defaults};
+pub use config::{Config, RetentionConfig, RunLimits, defaults};
 pub use engine::{
     BulkPreview, CHUNK_PAGE, ChildRun, DeploySpec, FORGET_GONE_AFTER_MS, GONE_AFTER_LEASES, Keel,
-    MAX_BACKFILL, MAX_PAYLOAD_ID, PURGE_BATCH, Purge, Received, Reply, RetentionConfig,
-    SCAN_BUDGET, StartHook, StartOptions, Until, Watched, WorkSummary, WorkerState, archive_path,
+    MAX_BACKFILL, MAX_PAYLOAD_ID, PURGE_BATCH, Purge, Received, Reply, SCAN_BUDGET, StartHook,
+    StartOptions, Until, Watched, WorkSummary, WorkerState, archive_path,
 };
 pub use error::{Error, Result};
 pub use observer::{AttemptOutcome, Observer};

@@ -101,26 +101,40 @@ impl Auth {
     }
 }
 
-/// Requests anyone may make: the health check, the console's login, the
-/// shared-run page (whose data needs the link's scoped token), and
-/// deliveries to webhooks (whose signatures the engine checks).
-fn is_public(method: &Method, path: &str) -> bool {
-    matches!(
-        path,
-        "/healthz"
-            | "/login"
-            | "/console/login.js"
-            | "/console/style.css"
-            | "/share"
-            | "/console/share.js"
-    ) || crate::webhooks::is_delivery(method, path)
+/// The routes anyone may call, by method (`None`: any) and the route's
+/// path as the router matched it: the API's routes its table marks
+/// public, and the console's login and shared-run pages (whose data needs
+/// the link's scoped token).
+#[derive(Clone, Default)]
+pub struct PublicRoutes(Arc<Vec<(Option<Method>, &'static str)>>);
+
+impl PublicRoutes {
+    pub fn new(routes: impl IntoIterator<Item = (Option<Method>, &'static str)>) -> Self {
+        PublicRoutes(Arc::new(routes.into_iter().collect()))
+    }
+
+    /// Whether a request the router matched to `matched` (`None`: no
+    /// route) is public.
+    fn admit(&self, method: &Method, matched: Option<&str>) -> bool {
+        let Some(matched) = matched else {
+            return false;
+        };
+        self.0
+            .iter()
+            .any(|(m, path)| *path == matched && m.as_ref().is_none_or(|m| m == method))
+    }
 }
 
 /// The middleware: lets a scoped token through only within its scope,
 /// and refuses requests without the server's token with 401 (API calls)
 /// or sends the console to its login page.
-pub async fn require_token(State(auth): State<Auth>, request: Request, next: Next) -> Response {
-    if is_public(request.method(), request.uri().path()) {
+pub async fn require_token(
+    State((auth, public)): State<(Auth, PublicRoutes)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let matched = request.extensions().get::<MatchedPath>();
+    if public.admit(request.method(), matched.map(MatchedPath::as_str)) {
         return next.run(request).await;
     }
     let presented = Auth::presented(request.headers());

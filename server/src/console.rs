@@ -13,7 +13,7 @@ use axum::routing::get;
 
 use crate::auth::COOKIE;
 use crate::error::ApiError;
-use crate::routes::AppState;
+use crate::state::AppState;
 
 const INDEX: &str = include_str!("../console/index.html");
 const APP: &str = include_str!("../console/app.js");
@@ -22,6 +22,16 @@ const LOGIN: &str = include_str!("../console/login.html");
 const LOGIN_JS: &str = include_str!("../console/login.js");
 const SHARE: &str = include_str!("../console/share.html");
 const SHARE_JS: &str = include_str!("../console/share.js");
+
+/// The console's pages anyone may load: the login and the shared-run
+/// page, which hold nothing until a token is given.
+pub const PUBLIC: [&str; 5] = [
+    "/login",
+    "/console/login.js",
+    "/console/style.css",
+    "/share",
+    "/console/share.js",
+];
 
 /// The console's routes.
 pub fn routes() -> Router<AppState> {

@@ -11,7 +11,9 @@ use keel_core::bulk::BulkRequest;
 use crate::MAX_BODY;
 use crate::body::Body;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{AppState, MAX_REASON, Param, Query, json_object};
+use crate::extract::{Param, Query, json_object};
+use crate::runs::MAX_REASON;
+use crate::state::AppState;
 use crate::wire::{BulkPreviewView, BulkRequestBody, JobList, JobView, RunView};
 
 /// How many runs a dry run shows.

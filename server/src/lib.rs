@@ -19,24 +19,32 @@ use tower_http::trace::TraceLayer;
 pub mod auth;
 mod body;
 mod console;
+mod deployments;
 pub mod error;
+mod events;
+mod extract;
 pub mod guard;
+mod hooks;
 pub mod jobs;
 pub mod limits;
 pub mod listen;
 pub mod metrics;
 pub mod openapi;
+mod operations;
 mod routes;
+mod runs;
 pub mod schedules;
+mod state;
+mod streams;
 pub mod tokens;
 mod webhooks;
 pub mod wire;
 
 pub use auth::Auth;
+pub use extract::MAX_WAIT;
 pub use guard::Guard;
 pub use listen::ConnectionLimits;
 pub use metrics::Metrics;
-pub use routes::MAX_WAIT;
 
 /// The largest JSON body (inputs, payloads) a request may carry.
 pub const MAX_BODY: usize = 1 << 20;
@@ -106,12 +114,20 @@ pub enum ServeError {
 /// The API and console over `keel`, reporting to `metrics` (which should
 /// also be the engine's observer), behind `guard` and `auth`.
 pub fn router(keel: Keel, metrics: Arc<Metrics>, guard: Guard, auth: Auth) -> Router {
-    let state = routes::AppState {
+    let state = state::AppState {
         keel,
         metrics,
         auth: auth.clone(),
     };
-    let api = routes::table()
+    let table = routes::table();
+    let public = auth::PublicRoutes::new(
+        table
+            .iter()
+            .filter(|r| r.public)
+            .map(|r| (Some(r.method.clone()), r.path))
+            .chain(console::PUBLIC.map(|path| (None, path))),
+    );
+    let api = table
         .into_iter()
         .fold(Router::new(), |api, route| {
             api.route(route.path, route.handler)
@@ -121,7 +137,7 @@ pub fn router(keel: Keel, metrics: Arc<Metrics>, guard: Guard, auth: Auth) -> Ro
         .method_not_allowed_fallback(console::method_not_allowed)
         .with_state(state);
     api.layer(axum::middleware::from_fn_with_state(
-        auth,
+        (auth, public),
         auth::require_token,
     ))
     .layer(axum::middleware::from_fn_with_state(guard, guard::check))

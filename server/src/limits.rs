@@ -8,7 +8,8 @@ use axum::extract::State;
 use crate::MAX_BODY;
 use crate::body::Body;
 use crate::error::ApiResult;
-use crate::routes::{AppState, Param, json_object};
+use crate::extract::{Param, json_object};
+use crate::state::AppState;
 use crate::wire::{LimitChange, LimitList, LimitRequest, LimitResetRequest};
 
 /// `GET /v1/limits`.

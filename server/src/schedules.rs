@@ -8,7 +8,8 @@ use axum::http::StatusCode;
 use crate::MAX_BODY;
 use crate::body::Body;
 use crate::error::ApiResult;
-use crate::routes::{AppState, Param, json_object};
+use crate::extract::{Param, json_object};
+use crate::state::AppState;
 use crate::wire::{
     BackfillRequest, FireList, FireView, PauseRequest, ScheduleList, ScheduleRequest, ScheduleView,
 };

@@ -13,7 +13,8 @@ use crate::MAX_BODY;
 use crate::auth::Scoped;
 use crate::body::Body;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{AppState, json_object};
+use crate::extract::json_object;
+use crate::state::AppState;
 use crate::wire::{StartRequest, TokenRequest, TokenView};
 
 /// `POST /v1/tokens`: `{"scope": {...}, "ttl_ms": N}`.

@@ -11,7 +11,8 @@ use keel_host::Received;
 use crate::MAX_BODY;
 use crate::body::Body;
 use crate::error::ApiResult;
-use crate::routes::{AppState, Param, json_object};
+use crate::extract::{Param, json_object};
+use crate::state::AppState;
 use crate::wire::{DeliveryView, EventView, WebhookList, WebhookRequest, WebhookView};
 
 /// Whether a request is a delivery to a webhook: `POST /v1/webhooks/{id}`.

@@ -1565,7 +1565,7 @@ export interface components {
             /**
              * Format: uint64
              * @description A fire due longer ago than this (after an outage) is missed;
-             *     default 60000.
+             *     default a year (31536000000).
              */
             catchup_window_ms?: number | null;
             /**

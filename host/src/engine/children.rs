@@ -61,7 +61,7 @@ impl Keel {
             if self.child_status(&child.run_id).await?.is_final() {
                 continue;
             }
-            let request = lifecycle::parent_closed(&run.run_id, run.status, self.now_ms());
+            let request = lifecycle::parent_closed(run, self.now_ms());
             // Boxed: cancelling a child may end it, which closes its own.
             let asked = self.cancel(child.run_id.as_str(), &request.reason, &request.by);
             let after = Box::pin(asked).await?;

@@ -44,7 +44,7 @@ pub use deployments::DeploySpec;
 pub use drive::Until;
 pub use integrations::Received;
 pub use jobs::BulkPreview;
-pub use retention::{PURGE_BATCH, Purge, RetentionConfig, archive_path};
+pub use retention::{PURGE_BATCH, Purge, archive_path};
 pub use schedules::MAX_BACKFILL;
 pub use streams::{CHUNK_PAGE, MAX_PAYLOAD_ID, Reply};
 pub use watch::Watched;

@@ -17,18 +17,6 @@ use crate::{Error, Result};
 /// store transaction, short enough never to hold up live runs.
 pub const PURGE_BATCH: usize = 500;
 
-/// How a worker keeps ended runs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RetentionConfig {
-    /// How long runs whose deployment sets no retention are kept once
-    /// ended; `None` keeps them.
-    pub default_ms: Option<u64>,
-    /// Each purged run's journal file is written here first
-    /// (`RUN_ID.keel`, the format `keel replay` and `keel journal import`
-    /// read).
-    pub archive_dir: Option<PathBuf>,
-}
-
 /// What a purge did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Purge {
@@ -36,7 +24,7 @@ pub struct Purge {
     pub deleted: Deleted,
     /// The ended runs read and decided on.
     pub examined: u64,
-    /// Runs archived (`RetentionConfig::archive_dir`).
+    /// Runs archived ([`crate::RetentionConfig::archive_dir`]).
     pub archived: u64,
     /// Whether the pass went over every ended run it could purge (false:
     /// stopped at its batch budget; the next pass goes on from there).
@@ -45,7 +33,7 @@ pub struct Purge {
 
 impl Keel {
     /// Purges ended runs kept past their retention (their deployment's,
-    /// else [`RetentionConfig::default_ms`]), keeping a retained start
+    /// else [`crate::RetentionConfig::default_ms`]), keeping a retained start
     /// token until its own retention passes: at most `max_batches`
     /// batches of [`PURGE_BATCH`], from where the last pass of this engine
     /// stopped. Each batch is archived (if configured) and then deleted in

@@ -1,0 +1,356 @@
+//! Runs: start (and wait), list, get, detail, journal, result, cancel,
+//! retry, delete and live updates.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use keel_core::deployment::Target;
+use keel_core::timeline::timeline;
+use keel_core::{RunCursor, RunFilter, RunId, RunRecord, RunStatus};
+use keel_host::{Keel, StartHook, StartOptions, Until};
+
+use crate::MAX_BODY;
+use crate::body::Body;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::*;
+use crate::state::AppState;
+use crate::wire::*;
+
+/// `POST /v1/workflows/{workflow}/runs`.
+pub async fn start(
+    State(s): State<AppState>,
+    Param(workflow): Param,
+    scoped: Option<axum::Extension<crate::auth::Scoped>>,
+    headers: axum::http::HeaderMap,
+    body: Body<MAX_BODY>,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let request: StartRequest = json_object(body)?;
+    crate::tokens::check_start(scoped.as_deref(), &request)?;
+    let wait = Wait {
+        ms: wait_ms(request.wait_ms)?,
+        return_on_wait: request.return_on_wait,
+    };
+    let run_id = request
+        .run_id
+        .as_deref()
+        .map(RunId::parse)
+        .transpose()
+        .map_err(keel_host::Error::from)?;
+    let start_at_ms = match (request.delay_ms, request.start_at_ms) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "give `delay_ms` or `start_at_ms`, not both",
+            ));
+        }
+        (Some(delay), None) => Some(s.keel.clock_ms().saturating_add(delay)),
+        (None, at) => at,
+    };
+    if request.timeout_ms == Some(0) {
+        return Err(ApiError::invalid(
+            "`timeout_ms` is at least 1; leave it out for the workflow's own timeout",
+        ));
+    }
+    let options = StartOptions {
+        // The handler drives it at once (`drive_and_wait`).
+        driven_here: true,
+        run_id,
+        start_at_ms,
+        priority: request.priority,
+        timeout: request.timeout_ms.map(Duration::from_millis),
+        attributes: request.attributes,
+        additional_metadata: request.additional_metadata,
+        // The caller's trace (W3C Trace Context), which the run's spans join.
+        traceparent: headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        hook: request.hook.map(|hook| StartHook {
+            token: hook.token,
+            min_retention: hook.retention_ms.map(Duration::from_millis),
+            metadata: hook.metadata,
+        }),
+    };
+    let target = match &request.deployment {
+        Some(name) => Target::Name(name),
+        None => Target::Latest,
+    };
+    let input = request.input.to_string();
+    let run = s
+        .keel
+        .start_workflow(&workflow, target, &input, &options)
+        .await?;
+    let run = drive_and_wait(&s.keel, run, wait).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(RunView::with_slot(&s.keel, &run).await?),
+    ))
+}
+
+/// How long a request waits for a run it moved on.
+pub(crate) struct Wait {
+    pub(crate) ms: u64,
+    /// Answer once the run waits, without waiting for its end.
+    pub(crate) return_on_wait: bool,
+}
+
+/// Drives `run` in the background (it goes on if the client leaves) and
+/// waits up to `wait.ms` for it to end; returns its record as it then is.
+/// What brought the run here (its start, a payload, a retry) was
+/// acknowledged, so a failure while waiting answers with the record last
+/// read, never with an error a client could take for a refusal.
+pub(crate) async fn drive_and_wait(
+    keel: &Keel,
+    run: RunRecord,
+    wait: Wait,
+) -> ApiResult<RunRecord> {
+    let run_id = run.run_id.clone();
+    let known = run.clone();
+    match wait_on(keel, run, wait).await {
+        Ok(run) => Ok(run),
+        Err(e) => {
+            tracing::warn!(
+                %run_id,
+                "waiting for an acknowledged run failed ({}); answering with its record as last read",
+                e.detail.message
+            );
+            Ok(known)
+        }
+    }
+}
+
+pub(crate) async fn wait_on(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord> {
+    let until = match wait.return_on_wait {
+        true => Until::Settled,
+        false => Until::Ended,
+    };
+    let timeout = Duration::from_millis(wait.ms).min(MAX_WAIT);
+    let driven = keel.drive_and_wait(&run.run_id, until, timeout).await?;
+    // A run that waits (to start, or for a concurrency slot) answers at
+    // once when asked to.
+    Ok(match wait.ms {
+        0 => run,
+        _ => driven,
+    })
+}
+
+/// `GET /v1/runs`: filters `status` (repeatable or comma-separated),
+/// `workflow`, `since_ms`, `until_ms`, `search`; `limit` and `cursor`.
+pub async fn list_runs(
+    State(s): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<RunList>> {
+    let q = Query::parse(raw);
+    let mut statuses = Vec::new();
+    for status in q.all("status").iter().flat_map(|s| s.split(',')) {
+        let status = status.trim();
+        if status.is_empty() {
+            continue;
+        }
+        statuses.push(RunStatus::named(status).map_err(|e| ApiError::invalid(e.to_string()))?);
+    }
+    let filter = RunFilter {
+        statuses,
+        workflow: q.one("workflow").filter(|w| !w.is_empty()),
+        since_ms: q.number("since_ms")?,
+        until_ms: q.number("until_ms")?,
+        search: q.one("search").filter(|w| !w.is_empty()),
+        schedule: q.one("schedule").filter(|s| !s.is_empty()),
+        attributes: q.attributes()?,
+    };
+    let limit = q.number("limit")?.unwrap_or(50);
+    let max = keel_core::query::MAX_PAGE as u64;
+    if !(1..=max).contains(&limit) {
+        return Err(ApiError::invalid(format!(
+            "`limit` {limit} is not 1 to {max}; page on with `cursor` (the `next_cursor` of each page)"
+        )));
+    }
+    let limit = limit as usize;
+    let cursor = match q.one("cursor").filter(|c| !c.is_empty()) {
+        Some(c) => Some(RunCursor::decode(&c).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "`cursor` `{c}` is not a cursor; pass the `next_cursor` of the previous page"
+            ))
+        })?),
+        None => None,
+    };
+    let page = s.keel.runs_page(&filter, cursor.as_ref(), limit).await?;
+    Ok(Json(RunList {
+        runs: page.runs.iter().map(RunView::from).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// `GET /v1/runs/{run_id}`.
+pub async fn get_run(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+) -> ApiResult<Json<RunView>> {
+    let run = s.keel.get_run(&run_id).await?;
+    Ok(Json(RunView::read(&s.keel, &run).await?))
+}
+
+/// `DELETE /v1/runs/{run_id}?cancel=true`: deletes an ended run with
+/// everything stored for it (archived first if the server archives); a
+/// live run is refused (409) unless `cancel` ends it first.
+pub async fn delete_run(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<keel_core::retention::Deleted>> {
+    let cancel = Query::parse(raw).flag("cancel")?;
+    Ok(Json(s.keel.delete_runs(&[run_id], cancel).await?))
+}
+
+/// `GET /v1/runs/{run_id}/detail`: the run, its timeline and journal.
+pub async fn run_detail(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+) -> ApiResult<Json<RunDetail>> {
+    let run = s.keel.get_run(&run_id).await?;
+    let journal = s.keel.journal(&run_id).await?;
+    Ok(Json(RunDetail {
+        run: RunView::read(&s.keel, &run).await?,
+        timeline: timeline(&journal),
+        journal: journal.iter().map(JournalEntry::of).collect(),
+        now_ms: s.keel.clock_ms(),
+    }))
+}
+
+/// `GET /v1/runs/{run_id}/journal?format=entries|file`: the entries, or
+/// the journal file `keel replay` reads (the run's record with them).
+pub async fn journal(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    let file = match Query::parse(raw).one("format").as_deref() {
+        None | Some("entries") => false,
+        Some("file") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "query parameter `format` is `entries` or `file`, not `{other}`"
+            )));
+        }
+    };
+    let journal = s.keel.journal(&run_id).await?;
+    if !file {
+        let entries: Vec<JournalEntry> = journal.iter().map(JournalEntry::of).collect();
+        return Ok(Json(entries).into_response());
+    }
+    let run = s.keel.get_run(&run_id).await?;
+    let file = keel_core::file::JournalFile::new(&run, journal);
+    Ok(([(header::CONTENT_TYPE, "application/json")], file.to_json()).into_response())
+}
+
+/// `GET /v1/runs/{run_id}/result?wait_ms=N`: 200 once the run has ended,
+/// 202 with the run as it is if it has not within the wait.
+pub async fn result(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let wait = Duration::from_millis(wait_ms(Query::parse(raw).number("wait_ms")?)?);
+    let run = s.keel.wait_for_end(&run_id, wait).await?;
+    let status = if run.status.is_final() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(RunView::from(&run))))
+}
+
+/// Longest cancel reason the API takes, in bytes.
+pub(crate) const MAX_REASON: usize = 1024;
+
+/// `POST /v1/runs/{run_id}/cancel?reason=TEXT&force=true&wait_ms=N`: asks
+/// for the run to be cancelled (the workflow runs its cleanup), or with
+/// `force` ends it at once; answers with the run after up to `wait_ms`
+/// (200 once ended, 202 while its cleanup runs).
+pub async fn cancel(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let q = Query::parse(raw);
+    let reason = q.one("reason").unwrap_or_default();
+    if reason.len() > MAX_REASON {
+        return Err(ApiError::invalid(format!(
+            "query parameter `reason` is {} bytes; at most {MAX_REASON}",
+            reason.len()
+        )));
+    }
+    let wait = Wait {
+        ms: wait_ms(q.number("wait_ms")?)?,
+        return_on_wait: false,
+    };
+    let force = q.flag("force")?;
+    let run = s
+        .keel
+        .cancel_on_request(&run_id, &reason, "api", force)
+        .await?;
+    // Driven here unless a worker drives it: its cleanup runs now.
+    let run = match run.status.is_final() {
+        true => run,
+        false => drive_and_wait(&s.keel, run, wait).await?,
+    };
+    let status = match run.status.is_final() {
+        true => StatusCode::OK,
+        false => StatusCode::ACCEPTED,
+    };
+    Ok((status, Json(RunView::from(&run))))
+}
+
+/// `POST /v1/runs/{run_id}/retry?wait_ms=N&return_on_wait=true`: retries a
+/// failed run from its failed step and drives it, answering after up to
+/// `wait_ms` with the run as it then is.
+pub async fn retry(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<RunView>> {
+    let q = Query::parse(raw);
+    let wait = Wait {
+        ms: wait_ms(q.number("wait_ms")?)?,
+        return_on_wait: q.flag("return_on_wait")?,
+    };
+    let run = match q.one("on") {
+        Some(target) => s.keel.retry_on(&run_id, &target).await?,
+        None => s.keel.retry(&run_id).await?,
+    };
+    let run = drive_and_wait(&s.keel, run, wait).await?;
+    Ok(Json(moved_on(&s.keel, &run).await))
+}
+
+/// `GET /v1/runs/{run_id}/events`: server-sent events, `entry` for each
+/// journal entry (those already written first) and `run` whenever the
+/// run's record changes; the stream ends after the run ends. It follows
+/// the engine's watch of the run, which hears of each write at once.
+pub async fn run_events(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    s.keel.get_run(&run_id).await?;
+    let stream = futures::StreamExt::map(s.keel.watch(&run_id), |watched| {
+        Ok(match watched {
+            Ok(keel_host::Watched::Entry(entry)) => sse_json("entry", &JournalEntry::of(&entry)),
+            Ok(keel_host::Watched::Run(run)) => sse_json("run", &RunView::from(&run)),
+            Err(e) => Event::default().event("error").data(e.to_string()),
+        })
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The view of a run that an acknowledged change (a retry, a payload)
+/// moved on, with what it waits on; that is left out if it cannot be read,
+/// since the change stands.
+pub(crate) async fn moved_on(keel: &Keel, run: &RunRecord) -> RunView {
+    let mut view = RunView::from(run);
+    view.waiting_on = keel.waiting_on(run).await.unwrap_or_default();
+    view
+}
