@@ -293,6 +293,37 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// Whether it only reads the store (a copy of it would answer it the
+    /// same).
+    pub fn reads_only(&self) -> bool {
+        matches!(
+            self,
+            Request::ListDeployments
+                | Request::ShowDeployment { .. }
+                | Request::Streams { .. }
+                | Request::GetHook { .. }
+                | Request::ListHooks
+                | Request::ListWorkers
+                | Request::GetRun { .. }
+                | Request::Inspect { .. }
+                | Request::ListJobs { .. }
+                | Request::ShowJob { .. }
+                | Request::WaitingOn { .. }
+                | Request::StoreStats
+                | Request::Result { wait: false, .. }
+                | Request::ListRuns { .. }
+                | Request::ShowRun { .. }
+                | Request::ListEvents
+                | Request::ListWebhooks
+                | Request::ShowWebhook { .. }
+                | Request::ListSchedules
+                | Request::ShowSchedule { .. }
+                | Request::ListLimits
+        )
+    }
+}
+
 fn default_limit() -> usize {
     50
 }

@@ -10,17 +10,18 @@ use clap::Parser;
 use keel_host::core::Clock;
 use keel_host::core::file::JournalFile;
 use keel_host::store::StoreError;
-use keel_host::store::postgres::{PgOptions, PgStore};
-use keel_host::store::sled::SledOptions;
+use keel_host::store::postgres::PgStore;
 use keel_host::{Config, Grants, Keel, Replayer};
 use serde_json::json;
 
 use control::{Reply, Request};
+use db::{Db, open, open_with, read_a_copy, sled_options};
 
 mod args;
 mod bench;
 mod control;
 mod crashtest;
+mod db;
 mod demo;
 mod hints;
 mod print;
@@ -115,56 +116,6 @@ pub fn report_error(e: &anyhow::Error, json: bool) {
         if let Some(hint) = hint {
             eprintln!("hint: {hint}");
         }
-    }
-}
-
-/// Where the store is.
-enum Db {
-    /// The embedded store in this directory.
-    Sled(PathBuf),
-    /// A PostgreSQL database.
-    Postgres(PgOptions),
-}
-
-impl Db {
-    fn of(cli: &Cli) -> Db {
-        if cli.db.starts_with("postgres://") || cli.db.starts_with("postgresql://") {
-            let mut options = PgOptions::new(&cli.db);
-            options.schema = cli.pg_schema.clone();
-            options.pool_size = cli.pg_pool_size;
-            options.statement_timeout = std::time::Duration::from_secs(cli.pg_statement_timeout);
-            options.ca_cert = cli.pg_ca_cert.clone();
-            Db::Postgres(options)
-        } else {
-            Db::Sled(PathBuf::from(&cli.db))
-        }
-    }
-}
-
-/// Opens the engine over the store `--db` names.
-async fn open(cli: &Cli) -> anyhow::Result<Keel> {
-    open_with(cli, config(cli)?).await
-}
-
-/// Opens the engine over the store `--db` names with `config`.
-async fn open_with(cli: &Cli, config: Config) -> anyhow::Result<Keel> {
-    Ok(match Db::of(cli) {
-        Db::Sled(_) => Keel::open_sled(config, &sled_options(cli))?,
-        Db::Postgres(options) => {
-            let store = PgStore::open(options)
-                .await
-                .map_err(keel_host::Error::from)?;
-            Keel::open(config, Arc::new(store))?
-        }
-    })
-}
-
-/// The sled store `--db` names, with its free-space reserve and cache.
-fn sled_options(cli: &Cli) -> SledOptions {
-    SledOptions {
-        min_free_bytes: cli.min_free_mib << 20,
-        cache_bytes: cli.sled_cache_mib << 20,
-        ..SledOptions::new(&cli.db)
     }
 }
 
@@ -717,6 +668,9 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
                 }
                 Err(e) => Err(e),
             }
+        }
+        Err(keel_host::Error::Store(StoreError::StorageFull { .. })) if request.reads_only() => {
+            read_a_copy(cli, &path, request).await
         }
         Err(e) => Err(e.into()),
     }

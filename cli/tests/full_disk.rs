@@ -1,6 +1,8 @@
 //! A full disk, on a small tmpfs: a start is refused with `storage_full`
 //! at once, a worker whose run meets the full disk backs off and carries
-//! on by itself once space is freed, and nothing committed is lost.
+//! on by itself once space is freed, and nothing committed is lost; with
+//! no worker, what the store holds can still be read, and the store opens
+//! again once space is freed.
 //! Mounting needs root (CI runs as root); the test fails without it.
 
 mod common;
@@ -189,5 +191,38 @@ fn a_full_disk_refuses_new_work_and_a_worker_carries_on_once_space_is_freed() {
     let (_, first_again) = keel(&db, &["runs", "get", &first_id]);
     assert_eq!(first_again["status"], "completed", "{first_again}");
     assert_eq!(first_again["output"], 3);
+
+    // With the disk full to the last byte and no worker, what the store
+    // holds can still be read: opening it for a read needs no space.
     drop(worker);
+    let filler = disk.fill(0);
+    let (out, listed) = keel(&db, &["runs", "list"]);
+    assert!(out.status.success(), "runs list on a full disk: {listed}");
+    let listed = listed["runs"].as_array().expect("a page of runs");
+    assert!(listed.iter().any(|r| r["run_id"] == first_id.as_str()));
+    assert_eq!(
+        journal_kinds(&db, &first_id).last().map(String::as_str),
+        Some("run_completed")
+    );
+    let exported = std::env::temp_dir().join(format!("{first_id}.keel"));
+    let out = keel_command(&db, &["journal", "export", &first_id, "--output"])
+        .arg(&exported)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "journal export on a full disk: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::metadata(&exported).unwrap().len() > 0);
+    let _ = std::fs::remove_file(exported);
+    // The opens that met the full disk left the store as it was: with
+    // space again it opens (sled's unfinished snapshots are cleared).
+    std::fs::remove_file(filler).unwrap();
+    let (out, again) = keel(&db, &["runs", "get", &first_id]);
+    assert!(
+        out.status.success(),
+        "the store opens once space is freed: {again}"
+    );
+    assert_eq!(again["output"], 3);
 }

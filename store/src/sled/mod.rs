@@ -259,6 +259,7 @@ impl SledStore {
         let path = options.path.clone();
         let min_free_bytes = options.min_free_bytes;
         private_dir(&path)?;
+        remove_unfinished_snapshots(&path);
         let db = sled::Config::new()
             .path(&path)
             .mode(sled::Mode::LowSpace)
@@ -576,6 +577,38 @@ fn private_dir(path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Deletes the snapshots sled began and never finished
+/// (`snap.*.generating`), which a process leaves when it dies or meets a
+/// full disk while opening the store: sled 0.34 takes one for the newest
+/// snapshot and refuses to open the store as corrupt, though nothing in it
+/// is lost. Only while no other process holds the store (sled's lock on
+/// its log file `db` is taken meanwhile), so no snapshot in progress is
+/// touched. Anything it cannot do is left for sled's open to report.
+fn remove_unfinished_snapshots(path: &Path) {
+    use rustix::fs::{FlockOperation, flock};
+    let Ok(log) = std::fs::File::open(path.join("db")) else {
+        return;
+    };
+    if flock(&log, FlockOperation::NonBlockingLockExclusive).is_err() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!(file = %name, "removed a snapshot sled never finished"),
+                Err(e) => {
+                    tracing::warn!(file = %name, "cannot remove a snapshot sled never finished: {e}")
+                }
+            }
+        }
+    }
 }
 
 fn open_error(path: &Path, e: sled::Error) -> StoreError {

@@ -224,6 +224,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_snapshot_left_unfinished_does_not_keep_the_store_shut() {
+        use crate::RunStore;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let run = keel_core::testing::run_record("kept", keel_core::RunStatus::Completed, 5);
+        store.import(&run, &[entry(0)]).await.unwrap();
+        drop(store);
+        // What an open that met a full disk leaves: an empty snapshot
+        // newer than the last, which sled alone reads as corruption.
+        std::fs::write(dir.path().join("snap.FFFFFFFFFFFFFFF0.generating"), b"").unwrap();
+        let store = SledStore::reopen(dir.path()).unwrap();
+        assert_eq!(
+            store.get_run("kept").await.unwrap().status,
+            keel_core::RunStatus::Completed
+        );
+        assert_eq!(store.journal("kept").await.unwrap(), [entry(0)]);
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".generating"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[tokio::test]
     async fn a_schema_2_store_gets_its_creation_index() {
         use crate::RunStore;
         let dir = tempfile::tempdir().unwrap();
