@@ -77,6 +77,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             component,
             workflow,
             input,
+            run_id,
             token,
             retention,
             metadata,
@@ -98,6 +99,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
                 .or(*start_at);
             Request::Start(StartSpec {
                 start_at_ms,
+                run_id: run_id.clone().or(base.run_id.clone()),
                 token: token.clone(),
                 retention_ms: retention.map(|r| r.as_millis() as u64),
                 metadata: json_arg("--metadata", metadata)?,

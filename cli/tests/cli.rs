@@ -721,6 +721,8 @@ fn a_delayed_run_shows_when_it_starts_not_a_running_time() {
             "3",
             "--delay",
             "2h",
+            "--run-id",
+            "a-run-id-longer-than-a-uuid-as-schedule-fires-have",
         ],
     );
     assert_eq!(run["status"], "scheduled", "{run}");
@@ -738,6 +740,49 @@ fn a_delayed_run_shows_when_it_starts_not_a_running_time() {
     assert!(!text.contains("running for"), "it is not running: {text}");
     assert!(
         text.contains("timeline: empty: the run has not started"),
+        "{text}"
+    );
+    // The list keeps its columns for a long ID, and says when it starts.
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--db", db.path().to_str().unwrap(), "runs", "list"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let (header, row) = (lines.next().unwrap(), lines.next().unwrap());
+    assert_eq!(header.find("STATUS"), row.find("scheduled"), "{text}");
+    assert!(
+        row.trim_end()
+            .ends_with(&row[row.rfind("in 1h").unwrap()..]),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_deployments_retention_is_shown() {
+    let db = tempfile::tempdir().unwrap();
+    let show = |db: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("--db")
+            .arg(db)
+            .args(["deployments", "show", "testbed"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (out, _) = keel(db.path(), &["deploy", keel_tests::TESTBED]);
+    assert!(out.status.success());
+    let text = show(db.path());
+    assert!(text.contains("retention: the worker's"), "{text}");
+    let (out, _) = keel(
+        db.path(),
+        &["deploy", keel_tests::TESTBED, "--retention", "7days"],
+    );
+    assert!(out.status.success());
+    let text = show(db.path());
+    assert!(
+        text.contains("retention: ended runs are kept 7days"),
         "{text}"
     );
 }

@@ -217,7 +217,35 @@ fn parse_cron(expr: &str) -> Result<croner::Cron, SpecError> {
         .parse(expr)
         .map_err(|e| SpecError::Cron {
             expr: expr.into(),
-            reason: e.to_string(),
+            reason: out_of_range(expr).unwrap_or_else(|| e.to_string()),
+        })
+}
+
+/// The first number of `expr`'s fields outside its field's range, said
+/// so (the parser's own words are `Number out of bounds`).
+fn out_of_range(expr: &str) -> Option<String> {
+    const FIELDS: [(&str, u32, u32); 6] = [
+        ("seconds", 0, 59),
+        ("minute", 0, 59),
+        ("hour", 0, 23),
+        ("day-of-month", 1, 31),
+        ("month", 1, 12),
+        ("day-of-week", 0, 7),
+    ];
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    let named = &FIELDS[FIELDS.len() - fields.len().min(FIELDS.len())..];
+    fields
+        .iter()
+        .zip(named)
+        .find_map(|(field, (name, lo, hi))| {
+            // Values and range ends count; a step (after `/`) does not.
+            let values = field
+                .split(',')
+                .flat_map(|part| part.split('/').next().unwrap_or("").split('-'));
+            values
+                .filter_map(|v| v.parse::<u32>().ok())
+                .find(|n| !(*lo..=*hi).contains(n))
+                .map(|n| format!("{n} is out of range for the {name} field ({lo}-{hi})"))
         })
 }
 
@@ -897,6 +925,21 @@ mod tests {
         let d = s.decide(t0 + 200_000, false);
         assert_eq!(d.starts, [t0 + 60_000]);
         assert_eq!(s.buffered_ms, None);
+    }
+
+    #[test]
+    fn a_number_out_of_range_names_its_field() {
+        let refused = |expr| Spec::cron(expr, None).unwrap_err().to_string();
+        assert!(
+            refused("0 25 * * *").contains("25 is out of range for the hour field (0-23)"),
+            "{}",
+            refused("0 25 * * *")
+        );
+        assert!(refused("61 * * * *").contains("the minute field (0-59)"));
+        assert!(refused("0 0 1-32 * *").contains("32 is out of range for the day-of-month field"));
+        assert!(refused("70 0 0 * * *").contains("the seconds field"));
+        // A step is not a value: `*/90` in minutes is croner's to judge.
+        assert!(Spec::cron("*/5 * * * *", None).is_ok());
     }
 
     #[test]

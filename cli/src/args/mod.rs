@@ -222,6 +222,11 @@ pub enum Command {
         /// standard input.
         #[arg(long, default_value = "null")]
         input: String,
+        /// The run's ID (1 to 128 letters, digits, `-`, `_`, `.` or `:`);
+        /// refused with `run_exists` if the store holds a run of it. By
+        /// default a new UUID.
+        #[arg(long, value_name = "ID")]
+        run_id: Option<String>,
         /// A start token: refused with `hook_conflict` while another run holds it.
         #[arg(long)]
         token: Option<String>,

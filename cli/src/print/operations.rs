@@ -102,6 +102,13 @@ pub(super) fn print_deployment(d: &Deployment, json: bool) {
     if let Some(ms) = d.limits.step_timeout_ms {
         println!("attempt timeout: {}", took(ms));
     }
+    println!(
+        "retention: {}",
+        match d.retention_ms {
+            Some(ms) => format!("ended runs are kept {}", took(ms)),
+            None => "the worker's (--run-retention; by default kept)".into(),
+        }
+    );
 }
 
 /// `keel inspect`: what a component exports, with its schemas.

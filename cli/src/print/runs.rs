@@ -53,26 +53,36 @@ pub(crate) fn stream_runs(runs: &[RunRecord], json: bool, header: &mut bool) {
     if runs.is_empty() {
         return;
     }
+    // Schedule fires' IDs are longer than a UUID's 36 characters.
+    let width = runs
+        .iter()
+        .map(|r| r.run_id.len())
+        .max()
+        .unwrap_or(0)
+        .max(36);
     if std::mem::take(header) {
         println!(
-            "{:<36}  {:<10} {:<24} {:<24} {:>12}",
+            "{:<width$}  {:<10} {:<24} {:<24} {:>12}",
             "RUN", "STATUS", "WORKFLOW", "STARTED", "DURATION"
         );
     }
     let now = now_ms();
     for run in runs {
-        let end = if run.status.is_final() {
-            run.updated_at_ms
-        } else {
-            now
+        let duration = match (run.status, run.wake_at_ms) {
+            // Not started: how long until it starts.
+            (RunStatus::Scheduled, Some(at)) => format!("in {}", took(at.saturating_sub(now))),
+            (status, _) if status.is_final() => {
+                took(run.updated_at_ms.saturating_sub(run.created_at_ms))
+            }
+            _ => took(now.saturating_sub(run.created_at_ms)),
         };
         println!(
-            "{:<36}  {:<10} {:<24} {:<24} {:>12}",
+            "{:<width$}  {:<10} {:<24} {:<24} {:>12}",
             run.run_id,
             run.status.as_str(),
             excerpt(&run.workflow, 24),
             when(run.created_at_ms),
-            took(end.saturating_sub(run.created_at_ms))
+            duration
         );
     }
 }
