@@ -37,9 +37,22 @@ pass() { # pass NAME NEXTEST-ARGS...: one pass, its report kept as NAME
 pass sled -E 'not binary(pg_restart)' "$@"
 pass restart -E 'binary(pg_restart)' "$@"
 cargo test --workspace --doc "$@"
+# The checks from outside (each against a server of its own, on a port
+# of its own) run beside the PostgreSQL pass, which waits on the database
+# more than on the CPU; their output follows the pass's.
+outside=$(mktemp)
+(
+    scripts/e2e-server.sh
+    KEEL_E2E_STORE=postgres scripts/e2e-server.sh
+    scripts/clients.sh
+) >"$outside" 2>&1 &
+checks=$!
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
 # (the workspace's test targets, so nothing is built again).
-KEEL_TEST_STORE=postgres pass postgres --test engine --test api "$@"
-scripts/e2e-server.sh
-KEEL_E2E_STORE=postgres scripts/e2e-server.sh
-scripts/clients.sh
+status=0
+KEEL_TEST_STORE=postgres pass postgres --test engine --test api "$@" || status=$?
+wait $checks || status=$?
+echo "== the checks from outside (e2e-server.sh on sled and PostgreSQL, clients.sh)" >&2
+cat "$outside" >&2
+rm -f "$outside"
+exit $status
