@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CRATES = ["core", "store", "host", "server", "cli", "guest-sdk", "sdk/rust"]
+CRATES = ["core", "store", "host", "server", "cli", "bench", "guest-sdk", "guest-sdk/macros"]
 MAX_LINES = 1000
 # Generated or test-only sources, exempt from the line limit.
 EXEMPT = {"store/src/conformance"}

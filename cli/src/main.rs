@@ -18,7 +18,6 @@ use control::{Reply, Request};
 use db::{Db, open, open_with, read_a_copy, sled_options};
 
 mod args;
-mod bench;
 mod control;
 mod crashtest;
 mod db;
@@ -119,20 +118,11 @@ pub fn report_error(e: &anyhow::Error, json: bool) {
     }
 }
 
-/// Compiled components of a PostgreSQL store's runs, cached per user.
-pub fn user_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("keel").join("compiled")
-}
-
 fn config(cli: &Cli) -> anyhow::Result<Config> {
     let mut config = match Db::of(cli) {
         // Compiled components live beside the store they belong to.
         Db::Sled(path) => Config::caching_in(path.join("compiled")),
-        Db::Postgres(_) => Config::caching_in(user_cache_dir()),
+        Db::Postgres(_) => Config::caching_in(keel_host::user_cache_dir()),
     };
     config.lease_ttl = std::time::Duration::from_secs(cli.lease_ttl.max(1));
     config.trace_runs = cli.otlp_endpoint.is_some();
@@ -193,7 +183,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         } => new_project(name, path, *lang, sdk_path, sdk_git, sdk_rev, json),
         Command::Test { dir } => {
             let grants = request::grants_of(&cli)?;
-            scaffold::test(dir, &user_cache_dir(), &grants, json).await
+            scaffold::test(dir, &keel_host::user_cache_dir(), &grants, json).await
         }
         Command::Crashtest {
             component,
@@ -244,7 +234,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             crashtest::run(&test, expected.as_ref(), json).await
         }
-        Command::Bench(args) => bench::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => keel_bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Replay {
             component,
             journals,

@@ -239,3 +239,13 @@ impl Config {
         }
     }
 }
+
+/// Where compiled components of a PostgreSQL store's runs are cached, per
+/// user: `$XDG_CACHE_HOME/keel/compiled`, else `~/.cache/keel/compiled`.
+pub fn user_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("keel").join("compiled")
+}

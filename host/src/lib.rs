@@ -30,7 +30,7 @@ mod trace;
 
 pub use clock::SystemClock;
 pub use component::Loaded;
-pub use config::{Config, RetentionConfig, RunLimits, defaults};
+pub use config::{Config, RetentionConfig, RunLimits, defaults, user_cache_dir};
 pub use engine::{
     BulkPreview, CHUNK_PAGE, ChildRun, DeploySpec, FORGET_GONE_AFTER_MS, GONE_AFTER_LEASES, Keel,
     MAX_BACKFILL, MAX_PAYLOAD_ID, PURGE_BATCH, Purge, Received, Reply, SCAN_BUDGET, StartHook,

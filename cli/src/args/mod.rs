@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use keel_host::defaults;
 
-use crate::bench;
 use crate::parse_duration;
 
 mod runs;
@@ -407,7 +406,7 @@ pub enum Command {
         journals: Vec<PathBuf>,
     },
     /// Measure latency, throughput, replay speed and memory.
-    Bench(bench::Args),
+    Bench(keel_bench::Args),
     /// Create a guest crate that builds on the first `cargo build` (or,
     /// with `--lang python`, a Python project): a workflow with two steps,
     /// a scenario for `keel test`, a README.

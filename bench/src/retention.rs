@@ -29,7 +29,7 @@ pub(super) async fn figures(args: &Args) -> anyhow::Result<()> {
         let outcome = on(
             "PostgreSQL",
             pg.clone(),
-            &crate::user_cache_dir(),
+            &keel_host::user_cache_dir(),
             args,
             || async move { Ok(vacuumed.vacuum_full().await?) },
         )

@@ -136,7 +136,10 @@ async fn postgres(url: &str, engines: usize, args: &Args) -> anyhow::Result<()> 
     let mut stores = Vec::new();
     for _ in 0..engines {
         let store = Arc::new(PgStore::open(options.clone()).await?);
-        let keel = Keel::open(Config::caching_in(crate::user_cache_dir()), store.clone())?;
+        let keel = Keel::open(
+            Config::caching_in(keel_host::user_cache_dir()),
+            store.clone(),
+        )?;
         let loaded = keel.load(&args.component).await?;
         keels.push((keel, loaded));
         stores.push(store);
