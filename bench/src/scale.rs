@@ -304,28 +304,36 @@ async fn wake_lag(
             .json()
             .await?;
         anyhow::ensure!(ended["status"] == "completed", "a woken run: {ended}");
-        let journal: Vec<Value> = client
-            .get(format!("{url}/v1/runs/{run_id}/journal"))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        let fire_at = journal
-            .iter()
-            .find(|e| e["kind"] == "timer_scheduled")
-            .and_then(|e| e["fire_at_ms"].as_u64());
-        let stepped = journal
-            .iter()
-            .find(|e| e["kind"] == "step_scheduled")
-            .and_then(|e| e["at_ms"].as_u64());
-        if let (Some(fire_at), Some(stepped)) = (fire_at, stepped) {
-            lags.push(Duration::from_millis(stepped.saturating_sub(fire_at)));
-        }
+        lags.extend(timer_lag(client, url, run_id).await?);
     }
     anyhow::ensure!(!lags.is_empty(), "no woken run journaled its step");
     lags.sort();
     Ok((quantile(&lags, 0.5), quantile(&lags, 0.99)))
+}
+
+/// From run `run_id`'s timer to its step's scheduling, read from its
+/// journal; `None` if it has not journaled both.
+async fn timer_lag(
+    client: &reqwest::Client,
+    url: &str,
+    run_id: &str,
+) -> anyhow::Result<Option<Duration>> {
+    let journal: Vec<Value> = client
+        .get(format!("{url}/v1/runs/{run_id}/journal"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let at = |kind: &str, field: &str| {
+        journal
+            .iter()
+            .find(|e| e["kind"] == kind)
+            .and_then(|e| e[field].as_u64())
+    };
+    Ok(at("timer_scheduled", "fire_at_ms")
+        .zip(at("step_scheduled", "at_ms"))
+        .map(|(fire_at, stepped)| Duration::from_millis(stepped.saturating_sub(fire_at))))
 }
 
 /// The median time of 20 scrapes of `/metrics`.
@@ -448,24 +456,7 @@ async fn burst(server: &Server, args: &Args) -> anyhow::Result<()> {
     let mut lags = Vec::new();
     let sample = runs.iter().step_by((count / 1000).max(1));
     for run_id in sample {
-        let journal: Vec<Value> = client
-            .get(format!("{url}/v1/runs/{run_id}/journal"))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        let fire_at = journal
-            .iter()
-            .find(|e| e["kind"] == "timer_scheduled")
-            .and_then(|e| e["fire_at_ms"].as_u64());
-        let stepped = journal
-            .iter()
-            .find(|e| e["kind"] == "step_scheduled")
-            .and_then(|e| e["at_ms"].as_u64());
-        if let (Some(fire_at), Some(stepped)) = (fire_at, stepped) {
-            lags.push(Duration::from_millis(stepped.saturating_sub(fire_at)));
-        }
+        lags.extend(timer_lag(&client, url, run_id).await?);
     }
     lags.sort();
     during.sort();

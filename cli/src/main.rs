@@ -384,7 +384,7 @@ fn new_project(
 /// directory that does not exist is `store_not_found`.
 fn refuse_missing_store(cli: &Cli) -> anyhow::Result<()> {
     if cli.server.is_none()
-        && reads_only(&cli.command)
+        && needs_existing_store(&cli.command)
         && let Db::Sled(path) = Db::of(cli)
         && !path.exists()
     {
@@ -666,8 +666,9 @@ async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
     }
 }
 
-/// Whether a command only reads the store (and so must not create one).
-fn reads_only(command: &Command) -> bool {
+/// Whether a command acts on what a store already holds (reading it, or
+/// changing runs in it), and so must not create one.
+fn needs_existing_store(command: &Command) -> bool {
     use args::{DeploymentsCommand, EventsCommand, HooksCommand};
     matches!(
         command,

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::keel;
+use common::{keel, keel_text};
 
 use std::process::{Command, Output};
 
@@ -727,12 +727,7 @@ fn a_delayed_run_shows_when_it_starts_not_a_running_time() {
     );
     assert_eq!(run["status"], "scheduled", "{run}");
     let run_id = run["run_id"].as_str().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["--db", db.path().to_str().unwrap(), "runs", "show", run_id])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = keel_text(db.path(), &["runs", "show", run_id]);
     assert!(
         text.contains("admitted 20") && text.contains(", starts 20") && text.contains("(in 1h"),
         "when it was admitted and when it starts: {text}"
@@ -743,11 +738,7 @@ fn a_delayed_run_shows_when_it_starts_not_a_running_time() {
         "{text}"
     );
     // The list keeps its columns for a long ID, and says when it starts.
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["--db", db.path().to_str().unwrap(), "runs", "list"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = keel_text(db.path(), &["runs", "list"]);
     let mut lines = text.lines();
     let (header, row) = (lines.next().unwrap(), lines.next().unwrap());
     assert_eq!(header.find("STATUS"), row.find("scheduled"), "{text}");
@@ -761,16 +752,7 @@ fn a_delayed_run_shows_when_it_starts_not_a_running_time() {
 #[test]
 fn a_deployments_retention_is_shown() {
     let db = tempfile::tempdir().unwrap();
-    let show = |db: &std::path::Path| {
-        let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-            .arg("--db")
-            .arg(db)
-            .args(["deployments", "show", "testbed"])
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let show = |db: &std::path::Path| keel_text(db, &["deployments", "show", "testbed"]);
     let (out, _) = keel(db.path(), &["deploy", keel_tests::TESTBED]);
     assert!(out.status.success());
     let text = show(db.path());

@@ -34,6 +34,25 @@ pub fn keel(db: &std::path::Path, args: &[&str]) -> (Output, Value) {
     (out, json)
 }
 
+/// `keel --db DB ARGS` as a person reads it: its text output, which must
+/// come with success.
+pub fn keel_text(db: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("running keel");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "keel {args:?}: {text} / {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// A child process that is killed and reaped when dropped, so that a test
 /// that fails leaves nothing running behind it.
 pub struct Reaped(pub std::process::Child);
