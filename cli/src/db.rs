@@ -11,7 +11,7 @@ use keel_host::{Config, Keel};
 
 use crate::args::Cli;
 use crate::config;
-use crate::control::{self, Reply, Request};
+use crate::control::{Reply, Request};
 
 /// Where the store is.
 pub(crate) enum Db {
@@ -86,7 +86,7 @@ pub(crate) async fn read_a_copy(cli: &Cli, path: &Path, request: Request) -> any
             ..sled_options(cli)
         };
         let keel = Keel::open_sled(Config::caching_in(copy.join("compiled")), &options)?;
-        anyhow::Ok(control::execute(&keel, request).await?)
+        crate::remote::Client::in_process(keel).await?.send(request).await
     }
     .await;
     let _ = std::fs::remove_dir_all(&copy);

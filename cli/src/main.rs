@@ -614,49 +614,44 @@ async fn with_waits(cli: &Cli, reply: Reply) -> Reply {
     }
 }
 
-/// Executes a request on the store, or, when a `keel worker` holds the
-/// store, forwards it to that worker; with `--server`, sends it to that
-/// server's HTTP API.
+/// Sends a request to keel's API: `--server`'s; the API of the `keel
+/// worker` that holds a sled store, on its socket; or, when this process
+/// can open the store, the same API served in this process over it.
 async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
     if let Some(server) = &cli.server {
         return remote::Client::new(server, cli.api_token.as_deref())?
             .send(request)
             .await;
     }
-    let Db::Sled(path) = Db::of(cli) else {
-        // Any number of processes share a PostgreSQL store.
-        return Ok(control::execute(&open(cli).await?, request).await?);
-    };
     let mut config = config(cli)?;
+    // No worker: a run nobody waits for is left to the next one.
+    config.background_drives = false;
     if shows_progress(cli) {
         config.observer = Arc::new(progress::Progress);
     }
+    let Db::Sled(path) = Db::of(cli) else {
+        // Any number of processes share a PostgreSQL store.
+        let keel = open_with(cli, config).await?;
+        return remote::Client::in_process(keel).await?.send(request).await;
+    };
     match Keel::open_sled(config, &sled_options(cli)) {
         Ok(keel) => match request {
             Request::Result { run_id, wait: true } => {
                 Ok(Reply::Run(result_alone(&keel, &run_id).await?))
             }
-            request => Ok(control::execute(&keel, request).await?),
+            request => remote::Client::in_process(keel).await?.send(request).await,
         },
-        Err(locked @ keel_host::Error::Store(StoreError::Locked { .. }))
-            if control::socket_path(&path).exists() =>
-        {
-            // No worker answers: the process holding the store is another.
-            let run_id = match &request {
-                Request::Start(start) => start.run_id.clone(),
-                _ => None,
-            };
-            match control::forward(&path, &request).await {
-                Ok(reply) => reply.ok_or_else(|| locked.into()),
-                // A start the worker may have admitted before it died.
-                Err(e) if e.is::<control::NoAnswer>() && run_id.is_some() => {
-                    Err(keel_host::Error::StartOutcomeUnknown {
-                        run_id: run_id.unwrap_or_default().into(),
-                        reason: e.to_string(),
-                    }
-                    .into())
+        Err(locked @ keel_host::Error::Store(StoreError::Locked { .. })) => {
+            let socket = control::socket_path(&path);
+            match tokio::net::UnixStream::connect(&socket).await {
+                Ok(_) => remote::Client::socket(&socket).send(request).await,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    // The process holding the store is another than a worker.
+                    tracing::warn!(path = %socket.display(), "removing the socket of a worker that is gone");
+                    let _ = std::fs::remove_file(&socket);
+                    Err(locked.into())
                 }
-                Err(e) => Err(e),
+                Err(_) => Err(locked.into()),
             }
         }
         Err(keel_host::Error::Store(StoreError::StorageFull { .. })) if request.reads_only() => {
@@ -822,6 +817,9 @@ async fn worker(
     api: Option<Api>,
     json: bool,
 ) -> anyhow::Result<()> {
+    let metrics = api
+        .as_ref()
+        .map_or_else(Default::default, |api| api.metrics.clone());
     let server = match api {
         Some(api) => {
             let (listener, addr) = keel_server::bind(&api.config).await.map_err(|e| {
@@ -851,7 +849,7 @@ async fn worker(
     // A long-running worker holds a sled store; it answers the CLI's requests.
     let control = socket_dir.filter(|_| !until_idle).map(|db| {
         let (keel, db) = (keel.clone(), db.to_path_buf());
-        tokio::spawn(async move { control::serve(keel, &db).await })
+        tokio::spawn(async move { control::serve(keel, &db, metrics).await })
     });
     // On SIGTERM or SIGINT the worker stops claiming runs, its activations
     // stop and release their leases, and `work` returns.

@@ -3,9 +3,11 @@
 //! answer read back into the same replies, so every command prints the
 //! same either way.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use axum::body::Body;
+use http_body_util::BodyExt;
 use keel_host::core::journal::Entry;
 use keel_host::core::{Deployment, RunRecord, RunStatus};
 use keel_server::wire::{
@@ -13,9 +15,11 @@ use keel_server::wire::{
     JobList, JobView, LimitChange, LimitList, LimitRequest, LimitResetRequest, PauseRequest,
     RunDetail, RunList, RunView, ScheduleList, StartHookRequest, StartRequest,
 };
+use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tower::ServiceExt;
 
 use crate::control::{CHUNK_POLL, RemoteError, Reply, Request, StartSpec};
 use std::time::Duration;
@@ -23,10 +27,34 @@ use std::time::Duration;
 /// How long one call waits for a run on the server (its longest wait).
 const WAIT_MS: u64 = 60_000;
 
-/// A keel server's API.
+/// Where the API is.
+enum Transport {
+    /// A keel server over TCP (`--server URL`).
+    Http(reqwest::Client),
+    /// The worker holding a sled store, on its private socket.
+    Socket(PathBuf),
+    /// This process's own router over a store it opened, when no worker
+    /// holds the store.
+    InProcess(axum::Router),
+}
+
+/// Why a call got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Nothing was sent: the API could not be reached.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The request was sent but no answer came back: it may have taken
+    /// effect.
+    #[error("{0}")]
+    Unanswered(String),
+}
+
+/// keel's API, wherever it is served: every command that reads or changes
+/// a store speaks to it, the same way through each transport.
 pub struct Client {
     base: Url,
-    http: reqwest::Client,
+    transport: Transport,
     token: Option<String>,
 }
 
@@ -41,9 +69,34 @@ impl Client {
         }
         Ok(Client {
             base,
-            http: reqwest::Client::new(),
+            transport: Transport::Http(
+                reqwest::Client::builder()
+                    .user_agent(user_agent())
+                    .build()
+                    .context("making an HTTP client")?,
+            ),
             token: token.map(str::to_owned),
         })
+    }
+
+    /// A client of the worker that serves the API on `socket`.
+    pub fn socket(socket: &Path) -> Client {
+        Client::local(Transport::Socket(socket.to_path_buf()))
+    }
+
+    /// A client of the API served in this process over `keel`.
+    pub async fn in_process(keel: keel_host::Keel) -> anyhow::Result<Client> {
+        let metrics = std::sync::Arc::new(keel_server::Metrics::default());
+        let router = keel_server::private_router(keel, metrics).await?;
+        Ok(Client::local(Transport::InProcess(router)))
+    }
+
+    fn local(transport: Transport) -> Client {
+        Client {
+            base: Url::parse("http://localhost/").expect("a URL"),
+            transport,
+            token: None,
+        }
     }
 
     /// The URL of the path made of `segments` (each percent-encoded), with
@@ -61,6 +114,69 @@ impl Client {
         url
     }
 
+    /// Sends a request and returns the response, its body unread.
+    async fn exchange(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<(StatusCode, Body), CallError> {
+        let (content_type, bytes) = body.unwrap_or(("application/json", Vec::new()));
+        match &self.transport {
+            Transport::Http(http) => {
+                let mut request = http
+                    .request(method, url)
+                    .header(CONTENT_TYPE, content_type)
+                    .body(bytes);
+                if let Some(token) = &self.token {
+                    request = request.bearer_auth(token);
+                }
+                let response = request.send().await.map_err(|e| {
+                    let reason = format!(
+                        "cannot reach the keel server at {}; is `keel serve` running there? ({e})",
+                        self.base
+                    );
+                    match e.is_connect() || e.is_builder() {
+                        true => CallError::Unreachable(reason),
+                        false => CallError::Unanswered(reason),
+                    }
+                })?;
+                let status = response.status();
+                Ok((status, Body::from_stream(response.bytes_stream())))
+            }
+            Transport::Socket(path) => {
+                let request = local_request(method, &url, content_type, bytes);
+                let unanswered = |e: hyper::Error| {
+                    CallError::Unanswered(format!(
+                        "the worker holding the store at {} closed the connection without answering (it may have died: {e}); check with `keel runs list` whether the request took effect before repeating it",
+                        path.display()
+                    ))
+                };
+                let stream = tokio::net::UnixStream::connect(path).await.map_err(|e| {
+                    CallError::Unreachable(format!(
+                        "cannot reach the worker holding the store at {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+                    .await
+                    .map_err(unanswered)?;
+                tokio::spawn(connection);
+                let response = sender.send_request(request).await.map_err(unanswered)?;
+                Ok((response.status(), Body::new(response.into_body())))
+            }
+            Transport::InProcess(router) => {
+                let request = local_request(method, &url, content_type, bytes);
+                let response = match router.clone().oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                };
+                Ok((response.status(), response.into_body()))
+            }
+        }
+    }
+
     /// Calls the API; a JSON error body becomes a [`RemoteError`].
     async fn call<T: DeserializeOwned>(
         &self,
@@ -68,23 +184,12 @@ impl Client {
         url: Url,
         body: Option<(&'static str, Vec<u8>)>,
     ) -> anyhow::Result<(StatusCode, T)> {
-        let mut request = self.http.request(method, url.clone());
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        if let Some((content_type, bytes)) = body {
-            request = request
-                .header(reqwest::header::CONTENT_TYPE, content_type)
-                .body(bytes);
-        }
-        let response = request.send().await.with_context(|| {
-            format!(
-                "cannot reach the keel server at {}; is `keel serve` running there?",
-                self.base
-            )
-        })?;
-        let status = response.status();
-        let bytes = response.bytes().await?;
+        let (status, body) = self.exchange(method, url.clone(), body).await?;
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| CallError::Unanswered(format!("the answer to {url} broke off: {e}")))?
+            .to_bytes();
         if !status.is_success() {
             let error = serde_json::from_slice::<ErrorBody>(&bytes).map_err(|_| {
                 anyhow::anyhow!(
@@ -142,17 +247,8 @@ impl Client {
             &["v1", "runs", run_id, "streams", stream],
             &[("from", from.to_string())],
         );
-        let mut request = self.http.get(url.clone());
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        let mut response = request.send().await.with_context(|| {
-            format!(
-                "cannot reach the keel server at {}; is `keel serve` running there?",
-                self.base
-            )
-        })?;
-        if !response.status().is_success() {
+        let (status, mut body) = self.exchange(Method::GET, url.clone(), None).await?;
+        if !status.is_success() {
             // The refusal, as every other call reads it.
             let (_, refused): (StatusCode, Value) = self.call(Method::GET, url, None).await?;
             anyhow::bail!("the server refused the stream: {refused}");
@@ -165,12 +261,17 @@ impl Client {
             } else {
                 Duration::from_millis(50)
             };
-            let next = match tokio::time::timeout(wait, response.chunk()).await {
-                Ok(next) => next?,
+            let next = match tokio::time::timeout(wait, body.frame()).await {
+                Ok(next) => next
+                    .transpose()
+                    .map_err(|e| CallError::Unanswered(format!("the stream broke off: {e}")))?,
                 Err(_) => return Ok((chunks, false)),
             };
-            let Some(bytes) = next else {
+            let Some(frame) = next else {
                 return Ok((chunks, true));
+            };
+            let Ok(bytes) = frame.into_data() else {
+                continue;
             };
             text.push_str(&String::from_utf8_lossy(&bytes));
             while let Some(end) = text.find("\n\n") {
@@ -243,6 +344,7 @@ impl Client {
                 grants,
                 run_id,
                 start_at_ms,
+                delay_ms,
                 priority,
                 timeout_ms,
                 attributes,
@@ -270,7 +372,7 @@ impl Client {
                         metadata,
                     }),
                     additional_metadata,
-                    delay_ms: None,
+                    delay_ms,
                     start_at_ms,
                     priority,
                     timeout_ms,
@@ -285,10 +387,7 @@ impl Client {
                     Ok(run) => run,
                     // Sent, but no answer came back: the server may have
                     // admitted the run.
-                    Err(e)
-                        if e.downcast_ref::<reqwest::Error>()
-                            .is_some_and(|r| !r.is_connect() && !r.is_builder()) =>
-                    {
+                    Err(e) if matches!(e.downcast_ref(), Some(CallError::Unanswered(_))) => {
                         return Err(keel_host::Error::StartOutcomeUnknown {
                             run_id: request.run_id.clone().unwrap_or_default().into(),
                             reason: format!("{e:#}"),
@@ -810,4 +909,36 @@ fn grant_query(grants: keel_host::core::GrantSpec) -> Vec<(&'static str, String)
     let dirs = grants.dirs.into_iter().map(|d| ("allow_dir", d));
     let env = grants.env.into_iter().map(|e| ("allow_env", e));
     http.chain(dirs).chain(env).collect()
+}
+
+/// A request to a local transport (a worker's socket, this process): the
+/// path and query, addressed to `localhost`, as the router's guard expects.
+fn local_request(
+    method: Method,
+    url: &Url,
+    content_type: &str,
+    bytes: Vec<u8>,
+) -> axum::http::Request<Body> {
+    let target = match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_string(),
+    };
+    let mut request = axum::http::Request::new(Body::from(bytes));
+    *request.method_mut() = method;
+    *request.uri_mut() = target.parse().expect("a URL's path and query form a URI");
+    let headers = request.headers_mut();
+    headers.insert(reqwest::header::HOST, HeaderValue::from_static("localhost"));
+    if let Ok(agent) = HeaderValue::from_str(&user_agent()) {
+        headers.insert(reqwest::header::USER_AGENT, agent);
+    }
+    if let Ok(value) = HeaderValue::from_str(content_type) {
+        headers.insert(CONTENT_TYPE, value);
+    }
+    request
+}
+
+/// The `User-Agent` this CLI sends, by which the API names it as the door
+/// a request came through.
+fn user_agent() -> String {
+    format!("{}{}", keel_server::CLI_AGENT, env!("CARGO_PKG_VERSION"))
 }

@@ -49,6 +49,7 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             additional_metadata: None,
             detach: false,
             start_at_ms: None,
+            delay_ms: None,
             priority: None,
             timeout_ms: None,
             attributes: Default::default(),
@@ -90,15 +91,9 @@ pub fn request_of(cli: &Cli) -> anyhow::Result<Request> {
             attr,
         } => {
             let base = start(component, workflow, input)?;
-            let start_at_ms = delay
-                .map(|d| {
-                    keel_host::SystemClock
-                        .now_ms()
-                        .saturating_add(d.as_millis() as u64)
-                })
-                .or(*start_at);
             Request::Start(StartSpec {
-                start_at_ms,
+                start_at_ms: *start_at,
+                delay_ms: delay.map(|d| d.as_millis() as u64),
                 run_id: run_id.clone().or(base.run_id.clone()),
                 token: token.clone(),
                 retention_ms: retention.map(|r| r.as_millis() as u64),

@@ -75,6 +75,12 @@ pub struct Config {
     /// Every run admitted here gets a trace context (for OpenTelemetry),
     /// not only those whose start carried a `traceparent`.
     pub trace_runs: bool,
+    /// Whether a run a caller does not wait for (a detached start, an
+    /// event's runs, a payload delivered without waiting) is driven here in
+    /// the background. A worker does; a CLI with no worker does not, since
+    /// it stops before such a drive would end, and leaves the run to the
+    /// next worker.
+    pub background_drives: bool,
     /// Bounds of one run, which keep one run from taking the host's memory
     /// and disk.
     pub limits: RunLimits,
@@ -234,6 +240,7 @@ impl Config {
             clock: Arc::new(SystemClock),
             observer: Arc::new(Unobserved),
             trace_runs: false,
+            background_drives: true,
             limits: RunLimits::default(),
             retention: RetentionConfig::default(),
         }

@@ -26,8 +26,7 @@ pub async fn push_event(
         .await?;
     for outcome in event.outcomes.iter().filter(|o| !o.deduplicated) {
         if let Some(run_id) = &outcome.run_id {
-            let (keel, run_id) = (s.keel.clone(), run_id.clone());
-            tokio::spawn(async move { keel.drive(&run_id).await });
+            s.keel.drive_in_background(run_id);
         }
     }
     Ok((StatusCode::CREATED, Json(EventView::from(&event))))

@@ -75,6 +75,29 @@ impl<S: Send + Sync> FromRequestParts<S> for RunIdParam {
     }
 }
 
+/// The door a request came through, as journals name who asked: `cli`
+/// for keel's own command line (its `User-Agent` starts with
+/// [`CLI_AGENT`]), `api` for every other client.
+pub struct Door(pub &'static str);
+
+/// The start of the `User-Agent` keel's command line sends.
+pub const CLI_AGENT: &str = "keel-cli/";
+
+impl<S: Send + Sync> FromRequestParts<S> for Door {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let agent = parts.headers.get(axum::http::header::USER_AGENT);
+        let cli = agent
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(CLI_AGENT));
+        Ok(Door(if cli { "cli" } else { "api" }))
+    }
+}
+
 /// A query string's pairs.
 pub(crate) struct Query(Vec<(String, String)>);
 

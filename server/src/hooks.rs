@@ -76,8 +76,7 @@ pub async fn resume(
     let run = match wait_reply {
         Some(ms) => {
             // The run is driven meanwhile; the reply ends the wait.
-            let (keel, id) = (s.keel.clone(), run_id.clone());
-            tokio::spawn(async move { keel.drive(&id).await });
+            s.keel.drive_for_caller(&run_id);
             let got = s
                 .keel
                 .wait_reply_to(&resumed, &token, &payload_id, Duration::from_millis(ms))

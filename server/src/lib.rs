@@ -41,7 +41,7 @@ mod webhooks;
 pub mod wire;
 
 pub use auth::Auth;
-pub use extract::MAX_WAIT;
+pub use extract::{CLI_AGENT, MAX_WAIT};
 pub use guard::Guard;
 pub use listen::ConnectionLimits;
 pub use metrics::Metrics;
@@ -192,5 +192,24 @@ pub async fn serve(
     let auth = Auth::new(config.token.as_deref()).with_secret(&secret);
     let app = router(keel, metrics, config.guard(), auth);
     listen::serve(listener, app, config.limits, shutdown).await?;
+    Ok(())
+}
+
+/// The API over `keel` for the store's own user: what a worker serves on
+/// its private socket and the CLI runs in process when no worker holds
+/// the store. No token is asked (only that user reaches either); scoped
+/// tokens are signed with the store's secret.
+pub async fn private_router(keel: Keel, metrics: Arc<Metrics>) -> Result<Router, keel_host::Error> {
+    let secret = keel.signing_secret().await?;
+    let auth = Auth::new(None).with_secret(&secret);
+    Ok(router(keel, metrics, Guard::new(&[], &[]), auth))
+}
+
+/// Serves `app` on a Unix socket until the task is dropped.
+pub async fn serve_socket(
+    listener: tokio::net::UnixListener,
+    app: Router,
+) -> Result<(), ServeError> {
+    axum::serve(listener, app).await?;
     Ok(())
 }

@@ -57,8 +57,9 @@ pub async fn start(
         ));
     }
     let options = StartOptions {
-        // The handler drives it at once (`drive_and_wait`).
-        driven_here: true,
+        // The handler drives it at once (`drive_and_wait`), unless nobody
+        // waits for it and this engine leaves such runs to a worker.
+        driven_here: wait.ms > 0 || s.keel.drives_in_background(),
         run_id,
         start_at_ms,
         priority: request.priority,
@@ -113,6 +114,9 @@ pub(crate) async fn drive_and_wait(
     let known = run.clone();
     match wait_on(keel, run, wait).await {
         Ok(run) => Ok(run),
+        // No worker here carries the run on after a failure (the CLI's own
+        // engine): the caller is told the drive broke, naming the run.
+        Err(e) if !keel.drives_in_background() => Err(e),
         Err(e) => {
             tracing::warn!(
                 %run_id,
@@ -125,18 +129,18 @@ pub(crate) async fn drive_and_wait(
 }
 
 pub(crate) async fn wait_on(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResult<RunRecord> {
+    if wait.ms == 0 {
+        keel.drive_in_background(&run.run_id);
+        return Ok(run);
+    }
     let until = match wait.return_on_wait {
         true => Until::Settled,
         false => Until::Ended,
     };
     let timeout = Duration::from_millis(wait.ms).min(MAX_WAIT);
-    let driven = keel.drive_and_wait(&run.run_id, until, timeout).await?;
-    // A run that waits (to start, or for a concurrency slot) answers at
-    // once when asked to.
-    Ok(match wait.ms {
-        0 => run,
-        _ => driven,
-    })
+    keel.drive_and_wait(&run.run_id, until, timeout)
+        .await
+        .map_err(Into::into)
 }
 
 /// `GET /v1/runs`: filters `status` (repeatable or comma-separated),
@@ -275,6 +279,7 @@ pub(crate) const MAX_REASON: usize = 1024;
 pub async fn cancel(
     State(s): State<AppState>,
     RunIdParam(run_id): RunIdParam,
+    Door(by): Door,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let q = Query::parse(raw);
@@ -292,7 +297,7 @@ pub async fn cancel(
     let force = q.flag("force")?;
     let run = s
         .keel
-        .cancel_on_request(&run_id, &reason, "api", force)
+        .cancel_on_request(&run_id, &reason, by, force)
         .await?;
     // Driven here unless a worker drives it: its cleanup runs now.
     let run = match run.status.is_final() {

@@ -72,8 +72,7 @@ pub async fn deliver(
     Ok(Json(match received {
         Received::Hook { token, resumed } => {
             if !resumed.duplicate {
-                let (keel, run_id) = (s.keel.clone(), resumed.run_id.clone());
-                tokio::spawn(async move { keel.drive(&run_id).await });
+                s.keel.drive_in_background(&resumed.run_id);
             }
             DeliveryView {
                 token: Some(token),
@@ -85,8 +84,7 @@ pub async fn deliver(
         Received::Event(event) => {
             for outcome in event.outcomes.iter().filter(|o| !o.deduplicated) {
                 if let Some(run_id) = &outcome.run_id {
-                    let (keel, run_id) = (s.keel.clone(), run_id.clone());
-                    tokio::spawn(async move { keel.drive(&run_id).await });
+                    s.keel.drive_in_background(run_id);
                 }
             }
             DeliveryView {

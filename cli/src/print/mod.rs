@@ -283,10 +283,6 @@ pub fn print_reply(command: &Command, reply: Reply, json: bool) -> ExitCode {
             print_webhooks(&list, json, false);
             ExitCode::SUCCESS
         }
-        Reply::Error(e) => {
-            report_error(&e.into(), json);
-            ExitCode::FAILURE
-        }
     }
 }
 

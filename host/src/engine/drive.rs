@@ -422,6 +422,42 @@ impl Keel {
     }
 
     /// Drives a run whose start, payload or retry was just acknowledged, in
+    /// the background, for a caller that does not wait for it: the one way
+    /// to do so. An engine without [`Config::background_drives`] (a CLI
+    /// with no worker) leaves the run to the next worker instead.
+    ///
+    /// [`Config::background_drives`]: crate::Config::background_drives
+    pub fn drive_in_background(&self, run_id: &str) {
+        if self.drives_in_background() {
+            self.drive_for_caller(run_id);
+        }
+    }
+
+    /// Drives an acknowledged run in a task of its own, for a caller that
+    /// waits for something the drive brings (its settling, a reply); the
+    /// drive goes on if the caller stops waiting.
+    pub fn drive_for_caller(&self, run_id: &str) -> tokio::task::JoinHandle<Result<RunRecord>> {
+        let (keel, run_id) = (self.clone(), run_id.to_string());
+        let span = tracing::Span::current();
+        tokio::spawn(
+            async move {
+                let driven = keel.drive_acknowledged(&run_id).await;
+                if let Err(e) = &driven {
+                    tracing::warn!(%run_id, "driving an acknowledged run failed: {e}");
+                }
+                driven
+            }
+            .instrument(span),
+        )
+    }
+
+    /// Whether runs nobody waits for are driven here (see
+    /// [`Keel::drive_in_background`]).
+    pub fn drives_in_background(&self) -> bool {
+        self.inner.config.background_drives
+    }
+
+    /// Drives a run whose start, payload or retry was just acknowledged, in
     /// the background (the drive goes on if the caller stops waiting), and
     /// waits up to `timeout` (without bound if it overflows the clock:
     /// `Duration::MAX`) for it to reach `until`; returns its record as it
@@ -439,10 +475,7 @@ impl Keel {
         // another driver has written it since.
         let acknowledged = self.now_ms();
         let before = self.get_run(run_id).await?;
-        let drive = {
-            let (keel, run_id) = (self.clone(), run_id.to_string());
-            tokio::spawn(async move { keel.drive_acknowledged(&run_id).await })
-        };
+        let drive = self.drive_for_caller(run_id);
         let deadline = tokio::time::Instant::now().checked_add(timeout);
         let since = Some((before, acknowledged));
         let waited = self.until(run_id, until, deadline, false, since);
