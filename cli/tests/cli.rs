@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{keel, keel_text};
+use common::{Reaped, keel, keel_text, socket_worker};
 
 use std::process::{Command, Output};
 
@@ -331,15 +331,6 @@ fn start_tokens_hooks_and_cancel_from_the_cli() {
 }
 
 /// A `keel worker` process, killed when dropped.
-struct Worker(std::process::Child);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn commands_reach_a_running_worker_through_its_socket() {
     let db = tempfile::tempdir().unwrap();
@@ -347,7 +338,7 @@ fn commands_reach_a_running_worker_through_its_socket() {
     // Load the component once, so the worker's store holds it.
     let (out, _) = keel(db.path(), &["inspect", guest]);
     assert!(out.status.success());
-    let _worker = Worker(
+    let _worker = Reaped(
         Command::new(env!("CARGO_BIN_EXE_keel"))
             .arg("--db")
             .arg(db.path())
@@ -1038,31 +1029,6 @@ fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
     let (out, run) = keel(db.path(), &["runs", "get", &run_id]);
     assert!(out.status.success(), "{run}");
     assert_eq!(run["workflow"], "spin");
-}
-
-/// Starts `keel --db DB worker` and waits until it answers on its socket.
-fn socket_worker(db: &std::path::Path) -> Worker {
-    let worker = Worker(
-        Command::new(env!("CARGO_BIN_EXE_keel"))
-            .arg("--db")
-            .arg(db)
-            .arg("worker")
-            .env("KEEL_LOG", "error")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let socket = db.join("control/control.sock");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !socket.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker never listened"
-        );
-        std::thread::yield_now();
-    }
-    worker
 }
 
 #[test]

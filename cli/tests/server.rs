@@ -1156,3 +1156,182 @@ fn a_cancelled_run_reads_through_a_server_and_its_api_file_replays() {
     assert!(out.status.success(), "{reports}");
     assert_eq!(reports[0]["verdict"], "ok", "{reports}");
 }
+
+/// An answer with what differs between two stores by nature (run IDs,
+/// times, worker names) replaced, so that two doors' answers compare.
+fn normalized(value: &Value) -> Value {
+    let uuid = |s: &str| s.len() == 36 && s.matches('-').count() == 4;
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let varies = k.ends_with("_ms") || k.contains("worker") || k == "at";
+                    let v = match (varies, v) {
+                        (true, Value::Null) => Value::Null,
+                        (true, _) => json!("<varies>"),
+                        (false, v) => normalized(v),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(normalized).collect()),
+        Value::String(s) if uuid(s) => json!("<run id>"),
+        Value::String(s) => {
+            // IDs inside messages (`run 0190...`).
+            let words: Vec<String> = s
+                .split(' ')
+                .map(|w| match uuid(w.trim_end_matches([',', '.', ':', ';'])) {
+                    true => "<run id>".to_string(),
+                    false => w.to_string(),
+                })
+                .collect();
+            json!(words.join(" "))
+        }
+        v => v.clone(),
+    }
+}
+
+/// One way to reach a store: its command line's answer to `args`.
+type Door<'a> = (&'a str, Box<dyn Fn(&[&str]) -> (Output, Value) + 'a>);
+
+#[test]
+fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_server() {
+    let alone = tempfile::tempdir().unwrap();
+    let held = tempfile::tempdir().unwrap();
+    let _worker = common::socket_worker(held.path());
+    let server = serve(&[], &[]);
+    let doors: Vec<Door> = vec![
+        ("in process", Box::new(|args| keel(alone.path(), args))),
+        (
+            "a worker's socket",
+            Box::new(|args| keel(held.path(), args)),
+        ),
+        ("a server", Box::new(|args| client(&server.url, args))),
+    ];
+    // Each door's answers, step by step.
+    let mut answers: Vec<Vec<(String, Value)>> = Vec::new();
+    for (door, keel) in &doors {
+        let mut said = Vec::new();
+        let mut ask = |step: &str, args: &[&str]| -> Value {
+            let (out, answer) = keel(args);
+            // A refusal is an error alone (a run that failed has its own).
+            let refused = answer
+                .as_object()
+                .is_some_and(|o| o.len() == 1 && o.contains_key("error"));
+            assert_eq!(out.status.success(), !refused, "{door}: {step}: {answer}");
+            said.push((step.to_string(), normalized(&answer)));
+            answer
+        };
+        ask(
+            "deploy",
+            &["deploy", keel_tests::TESTBED, "--name", "testbed"],
+        );
+        let run = ask("run", &["run", "testbed", "two_steps", "--input", "5"]);
+        assert_eq!(run["status"], "completed", "{door}: {run}");
+        let waiting = ask(
+            "start on a hook",
+            &["start", "testbed", "replier", "--input", "\"ask:doors\""],
+        );
+        assert_eq!(waiting["status"], "waiting", "{door}: {waiting}");
+        let replied = ask(
+            "resume, waiting for the reply",
+            &[
+                "hooks",
+                "resume",
+                "ask:doors",
+                "--payload",
+                r#"{"q": 1}"#,
+                "--payload-id",
+                "p-1",
+                "--wait-reply",
+                "10s",
+            ],
+        );
+        assert_eq!(
+            replied["reply"],
+            json!({"echo": {"q": 1}, "n": 1}),
+            "{door}"
+        );
+        // A delay is read on the store's clock, whatever the door.
+        let delayed = ask(
+            "start in an hour",
+            &[
+                "start",
+                "testbed",
+                "two_steps",
+                "--input",
+                "7",
+                "--delay",
+                "1h",
+            ],
+        );
+        assert_eq!(delayed["status"], "scheduled", "{door}: {delayed}");
+        let delayed_id = delayed["run_id"].as_str().unwrap().to_string();
+        let starts = delayed["wake_at_ms"].as_u64().unwrap();
+        let admitted = delayed["created_at_ms"].as_u64().unwrap();
+        assert_eq!(starts - admitted, 3_600_000, "{door}: {delayed}");
+        let cancelled = ask(
+            "cancel the delayed run",
+            &["runs", "cancel", &delayed_id, "--reason", "not today"],
+        );
+        assert_eq!(cancelled["status"], "cancelled", "{door}: {cancelled}");
+        let shown = ask("show it", &["runs", "show", &delayed_id]);
+        let asked = shown["journal"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "cancel_requested")
+            .unwrap_or_else(|| panic!("{door}: no cancel_requested in {shown}"));
+        assert_eq!(
+            (&asked["reason"], &asked["by"]),
+            (&json!("not today"), &json!("cli"))
+        );
+        // An event's run: left to a worker, or driven by one, then awaited.
+        let pushed = ask(
+            "push an event",
+            &[
+                "events",
+                "push",
+                "idempotency:example",
+                "--payload",
+                r#"{"id": "doors"}"#,
+            ],
+        );
+        let event_run = pushed["outcomes"][0]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let result = ask("its result", &["runs", "result", &event_run, "--wait"]);
+        assert_eq!(
+            result["output"]["result"], "Hello, world from task doors",
+            "{door}"
+        );
+        let streamed = ask(
+            "a run that streams",
+            &["run", "testbed", "streamer", "--input", r#"{"count": 3}"#],
+        );
+        let streamer = streamed["run_id"].as_str().unwrap().to_string();
+        ask("its streams", &["runs", "streams", &streamer]);
+        ask(
+            "an unknown run",
+            &["runs", "get", "00000000-0000-7000-8000-000000000000"],
+        );
+        ask(
+            "an invalid input",
+            &["start", "testbed", "two_steps", "--input", "{"],
+        );
+        let listed = ask("the runs", &["runs", "list"]);
+        assert_eq!(
+            listed["runs"].as_array().unwrap().len(),
+            5,
+            "{door}: {listed}"
+        );
+        answers.push(said);
+    }
+    for (i, (door, _)) in doors.iter().enumerate().skip(1) {
+        for ((step, first), (_, other)) in answers[0].iter().zip(&answers[i]) {
+            assert_eq!(first, other, "{step}: in process vs {door}");
+        }
+    }
+}

@@ -42,15 +42,11 @@ pub async fn start(
         .map(RunId::parse)
         .transpose()
         .map_err(keel_host::Error::from)?;
-    let start_at_ms = match (request.delay_ms, request.start_at_ms) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid(
-                "give `delay_ms` or `start_at_ms`, not both",
-            ));
-        }
-        (Some(delay), None) => Some(s.keel.clock_ms().saturating_add(delay)),
-        (None, at) => at,
-    };
+    if request.delay_ms.is_some() && request.start_at_ms.is_some() {
+        return Err(ApiError::invalid(
+            "give `delay_ms` or `start_at_ms`, not both",
+        ));
+    }
     if request.timeout_ms == Some(0) {
         return Err(ApiError::invalid(
             "`timeout_ms` is at least 1; leave it out for the workflow's own timeout",
@@ -61,7 +57,8 @@ pub async fn start(
         // waits for it and this engine leaves such runs to a worker.
         driven_here: wait.ms > 0 || s.keel.drives_in_background(),
         run_id,
-        start_at_ms,
+        start_at_ms: request.start_at_ms,
+        delay: request.delay_ms.map(Duration::from_millis),
         priority: request.priority,
         timeout: request.timeout_ms.map(Duration::from_millis),
         attributes: request.attributes,

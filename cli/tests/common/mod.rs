@@ -76,3 +76,28 @@ impl std::ops::DerefMut for Reaped {
         &mut self.0
     }
 }
+
+/// Starts `keel --db DB worker` and waits until it answers on its socket.
+pub fn socket_worker(db: &std::path::Path) -> Reaped {
+    let worker = Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("--db")
+            .arg(db)
+            .arg("worker")
+            .env("KEEL_LOG", "error")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let socket = db.join("control/control.sock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never listened"
+        );
+        std::thread::yield_now();
+    }
+    worker
+}

@@ -34,6 +34,10 @@ pub struct StartOptions {
     /// this time (ms since the epoch, on the engine's clock). A time past
     /// starts it at once.
     pub start_at_ms: Option<u64>,
+    /// A delayed start counted from the admission: it starts this long
+    /// after the time recorded as its creation (with `start_at_ms`, the
+    /// later of the two).
+    pub delay: Option<Duration>,
     /// Where the run stands in its concurrency group's queue, if its
     /// workflow declares a limit and the limit is reached: 1 (highest) to
     /// 5; 3 if `None`.
@@ -196,7 +200,10 @@ impl Keel {
             })
             .transpose()?;
         let now = self.now_ms();
-        let delayed = options.start_at_ms.filter(|at| *at > now);
+        let after_delay = options
+            .delay
+            .map(|d| now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+        let delayed = options.start_at_ms.max(after_delay).filter(|at| *at > now);
         let run = RunRecord {
             run_id: run_id.clone(),
             workflow: workflow.into(),
@@ -546,6 +553,7 @@ impl Keel {
             additional_metadata: None,
             run_id: None,
             start_at_ms: None,
+            delay: None,
             priority: None,
             timeout: options.timeout_ms.map(Duration::from_millis),
             hook: options.token.as_ref().map(|token| StartHook {

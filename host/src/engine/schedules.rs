@@ -499,6 +499,7 @@ impl Keel {
             hook: None,
             run_id: Some(run_id.clone()),
             start_at_ms: None,
+            delay: None,
             priority: None,
             timeout: None,
             attributes: [("schedule".to_string(), record.settings.name.clone())].into(),
