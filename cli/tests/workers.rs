@@ -467,6 +467,45 @@ async fn a_worker_killed_mid_step_loses_its_run_to_another() {
     assert_eq!(of("c").len(), 1);
     let journal = keel.journal(&run_id).await.unwrap();
     assert!(completions(&journal).values().all(|&n| n == 1));
+    // The journal says which worker was lost and which took over, before
+    // the attempt the loss cost ran again; `runs show` says so of it.
+    let taken: Vec<_> = journal
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::TakenOver {
+                from_worker,
+                by_worker,
+                ..
+            } => Some((e.seq, from_worker.clone(), by_worker.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(taken.len(), 1, "{journal:?}");
+    let (seq, lost, by) = &taken[0];
+    assert_ne!(lost, by);
+    let retried = journal
+        .iter()
+        .find(|e| matches!(e.fact, Fact::StepAttemptStarted { attempt: 2, .. }));
+    assert!(retried.is_some_and(|e| e.seq > *seq), "{journal:?}");
+    let shown = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args([
+            "--db",
+            &url(),
+            "--pg-schema",
+            &schema,
+            "runs",
+            "show",
+            &run_id,
+        ])
+        .env("XDG_CACHE_HOME", cache())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("attempt 1 was lost after")
+            && text.contains(&format!("worker {by} took the run over")),
+        "{text}"
+    );
     all_replay(&keel, keel_tests::TESTBED).await;
 }
 

@@ -256,6 +256,15 @@ pub enum Fact {
         span_id: String,
         parent_span_id: Option<String>,
     },
+    /// Worker `by_worker` took the run over from `from_worker`, whose lease
+    /// on it expired at `expired_at_ms` without being released: that
+    /// worker died or lost touch while driving the run, and what it had in
+    /// flight (a step's attempt) runs again. The workflow never sees it.
+    TakenOver {
+        from_worker: String,
+        expired_at_ms: u64,
+        by_worker: String,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.

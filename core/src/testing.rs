@@ -296,6 +296,11 @@ pub fn every_fact() -> Vec<Fact> {
             span_id: s("b7ad6b7169203331"),
             parent_span_id: Some(s("00f067aa0ba902b7")),
         },
+        Fact::TakenOver {
+            from_worker: s("host-1:41:a1b2"),
+            expired_at_ms: 30_102,
+            by_worker: s("host-2:77:c3d4"),
+        },
     ]
 }
 

@@ -80,6 +80,11 @@ pub struct AttemptRow {
     pub ended_at_ms: Option<u64>,
     /// Why it failed; `None` if it succeeded or runs.
     pub error: Option<String>,
+    /// The worker it was lost with: that worker died or lost touch while
+    /// the attempt ran, and another took the run over (the attempt's end
+    /// is then the takeover's time, its error says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_with: Option<String>,
 }
 
 impl Row {
@@ -161,6 +166,7 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                         started_at_ms: at,
                         ended_at_ms: None,
                         error: None,
+                        lost_with: None,
                     });
                 }
             }
@@ -343,6 +349,25 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                     }
                 }
             }
+            Fact::TakenOver {
+                from_worker,
+                by_worker,
+                ..
+            } => {
+                // What the lost worker had in flight ends here, lost.
+                let error = format!(
+                    "lost with worker {from_worker}, which stopped while the attempt ran; worker {by_worker} took the run over"
+                );
+                for attempt in rows
+                    .iter_mut()
+                    .flat_map(|r| r.attempt_log.iter_mut())
+                    .filter(|a| a.ended_at_ms.is_none())
+                {
+                    attempt.ended_at_ms = Some(at);
+                    attempt.error = Some(error.clone());
+                    attempt.lost_with = Some(from_worker.clone());
+                }
+            }
             Fact::RunStarted { .. }
             | Fact::CancelRequested { .. }
             | Fact::DeadlineSet { .. }
@@ -510,6 +535,57 @@ mod tests {
     }
 
     #[test]
+    fn an_attempt_lost_with_its_worker_ends_at_the_takeover_saying_so() {
+        let started = |attempt| Fact::StepAttemptStarted {
+            command: 0,
+            attempt,
+        };
+        let journal = journal(vec![
+            (
+                100,
+                Fact::RunStarted {
+                    workflow: "w".into(),
+                    input: "1".into(),
+                },
+            ),
+            (101, charge()),
+            (102, started(1)),
+            (
+                30_500,
+                Fact::TakenOver {
+                    from_worker: "host-1".into(),
+                    expired_at_ms: 30_102,
+                    by_worker: "host-2".into(),
+                },
+            ),
+            (30_501, started(2)),
+            (
+                30_600,
+                Fact::StepCompleted {
+                    command: 0,
+                    output: "1".into(),
+                },
+            ),
+        ]);
+        let step = &timeline(&journal)[0];
+        assert_eq!((step.attempts, &step.status), (2, &RowStatus::Completed));
+        let lost = &step.attempt_log[0];
+        assert_eq!(lost.ended_at_ms, Some(30_500));
+        assert_eq!(lost.lost_with.as_deref(), Some("host-1"));
+        assert!(
+            lost.error
+                .as_deref()
+                .is_some_and(|e| e.contains("host-2 took the run over")),
+            "{lost:?}"
+        );
+        let second = &step.attempt_log[1];
+        assert_eq!(
+            (second.ended_at_ms, &second.lost_with),
+            (Some(30_600), &None)
+        );
+    }
+
+    #[test]
     fn a_retried_step_is_one_row_with_its_attempts_error_and_duration() {
         let journal = journal(vec![
             (
@@ -574,12 +650,14 @@ mod tests {
                     started_at_ms: 102,
                     ended_at_ms: Some(110),
                     error: Some("reset".into()),
+                    lost_with: None,
                 },
                 AttemptRow {
                     attempt: 2,
                     started_at_ms: 1110,
                     ended_at_ms: Some(1120),
                     error: None,
+                    lost_with: None,
                 },
             ],
             "each attempt with its times, the failed one with its error"

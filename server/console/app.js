@@ -298,7 +298,7 @@ function attemptsText(row, end) {
   return `<details class="attempts" data-testid="attempts"${row.status === "completed" ? "" : " open"}><summary class="muted">${log.length} attempt${log.length === 1 ? "" : "s"}${row.status === "completed" ? `, ${log.filter((a) => a.error).length} failed before it completed` : ""}</summary>
     <table class="inner"><tbody>${log.map((a) => `<tr data-testid="attempt-row" data-attempt="${a.attempt}"><td>attempt ${a.attempt}</td><td title="${time(a.started_at_ms)}">${time(a.started_at_ms)}</td>
       <td>${duration((a.ended_at_ms ?? end) - a.started_at_ms)}</td>
-      <td>${a.error ? `<span class="muted">failed:</span> <span class="error wrap">${esc(a.error)}</span>` : a.ended_at_ms ? "succeeded" : "running"}</td></tr>`).join("")}</tbody></table></details>`;
+      <td>${a.error ? `<span class="muted">${a.lost_with ? "lost with its worker:" : "failed:"}</span> <span class="error wrap">${esc(a.error)}</span>` : a.ended_at_ms ? "succeeded" : "running"}</td></tr>`).join("")}</tbody></table></details>`;
 }
 
 // The payloads a hook (created by command `hook`) received, in order:

@@ -82,6 +82,7 @@ impl AdmissionLease<'_> {
     /// once if it was admitted; if it was not, the release changes nothing.
     pub fn lease(&self, run_id: &str) -> Lease {
         Lease {
+            took_over: None,
             run_id: run_id.into(),
             owner: self.owner.into(),
             epoch: 1,
@@ -204,6 +205,19 @@ pub struct Lease {
     pub owner: String,
     pub epoch: u64,
     pub expires_at_ms: u64,
+    /// The lease this take replaced: another worker's, expired without
+    /// being released (that worker died or lost touch while driving the
+    /// run). `None` for a run that was free, and for a renewal.
+    pub took_over: Option<LostLease>,
+}
+
+/// A lease that expired under its owner without being released.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostLease {
+    /// The worker that held it.
+    pub owner: String,
+    /// When it expired.
+    pub expired_at_ms: u64,
 }
 
 /// A worker process as it announces itself.

@@ -297,8 +297,12 @@ pub(super) fn show_run(
         let shown =
             attempts_failed.len() - usize::from(failed_for_good && !attempts_failed.is_empty());
         for a in &attempts_failed[..shown] {
+            let ended = match a.lost_with {
+                Some(_) => "was lost",
+                None => "failed",
+            };
             println!(
-                "{:>5}attempt {} failed after {}: {}",
+                "{:>5}attempt {} {ended} after {}: {}",
                 "",
                 a.attempt,
                 took(a.ended_at_ms.unwrap_or(end).saturating_sub(a.started_at_ms)),

@@ -12,6 +12,7 @@ class AttemptRow(TypedDict):
     attempt: int
     ended_at_ms: NotRequired[int | None]
     error: NotRequired[str | None]
+    lost_with: NotRequired[str | None]
     started_at_ms: int
 
 

@@ -780,6 +780,12 @@ export interface components {
             ended_at_ms?: number | null;
             /** @description Why it failed; `None` if it succeeded or runs. */
             error?: string | null;
+            /**
+             * @description The worker it was lost with: that worker died or lost touch while
+             *     the attempt ran, and another took the run over (the attempt's end
+             *     is then the takeover's time, its error says so).
+             */
+            lost_with?: string | null;
             /** Format: uint64 */
             started_at_ms: number;
         };

@@ -691,6 +691,16 @@ impl Keel {
                 .run_first_activated(&run.workflow, waited);
         }
         let journal = Arc::new(self.journal_of(lease, entries)?);
+        // The worker that drove it before stopped without giving it up:
+        // the journal says so, before anything it had in flight runs again.
+        if let Some(lost) = &lease.took_over {
+            tracing::warn!(worker = %lost.owner, "taking the run over from a worker that stopped driving it");
+            journal.record(Fact::TakenOver {
+                from_worker: lost.owner.clone(),
+                expired_at_ms: lost.expired_at_ms,
+                by_worker: lease.owner.clone(),
+            })?;
+        }
         // A cancel asked for before this activation (its wake may have been
         // taken by an activation that crashed) is journaled before the
         // workflow's code runs again.

@@ -417,3 +417,61 @@ pub(super) async fn an_ended_run_leaves_the_index_and_the_counts(h: &dyn Harness
         format!("a run leased before a reopen is due at {next:?}")
     })
 }
+
+pub(super) async fn a_take_of_a_lost_lease_names_the_worker_that_lost_it(
+    h: &dyn Harness,
+) -> Outcome {
+    let store = h.fresh().await;
+    for run_id in ["acquired", "claimed", "released"] {
+        admit_at(&*store, run_id, RunStatus::Pending, 1, None).await?;
+    }
+    let take = |run_id: &'static str, owner: &'static str, now_ms: u64| {
+        let store = store.clone();
+        async move {
+            store
+                .acquire_lease(run_id, owner, 1_000, now_ms)
+                .await
+                .map_err(fail("acquire"))?
+                .ok_or_else(|| format!("{owner} did not take {run_id} at {now_ms}"))
+        }
+    };
+    let first = take("acquired", "w1", 10).await?;
+    check(first.took_over.is_none(), || {
+        format!("a free run's take names a lost lease: {first:?}")
+    })?;
+    let again = take("acquired", "w1", 20).await?;
+    check(again.took_over.is_none(), || {
+        format!("a take by the lease's own owner names a lost lease: {again:?}")
+    })?;
+    // w1 dies holding it: w2 takes it once it expired (at 1,020).
+    let lost = take("acquired", "w2", 1_020).await?;
+    let named = crate::LostLease {
+        owner: "w1".into(),
+        expired_at_ms: 1_020,
+    };
+    check(lost.took_over.as_ref() == Some(&named), || {
+        format!("a take of w1's expired lease: {lost:?}")
+    })?;
+    // A lease given up is no loss.
+    let released = take("released", "w1", 10).await?;
+    store
+        .release_lease(&released, None)
+        .await
+        .map_err(fail("release"))?;
+    let after = take("released", "w2", 30).await?;
+    check(after.took_over.is_none(), || {
+        format!("a take after a release names a lost lease: {after:?}")
+    })?;
+    // The same through a claim of due work.
+    take("claimed", "w1", 10).await?;
+    let claimed = claim(&*store, "w3", 2_000, 10).await?;
+    let of = |run_id: &str| claimed.iter().find(|l| l.run_id.as_str() == run_id);
+    check(
+        of("claimed").and_then(|l| l.took_over.as_ref())
+            == Some(&crate::LostLease {
+                owner: "w1".into(),
+                expired_at_ms: 1_010,
+            }),
+        || format!("a claim of w1's expired lease: {claimed:?}"),
+    )
+}

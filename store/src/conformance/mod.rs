@@ -158,6 +158,7 @@ cases!(
     a_signature_is_claimed_once_until_it_expires,
     due_runs_are_claimed_earliest_first_in_batches,
     a_run_admitted_under_a_lease_is_due_when_it_expires,
+    a_take_of_a_lost_lease_names_the_worker_that_lost_it,
     an_admission_lease_released_frees_its_run_and_nothing_else,
     two_claimers_never_take_one_run,
     a_lease_that_expires_makes_its_run_due,

@@ -675,11 +675,16 @@ impl LeaseStore for PgStore {
         let expires = i(now_ms.saturating_add(ttl_ms));
         let row = self
             .select_one(
-                "UPDATE run_due SET lease_owner = $2, lease_epoch = lease_epoch + 1,
+                "WITH held AS (
+                     SELECT run_id, lease_owner, lease_expires_ms FROM run_due
+                     WHERE run_id = $1 FOR UPDATE
+                 )
+                 UPDATE run_due r SET lease_owner = $2, lease_epoch = r.lease_epoch + 1,
                      lease_expires_ms = $3, woken = false
-                 WHERE run_id = $1
-                   AND (lease_owner = '' OR lease_owner = $2 OR lease_expires_ms <= $4)
-                 RETURNING lease_epoch",
+                 FROM held WHERE r.run_id = held.run_id
+                   AND (held.lease_owner = '' OR held.lease_owner = $2
+                        OR held.lease_expires_ms <= $4)
+                 RETURNING r.lease_epoch, held.lease_owner, held.lease_expires_ms",
                 &[&run_id, &owner, &expires, &i(now_ms)],
             )
             .await?;
@@ -688,6 +693,7 @@ impl LeaseStore for PgStore {
             owner: owner.into(),
             epoch: u(r.get(0)),
             expires_at_ms: u(expires),
+            took_over: lost_lease(owner, r.get(1), r.get(2)),
         }))
     }
 
@@ -750,6 +756,7 @@ impl LeaseStore for PgStore {
                 owner: owner.into(),
                 epoch: u(r.get(1)),
                 expires_at_ms: u(expires),
+                took_over: lost_lease(owner, r.get(2), r.get(3)),
             })
             .collect())
     }
@@ -779,6 +786,7 @@ impl LeaseStore for PgStore {
                 owner: r.get(1),
                 epoch: u(r.get(2)),
                 expires_at_ms: u(r.get(3)),
+                took_over: None,
             })
             .collect())
     }
@@ -789,16 +797,28 @@ impl LeaseStore for PgStore {
 /// rows another claim has locked, so concurrent claims take disjoint runs
 /// without waiting on each other.
 const CLAIM_DUE: &str = "WITH due AS (
-        SELECT run_id, due_at_ms FROM run_due WHERE due_at_ms <= $1
+        SELECT run_id, due_at_ms, lease_owner, lease_expires_ms FROM run_due
+        WHERE due_at_ms <= $1
         ORDER BY due_at_ms, run_id LIMIT $2
         FOR UPDATE SKIP LOCKED
     ), taken AS (
         UPDATE run_due r SET lease_owner = $3, lease_epoch = r.lease_epoch + 1,
             lease_expires_ms = $4, woken = false
         FROM due WHERE r.run_id = due.run_id
-        RETURNING r.run_id, r.lease_epoch, due.due_at_ms
+        RETURNING r.run_id, r.lease_epoch, due.due_at_ms, due.lease_owner,
+            due.lease_expires_ms
     )
-    SELECT run_id, lease_epoch FROM taken ORDER BY due_at_ms, run_id";
+    SELECT run_id, lease_epoch, lease_owner, lease_expires_ms FROM taken
+    ORDER BY due_at_ms, run_id";
+
+/// The lease a take by `owner` replaced, from the row's owner and expiry
+/// before the take: another worker's that was never released.
+fn lost_lease(owner: &str, held_by: String, expired_at: i64) -> Option<crate::LostLease> {
+    (!held_by.is_empty() && held_by != owner).then(|| crate::LostLease {
+        owner: held_by,
+        expired_at_ms: u(expired_at),
+    })
+}
 
 /// Inserts a run's row and its driving state: `$1` run ID, `$2` live, `$3`
 /// record, `$4` admission time, `$5` attributes, `$6` status, `$7`

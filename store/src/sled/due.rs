@@ -16,7 +16,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 
 use super::runs::TxResult;
 use super::*;
-use crate::{Lease, LeaseStore, LiveCounts};
+use crate::{Lease, LeaseStore, LiveCounts, LostLease};
 
 /// What sled keeps of a run's driving: its lease (the epoch outlives
 /// releases), what its record says of when it is next due, whether
@@ -76,6 +76,7 @@ impl Driving {
 
     pub(super) fn lease(&self, run_id: &str) -> Lease {
         Lease {
+            took_over: None,
             run_id: run_id.into(),
             owner: self.owner.clone(),
             epoch: self.epoch,
@@ -338,8 +339,15 @@ impl SledStore {
             if !free || !due {
                 return Ok(None);
             }
+            let took_over = (!held.owner.is_empty() && held.owner != owner).then(|| LostLease {
+                owner: held.owner.clone(),
+                expired_at_ms: held.expires_at_ms,
+            });
             let taken = t.change(run_id, |d| d.take(owner, expires_at_ms))?;
-            Ok(Some(taken.lease(run_id)))
+            Ok(Some(Lease {
+                took_over,
+                ..taken.lease(run_id)
+            }))
         })
     }
 }
