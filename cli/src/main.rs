@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
 use keel_host::core::Clock;
 use keel_host::core::file::JournalFile;
 use keel_host::store::StoreError;
@@ -43,7 +42,7 @@ fn main() -> ExitCode {
     // user's alone, whatever the umask it was started with.
     // SAFETY: setting the process's file mode mask has no memory effects.
     let user_umask = unsafe { libc::umask(0o077) };
-    let cli = match Cli::try_parse() {
+    let cli = match args::parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Reaped, keel, keel_text, socket_worker};
+use common::{keel, keel_text, socket_worker};
 
 use std::process::{Command, Output};
 
@@ -338,24 +338,9 @@ fn commands_reach_a_running_worker_through_its_socket() {
     // Load the component once, so the worker's store holds it.
     let (out, _) = keel(db.path(), &["inspect", guest]);
     assert!(out.status.success());
-    let _worker = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_keel"))
-            .arg("--db")
-            .arg(db.path())
-            .arg("worker")
-            .env("RUST_BACKTRACE", "0")
-            .spawn()
-            .expect("starting a worker"),
-    );
+    let _worker = socket_worker(db.path());
     let socket = db.path().join("control/control.sock");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !socket.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker never listened"
-        );
-        std::thread::yield_now();
-    }
     // Only the store's owner can reach the socket, from its creation on: it
     // is bound inside a 0700 directory (and made 0600 right after).
     use std::os::unix::fs::PermissionsExt;

@@ -1220,7 +1220,12 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
                 .as_object()
                 .is_some_and(|o| o.len() == 1 && o.contains_key("error"));
             assert_eq!(out.status.success(), !refused, "{door}: {step}: {answer}");
-            said.push((step.to_string(), normalized(&answer)));
+            let mut kept = normalized(&answer);
+            if step.starts_with("resume") {
+                // Compared apart (below): the run as the reply found it.
+                kept["status"] = json!("<as it then is>");
+            }
+            said.push((step.to_string(), kept));
             answer
         };
         ask(
@@ -1253,6 +1258,12 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
             json!({"echo": {"q": 1}, "n": 1}),
             "{door}"
         );
+        // The answer comes with the reply: a worker's run may still be on
+        // its way to its next wait then. A CLI with no worker lets the run
+        // settle first, since nothing drives it after the CLI exits.
+        if *door == "in process" {
+            assert_eq!(replied["status"], "waiting", "{replied}");
+        }
         // A delay is read on the store's clock, whatever the door.
         let delayed = ask(
             "start in an hour",
@@ -1331,7 +1342,10 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
     }
     for (i, (door, _)) in doors.iter().enumerate().skip(1) {
         for ((step, first), (_, other)) in answers[0].iter().zip(&answers[i]) {
-            assert_eq!(first, other, "{step}: in process vs {door}");
+            assert_eq!(
+                first, other,
+                "{step}: in process vs {door}:\n{first}\n{other}"
+            );
         }
     }
 }

@@ -285,8 +285,12 @@ function slotText(c) {
   return `key <code>${esc(c.key)}</code> (limit ${c.limit}, priority ${c.priority}): ${esc(state)}`;
 }
 
-function rowStatus(row) {
-  return row.status;
+// A row's status; a child's row is its start, and what the child has come
+// to is its own run's status.
+function rowStatus(row, run) {
+  if (row.kind !== "child" || row.status !== "completed") return row.status;
+  const child = (run.children || []).find((c) => c.run_id === row.run_id);
+  return child ? child.status ?? "gone" : "started";
 }
 
 // A step's attempts, each with its start, duration and error: shown when
@@ -465,7 +469,7 @@ function runPage(runId) {
       ${d.timeline.map((row) => `<tr data-testid="timeline-row" data-kind="${esc(row.kind)}">
         <td>${row.command}</td><td>${esc(row.kind.replace("_", " "))}</td><td><strong>${esc(row.name)}</strong></td>
         <td class="mono" data-testid="step-id">${row.step_id ? esc(row.step_id) : row.run_id ? `<a href="#/runs/${encodeURIComponent(row.run_id)}">${esc(row.run_id)}</a>` : ""}</td>
-        <td>${badge(rowStatus(row))}</td><td>${row.kind === "step" ? row.attempts : ""}</td>
+        <td data-testid="row-status">${badge(rowStatus(row, r))}</td><td>${row.kind === "step" ? row.attempts : ""}</td>
         <td title="${time(row.started_at_ms)}">+${duration(row.started_at_ms - r.created_at_ms)}</td>
         <td>${duration((row.ended_at_ms ?? end) - row.started_at_ms)}</td>
         <td>${bar(row)}</td>
@@ -487,7 +491,7 @@ function runPage(runId) {
           <strong>${esc(c.workflow)}</strong>${c.deployment ? ` <span class="muted">on ${esc(c.deployment)}</span>` : ""}
           ${badge(c.status ?? "gone")} <span class="muted">${esc(closeText(c.close))}</span></li>`).join("")}</ul>` : ""}
       ${children.length ? `<h2>Other runs</h2><table><thead><tr><th>Workflow / run</th><th>Run</th><th>Status</th></tr></thead><tbody>
-        ${children.map((c) => `<tr><td>${esc(c.name)}</td><td class="mono">${c.run_id ? `<a href="#/runs/${encodeURIComponent(c.run_id)}">${esc(c.run_id)}</a>` : ""}</td><td>${badge(c.status)}${c.error ? ` <span class="error">${esc(c.error)}</span>` : ""}</td></tr>`).join("")}</tbody></table>` : ""}
+        ${children.map((c) => `<tr><td>${esc(c.name)}</td><td class="mono">${c.run_id ? `<a href="#/runs/${encodeURIComponent(c.run_id)}">${esc(c.run_id)}</a>` : ""}</td><td>${badge(rowStatus(c, r))}${c.error ? ` <span class="error">${esc(c.error)}</span>` : ""}</td></tr>`).join("")}</tbody></table>` : ""}
       <details data-testid="journal"><summary>Raw journal (${d.journal.length} entries)</summary>
         <table><thead><tr><th>Seq</th><th>Time</th><th>Kind</th><th>Fields</th></tr></thead><tbody>
         ${d.journal.map((e) => { const { seq, at_ms, kind, ...rest } = e; return `<tr><td>${seq}</td><td>${time(at_ms)}</td><td>${esc(kind)}</td><td class="mono">${esc(JSON.stringify(rest))}</td></tr>`; }).join("")}

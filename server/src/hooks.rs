@@ -83,6 +83,15 @@ pub async fn resume(
                 .await
                 .map_err(interrupted)?;
             reply = got.reply;
+            if !s.keel.drives_in_background() {
+                // No worker carries the run on after this answer (the
+                // CLI's own engine): the run settles before it is given.
+                let wait = Duration::from_millis(ms).min(MAX_WAIT);
+                s.keel
+                    .wait_for(&run_id, keel_host::Until::Settled, wait)
+                    .await
+                    .map_err(interrupted)?;
+            }
             s.keel.get_run(&run_id).await.map_err(interrupted)?
         }
         None => drive_and_wait(&s.keel, run, wait).await?,

@@ -257,7 +257,7 @@ pub async fn result(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let wait = Duration::from_millis(wait_ms(Query::parse(raw).number("wait_ms")?)?);
-    let run = s.keel.wait_for_end(&run_id, wait).await?;
+    let run = s.keel.wait_for(&run_id, Until::Ended, wait).await?;
     let status = if run.status.is_final() {
         StatusCode::OK
     } else {

@@ -149,6 +149,9 @@ try {
   assert.match(await child.innerText(), /order_updates/);
   assert.match(await child.innerText(), /waiting/);
   assert.match(await child.innerText(), /goes on when this run ends/);
+  // Its timeline's row of the child says what the child has come to, not
+  // that its start completed.
+  await page.locator("[data-testid=timeline-row][data-kind=child] [data-testid=row-status]", { hasText: "waiting" }).waitFor();
   await child.getByRole("link", { name: childId }).click();
   await page.locator("[data-testid=run-id]", { hasText: childId }).waitFor();
   await page.locator("[data-testid=parent]", { hasText: parent.run_id }).click();

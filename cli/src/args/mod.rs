@@ -1055,3 +1055,45 @@ mod reference {
         );
     }
 }
+
+/// Parses the command line into [`Cli`]. A subcommand's `--help` shows
+/// its own options and names the global ones in one line; `keel --help`
+/// describes them all.
+pub fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut full = Cli::command();
+    let names_a_subcommand = args.iter().skip(1).any(|arg| {
+        let arg = arg.to_string_lossy();
+        full.get_subcommands().any(|c| c.get_name() == arg)
+    });
+    let command = match names_a_subcommand {
+        true => globals_in_one_line(Cli::command()),
+        false => full,
+    };
+    full = command;
+    let matches = full.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// `command` with its global options hidden from its subcommands' help,
+/// which name them in one line instead.
+fn globals_in_one_line(command: clap::Command) -> clap::Command {
+    let note = "Global options (--json, --db and the store's, --server and --api-token, worker, limits, retention, grants, --otlp-endpoint) are accepted here too: `keel --help` lists them.";
+    command
+        .mut_args(|a| match a.is_global_set() {
+            true => a.hide(true),
+            false => a,
+        })
+        .mut_subcommands(|sub| with_note(sub, note))
+}
+
+fn with_note(command: clap::Command, note: &'static str) -> clap::Command {
+    let help = match command.get_after_help() {
+        Some(help) => format!("{help}\n\n{note}"),
+        None => note.to_string(),
+    };
+    command
+        .after_help(help)
+        .mut_subcommands(|sub| with_note(sub, note))
+}

@@ -412,13 +412,17 @@ impl Keel {
         self.until(run_id, Until::Ended, None, true, None).await
     }
 
-    /// A run's record once it has ended, or as it is when `timeout`
-    /// passes. It never drives the run: a worker (or a caller's `drive`)
-    /// does.
-    pub async fn wait_for_end(&self, run_id: &str, timeout: Duration) -> Result<RunRecord> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        self.until(run_id, Until::Ended, Some(deadline), false, None)
-            .await
+    /// A run's record once it has reached `until` (ended, or settled), or
+    /// as it is when `timeout` passes. It never drives the run: a worker
+    /// (or a caller's `drive`) does.
+    pub async fn wait_for(
+        &self,
+        run_id: &str,
+        until: Until,
+        timeout: Duration,
+    ) -> Result<RunRecord> {
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
+        self.until(run_id, until, deadline, false, None).await
     }
 
     /// Drives a run whose start, payload or retry was just acknowledged, in

@@ -285,7 +285,11 @@ async fn cancel_in_progress_cancels_the_oldest_and_the_newest_takes_its_slot() {
     let new = keel.start(&loaded, "latest", "0").await.unwrap();
     assert_eq!(new.status, RunStatus::Queued, "it waits for the cancel");
     let old = keel
-        .wait_for_end(&old.run_id, Duration::from_secs(30))
+        .wait_for(
+            &old.run_id,
+            keel_host::Until::Ended,
+            Duration::from_secs(30),
+        )
         .await
         .unwrap();
     assert_eq!(old.status, RunStatus::Cancelled);
