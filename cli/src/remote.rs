@@ -1,7 +1,9 @@
-//! The CLI as a client of a keel server: each request the CLI makes of a
-//! store is sent to the server's HTTP API instead (`--server URL`), and its
-//! answer read back into the same replies, so every command prints the
-//! same either way.
+//! The CLI as a client of keel's API, the only way its commands reach a
+//! store: a server's over TCP (`--server URL`), the one a worker serves on
+//! its private socket, or the router run in this process over a store no
+//! worker holds. Each request goes through the same handlers whichever the
+//! transport, and its answer is read back into the same replies, so every
+//! command answers the same through every door.
 
 use std::path::{Path, PathBuf};
 
@@ -399,7 +401,7 @@ impl Client {
                 if detach {
                     run(started)
                 } else {
-                    Reply::Run(self.until_it_waits(started).await?)
+                    self.until_it_waits(started).await?
                 }
             }
             Request::Resume {
@@ -431,7 +433,7 @@ impl Client {
                         reply: resumed.reply.as_ref().map(Value::to_string),
                         run: resumed.into(),
                     },
-                    None => Reply::Run(self.until_it_waits(resumed).await?),
+                    None => self.until_it_waits(resumed).await?,
                 }
             }
             Request::HookReply {
@@ -504,7 +506,7 @@ impl Client {
                 let retried: RunView = self
                     .post(&["v1", "runs", &run_id, "retry"], &query, &())
                     .await?;
-                Reply::Run(self.until_it_waits(retried).await?)
+                self.until_it_waits(retried).await?
             }
             Request::Result { run_id, wait } => {
                 let current: RunView = self.get(&["v1", "runs", &run_id], &[]).await?;
@@ -863,8 +865,6 @@ impl Client {
             .await
     }
 
-    /// Follows a run the server drives until it ends or waits (the server
-    /// answers each call within its longest wait).
     /// `run` once it has ended (long-polling its result), or as it is
     /// without `wait`.
     async fn until_final(&self, mut run: RunView, wait: bool) -> anyhow::Result<RunView> {
@@ -879,7 +879,10 @@ impl Client {
         Ok(run)
     }
 
-    async fn until_it_waits(&self, mut run: RunView) -> anyhow::Result<RunRecord> {
+    /// Follows a run the API drives until it ends or waits; a run that
+    /// waits comes with what it waits on, as the answer that saw it
+    /// settle gave it (asked again by the caller if that answer had none).
+    async fn until_it_waits(&self, mut run: RunView) -> anyhow::Result<Reply> {
         let waits = |s: RunStatus| {
             matches!(
                 s,
@@ -899,7 +902,14 @@ impl Client {
                 .await?;
             run = next;
         }
-        Ok(run.into())
+        let waiting_on = std::mem::take(&mut run.waiting_on);
+        Ok(match waiting_on.is_empty() {
+            true => Reply::Run(run.into()),
+            false => Reply::RunWaiting {
+                run: run.into(),
+                waiting_on,
+            },
+        })
     }
 }
 

@@ -1,5 +1,5 @@
-//! The request each command makes of a store, for the commands a running
-//! worker can answer too.
+//! The request each command makes of keel's API (sent by
+//! [`crate::remote::Client`]).
 
 use std::path::{Path, PathBuf};
 
