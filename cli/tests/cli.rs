@@ -963,26 +963,8 @@ fn the_store_is_private_whatever_the_umask() {
 #[test]
 fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
     let db = tempfile::tempdir().unwrap();
-    let mut worker = common::Reaped(
-        Command::new(env!("CARGO_BIN_EXE_keel"))
-            .arg("--db")
-            .arg(db.path())
-            .arg("worker")
-            .env("KEEL_LOG", "error")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let socket = db.path().join("control/control.sock");
+    let mut worker = socket_worker(db.path());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !socket.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker never listened"
-        );
-        std::thread::yield_now();
-    }
     // A run that computes for seconds: the forwarded start waits for it.
     let start = Command::new(env!("CARGO_BIN_EXE_keel"))
         .arg("--db")
