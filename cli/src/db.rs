@@ -11,7 +11,7 @@ use keel_host::{Config, Keel};
 
 use crate::args::Cli;
 use crate::config;
-use crate::control::{Reply, Request};
+use crate::remote::Client;
 
 /// Where the store is.
 pub(crate) enum Db {
@@ -63,12 +63,12 @@ pub(crate) fn sled_options(cli: &Cli) -> SledOptions {
     }
 }
 
-/// Opening a sled store writes, so on a full disk it fails; a request that
-/// only reads is answered from a copy of the store in the temporary
-/// directory (without its compiled components), deleted afterwards.
-pub(crate) async fn read_a_copy(cli: &Cli, path: &Path, request: Request) -> anyhow::Result<Reply> {
+/// Opening a sled store writes, so on a full disk it fails; a command
+/// that only reads is answered from a copy of the store in the temporary
+/// directory (without its compiled components), deleted with the client.
+pub(crate) async fn read_a_copy(cli: &Cli, path: &Path) -> anyhow::Result<Client> {
     let copy = std::env::temp_dir().join(format!("keel-read-{}", std::process::id()));
-    let answer = async {
+    let opened = async {
         copy_store(path, &copy).with_context(|| {
             format!(
                 "the disk holding the store is full, and a copy to read could not be made in {}",
@@ -86,11 +86,16 @@ pub(crate) async fn read_a_copy(cli: &Cli, path: &Path, request: Request) -> any
             ..sled_options(cli)
         };
         let keel = Keel::open_sled(Config::caching_in(copy.join("compiled")), &options)?;
-        crate::remote::Client::in_process(keel).await?.send(request).await
+        Client::in_process(keel, false).await
     }
     .await;
-    let _ = std::fs::remove_dir_all(&copy);
-    answer
+    match opened {
+        Ok(client) => Ok(client.deleting(copy)),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&copy);
+            Err(e)
+        }
+    }
 }
 
 /// Copies the sled store at `from` to `to`, leaving out what is not the

@@ -6,17 +6,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use keel_host::core::Clock;
 use keel_host::core::file::JournalFile;
-use keel_host::store::StoreError;
 use keel_host::store::postgres::PgStore;
 use keel_host::{Config, Grants, Keel, Replayer};
 use serde_json::json;
 
-use control::{Reply, Request};
-use db::{Db, open, open_with, read_a_copy, sled_options};
+use db::{Db, open, open_with};
 
 mod args;
+mod commands;
+mod connect;
 mod control;
 mod crashtest;
 mod db;
@@ -95,8 +94,8 @@ fn usage_error(e: clap::Error) -> ExitCode {
 
 pub fn report_error(e: &anyhow::Error, json: bool) {
     let remote = match e.downcast_ref::<keel_host::Error>() {
-        Some(k) => Some(control::RemoteError::from_error(k)),
-        None => e.downcast_ref::<control::RemoteError>().cloned(),
+        Some(k) => Some(remote::RemoteError::from_error(k)),
+        None => e.downcast_ref::<remote::RemoteError>().cloned(),
     };
     let hint = remote.as_ref().and_then(|r| hints::hint(&r.report()));
     if json {
@@ -247,22 +246,12 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .map(|()| ExitCode::SUCCESS)
         }
-        Command::Store {
-            command: StoreCommand::Migrate,
-        } => migrate(&cli).await,
         Command::Worker {
             until_idle,
             http,
             serving,
         } => serve(&cli, *until_idle, http.map(|addr| (addr, serving))).await,
         Command::Serve { http, serving } => serve(&cli, false, Some((*http, serving))).await,
-        Command::Workers {
-            command: WorkersCommand::List,
-        } => Ok(print::print_reply(
-            &cli.command,
-            submit(&cli, Request::ListWorkers).await?,
-            json,
-        )),
         Command::Inspect { component } => {
             let view = match Path::new(component).is_file() || component.ends_with(".wasm") {
                 // A file is read offline: no store, so it works while a
@@ -274,19 +263,31 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     let loaded = runtime.load(Path::new(component), &bytes).await?;
                     keel_server::wire::ComponentView::from(loaded.as_ref())
                 }
-                false => {
-                    let request = Request::Inspect {
-                        target: component.clone(),
-                    };
-                    match submit(&cli, request).await? {
-                        Reply::Component(view) => view,
-                        _ => anyhow::bail!("the answer to an inspect was not a component"),
-                    }
-                }
+                false => commands::inspect(&cli, component).await?,
             };
             print::inspect(&view, json);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Journal {
+            command: JournalCommand::Import { file },
+        } => import_journal(&local(&cli).await?, file, json).await,
+        // The rest are calls of keel's API.
+        Command::Run(args) => commands::run(&cli, args).await,
+        Command::Start(args) => commands::start(&cli, args).await,
+        Command::Deploy(args) => commands::deploy(&cli, args).await,
+        Command::Deployments { command } => commands::deployments(&cli, command).await,
+        Command::Runs { command } => commands::runs(&cli, command).await,
+        Command::Hooks { command } => commands::hooks(&cli, command).await,
+        Command::Events { command } => commands::events(&cli, command).await,
+        Command::Schedules { command } => commands::schedules(&cli, command).await,
+        Command::Limits { command } => commands::limits(&cli, command).await,
+        Command::Store { command } => commands::store(&cli, command).await,
+        Command::Jobs { command } => commands::jobs(&cli, command).await,
+        Command::Tokens { command } => commands::tokens(&cli, command).await,
+        Command::Webhooks { command } => commands::webhooks(&cli, command).await,
+        Command::Workers {
+            command: WorkersCommand::List,
+        } => commands::workers(&cli).await,
         Command::Journal {
             command:
                 JournalCommand::Export {
@@ -294,47 +295,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     output,
                     format,
                 },
-        } => {
-            refuse_missing_store(&cli)?;
-            let request = Request::ShowRun {
-                run_id: run_id.clone(),
-            };
-            let Reply::Journal { run, journal, .. } = submit(&cli, request).await? else {
-                anyhow::bail!("the answer to a journal export was not a journal");
-            };
-            let file = JournalFile::new(&run, journal);
-            export_journal(&file, run_id, output.as_deref(), *format, json)
-        }
-        Command::Journal {
-            command: JournalCommand::Import { file },
-        } => import_journal(&local(&cli).await?, file, json).await,
-        Command::Runs {
-            command: RunsCommand::List { limit, all, .. },
-        } => list_runs(&cli, *limit, *all, json).await,
-        Command::Runs {
-            command: RunsCommand::Stream { .. },
-        } => {
-            refuse_missing_store(&cli)?;
-            follow_stream(&cli, json).await
-        }
-        Command::Deploy { .. }
-        | Command::Deployments { .. }
-        | Command::Run { .. }
-        | Command::Start { .. }
-        | Command::Hooks { .. }
-        | Command::Events { .. }
-        | Command::Schedules { .. }
-        | Command::Limits { .. }
-        | Command::Store { .. }
-        | Command::Jobs { .. }
-        | Command::Tokens { .. }
-        | Command::Webhooks { .. }
-        | Command::Runs { .. } => {
-            refuse_missing_store(&cli)?;
-            let request = request::request_of(&cli)?;
-            let reply = with_waits(&cli, submit(&cli, request).await?).await;
-            Ok(print::print_reply(&cli.command, reply, json))
-        }
+        } => commands::export(&cli, run_id, output.as_deref(), *format).await,
     }
 }
 
@@ -381,13 +342,13 @@ fn new_project(
 
 /// A command that only reads the store must not create one: a sled
 /// directory that does not exist is `store_not_found`.
-fn refuse_missing_store(cli: &Cli) -> anyhow::Result<()> {
+pub(crate) fn refuse_missing_store(cli: &Cli) -> anyhow::Result<()> {
     if cli.server.is_none()
         && needs_existing_store(&cli.command)
         && let Db::Sled(path) = Db::of(cli)
         && !path.exists()
     {
-        return Err(control::RemoteError {
+        return Err(remote::RemoteError {
             kind: keel_host::core::ErrorKind::StoreNotFound.as_str().into(),
             message: format!(
                 "there is no store at {}; pass --db (or KEEL_DB) where your store is. A store is created by the first `keel run`, `start`, `deploy` or `worker`",
@@ -504,162 +465,6 @@ async fn import_journal(keel: &Keel, file: &Path, json: bool) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-/// `keel runs list`: pages of at most [`MAX_PAGE`] runs, each below the
-/// last one's cursor, until `limit` runs are listed (then the cursor of
-/// the rest is printed) or, with `all`, every run, printed as each page
-/// arrives.
-///
-/// [`MAX_PAGE`]: keel_host::core::query::MAX_PAGE
-async fn list_runs(cli: &Cli, limit: u64, all: bool, json: bool) -> anyhow::Result<ExitCode> {
-    use keel_host::core::query::MAX_PAGE;
-    refuse_missing_store(cli)?;
-    let Request::ListRuns {
-        filter, mut before, ..
-    } = request::request_of(cli)?
-    else {
-        unreachable!("`runs list` is a listing")
-    };
-    let mut listed = Vec::new();
-    let mut header = !json;
-    loop {
-        let left = usize::try_from(limit).unwrap_or(usize::MAX) - listed.len();
-        let page = if all { MAX_PAGE } else { left.min(MAX_PAGE) };
-        let request = Request::ListRuns {
-            filter: filter.clone(),
-            limit: page,
-            before: before.take(),
-        };
-        let Reply::Runs { runs, next_cursor } = submit(cli, request).await? else {
-            anyhow::bail!("the store answered a listing with something else");
-        };
-        if all {
-            print::stream_runs(&runs, json, &mut header);
-        } else {
-            listed.extend(runs);
-        }
-        before = next_cursor;
-        if before.is_none() || (!all && listed.len() as u64 >= limit) {
-            break;
-        }
-    }
-    if all {
-        if header {
-            println!("no runs");
-        }
-    } else {
-        print::print_run_page(&listed, before.as_deref(), json);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `keel runs stream`: prints the stream's chunks as they come, batch by
-/// batch (each a long poll), until it is closed or its run has ended.
-async fn follow_stream(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
-    let Request::Chunks {
-        run_id,
-        stream,
-        mut from,
-    } = request::request_of(cli)?
-    else {
-        unreachable!("`runs stream` asks for chunks");
-    };
-    loop {
-        let request = Request::Chunks {
-            run_id: run_id.clone(),
-            stream: stream.clone(),
-            from,
-        };
-        let Reply::Chunks { chunks, done } = submit(cli, request).await? else {
-            anyhow::bail!("the answer to a stream read was not chunks");
-        };
-        for chunk in &chunks {
-            print::print_chunk(chunk, json);
-            from = chunk.index + 1;
-        }
-        if done {
-            return Ok(ExitCode::SUCCESS);
-        }
-    }
-}
-
-/// A waiting run that a run, a start, a resume or a get answered, with
-/// what it waits on (its hooks' tokens above all: what resumes it); as it
-/// is if that cannot be read (the answer stands).
-async fn with_waits(cli: &Cli, reply: Reply) -> Reply {
-    use args::HooksCommand;
-    let asks = matches!(
-        cli.command,
-        Command::Run { .. }
-            | Command::Start { .. }
-            | Command::Hooks {
-                command: HooksCommand::Resume { .. }
-            }
-            | Command::Runs {
-                command: RunsCommand::Get { .. }
-            }
-    );
-    let Reply::Run(run) = reply else {
-        return reply;
-    };
-    if !asks || run.status != keel_host::core::RunStatus::Waiting {
-        return Reply::Run(run);
-    }
-    let request = Request::WaitingOn {
-        run_id: run.run_id.to_string(),
-    };
-    match submit(cli, request).await {
-        Ok(Reply::WaitingOn(waiting_on)) => Reply::RunWaiting { run, waiting_on },
-        _ => Reply::Run(run),
-    }
-}
-
-/// Sends a request to keel's API: `--server`'s; the API of the `keel
-/// worker` that holds a sled store, on its socket; or, when this process
-/// can open the store, the same API served in this process over it.
-async fn submit(cli: &Cli, request: Request) -> anyhow::Result<Reply> {
-    if let Some(server) = &cli.server {
-        return remote::Client::new(server, cli.api_token.as_deref())?
-            .send(request)
-            .await;
-    }
-    let mut config = config(cli)?;
-    // No worker: a run nobody waits for is left to the next one.
-    config.background_drives = false;
-    if shows_progress(cli) {
-        config.observer = Arc::new(progress::Progress);
-    }
-    let Db::Sled(path) = Db::of(cli) else {
-        // Any number of processes share a PostgreSQL store.
-        let keel = open_with(cli, config).await?;
-        return remote::Client::in_process(keel).await?.send(request).await;
-    };
-    match Keel::open_sled(config, &sled_options(cli)) {
-        Ok(keel) => match request {
-            Request::Result { run_id, wait: true } => {
-                Ok(Reply::Run(result_alone(&keel, &run_id).await?))
-            }
-            request => remote::Client::in_process(keel).await?.send(request).await,
-        },
-        Err(locked @ keel_host::Error::Store(StoreError::Locked { .. })) => {
-            let socket = control::socket_path(&path);
-            match tokio::net::UnixStream::connect(&socket).await {
-                Ok(_) => remote::Client::socket(&socket).send(request).await,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    // The process holding the store is another than a worker.
-                    tracing::warn!(path = %socket.display(), "removing the socket of a worker that is gone");
-                    let _ = std::fs::remove_file(&socket);
-                    Err(locked.into())
-                }
-                Err(_) => Err(locked.into()),
-            }
-        }
-        Err(keel_host::Error::Store(StoreError::StorageFull { .. })) if request.reads_only() => {
-            read_a_copy(cli, &path, request).await
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Whether a command acts on what a store already holds (reading it, or
 /// changing runs in it), and so must not create one.
 fn needs_existing_store(command: &Command) -> bool {
@@ -717,35 +522,6 @@ fn shows_progress(cli: &Cli) -> bool {
             cli.command,
             Command::Run { .. } | Command::Start { .. } | Command::Hooks { .. }
         )
-}
-
-/// `runs result --wait` with no worker holding the store: drives the run
-/// and waits for its timers; a run that waits for a hook or another run is
-/// refused at once, since nothing but a resume or a worker moves it on and
-/// this process holds the store they need.
-async fn result_alone(keel: &Keel, run_id: &str) -> anyhow::Result<keel_host::core::RunRecord> {
-    loop {
-        let run = keel.drive(run_id).await?;
-        if run.status.is_final() {
-            return Ok(run);
-        }
-        match run.wake_at_ms {
-            Some(at) => {
-                let now = keel_host::SystemClock.now_ms();
-                tokio::time::sleep(std::time::Duration::from_millis(at.saturating_sub(now))).await;
-            }
-            None => {
-                return Err(control::RemoteError {
-                    kind: keel_host::core::ErrorKind::NeedsWorker.as_str().into(),
-                    message: format!(
-                        "run {run_id} waits for a hook's payload or another run's end, and no worker holds this store to move it on"
-                    ),
-                    ids: vec![("run_id".into(), run_id.into())],
-                }
-                .into());
-            }
-        }
-    }
 }
 
 /// `keel store migrate`.

@@ -182,87 +182,10 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Start a run and drive it until it completes, fails or waits.
-    Run {
-        /// A `.wasm` file (deployed on the way), or a deployment's name or
-        /// component hash.
-        component: String,
-        /// The workflow to start.
-        workflow: String,
-        /// The run's input, as JSON; `@FILE` reads it from a file, `-` from
-        /// standard input.
-        #[arg(long, default_value = "null")]
-        input: String,
-        /// A JSON object, `additional_metadata` of key expressions.
-        #[arg(long)]
-        metadata: Option<String>,
-        /// Where the run stands in its concurrency queue if the workflow's
-        /// limit is reached: 1 (highest) to 5 [default: 3].
-        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
-        priority: Option<u8>,
-        /// Cancel the run (reason `deadline_exceeded`) if it has not ended
-        /// this long after its start: `30s`, `2h`; default: the workflow's
-        /// own `timeout`.
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        timeout: Option<std::time::Duration>,
-        /// A searchable attribute of the run, KEY=VALUE (repeatable):
-        /// `runs list --attr KEY=VALUE` finds it.
-        #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
-        attr: Vec<(String, String)>,
-    },
+    Run(RunArgs),
     /// Start a run (with a start token, admitted at most once while the
     /// token is held) and drive it until it completes, fails or waits.
-    Start {
-        /// A `.wasm` file (deployed on the way), or a deployment's name or
-        /// component hash.
-        component: String,
-        /// The workflow to start.
-        workflow: String,
-        /// The run's input, as JSON; `@FILE` reads it from a file, `-` from
-        /// standard input.
-        #[arg(long, default_value = "null")]
-        input: String,
-        /// The run's ID (1 to 128 letters, digits, `-`, `_`, `.` or `:`);
-        /// refused with `run_exists` if the store holds a run of it. By
-        /// default a new UUID.
-        #[arg(long, value_name = "ID")]
-        run_id: Option<String>,
-        /// A start token: refused with `hook_conflict` while another run holds it.
-        #[arg(long)]
-        token: Option<String>,
-        /// Keep the token after the run ends, counted from now: `30s`,
-        /// `10m`, `30 days`, or milliseconds.
-        #[arg(long, value_parser = parse_duration, requires = "token")]
-        retention: Option<std::time::Duration>,
-        /// JSON metadata of the start hook, shown by `keel hooks get`.
-        #[arg(long, requires = "token")]
-        metadata: Option<String>,
-        /// A JSON object, `additional_metadata` of key expressions.
-        #[arg(long)]
-        additional_metadata: Option<String>,
-        /// Admit the run and return at once; a worker drives it.
-        #[arg(long)]
-        detach: bool,
-        /// A delayed start: admitted now (its token and key decided now),
-        /// listed `scheduled`, first run this long from now (30s, 2h).
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "start_at")]
-        delay: Option<std::time::Duration>,
-        /// A delayed start at this time (RFC 3339, or ms since the epoch).
-        #[arg(long, value_parser = parse_time, value_name = "TIME")]
-        start_at: Option<u64>,
-        /// Where the run stands in its concurrency queue if the workflow's
-        /// limit is reached: 1 (highest) to 5 [default: 3].
-        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
-        priority: Option<u8>,
-        /// Cancel the run (reason `deadline_exceeded`) if it has not ended
-        /// this long after its start: `30s`, `2h`; default: the workflow's
-        /// own `timeout`.
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        timeout: Option<std::time::Duration>,
-        /// A searchable attribute of the run, KEY=VALUE (repeatable):
-        /// `runs list --attr KEY=VALUE` finds it.
-        #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
-        attr: Vec<(String, String)>,
-    },
+    Start(StartArgs),
     /// Resume and look up hooks.
     Hooks {
         #[command(subcommand)]
@@ -296,35 +219,7 @@ pub enum Command {
     /// Register a component under a name, with its steps' grants
     /// (`--allow-http`, `--allow-dir`, `--allow-env`) and limits; starts
     /// then name its workflows.
-    Deploy {
-        /// The `.wasm` component.
-        component: PathBuf,
-        /// The deployment's name [default: the file's stem].
-        #[arg(long)]
-        name: Option<String>,
-        /// Memory bound of one step instance, in MiB [default: the
-        /// worker's --max-memory].
-        #[arg(long, value_name = "MIB")]
-        step_memory: Option<u64>,
-        /// How long one step attempt may take before it is retried:
-        /// `30s`, `5m` [default: the worker's --step-timeout].
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        attempt_timeout: Option<std::time::Duration>,
-        /// How long its runs are kept once ended before a worker purges
-        /// them: `30d`, `12h`; every deployment of the name gets it
-        /// [default: the name's earlier retention, else the worker's
-        /// --run-retention].
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        retention: Option<std::time::Duration>,
-        /// Grant nothing. Without it and without any --allow-*, a deploy
-        /// keeps the grants of the name's latest deployment.
-        #[arg(long)]
-        no_grants: bool,
-        /// Deploy a build the name had before a later one even so, moving
-        /// the name back to it (starts by the name then run it).
-        #[arg(long)]
-        force: bool,
-    },
+    Deploy(DeployArgs),
     /// List or show deployments.
     Deployments {
         #[command(subcommand)]
@@ -1096,4 +991,118 @@ fn with_note(command: clap::Command, note: &'static str) -> clap::Command {
     command
         .after_help(help)
         .mut_subcommands(|sub| with_note(sub, note))
+}
+
+/// What a start starts: the workflow, the component it is in, its input.
+#[derive(clap::Args)]
+pub struct StartTarget {
+    /// A `.wasm` file (deployed on the way), or a deployment's name or
+    /// component hash.
+    pub component: String,
+    /// The workflow to start.
+    pub workflow: String,
+    /// The run's input, as JSON; `@FILE` reads it from a file, `-` from
+    /// standard input.
+    #[arg(long, default_value = "null")]
+    pub input: String,
+}
+
+/// The options every start has: its place in a queue, its deadline and
+/// its attributes.
+#[derive(clap::Args)]
+pub struct RunOptions {
+    /// Where the run stands in its concurrency queue if the workflow's
+    /// limit is reached: 1 (highest) to 5 [default: 3].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub priority: Option<u8>,
+    /// Cancel the run (reason `deadline_exceeded`) if it has not ended
+    /// this long after its start: `30s`, `2h`; default: the workflow's
+    /// own `timeout`.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<std::time::Duration>,
+    /// A searchable attribute of the run, KEY=VALUE (repeatable):
+    /// `runs list --attr KEY=VALUE` finds it.
+    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
+    pub attr: Vec<(String, String)>,
+}
+
+/// The arguments of `keel run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub target: StartTarget,
+    /// A JSON object, `additional_metadata` of key expressions.
+    #[arg(long)]
+    pub metadata: Option<String>,
+    #[command(flatten)]
+    pub options: RunOptions,
+}
+
+/// The arguments of `keel start`.
+#[derive(clap::Args)]
+pub struct StartArgs {
+    #[command(flatten)]
+    pub target: StartTarget,
+    /// The run's ID (1 to 128 letters, digits, `-`, `_`, `.` or `:`);
+    /// refused with `run_exists` if the store holds a run of it. By
+    /// default a new UUID.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// A start token: refused with `hook_conflict` while another run holds it.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Keep the token after the run ends, counted from now: `30s`,
+    /// `10m`, `30 days`, or milliseconds.
+    #[arg(long, value_parser = parse_duration, requires = "token")]
+    pub retention: Option<std::time::Duration>,
+    /// JSON metadata of the start hook, shown by `keel hooks get`.
+    #[arg(long, requires = "token")]
+    pub metadata: Option<String>,
+    /// A JSON object, `additional_metadata` of key expressions.
+    #[arg(long)]
+    pub additional_metadata: Option<String>,
+    /// Admit the run and return at once; a worker drives it.
+    #[arg(long)]
+    pub detach: bool,
+    /// A delayed start: admitted now (its token and key decided now),
+    /// listed `scheduled`, first run this long from now (30s, 2h).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "start_at")]
+    pub delay: Option<std::time::Duration>,
+    /// A delayed start at this time (RFC 3339, or ms since the epoch).
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub start_at: Option<u64>,
+    #[command(flatten)]
+    pub options: RunOptions,
+}
+
+/// The arguments of `keel deploy`.
+#[derive(clap::Args)]
+pub struct DeployArgs {
+    /// The `.wasm` component.
+    pub component: PathBuf,
+    /// The deployment's name [default: the file's stem].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Memory bound of one step instance, in MiB [default: the
+    /// worker's --max-memory].
+    #[arg(long, value_name = "MIB")]
+    pub step_memory: Option<u64>,
+    /// How long one step attempt may take before it is retried:
+    /// `30s`, `5m` [default: the worker's --step-timeout].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub attempt_timeout: Option<std::time::Duration>,
+    /// How long its runs are kept once ended before a worker purges
+    /// them: `30d`, `12h`; every deployment of the name gets it
+    /// [default: the name's earlier retention, else the worker's
+    /// --run-retention].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub retention: Option<std::time::Duration>,
+    /// Grant nothing. Without it and without any --allow-*, a deploy
+    /// keeps the grants of the name's latest deployment.
+    #[arg(long)]
+    pub no_grants: bool,
+    /// Deploy a build the name had before a later one even so, moving
+    /// the name back to it (starts by the name then run it).
+    #[arg(long)]
+    pub force: bool,
 }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 /// Every schedule, a line each.
 /// Webhooks, a line each: where deliveries go and how they are signed
 /// (`one`: a single webhook, printed as an object in JSON).
-pub(super) fn print_webhooks(list: &[keel_server::wire::WebhookView], json: bool, one: bool) {
+pub(crate) fn print_webhooks(list: &[keel_server::wire::WebhookView], json: bool, one: bool) {
     if json {
         match list {
             [w] if one => println!("{}", json!(w)),
@@ -37,7 +37,7 @@ pub(super) fn print_webhooks(list: &[keel_server::wire::WebhookView], json: bool
     }
 }
 
-pub(super) fn print_hook(hook: &HookRecord, json: bool) {
+pub(crate) fn print_hook(hook: &HookRecord, json: bool) {
     let value = hook_json(hook);
     if json {
         println!("{value}");
@@ -58,7 +58,7 @@ pub(super) fn print_hook(hook: &HookRecord, json: bool) {
     }
 }
 
-pub(super) fn print_event(event: &EventRecord) {
+pub(crate) fn print_event(event: &EventRecord) {
     println!(
         "event {} `{}` at {} ms, payload {}",
         event.event_id, event.key, event.at_ms, event.payload
@@ -74,12 +74,12 @@ pub(super) fn print_event(event: &EventRecord) {
 }
 
 /// A hook as the API spells it.
-pub(super) fn hook_json(hook: &HookRecord) -> Value {
+pub(crate) fn hook_json(hook: &HookRecord) -> Value {
     json!(HookView::from(hook))
 }
 
 /// A run's streams: one line each.
-pub(super) fn print_streams(streams: &[keel_server::wire::StreamView], json: bool) {
+pub(crate) fn print_streams(streams: &[keel_server::wire::StreamView], json: bool) {
     if json {
         println!("{}", json!(streams));
         return;
@@ -96,7 +96,7 @@ pub(super) fn print_streams(streams: &[keel_server::wire::StreamView], json: boo
 }
 
 /// A reply to a payload delivered with an ID, or that there is none yet.
-pub(super) fn print_hook_reply(reply: &keel_server::wire::ReplyView, json: bool) {
+pub(crate) fn print_hook_reply(reply: &keel_server::wire::ReplyView, json: bool) {
     if json {
         println!("{}", json!(reply));
         return;
@@ -116,7 +116,7 @@ pub(super) fn print_hook_reply(reply: &keel_server::wire::ReplyView, json: bool)
 
 /// One chunk of a stream: its JSON line, or its value (a string as is) and
 /// a line for a restart.
-pub fn print_chunk(chunk: &keel_server::wire::ChunkView, json: bool) {
+pub(crate) fn print_chunk(chunk: &keel_server::wire::ChunkView, json: bool) {
     if json {
         println!("{}", json!(chunk));
         return;

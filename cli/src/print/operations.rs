@@ -13,7 +13,7 @@ use super::{now_ms, took, when};
 
 /// The concurrency groups and overrides, a line each, and the runs a
 /// change started.
-pub(super) fn print_limits(limits: &[LimitRow], started: &[String], json: bool) {
+pub(crate) fn print_limits(limits: &[LimitRow], started: &[String], json: bool) {
     if json {
         println!("{}", json!({"limits": limits, "started": started}));
         return;
@@ -52,7 +52,7 @@ pub(super) fn print_limits(limits: &[LimitRow], started: &[String], json: bool) 
 }
 
 /// Deployments, newest first.
-pub(super) fn print_deployments(deployments: &[Deployment], json: bool) {
+pub(crate) fn print_deployments(deployments: &[Deployment], json: bool) {
     if json {
         println!("{}", json!(deployments));
         return;
@@ -71,7 +71,7 @@ pub(super) fn print_deployments(deployments: &[Deployment], json: bool) {
     }
 }
 
-pub(super) fn print_deployment(d: &Deployment, json: bool) {
+pub(crate) fn print_deployment(d: &Deployment, json: bool) {
     if json {
         println!("{}", json!(d));
         return;
@@ -112,7 +112,7 @@ pub(super) fn print_deployment(d: &Deployment, json: bool) {
 }
 
 /// `keel inspect`: what a component exports, with its schemas.
-pub fn inspect(component: &keel_server::wire::ComponentView, json: bool) {
+pub(crate) fn inspect(component: &keel_server::wire::ComponentView, json: bool) {
     if json {
         println!("{}", json!(component));
         return;
@@ -159,7 +159,7 @@ pub fn inspect(component: &keel_server::wire::ComponentView, json: bool) {
 }
 
 /// `keel workers list`.
-pub fn workers(workers: &[keel_server::wire::WorkerView], json: bool) {
+pub(crate) fn workers(workers: &[keel_server::wire::WorkerView], json: bool) {
     if json {
         let list: Vec<Value> = workers
             .iter()
@@ -198,7 +198,7 @@ pub fn workers(workers: &[keel_server::wire::WorkerView], json: bool) {
 }
 
 /// What a deletion deleted.
-pub(super) fn print_deleted(deleted: &keel_host::core::retention::Deleted, json: bool) {
+pub(crate) fn print_deleted(deleted: &keel_host::core::retention::Deleted, json: bool) {
     if json {
         println!(
             "{}",
@@ -216,7 +216,7 @@ pub(super) fn print_deleted(deleted: &keel_host::core::retention::Deleted, json:
 }
 
 /// The store's figures, one per line.
-pub(super) fn print_stats(stats: &keel_host::core::retention::StoreStats, json: bool) {
+pub(crate) fn print_stats(stats: &keel_host::core::retention::StoreStats, json: bool) {
     if json {
         println!("{}", serde_json::to_value(stats).expect("figures encode"));
         return;
@@ -246,7 +246,7 @@ pub(super) fn print_stats(stats: &keel_host::core::retention::StoreStats, json: 
 }
 
 /// What a bulk action would act on (`runs bulk --dry-run`).
-pub(super) fn print_preview(command: &Command, preview: &BulkPreviewView, json: bool) {
+pub(crate) fn print_preview(command: &Command, preview: &BulkPreviewView, json: bool) {
     if json {
         println!(
             "{}",
@@ -283,7 +283,7 @@ pub(super) fn print_preview(command: &Command, preview: &BulkPreviewView, json: 
 }
 
 /// A bulk job and its progress.
-pub(super) fn print_job(job: &JobView, json: bool) {
+pub(crate) fn print_job(job: &JobView, json: bool) {
     if json {
         println!("{}", serde_json::to_value(job).expect("a job encodes"));
         return;
@@ -314,7 +314,7 @@ pub(super) fn print_job(job: &JobView, json: bool) {
 }
 
 /// Bulk jobs, newest first.
-pub(super) fn print_jobs(jobs: &[JobView], json: bool) {
+pub(crate) fn print_jobs(jobs: &[JobView], json: bool) {
     if json {
         println!("{}", serde_json::to_value(jobs).expect("jobs encode"));
         return;
@@ -344,7 +344,7 @@ pub(super) fn print_jobs(jobs: &[JobView], json: bool) {
 }
 
 /// What a prune of unreferenced components did.
-pub(super) fn print_pruned(pruned: &keel_host::core::retention::Pruned, json: bool) {
+pub(crate) fn print_pruned(pruned: &keel_host::core::retention::Pruned, json: bool) {
     if json {
         println!("{}", serde_json::to_value(pruned).expect("a prune encodes"));
         return;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{now_ms, took, when};
 
-pub(super) fn print_result(run: &RunRecord, json: bool) {
+pub(crate) fn print_result(run: &RunRecord, json: bool) {
     if json {
         println!("{}", run_json(run));
         return;
@@ -24,7 +24,7 @@ pub(super) fn print_result(run: &RunRecord, json: bool) {
 
 /// A page of runs: a table and, if more runs match, how to list them; as
 /// JSON `{"runs": [...], "next_cursor": ...}`.
-pub fn print_run_page(runs: &[RunRecord], next_cursor: Option<&str>, json: bool) {
+pub(crate) fn print_run_page(runs: &[RunRecord], next_cursor: Option<&str>, json: bool) {
     if json {
         let runs: Vec<Value> = runs.iter().map(run_json).collect();
         println!("{}", json!({"runs": runs, "next_cursor": next_cursor}));
@@ -88,7 +88,7 @@ pub(crate) fn stream_runs(runs: &[RunRecord], json: bool, header: &mut bool) {
 }
 
 /// A run as the API spells it, with the CLI's hint beside a failure.
-pub fn run_json(run: &RunRecord) -> Value {
+pub(crate) fn run_json(run: &RunRecord) -> Value {
     let mut value = json!(RunView::from(run));
     if let Some(e) = &run.error
         && let Some(hint) = crate::hints::hint(&crate::hints::run_failure(&run.run_id, e))
@@ -98,7 +98,7 @@ pub fn run_json(run: &RunRecord) -> Value {
     value
 }
 
-pub(super) fn print_run(run: &RunRecord, json: bool) {
+pub(crate) fn print_run(run: &RunRecord, json: bool) {
     if json {
         println!("{}", run_json(run));
         return;
@@ -118,7 +118,7 @@ pub(super) fn print_run(run: &RunRecord, json: bool) {
 
 /// What a waiting run waits on, a line each, with the command that moves
 /// it on.
-pub(super) fn print_waits(waiting_on: &[keel_host::core::timeline::WaitingOn]) {
+pub(crate) fn print_waits(waiting_on: &[keel_host::core::timeline::WaitingOn]) {
     use keel_host::core::timeline::WaitingOn;
     if waiting_on.is_empty() {
         println!("waiting; `keel worker` moves it on when something is due");
@@ -141,7 +141,7 @@ pub(super) fn print_waits(waiting_on: &[keel_host::core::timeline::WaitingOn]) {
 }
 
 /// A run's first lines: ID, workflow, status, output or error.
-pub(super) fn print_run_head(run: &RunRecord) {
+pub(crate) fn print_run_head(run: &RunRecord) {
     println!(
         "run {} ({}): {}",
         run.run_id,
@@ -159,7 +159,7 @@ pub(super) fn print_run_head(run: &RunRecord) {
     }
 }
 
-pub(super) fn show_run(
+pub(crate) fn show_run(
     run: &RunRecord,
     journal: &[Entry],
     slot: Option<&RunSlot>,
@@ -331,7 +331,7 @@ pub(super) fn show_run(
 }
 
 /// A run's place in its concurrency group, in words.
-pub(super) fn slot_line(slot: &RunSlot) -> String {
+pub(crate) fn slot_line(slot: &RunSlot) -> String {
     let state = match (slot.state, slot.position) {
         (SlotState::Queued, Some(p)) => format!("queued, {p} in line"),
         (SlotState::Queued, None) => "queued".into(),

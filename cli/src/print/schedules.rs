@@ -8,7 +8,7 @@ use crate::args::Command;
 
 use super::{took, when};
 
-pub(super) fn print_schedules(list: &[ScheduleView], json: bool) {
+pub(crate) fn print_schedules(list: &[ScheduleView], json: bool) {
     if json {
         println!("{}", json!(list));
         return;
@@ -37,7 +37,7 @@ pub(super) fn print_schedules(list: &[ScheduleView], json: bool) {
 }
 
 /// A schedule: its settings, next fire times and latest fires.
-pub(super) fn print_schedule(s: &ScheduleView, command: &Command, json: bool) {
+pub(crate) fn print_schedule(s: &ScheduleView, command: &Command, json: bool) {
     if json {
         println!("{}", json!(s));
         return;
@@ -89,7 +89,7 @@ pub(super) fn print_schedule(s: &ScheduleView, command: &Command, json: bool) {
     }
 }
 
-pub(super) fn print_fire(f: &FireView) {
+pub(crate) fn print_fire(f: &FireView) {
     let run = f.run_id.as_deref().unwrap_or("-");
     let status = f.run_status.map(|s| s.as_str()).unwrap_or("");
     let error = f
@@ -105,7 +105,7 @@ pub(super) fn print_fire(f: &FireView) {
 }
 
 /// Fires a trigger or backfill decided.
-pub(super) fn print_fires(fires: &[FireView], json: bool) {
+pub(crate) fn print_fires(fires: &[FireView], json: bool) {
     if json {
         println!("{}", json!(fires));
         return;
