@@ -88,7 +88,17 @@ def request_sync(
     body = content.encode() if isinstance(content, str) else content
     if json is not None:
         body = _json.dumps(json).encode()
-        headers.setdefault("Content-Type", "application/json")
+        if not any(k.lower() == "content-type" for k in headers):
+            headers["Content-Type"] = "application/json"
+    # A body of known length goes with its Content-Length, never chunked:
+    # many servers and proxies do not take chunked request bodies (and
+    # read an empty one instead). A POST, PUT or PATCH without a body says
+    # it has none.
+    if not any(k.lower() in ("content-length", "transfer-encoding") for k in headers):
+        if body is not None:
+            headers["Content-Length"] = str(len(body))
+        elif method.upper() in ("POST", "PUT", "PATCH"):
+            headers["Content-Length"] = "0"
     fields = types.Fields.from_list([(k.lower(), str(v).encode()) for k, v in headers.items()])
     req = types.OutgoingRequest(fields)
     req.set_method(_method(types, method))

@@ -5,7 +5,10 @@
 //! again. With `lose_first_confirmation`, the first request of every key is
 //! charged but answered 500, as if the confirmation was lost; while set
 //! refusing, every charge is answered 503. Any other path records the
-//! request (a probe) and answers 200. [`recorder::Recorder`] is a
+//! request (a probe) and answers 200. Like many servers and proxies (and
+//! Python's `http.server`), it does not take chunked request bodies: a
+//! request without `Content-Length` whose body is chunked is recorded and
+//! answered 411 Length Required. [`recorder::Recorder`] is a
 //! downstream service that records how many calls reach it at once.
 
 use std::collections::HashMap;
@@ -144,6 +147,7 @@ async fn handle(
     let attempt = header("keel-attempt");
     let content_length = header("content-length");
     let traceparent = header("traceparent");
+    let chunked = header("transfer-encoding").is_some_and(|t| t.contains("chunked"));
     let path = req.uri().path().to_string();
     let body = req.into_body().collect().await?.to_bytes();
     let (status, answer) = {
@@ -156,7 +160,14 @@ async fn handle(
             traceparent,
             body: String::from_utf8_lossy(&body).to_string(),
         });
-        charge(&mut ledger, &path, key, lose_first)
+        match chunked {
+            true => (
+                StatusCode::LENGTH_REQUIRED,
+                r#"{"error":"chunked request bodies are not accepted: send Content-Length"}"#
+                    .into(),
+            ),
+            false => charge(&mut ledger, &path, key, lose_first),
+        }
     };
     received.notify_waiters();
     Ok(Response::builder()

@@ -70,6 +70,12 @@ async fn the_python_order_charges_once_with_the_step_id_when_the_first_confirmat
         })
         .expect("charge_user was scheduled");
     assert_eq!(charge_keys(&api), [charge_step.clone(), charge_step]);
+    // The charge's body went with its length (the payment API, like many
+    // servers, refuses chunked bodies), and it is the order's.
+    for charge in api.requests().iter().filter(|r| r.path == "/charge") {
+        assert_eq!(charge.content_length, Some(charge.body.len().to_string()));
+        assert_eq!(json(&charge.body)["order_id"], "py-1");
+    }
     // The recorded build replays its journal to the same output.
     assert_eq!(
         keel.replay(&run.run_id, None).await.unwrap(),
