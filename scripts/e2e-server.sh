@@ -39,6 +39,26 @@ url="http://127.0.0.1:$port"
 while read -r guest; do
     "$KEEL" "${store[@]}" deploy "$guest" >/dev/null
 done <<<"$GUEST_PATHS"
+trap 'rm -rf "$work"' EXIT
+# A run whose worker is killed in the middle of a step: the server takes it
+# over once the dead worker's lease has expired, and the console shows the
+# attempt the loss cost (KEEL_LOST_RUN).
+lost=$("$KEEL" "${store[@]}" start --detach --json testbed concurrent --input '[3000]' \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
+"$KEEL" "${store[@]}" worker --lease-ttl 1 >"$work/worker.log" 2>&1 &
+worker=$!
+deadline=$((SECONDS + 30))
+# On sled, asked only once the worker serves its socket (before, the CLI
+# would open the store itself and keep the worker from it).
+until { [ "${KEEL_E2E_STORE:-sled}" != sled ] || [ -S "$work/db/control/control.sock" ]; } &&
+    "$KEEL" "${store[@]}" runs show "$lost" --json 2>/dev/null | grep -q step_attempt_started; do
+    if [ $SECONDS -ge $deadline ] || ! kill -0 $worker 2>/dev/null; then
+        echo "the worker did not start the run's step:" >&2; cat "$work/worker.log" >&2; exit 1
+    fi
+    sleep 0.1
+done
+kill -9 $worker
+wait $worker 2>/dev/null || true
 "$KEEL" "${store[@]}" serve --http "127.0.0.1:$port" >"$work/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
@@ -51,7 +71,7 @@ until curl -fsS "$url/healthz" >/dev/null 2>&1; do
 done
 
 echo "== console in headless Chromium" >&2
-KEEL_URL="$url" SCREENSHOT="${SCREENSHOT:-$work/console.png}" node "$here/tests/browser/console.test.mjs"
+KEEL_URL="$url" KEEL_LOST_RUN="$lost" SCREENSHOT="${SCREENSHOT:-$work/console.png}" node "$here/tests/browser/console.test.mjs"
 
 echo "== schemathesis against /openapi.json" >&2
 # Every check, but as tests/schemathesis.toml says. Deploying is left out:

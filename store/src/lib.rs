@@ -216,7 +216,9 @@ pub struct Lease {
 pub struct LostLease {
     /// The worker that held it.
     pub owner: String,
-    /// When it expired.
+    /// When it expired; for a lease of a process that stopped before its
+    /// lease expired (an embedded store opened again), the moment of the
+    /// take.
     pub expired_at_ms: u64,
 }
 

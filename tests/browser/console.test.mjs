@@ -331,6 +331,21 @@ try {
   await limitRow.locator("[data-testid=limit]", { hasText: "1" }).waitFor();
   assert.equal((await api(`/v1/runs/${queued.run_id}`)).status, "queued", "the holder still has the slot");
 
+  // A run whose worker was killed in the middle of its step
+  // (scripts/e2e-server.sh): the server took it over, and the step shows
+  // the attempt lost with the dead worker before the one that completed it.
+  const lostRun = process.env.KEEL_LOST_RUN;
+  assert.ok(lostRun, "set KEEL_LOST_RUN to the run whose worker was killed");
+  const ended = await api(`/v1/runs/${lostRun}/result?wait_ms=30000`);
+  assert.equal(ended.status, "completed");
+  await page.goto(`${base}/#/runs/${lostRun}`);
+  const lostAttempts = page.locator("[data-testid=timeline-row][data-kind=step] [data-testid=attempts]");
+  await lostAttempts.locator("summary").click();
+  const lostAttempt = lostAttempts.locator('[data-testid=attempt-row][data-attempt="1"]');
+  await lostAttempt.waitFor();
+  assert.match(await lostAttempt.innerText(), /lost with its worker:\s+lost with worker \S+, which stopped while the attempt ran; worker \S+ took the run over/);
+  assert.match(await lostAttempts.locator('[data-testid=attempt-row][data-attempt="2"]').innerText(), /succeeded/);
+
   assert.deepEqual(errors, [], "the console threw");
   console.log(`console test passed; screenshot in ${screenshot}`);
 } finally {

@@ -418,6 +418,38 @@ pub(super) async fn an_ended_run_leaves_the_index_and_the_counts(h: &dyn Harness
     })
 }
 
+/// A process that stops holding a lease (killed, or its store closed)
+/// loses it: after the store is opened again, the take that follows names
+/// the worker it takes the run over from, no later than the lease's expiry
+/// (at once on a store one process opens: that process is gone).
+pub(super) async fn a_lease_held_across_a_reopen_is_taken_over_naming_its_worker(
+    h: &dyn Harness,
+) -> Outcome {
+    let store = h.fresh().await;
+    admit_at(&*store, "held", RunStatus::Running, 1, None).await?;
+    let held = store
+        .acquire_lease("held", "w1", 30_000, 10)
+        .await
+        .map_err(fail("acquire"))?
+        .ok_or("w1 did not take the run")?;
+    let store = h.reopen(store).await;
+    let next = store.next_due().await.map_err(fail("next_due"))?;
+    let due = next.filter(|at| *at <= held.expires_at_ms).ok_or_else(|| {
+        format!("a run leased before a reopen is due at {next:?}, past its lease's expiry")
+    })?;
+    let now = due.max(20);
+    let taken = claim(&*store, "w2", now, 10).await?;
+    let lost = taken
+        .iter()
+        .find(|l| l.run_id.as_str() == "held")
+        .and_then(|l| l.took_over.clone());
+    check(
+        lost.as_ref()
+            .is_some_and(|l| l.owner == "w1" && l.expired_at_ms <= now),
+        || format!("w2's take at {now} after the reopen: {taken:?}"),
+    )
+}
+
 pub(super) async fn a_take_of_a_lost_lease_names_the_worker_that_lost_it(
     h: &dyn Harness,
 ) -> Outcome {

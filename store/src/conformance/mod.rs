@@ -159,6 +159,7 @@ cases!(
     due_runs_are_claimed_earliest_first_in_batches,
     a_run_admitted_under_a_lease_is_due_when_it_expires,
     a_take_of_a_lost_lease_names_the_worker_that_lost_it,
+    a_lease_held_across_a_reopen_is_taken_over_naming_its_worker,
     an_admission_lease_released_frees_its_run_and_nothing_else,
     two_claimers_never_take_one_run,
     a_lease_that_expires_makes_its_run_due,

@@ -99,6 +99,10 @@ impl Driving {
     }
 }
 
+/// The expiry of a lease voided at the store's opening: its owner's
+/// process is gone.
+const VOIDED: u64 = 0;
+
 /// The trees a run's lease and due time live in, inside a transaction.
 pub(super) struct DueTx<'a> {
     pub(super) leases: &'a TransactionalTree,
@@ -297,10 +301,12 @@ impl SledStore {
         Ok(())
     }
 
-    /// Releases every lease held: one process opens a sled store at a
-    /// time, so a lease found at open belongs to a process that is gone,
-    /// and its run is due at once whatever its record says (the process
-    /// may have taken its wake). Reads only the runs that were held.
+    /// Voids every lease held: one process opens a sled store at a time,
+    /// so a lease found at open belongs to a process that is gone, and its
+    /// run is due at once whatever its record says (the process may have
+    /// taken its wake). The lease stays its dead owner's, expired, so that
+    /// the take that follows names the worker it takes the run over from.
+    /// Reads only the runs that were held.
     pub(super) fn void_leases(&self) -> Result<()> {
         let held: Vec<String> = self
             .inner
@@ -312,9 +318,12 @@ impl SledStore {
         for run_id in held {
             self.run_tx(|t| {
                 let live = t.live.get(run_id.as_bytes())?.is_some();
-                t.due.change(&run_id, |d| {
-                    d.release();
-                    d.woken |= live;
+                t.due.change(&run_id, |d| match live {
+                    true => {
+                        d.expires_at_ms = VOIDED;
+                        d.woken = true;
+                    }
+                    false => d.release(),
                 })?;
                 Ok(())
             })?;
@@ -341,7 +350,12 @@ impl SledStore {
             }
             let took_over = (!held.owner.is_empty() && held.owner != owner).then(|| LostLease {
                 owner: held.owner.clone(),
-                expired_at_ms: held.expires_at_ms,
+                // A voided lease ended when its process stopped; this take
+                // is the first moment known after that.
+                expired_at_ms: match held.expires_at_ms {
+                    VOIDED => now_ms,
+                    at => at,
+                },
             });
             let taken = t.change(run_id, |d| d.take(owner, expires_at_ms))?;
             Ok(Some(Lease {
