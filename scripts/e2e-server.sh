@@ -1,8 +1,9 @@
 #!/bin/bash
 # Checks a real `keel serve` from outside, as clients see it: schemathesis
 # fuzzes every endpoint against /openapi.json (responses must match the
-# document, no 5xx), and the console test drives the web console in
-# headless Chromium. The keel binary and the guests are the ones cargo
+# document, no 5xx), the console test drives the web console in headless
+# Chromium, and the webhooks test sends deliveries signed by Stripe's and
+# GitHub's own libraries. The keel binary and the guests are the ones cargo
 # builds from this checkout now (it rebuilds what is stale, and the guests
 # are checked against the digests their build recorded), never files an
 # earlier build left behind. Fails if any check fails or cannot run.
@@ -72,6 +73,9 @@ done
 
 echo "== console in headless Chromium" >&2
 KEEL_URL="$url" KEEL_LOST_RUN="$lost" SCREENSHOT="${SCREENSHOT:-$work/console.png}" node "$here/tests/browser/console.test.mjs"
+
+echo "== webhooks signed by stripe and @octokit/webhooks-methods" >&2
+KEEL_URL="$url" node "$here/tests/browser/webhooks.test.mjs"
 
 echo "== schemathesis against /openapi.json" >&2
 # Every check, but as tests/schemathesis.toml says. Deploying is left out:

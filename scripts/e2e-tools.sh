@@ -1,6 +1,7 @@
 #!/bin/bash
 # Installs what the console and OpenAPI checks need and this machine lacks:
-# Debian's Chromium, playwright-core (npm, pinned in tests/browser), and
+# Debian's Chromium, playwright-core, stripe and @octokit/webhooks-methods
+# (npm, pinned in tests/browser), and
 # schemathesis (PyPI). Idempotent; quiet when everything is there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,8 +11,9 @@ if ! command -v chromium >/dev/null; then
     apt-get update -qq >/dev/null
     apt-get install -y -qq chromium >/dev/null
 fi
-if [ ! -d "$here/tests/browser/node_modules/playwright-core" ]; then
-    echo "installing playwright-core" >&2
+modules="$here/tests/browser/node_modules"
+if [ ! -d "$modules/playwright-core" ] || [ ! -d "$modules/stripe" ] || [ ! -d "$modules/@octokit/webhooks-methods" ]; then
+    echo "installing playwright-core, stripe and @octokit/webhooks-methods" >&2
     (cd "$here/tests/browser" && npm install --no-audit --no-fund --silent)
 fi
 if ! command -v schemathesis >/dev/null; then

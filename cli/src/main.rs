@@ -156,6 +156,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
     };
     config.retention = keel_host::RetentionConfig {
         default_ms: cli.run_retention.map(|d| d.as_millis() as u64),
+        payload_ids_ms: cli.payload_id_retention.as_millis() as u64,
         archive_dir: cli.archive.clone(),
     };
     Ok(config)

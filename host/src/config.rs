@@ -11,16 +11,35 @@ use crate::clock::SystemClock;
 use crate::observer::{Observer, Unobserved};
 use crate::sandbox::Grants;
 
-/// How a worker keeps ended runs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// How a worker keeps ended runs, and what it remembers of deliveries.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetentionConfig {
     /// How long runs whose deployment sets no retention are kept once
     /// ended; `None` keeps them.
     pub default_ms: Option<u64>,
+    /// How long a payload's ID (a webhook's delivery ID, a resume's
+    /// payload ID) is remembered after its delivery, so that a retry of it
+    /// is a duplicate even once the run it went to has ended: at least a
+    /// sender's retry window (Stripe retries for three days).
+    pub payload_ids_ms: u64,
     /// Each purged run's journal file is written here first
     /// (`RUN_ID.keel`, the format `keel replay` and `keel journal import`
     /// read).
     pub archive_dir: Option<PathBuf>,
+}
+
+/// How long payload IDs are remembered by default: seven days, beyond
+/// the retry windows of Stripe (three days) and GitHub's redeliveries.
+pub const DEFAULT_PAYLOAD_ID_RETENTION_MS: u64 = 7 * 86_400_000;
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            default_ms: None,
+            payload_ids_ms: DEFAULT_PAYLOAD_ID_RETENTION_MS,
+            archive_dir: None,
+        }
+    }
 }
 
 /// How the engine runs guests.

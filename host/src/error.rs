@@ -35,7 +35,9 @@ pub enum Error {
         available: Vec<String>,
     },
 
-    #[error("the input is not valid JSON: {reason}. Pass a JSON value")]
+    /// An input, payload or argument that is not what it must be; the
+    /// reason names it.
+    #[error("{reason}")]
     InvalidInput { reason: String },
 
     /// A request that asks for what cannot be done as asked (a page over

@@ -2603,3 +2603,127 @@ async fn a_signed_webhook_reaches_its_hook_and_a_wrong_stale_or_replayed_one_nev
     assert_eq!(status, StatusCode::NOT_FOUND, "{gone}");
     assert_eq!(error_kind(&gone), "webhook_not_found");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_senders_retry_of_the_delivery_that_ended_its_run_is_a_duplicate() {
+    use keel_host::core::webhook::sign;
+    let s = server(Some("s3cret")).await;
+    let master = Some("s3cret");
+    // A run that ends with the first payload its hook gets.
+    let start = |token: &str| {
+        let s = &s;
+        let input = json!({"count": 1, "pause_at": 0, "token": token});
+        async move {
+            let (status, run) = s
+                .call_as(
+                    master,
+                    "POST",
+                    "/v1/workflows/streamer/runs",
+                    &[],
+                    body(json!({"input": input, "wait_ms": 10000, "return_on_wait": true})),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{run}");
+            assert_eq!(run["status"], "waiting", "{run}");
+            run["run_id"].as_str().unwrap().to_string()
+        }
+    };
+    for spec in [
+        json!({"id": "stripe", "hook": "pay:{/data/object/metadata/order_id}", "scheme": "stripe", "secret": "whsec_stripe_test"}),
+        json!({"id": "github", "hook": "pr:{/pull_request/number}", "scheme": "github", "secret": "github_test"}),
+    ] {
+        let (status, created) = s
+            .call_as(master, "POST", "/v1/webhooks", &[], body(spec))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+    }
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let stripe_event = |id: &str| {
+        serde_json::to_vec(&json!({"id": id, "type": "payment_intent.succeeded",
+            "data": {"object": {"metadata": {"order_id": "o-7"}}}}))
+        .unwrap()
+    };
+    let stripe_signed = |t: u64, body: &[u8]| {
+        let mut signed = format!("{t}.").into_bytes();
+        signed.extend_from_slice(body);
+        vec![(
+            "stripe-signature",
+            format!("t={t},v1={}", sign("whsec_stripe_test", &signed)),
+        )]
+    };
+    let github_signed = |delivery: &str, body: &[u8]| {
+        vec![
+            (
+                "x-hub-signature-256",
+                format!("sha256={}", sign("github_test", body)),
+            ),
+            ("x-github-delivery", delivery.to_string()),
+        ]
+    };
+    let deliver =
+        |webhook: &'static str, headers: Vec<(&'static str, String)>, payload: Vec<u8>| {
+            let s = &s;
+            async move {
+                s.call_as(
+                    None,
+                    "POST",
+                    &format!("/v1/webhooks/{webhook}"),
+                    &headers,
+                    Some(payload),
+                )
+                .await
+            }
+        };
+    let entries = |run_id: String| {
+        let s = &s;
+        async move {
+            let path = format!("/v1/runs/{run_id}/result?wait_ms=10000");
+            let (_, ended) = s.call_as(master, "GET", &path, &[], None).await;
+            assert_eq!(ended["status"], "completed", "{ended}");
+            let path = format!("/v1/runs/{run_id}/journal");
+            let (_, journal) = s.call_as(master, "GET", &path, &[], None).await;
+            journal.as_array().unwrap().len()
+        }
+    };
+
+    // Stripe: the event ends the run; its resend, signed anew, is a
+    // duplicate naming the run, and journals nothing.
+    let paid = start("pay:o-7").await;
+    let event = stripe_event("evt_7");
+    let (status, first) = deliver("stripe", stripe_signed(now_s, &event), event.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["duplicate"], false, "{first}");
+    let written = entries(paid.clone()).await;
+    let (status, resent) =
+        deliver("stripe", stripe_signed(now_s + 60, &event), event.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{resent}");
+    assert_eq!(resent["duplicate"], true, "{resent}");
+    assert_eq!(resent["run_id"], paid.as_str(), "{resent}");
+    assert_eq!(entries(paid).await, written, "a resend journals nothing");
+    // Another event for a token no run holds: not found, as documented.
+    let other = stripe_event("evt_8");
+    let (status, unheld) = deliver("stripe", stripe_signed(now_s, &other), other).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{unheld}");
+    assert_eq!(error_kind(&unheld), "hook_not_found");
+
+    // GitHub: a redelivery carries the same delivery GUID and signature.
+    let reviewed = start("pr:42").await;
+    let pull =
+        serde_json::to_vec(&json!({"action": "closed", "pull_request": {"number": 42}})).unwrap();
+    let (status, first) = deliver("github", github_signed("gh-1", &pull), pull.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["duplicate"], false, "{first}");
+    let written = entries(reviewed.clone()).await;
+    let (status, redelivered) = deliver("github", github_signed("gh-1", &pull), pull.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{redelivered}");
+    assert_eq!(redelivered["duplicate"], true, "{redelivered}");
+    assert_eq!(redelivered["run_id"], reviewed.as_str(), "{redelivered}");
+    assert_eq!(
+        entries(reviewed).await,
+        written,
+        "a redelivery journals nothing"
+    );
+}

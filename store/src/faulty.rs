@@ -375,9 +375,12 @@ impl<S: Store + ?Sized> HookStore for FaultyStore<S> {
         &self,
         token: &str,
         payload: &str,
-        payload_id: Option<&str>,
+        payload_id: Option<crate::PayloadId<'_>>,
     ) -> Result<crate::Resumed> {
         self.confirm(self.inner.deliver(token, payload, payload_id).await)
+    }
+    async fn purge_expired_payload_ids(&self, now_ms: u64) -> Result<u64> {
+        self.inner.purge_expired_payload_ids(now_ms).await
     }
     async fn delivered(&self, run_id: &str, token: &str, payload_id: &str) -> Result<Option<u64>> {
         self.inner.delivered(run_id, token, payload_id).await

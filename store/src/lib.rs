@@ -160,6 +160,20 @@ pub struct Resumed {
     pub duplicate: bool,
 }
 
+/// A payload's ID as its sender gave it (a client's payload ID, a
+/// webhook's delivery ID): a payload of the same ID for the same token is
+/// delivered once, while a run holds the hook and until
+/// `remembered_until_ms` after its delivery, so that a sender's retry of
+/// the delivery that ended its run is still answered as a duplicate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PayloadId<'a> {
+    pub id: &'a str,
+    /// The time of this delivery.
+    pub now_ms: u64,
+    /// Until when the ID is remembered once delivered.
+    pub remembered_until_ms: u64,
+}
+
 /// How many live runs a store holds, by workflow and live status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveCounts(pub std::collections::BTreeMap<(String, keel_core::RunStatus), u64>);
@@ -432,15 +446,21 @@ pub trait HookStore: Send + Sync {
     }
 
     /// As [`HookStore::resume_hook`], and says where the payload went.
-    /// With `payload_id`, a payload of that ID already delivered to the
-    /// hook's run on `token` is not delivered again: the answer names the
-    /// first delivery (`duplicate`), and nothing is written.
+    /// With `payload_id`, a payload of that ID already delivered on `token`
+    /// (to the run holding the hook, or to any run within the ID's
+    /// remembrance, even one that has ended) is not delivered again: the
+    /// answer names the first delivery (`duplicate`), and nothing is
+    /// written.
     async fn deliver(
         &self,
         token: &str,
         payload: &str,
-        payload_id: Option<&str>,
+        payload_id: Option<PayloadId<'_>>,
     ) -> Result<Resumed>;
+
+    /// Forgets payload IDs remembered until before `now_ms`, a bounded
+    /// batch per call; how many.
+    async fn purge_expired_payload_ids(&self, now_ms: u64) -> Result<u64>;
 
     /// The index of the payload of ID `payload_id` delivered to `run_id`'s
     /// hook on `token`, if one was.

@@ -293,6 +293,7 @@ mod postgres {
                  ALTER TABLE {schema}.runs DROP COLUMN status, DROP COLUMN workflow;
                  DROP INDEX {schema}.keys_expiry;
                  DROP INDEX {schema}.hooks_retired;
+                 DROP TABLE {schema}.remembered_payloads;
                  CREATE TABLE {schema}.wakeups (run_id text PRIMARY KEY);
                  INSERT INTO {schema}.wakeups VALUES ('woken');
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"

@@ -134,6 +134,11 @@ pub struct Cli {
     /// `30d`, `12h` [default: keep them].
     #[arg(long, global = true, help_heading = "Retention", value_parser = parse_duration, value_name = "DURATION")]
     pub run_retention: Option<std::time::Duration>,
+    /// How long a payload's ID (a webhook delivery's ID, a resume's
+    /// --payload-id) is remembered after its delivery: a retry of it within
+    /// this long is answered as a duplicate, even once its run has ended.
+    #[arg(long, global = true, help_heading = "Retention", value_parser = parse_duration, value_name = "DURATION", default_value = "7days")]
+    pub payload_id_retention: std::time::Duration,
     /// Write each purged or deleted run's journal file (`RUN_ID.keel`, what
     /// `keel replay` and `keel journal import` read) into this directory
     /// before deleting the run.

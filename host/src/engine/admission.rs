@@ -172,7 +172,7 @@ impl Keel {
             .config
             .limits
             .payload(input.len(), || "the run's input".into(), None)?;
-        let value = parse_json(input)?;
+        let value = parse_json(input, "the input")?;
         component.check_input(workflow, &value)?;
         let input = value.to_string();
         let metadata = options
@@ -457,7 +457,10 @@ impl Keel {
         payload: &str,
         metadata: &str,
     ) -> Result<EventRecord> {
-        let (payload_value, metadata_value) = (parse_json(payload)?, parse_json(metadata)?);
+        let (payload_value, metadata_value) = (
+            parse_json(payload, "the event's payload")?,
+            parse_json(metadata, "the event's metadata")?,
+        );
         let options = StartOptions {
             additional_metadata: Some(metadata_value.clone()),
             ..StartOptions::default()
@@ -625,9 +628,10 @@ impl Keel {
     }
 }
 
-/// Parses a JSON argument, or fails with `InvalidInput`.
-pub(super) fn parse_json(s: &str) -> Result<serde_json::Value> {
+/// Parses `what` (a run's input, a payload), or fails with `InvalidInput`
+/// naming it.
+pub(super) fn parse_json(s: &str, what: &str) -> Result<serde_json::Value> {
     serde_json::from_str(s).map_err(|e| Error::InvalidInput {
-        reason: e.to_string(),
+        reason: format!("{what} is not valid JSON: {e}. Pass a JSON value"),
     })
 }

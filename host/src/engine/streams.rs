@@ -144,9 +144,13 @@ impl Keel {
 
     /// Delivers `payload` to the active hook holding `token`, as
     /// [`Keel::resume_hook`] does, and says where it went. With
-    /// `payload_id`, a payload of that ID delivered before is not delivered
-    /// again (`duplicate`): a client that retries a resume whose answer it
-    /// lost delivers it once.
+    /// `payload_id`, a payload of that ID delivered on `token` before is
+    /// not delivered again (`duplicate`), even after the run it went to has
+    /// ended, for [`RetentionConfig::payload_ids_ms`]: a client that retries
+    /// a resume whose answer it lost, or a webhook sender that retries a
+    /// delivery, delivers it once.
+    ///
+    /// [`RetentionConfig::payload_ids_ms`]: crate::RetentionConfig::payload_ids_ms
     pub async fn deliver(
         &self,
         token: &str,
@@ -161,11 +165,17 @@ impl Keel {
             || format!("the payload for hook `{token}`"),
             None,
         )?;
-        let value = super::admission::parse_json(payload)?;
+        let value = super::admission::parse_json(payload, "the payload")?;
         self.check_payload(token, &value).await?;
+        let now_ms = self.now_ms();
+        let remembered = payload_id.map(|id| keel_store::PayloadId {
+            id,
+            now_ms,
+            remembered_until_ms: now_ms.saturating_add(self.inner.config.retention.payload_ids_ms),
+        });
         let resumed = self
             .store()
-            .deliver(token, &value.to_string(), payload_id)
+            .deliver(token, &value.to_string(), remembered)
             .await
             .map_err(|e| match Error::from(e) {
                 e if e.outcome_unknown() => Error::ResumeOutcomeUnknown {

@@ -161,12 +161,14 @@ impl Keel {
         let tokens = self.store().purge_expired_hooks(now).await?;
         // Stale by now: a replay of one is refused by its timestamp.
         let signatures = self.store().purge_expired_signatures(now).await?;
-        if keys + tokens > 0 || signatures > 0 {
+        let payload_ids = self.store().purge_expired_payload_ids(now).await?;
+        if keys + tokens > 0 || signatures + payload_ids > 0 {
             tracing::debug!(
                 keys,
                 tokens,
                 signatures,
-                "expired keys, tokens and webhook signatures deleted"
+                payload_ids,
+                "expired keys, tokens, webhook signatures and payload IDs deleted"
             );
         }
         self.spawn_purge(now);

@@ -20,7 +20,7 @@ use keel_core::{Entry, HookRecord, HookRegistration, RunCursor, RunId, RunRecord
 use keel_core::schedule::{Claim, Overlap, ScheduleRecord, ScheduleSpec, Spec};
 use keel_core::testing::{JournalBuilder, run_record, timer_entry};
 
-use crate::{Admission, HookPayload, KeyClaim, Lease, Store, StoreError};
+use crate::{Admission, HookPayload, KeyClaim, Lease, PayloadId, Store, StoreError};
 
 mod due;
 mod flow;
@@ -153,6 +153,7 @@ cases!(
     racing_writers_of_one_stream_get_distinct_indexes,
     a_runs_streams_are_deleted_with_it,
     a_payload_id_is_delivered_once,
+    a_payload_id_is_remembered_after_its_hook_is_gone,
     the_signing_secret_is_the_first_one_stored,
     a_webhook_is_created_once_and_deleted_with_its_signatures,
     a_signature_is_claimed_once_until_it_expires,

@@ -259,6 +259,15 @@ pub(super) async fn a_runs_streams_are_deleted_with_it(h: &dyn Harness) -> Outco
     })
 }
 
+/// A payload ID delivered at `now_ms`, remembered for 10,000 ms.
+fn id_at(id: &str, now_ms: u64) -> Option<PayloadId<'_>> {
+    Some(PayloadId {
+        id,
+        now_ms,
+        remembered_until_ms: now_ms + 10_000,
+    })
+}
+
 pub(super) async fn a_payload_id_is_delivered_once(h: &dyn Harness) -> Outcome {
     let store = h.fresh().await;
     let start = hook("t", "r", None, None);
@@ -266,7 +275,7 @@ pub(super) async fn a_payload_id_is_delivered_once(h: &dyn Harness) -> Outcome {
         .await
         .map_err(fail("admit"))?;
     let first = store
-        .deliver("t", "\"a\"", Some("p-1"))
+        .deliver("t", "\"a\"", id_at("p-1", 10))
         .await
         .map_err(fail("deliver"))?;
     let other = store
@@ -275,7 +284,7 @@ pub(super) async fn a_payload_id_is_delivered_once(h: &dyn Harness) -> Outcome {
         .map_err(fail("deliver without an ID"))?;
     let store = h.reopen(store).await;
     let again = store
-        .deliver("t", "\"a, again\"", Some("p-1"))
+        .deliver("t", "\"a, again\"", id_at("p-1", 20))
         .await
         .map_err(fail("deliver again"))?;
     check(
@@ -287,7 +296,7 @@ pub(super) async fn a_payload_id_is_delivered_once(h: &dyn Harness) -> Outcome {
         || format!("the same ID again: {again:?}"),
     )?;
     let third = store
-        .deliver("t", "\"c\"", Some("p-2"))
+        .deliver("t", "\"c\"", id_at("p-2", 30))
         .await
         .map_err(fail("deliver p-2"))?;
     check(third.index == 2 && !third.duplicate, || {
@@ -308,4 +317,83 @@ pub(super) async fn a_payload_id_is_delivered_once(h: &dyn Harness) -> Outcome {
     check(found == Some(0) && unknown.is_none(), || {
         format!("lookups: {found:?} {unknown:?}")
     })
+}
+
+/// A payload ID outlives its hook: a sender's retry of the delivery that
+/// ended its run (the hook gone, or held by a later run) is a duplicate
+/// naming the first delivery until the ID expires; then the token answers
+/// as it is, and the purge forgets the ID.
+pub(super) async fn a_payload_id_is_remembered_after_its_hook_is_gone(h: &dyn Harness) -> Outcome {
+    let store = h.fresh().await;
+    let start = hook("t", "r1", None, None);
+    admit(&*store, "r1", Some(&start), None, 0)
+        .await
+        .map_err(fail("admit"))?;
+    let first = store
+        .deliver("t", "\"a\"", id_at("d-1", 10))
+        .await
+        .map_err(fail("deliver"))?;
+    store
+        .dispose_hook("r1", "t")
+        .await
+        .map_err(fail("dispose_hook"))?;
+    let store = h.reopen(store).await;
+    let retried = store
+        .deliver("t", "\"a\"", id_at("d-1", 5_000))
+        .await
+        .map_err(fail("deliver after the hook is gone"))?;
+    check(
+        !first.duplicate && retried.duplicate && retried.run_id == "r1" && retried.index == 0,
+        || format!("the retry of a delivery whose hook is gone: {first:?} then {retried:?}"),
+    )?;
+    // A later run holds the token: the old delivery is still not its.
+    let later = hook("t", "r2", None, None);
+    admit(&*store, "r2", Some(&later), None, 0)
+        .await
+        .map_err(fail("admit r2"))?;
+    let to_later = store
+        .deliver("t", "\"a\"", id_at("d-1", 6_000))
+        .await
+        .map_err(fail("deliver with r2 holding the token"))?;
+    check(to_later.duplicate && to_later.run_id == "r1", || {
+        format!("a retry while a later run holds the token: {to_later:?}")
+    })?;
+    let pending = store.payload("r2", "t", 0).await.map_err(fail("payload"))?;
+    check(pending == HookPayload::Pending, || {
+        format!("the later run was given the old delivery: {pending:?}")
+    })?;
+    // Past its remembrance (10,010) the ID is new again: r2 takes it.
+    let expired = store
+        .deliver("t", "\"a\"", id_at("d-1", 10_011))
+        .await
+        .map_err(fail("deliver past the remembrance"))?;
+    check(!expired.duplicate && expired.run_id == "r2", || {
+        format!("a delivery after the ID expired: {expired:?}")
+    })?;
+    // The purge forgets what expired, and nothing remembered anew.
+    let purged = store
+        .purge_expired_payload_ids(10_011)
+        .await
+        .map_err(fail("purge"))?;
+    let again = store
+        .deliver("t", "\"a\"", id_at("d-1", 10_012))
+        .await
+        .map_err(fail("deliver after the purge"))?;
+    check(
+        purged == 0 && again.duplicate && again.run_id == "r2",
+        || format!("purged {purged}; then {again:?}"),
+    )?;
+    store
+        .dispose_hook("r2", "t")
+        .await
+        .map_err(fail("dispose_hook r2"))?;
+    let forgotten = store
+        .purge_expired_payload_ids(20_012)
+        .await
+        .map_err(fail("purge"))?;
+    let gone = store.deliver("t", "\"a\"", id_at("d-1", 20_012)).await;
+    check(
+        forgotten == 1 && matches!(gone, Err(StoreError::HookNotFound { .. })),
+        || format!("purged {forgotten}; a delivery with no hook and no ID left: {gone:?}"),
+    )
 }

@@ -2,7 +2,7 @@
 //! the order of the hook's lock, disposal, expiry.
 
 use super::*;
-use crate::Resumed;
+use crate::{PayloadId, Resumed};
 
 pub(super) fn hook_of(row: &tokio_postgres::Row) -> HookRecord {
     HookRecord {
@@ -122,15 +122,32 @@ impl HookStore for PgStore {
         &self,
         token: &str,
         payload: &str,
-        payload_id: Option<&str>,
+        payload_id: Option<PayloadId<'_>>,
     ) -> Result<Resumed> {
         transact!(self, |tx| {
+            if let Some(p) = payload_id {
+                let first = tx
+                    .row(
+                        "SELECT run_id, idx FROM remembered_payloads
+                         WHERE token = $1 AND payload_id = $2 AND until_ms >= $3",
+                        &[&token, &p.id, &i(p.now_ms)],
+                    )
+                    .await
+                    .map_err(pg)?;
+                if let Some(row) = first {
+                    return Ok(Attempt::Done(Resumed {
+                        run_id: row.get::<_, String>(0).into(),
+                        index: u(row.get(1)),
+                        duplicate: true,
+                    }));
+                }
+            }
             let Some(hook) = lock_hook(tx, token).await?.filter(|h| h.active) else {
                 return Err(StoreError::HookNotFound {
                     token: token.into(),
                 });
             };
-            if let Some(id) = payload_id {
+            if let Some(id) = payload_id.map(|p| p.id) {
                 let first = tx
                     .row(
                         "SELECT idx FROM inbox WHERE run_id = $1 AND token = $2 AND payload_id = $3",
@@ -161,11 +178,28 @@ impl HookStore for PgStore {
                     &token,
                     &i(index),
                     &payload,
-                    &payload_id,
+                    &payload_id.map(|p| p.id),
                 ],
             )
             .await
             .map_err(pg)?;
+            if let Some(p) = payload_id {
+                tx.run(
+                    "INSERT INTO remembered_payloads (token, payload_id, run_id, idx, until_ms)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (token, payload_id) DO UPDATE SET run_id = excluded.run_id,
+                         idx = excluded.idx, until_ms = excluded.until_ms",
+                    &[
+                        &token,
+                        &p.id,
+                        &hook.run_id.as_str(),
+                        &i(index),
+                        &i(p.remembered_until_ms),
+                    ],
+                )
+                .await
+                .map_err(pg)?;
+            }
             super::runs::wake(tx, &hook.run_id).await?;
             self.notify(tx, &Wake::Run(hook.run_id.clone())).await?;
             Ok(Attempt::Done(Resumed {
@@ -174,6 +208,16 @@ impl HookStore for PgStore {
                 duplicate: false,
             }))
         })
+    }
+
+    async fn purge_expired_payload_ids(&self, now_ms: u64) -> Result<u64> {
+        self.exec(
+            "DELETE FROM remembered_payloads WHERE (token, payload_id) IN (
+                 SELECT token, payload_id FROM remembered_payloads WHERE until_ms < $1
+                 LIMIT 1000)",
+            &[&i(now_ms)],
+        )
+        .await
     }
 
     async fn delivered(&self, run_id: &str, token: &str, payload_id: &str) -> Result<Option<u64>> {

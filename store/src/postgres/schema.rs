@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 18;
+pub const SCHEMA_VERSION: i64 = 19;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -282,6 +282,20 @@ CREATE TRIGGER runs_counted_delete AFTER DELETE ON runs
     FOR EACH ROW WHEN (OLD.live) EXECUTE FUNCTION count_runs();
 CREATE INDEX keys_expiry ON keys (expires_at_ms);
 CREATE INDEX hooks_retired ON hooks (retain_until_ms) WHERE NOT active;
+"#,
+    // Payload IDs remembered by token after their delivery, whether or not
+    // a run still holds the token (a sender's retry of the delivery that
+    // ended its run is a duplicate), until they expire.
+    r#"
+CREATE TABLE remembered_payloads (
+    token text NOT NULL,
+    payload_id text NOT NULL,
+    run_id text NOT NULL,
+    idx bigint NOT NULL,
+    until_ms bigint NOT NULL,
+    PRIMARY KEY (token, payload_id)
+);
+CREATE INDEX remembered_payloads_until ON remembered_payloads (until_ms);
 "#,
 ];
 

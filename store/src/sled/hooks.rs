@@ -5,8 +5,9 @@ use async_trait::async_trait;
 use keel_core::codec;
 use keel_core::{HookRecord, HookRegistration, KeyHold, Registration};
 use sled::Transactional;
+use sled::transaction::ConflictableTransactionError;
 
-use crate::{HookPayload, HookStore, Registered, Result, Resumed, StoreError};
+use crate::{HookPayload, HookStore, PayloadId, Registered, Result, Resumed, StoreError};
 
 use super::*;
 
@@ -58,21 +59,35 @@ impl HookStore for SledStore {
         &self,
         token: &str,
         payload: &str,
-        payload_id: Option<&str>,
+        payload_id: Option<PayloadId<'_>>,
     ) -> Result<Resumed> {
         self.room()?;
         let i = &self.inner;
-        let trees = [&i.hooks, &i.inbox, &i.payload_ids];
+        let trees = [&i.hooks, &i.inbox, &i.payload_ids, &i.remembered_ids];
         let resumed = self.with_runs(&trees, |run_tx, t| {
-            let [hooks, inbox, ids] = t else {
+            let [hooks, inbox, ids, remembered] = t else {
                 unreachable!("the trees asked for")
             };
+            let remembered_key = payload_id.map(|p| key_of(token, p.id));
+            if let (Some(p), Some(key)) = (payload_id, &remembered_key)
+                && let Some(bytes) = remembered.get(key)?
+            {
+                let first: Remembered = codec::decode(&bytes, "remembered payload ID")
+                    .map_err(|e| ConflictableTransactionError::Abort(e.into()))?;
+                if first.until_ms >= p.now_ms {
+                    return Ok(Resumed {
+                        run_id: first.run_id.into(),
+                        index: first.index,
+                        duplicate: true,
+                    });
+                }
+            }
             let Some(mut hook) = read_hook(hooks, token)?.filter(|h| h.active) else {
                 return abort(StoreError::HookNotFound {
                     token: token.into(),
                 });
             };
-            let id_key = payload_id.map(|id| payload_id_key(&hook.run_id, token, id));
+            let id_key = payload_id.map(|p| payload_id_key(&hook.run_id, token, p.id));
             if let Some(key) = &id_key
                 && let Some(index) = ids.get(key)?
             {
@@ -87,6 +102,14 @@ impl HookStore for SledStore {
             if let Some(key) = id_key {
                 ids.insert(key, &index.to_be_bytes())?;
             }
+            if let (Some(p), Some(key)) = (payload_id, remembered_key) {
+                let first = Remembered {
+                    run_id: hook.run_id.to_string(),
+                    index,
+                    until_ms: p.remembered_until_ms,
+                };
+                remembered.insert(key, codec::encode(&first))?;
+            }
             hook.next_payload += 1;
             hooks.insert(token.as_bytes(), codec::encode(&hook))?;
             run_tx.wake(&hook.run_id)?;
@@ -100,6 +123,17 @@ impl HookStore for SledStore {
             self.sync().await?;
         }
         Ok(resumed)
+    }
+
+    async fn purge_expired_payload_ids(&self, now_ms: u64) -> Result<u64> {
+        // Removed only if unchanged: a delivery remembered anew stays.
+        let purged = self.purge(&self.inner.remembered_ids, |_, v| {
+            Ok(codec::decode::<Remembered>(v, "remembered payload ID")?.until_ms < now_ms)
+        })? as u64;
+        if purged > 0 {
+            self.sync().await?;
+        }
+        Ok(purged)
     }
 
     async fn delivered(&self, run_id: &str, token: &str, payload_id: &str) -> Result<Option<u64>> {
@@ -195,6 +229,17 @@ impl KeyStore for SledStore {
         })
     }
 }
+
+/// A payload ID as `remembered_ids` keeps it: where the payload went, and
+/// until when a payload of the same ID for the token is a duplicate.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Remembered {
+    run_id: String,
+    index: u64,
+    until_ms: u64,
+}
+
+impl codec::Stored for Remembered {}
 
 /// The key of a payload ID: `run \0 token \0 payload ID`.
 fn payload_id_key(run_id: &str, token: &str, payload_id: &str) -> Vec<u8> {

@@ -9,7 +9,8 @@
 //! `inbox`, `claims`, `watchers` and `watching`, `events`, `subscriptions`,
 //! `components`, `schedules` (name to record), `jobs` (job ID to record)
 //! and `running_jobs`,
-//! `streams` and `chunks` (a run's streams: [`streams`]), `payload_ids`,
+//! `streams` and `chunks` (a run's streams: [`streams`]), `payload_ids`
+//! and `remembered_ids`,
 //! `purging` (deleted runs
 //! whose data is being deleted: [`retention`]), `cancels` (run ID to its
 //! cancel request), the flow-control trees
@@ -176,6 +177,9 @@ struct Inner {
     /// `run \0 token \0 payload ID` to the index of the payload delivered
     /// with that ID.
     payload_ids: sled::Tree,
+    /// `token \0 payload ID` to the run and index it was delivered to and
+    /// until when it is remembered, whether or not a run holds the token.
+    remembered_ids: sled::Tree,
     /// Run ID to the slot it held when it failed, out of its group until a
     /// retry (`FlowStore::rearm_slot`).
     failed_slots: sled::Tree,
@@ -312,6 +316,7 @@ impl SledStore {
             streams: open("streams")?,
             chunks: open("chunks")?,
             payload_ids: open("payload_ids")?,
+            remembered_ids: open("remembered_ids")?,
             permits: open("permits")?,
             failed_slots: open("failed_slots")?,
             purging: open("purging")?,
