@@ -2,47 +2,33 @@
 charges the user through a payment API, passing the step ID as the
 ``Idempotency-Key``, so a retried charge is recognised by the API and never
 taken twice. If the run fails or is cancelled (``keel runs cancel RUN``)
-after either took effect, they are undone in reverse order: the charge is
-refunded, then the reservation released, each an ordinary step that runs
-once."""
-
-from typing import Any, Optional
+after either took effect, a saga undoes them in reverse order: the charge
+is refunded, then the reservation released, each an ordinary step that
+runs once. At most four orders of one user are in progress at once (the
+rest queue), and ``nightly_report`` runs at 02:00 in Berlin."""
 
 import keel
 from order_steps import Order, Receipt, charge_user, refund_charge, release_inventory, reserve_inventory
 
 
-@keel.workflow
+@keel.workflow(concurrency=keel.Concurrency("input.user_id", 4))
 async def process_order(order: Order) -> Receipt:
     """Reserves the items, charges the user and returns the receipt."""
-    reservation = reserve_inventory(order)
-    charge = charge_user(order)
-    try:
-        reservation_id = await reservation
-        charge_id = await charge
-    except (keel.Cancelled, keel.StepFailed):
-        await keel.shield(undo(order, reservation, charge))
-        raise
-    return Receipt(order.order_id, reservation_id, charge_id)
+    saga = keel.Saga()
+    async with saga:
+        reservation_id = await saga.step(reserve_inventory(order), release_inventory)
+        charge_id = await saga.step(charge_user(order), lambda charge: refund_charge(order, charge))
+        return Receipt(order.order_id, reservation_id, charge_id)
 
 
-async def undo(order: Order, reservation: Any, charge: Any) -> None:
-    """Refunds what the charge took, then releases what the reservation
-    held: a step in flight at the cancel is awaited to its end first."""
-    charge_id = await taken(charge)
-    if charge_id is not None:
-        await refund_charge(order, charge_id)
-    reservation_id = await taken(reservation)
-    if reservation_id is not None:
-        await release_inventory(reservation_id)
+@keel.step(max_retries=3, initial_backoff="100ms")
+def report_for() -> str:
+    """The night the report is for: the day of the fire's run (its run ID
+    is ``SCHEDULE:YYYYMMDDTHHMMSSZ``)."""
+    return keel.step_metadata().run_id.rpartition(":")[2][:8]
 
 
-async def taken(step: Any) -> Optional[str]:
-    """What a step took: its result once it ends; None if it failed or
-    was never scheduled."""
-    if not step.scheduled:
-        return None
-    try:
-        return await step
-    except keel.StepFailed:
-        return None
+@keel.workflow(schedule=keel.Schedule(cron="0 2 * * *", tz="Europe/Berlin"))
+async def nightly_report() -> str:
+    """The orders' nightly report; each fire runs once across workers."""
+    return await report_for()

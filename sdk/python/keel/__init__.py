@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union
 
 from . import _codec, _host, _registry, http
+from ._declare import Concurrency, RateLimit, Schedule
 from ._executor import Command, current, gather, select, shield
+from ._saga import Saga
 from .errors import (
     Cancelled,
     FatalError,
@@ -42,15 +44,19 @@ from .errors import (
 
 __all__ = [
     "Cancelled",
+    "Concurrency",
     "FatalError",
     "Hook",
     "HookConflict",
     "HookForceClaimed",
     "KeelError",
     "PayloadError",
+    "RateLimit",
     "Reply",
     "RetryableError",
     "RunHandle",
+    "Saga",
+    "Schedule",
     "StartRefused",
     "StepFailed",
     "StepMetadata",
@@ -102,6 +108,9 @@ def workflow(
     idempotency_ttl: Union[str, float] = "24h",
     on_events: Optional[list] = None,
     timeout: Union[str, float, None] = None,
+    concurrency: Optional[Concurrency] = None,
+    schedule: Optional[Schedule] = None,
+    durability: str = "strict",
 ) -> Any:
     """Declares an ``async def`` taking at most one input (annotated with a
     JSON type: a dataclass, TypedDict, ``dict``, ``str`` ...) as a workflow.
@@ -110,7 +119,22 @@ def workflow(
     ``additional_metadata``: one run per key is admitted within
     ``idempotency_ttl``. ``on_events`` lists event keys that start a run;
     ``timeout`` is the run's deadline ("1h", or seconds).
+    ``concurrency`` limits its runs in progress per key
+    (``keel.Concurrency("input.tenant_id", 2)``); ``schedule`` starts it
+    on time (``keel.Schedule(cron="0 2 * * *", tz="Europe/Berlin")``);
+    ``durability="relaxed"`` journals its step attempts with the run's next
+    durable write instead of flushing each (a crash may run an attempt
+    again, as a retry would).
+
+    >>> @keel.workflow(concurrency=keel.Concurrency("input.user_id", 1))
+    ... async def process_order(order: Order) -> Receipt: ...
     """
+    if durability not in ("strict", "relaxed"):
+        raise ValueError(f"durability is \"strict\" or \"relaxed\", not {durability!r}")
+    if concurrency is not None and not isinstance(concurrency, Concurrency):
+        raise TypeError("concurrency takes a keel.Concurrency(key, limit)")
+    if schedule is not None and not isinstance(schedule, Schedule):
+        raise TypeError("schedule takes a keel.Schedule(cron=... or every=...)")
 
     def wrap(f: Callable) -> Workflow:
         names, hints, output = _registry.signature(f)
@@ -127,6 +151,9 @@ def workflow(
             else None,
             on_events=list(on_events or []),
             timeout_ms=_registry.optional_ms(timeout, "timeout"),
+            concurrency=concurrency.workflow_manifest() if concurrency else None,
+            schedule=schedule.manifest() if schedule else None,
+            relaxed=durability == "relaxed",
         )
         _registry.register_workflow(definition)
         return Workflow(definition)
@@ -175,6 +202,8 @@ def step(
     backoff_factor: float = 2.0,
     max_backoff: Union[str, float] = "60s",
     retry_budget: Union[str, float, None] = None,
+    rate_limit: Optional[RateLimit] = None,
+    concurrency: Optional[Concurrency] = None,
 ) -> Any:
     """Declares a function (``async def`` or ``def``) as a step: it runs in
     a fresh sandbox per attempt with the deployment's grants (HTTP hosts,
@@ -183,7 +212,16 @@ def step(
     It is retried after any exception but :class:`FatalError`, after
     ``initial_backoff`` times ``backoff_factor`` per retry, at most
     ``max_backoff``; durations are seconds or strings like ``"100ms"``.
+    ``rate_limit`` bounds how often attempts of steps sharing its key
+    start (``keel.RateLimit("'openai'", 60, "1m")``), ``concurrency`` how
+    many run at once (``keel.Concurrency("'ledger'", 1)``), across every
+    worker; an attempt beyond them waits for its turn, not counted as an
+    attempt.
     """
+    if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+        raise TypeError("rate_limit takes a keel.RateLimit(key, limit, per)")
+    if concurrency is not None and not isinstance(concurrency, Concurrency):
+        raise TypeError("concurrency takes a keel.Concurrency(key, limit)")
 
     def wrap(f: Callable) -> Step:
         names, hints, output = _registry.signature(f)
@@ -198,6 +236,8 @@ def step(
             backoff_factor=float(backoff_factor),
             max_backoff_ms=_registry.duration_ms(max_backoff, "max_backoff"),
             retry_budget_ms=_registry.optional_ms(retry_budget, "retry_budget"),
+            rate_limit=rate_limit.manifest() if rate_limit else None,
+            concurrency=concurrency.step_manifest(name or f.__name__) if concurrency else None,
         )
         _registry.register_step(definition)
         return Step(definition)

@@ -52,6 +52,11 @@ class WorkflowDef:
     idempotency: Optional[tuple] = None
     on_events: list = field(default_factory=list)
     timeout_ms: Optional[int] = None
+    #: ``{"key", "limit", "on_limit"}``, as the host reads it.
+    concurrency: Optional[dict] = None
+    #: ``{"cron", "tz", "every_ms", "overlap", "catchup_window_ms", "input"}``.
+    schedule: Optional[dict] = None
+    relaxed: bool = False
 
 
 @dataclass
@@ -68,6 +73,10 @@ class StepDef:
     backoff_factor: float
     max_backoff_ms: int
     retry_budget_ms: Optional[int] = None
+    #: ``{"key", "limit", "per_ms"}``, as the host reads it.
+    rate_limit: Optional[dict] = None
+    #: ``{"key", "limit"}``.
+    concurrency: Optional[dict] = None
 
 
 WORKFLOWS: dict = {}
@@ -117,14 +126,14 @@ def schemas() -> str:
         out[w.name] = {
             "input": _codec.schema(w.input_hint) if w.has_input else None,
             "output": _codec.schema(w.output_hint),
-            "schedule": None,
-            "concurrency": None,
+            "schedule": w.schedule,
+            "concurrency": w.concurrency,
             "timeout_ms": w.timeout_ms,
-            "durability": "strict",
+            "durability": "relaxed" if w.relaxed else "strict",
         }
     out["keel:steps"] = {
-        s.name: {"rate_limit": None, "concurrency": None, "retry_budget_ms": s.retry_budget_ms}
+        s.name: {"rate_limit": s.rate_limit, "concurrency": s.concurrency, "retry_budget_ms": s.retry_budget_ms}
         for s in STEPS.values()
-        if s.retry_budget_ms is not None
+        if s.rate_limit is not None or s.concurrency is not None or s.retry_budget_ms is not None
     }
     return json.dumps(out)

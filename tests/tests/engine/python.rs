@@ -555,3 +555,57 @@ async fn a_python_workflow_s_type_hints_refuse_an_input_that_does_not_fit() {
         "no run was created"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_orders_limit_per_user_and_nightly_schedule_reach_the_host() {
+    use keel_host::core::schedule::Spec;
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let (keel, _) = python_engine(&store, Some(&api), keel_tests::PYTHON_ORDER).await;
+    let path = std::path::Path::new(keel_tests::PYTHON_ORDER);
+    let bytes = std::fs::read(path).unwrap();
+    let spec = keel_host::DeploySpec {
+        name: Some("shop".into()),
+        grants: Some(keel_host::core::GrantSpec {
+            http: vec![api.addr.to_string()],
+            ..Default::default()
+        }),
+        ..keel_host::DeploySpec::default()
+    };
+    let (_, order) = keel.deploy(path, &bytes, spec).await.unwrap();
+    // The schedule `nightly_report` declares, created by the deploy.
+    let nightly = keel.schedule("shop.nightly_report").await.unwrap();
+    assert_eq!(
+        nightly.settings.spec,
+        Spec::Cron {
+            expr: "0 2 * * *".into(),
+            tz: "Europe/Berlin".into()
+        }
+    );
+    assert_eq!(nightly.settings.workflow, "nightly_report");
+    // At most four orders of one user in progress: the fifth queues.
+    let mut runs = Vec::new();
+    for i in 0..5 {
+        let input = order_input(&api, &format!("py-limit-{i}"));
+        runs.push(keel.start(&order, "process_order", &input).await.unwrap());
+    }
+    let statuses: Vec<RunStatus> = runs.iter().map(|r| r.status).collect();
+    assert_eq!(statuses[..4], [RunStatus::Pending; 4], "{statuses:?}");
+    assert_eq!(statuses[4], RunStatus::Queued, "{statuses:?}");
+    let rows = keel.limits().await.unwrap();
+    let user = rows
+        .iter()
+        .find(|r| r.workflow == "process_order" && r.key.as_deref() == Some("u-1"))
+        .unwrap_or_else(|| panic!("no group of user u-1: {rows:?}"));
+    assert_eq!(
+        (user.declared, user.in_progress, user.queued),
+        (Some(4), 4, 1)
+    );
+    let summary = keel.work(true).await.unwrap();
+    assert!(summary.undriven.is_empty(), "{summary:?}");
+    for run in &runs {
+        let run = keel.get_run(&run.run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error);
+    }
+    assert_eq!(api.charges().len(), 5, "one charge per order");
+}
