@@ -2,8 +2,8 @@
 # Checks a real `keel serve` from outside, as clients see it: schemathesis
 # fuzzes every endpoint against /openapi.json (responses must match the
 # document, no 5xx), the console test drives the web console in headless
-# Chromium, and the webhooks test sends deliveries signed by Stripe's and
-# GitHub's own libraries. The keel binary and the guests are the ones cargo
+# Chromium, the webhooks test sends deliveries signed by Stripe's and
+# GitHub's own libraries, and Prometheus's promtool lints /metrics. The keel binary and the guests are the ones cargo
 # builds from this checkout now (it rebuilds what is stale, and the guests
 # are checked against the digests their build recorded), never files an
 # earlier build left behind. Fails if any check fails or cannot run.
@@ -76,6 +76,10 @@ KEEL_URL="$url" KEEL_LOST_RUN="$lost" SCREENSHOT="${SCREENSHOT:-$work/console.pn
 
 echo "== webhooks signed by stripe and @octokit/webhooks-methods" >&2
 KEEL_URL="$url" node "$here/tests/browser/webhooks.test.mjs"
+
+echo "== promtool check metrics on /metrics, in both formats" >&2
+curl -fsS "$url/metrics" | promtool check metrics
+curl -fsS -H 'Accept: application/openmetrics-text; version=1.0.0' "$url/metrics" | grep -q '^# EOF$'
 
 echo "== schemathesis against /openapi.json" >&2
 # Every check, but as tests/schemathesis.toml says. Deploying is left out:

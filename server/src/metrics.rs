@@ -1,6 +1,6 @@
 //! `/metrics`: the engine's reports ([`Observer`]) counted in Prometheus
 //! metrics, and gauges read when scraped (runs driven here, live runs by
-//! status), in the Prometheus text format.
+//! status), in OpenMetrics or the Prometheus text format.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -228,6 +228,50 @@ impl Metrics {
     }
 }
 
+/// The Prometheus text format (0.0.4) of an OpenMetrics exposition, for
+/// the scrapers (and `promtool check metrics`) that do not ask for
+/// OpenMetrics. The samples are the same; a counter's `# HELP` and
+/// `# TYPE` lines name its `_total` samples, as the text format wants,
+/// `unknown` is `untyped`, and OpenMetrics' `# UNIT` and `# EOF` lines go.
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // A family's `# HELP`, written once its `# TYPE` says its samples' name.
+    let mut help: Option<(&str, &str)> = None;
+    let flush = |help: &mut Option<(&str, &str)>, out: &mut String, name: Option<&str>| {
+        if let Some((family, text)) = help.take() {
+            out.push_str(&format!("# HELP {} {text}\n", name.unwrap_or(family)));
+        }
+    };
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            flush(&mut help, &mut out, None);
+            help = rest.split_once(' ').or(Some((rest, "")));
+            continue;
+        }
+        if let Some((family, kind)) = line.strip_prefix("# TYPE ").and_then(|t| t.split_once(' ')) {
+            let (name, kind) = match kind {
+                "counter" => (format!("{family}_total"), "counter"),
+                "unknown" => (family.to_string(), "untyped"),
+                kind => (family.to_string(), kind),
+            };
+            let named = help
+                .is_some_and(|(f, _)| f == family)
+                .then_some(name.as_str());
+            flush(&mut help, &mut out, named);
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+            continue;
+        }
+        flush(&mut help, &mut out, None);
+        out.push_str(line);
+        out.push('\n');
+    }
+    flush(&mut help, &mut out, None);
+    out
+}
+
 impl Metrics {
     /// The workflows with a concurrency group, read at most every
     /// [`LIMITED_FOR`].
@@ -340,5 +384,45 @@ impl Observer for Metrics {
 
     fn journal_flush(&self, _entries: usize, elapsed: Duration) {
         self.flush.observe(elapsed.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prometheus_text;
+
+    #[test]
+    fn the_text_format_names_counters_by_their_samples_and_drops_openmetrics_lines() {
+        let openmetrics = "\
+# HELP keel_runs_started Runs admitted.
+# TYPE keel_runs_started counter
+keel_runs_started_total{workflow=\"w\"} 1
+# HELP keel_flush_seconds Flush time.
+# TYPE keel_flush_seconds histogram
+# UNIT keel_flush_seconds seconds
+keel_flush_seconds_sum 0.5
+keel_flush_seconds_count 1
+keel_flush_seconds_bucket{le=\"+Inf\"} 1
+# HELP keel_odd Something.
+# TYPE keel_odd unknown
+keel_odd 3
+# EOF
+";
+        assert_eq!(
+            prometheus_text(openmetrics),
+            "\
+# HELP keel_runs_started_total Runs admitted.
+# TYPE keel_runs_started_total counter
+keel_runs_started_total{workflow=\"w\"} 1
+# HELP keel_flush_seconds Flush time.
+# TYPE keel_flush_seconds histogram
+keel_flush_seconds_sum 0.5
+keel_flush_seconds_count 1
+keel_flush_seconds_bucket{le=\"+Inf\"} 1
+# HELP keel_odd Something.
+# TYPE keel_odd untyped
+keel_odd 3
+"
+        );
     }
 }

@@ -29,17 +29,36 @@ pub async fn health(
     }))
 }
 
-/// `GET /metrics`.
-pub async fn metrics(State(s): State<AppState>) -> ApiResult<Response> {
+/// `GET /metrics`: OpenMetrics to a scraper that asks for it (`Accept:
+/// application/openmetrics-text`, as Prometheus does), else the
+/// Prometheus text format that every scraper and `promtool` reads.
+pub async fn metrics(
+    State(s): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<Response> {
     let text = s.metrics.render(&s.keel).await?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response())
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    Ok(match openmetrics {
+        true => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        ),
+        false => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            crate::metrics::prometheus_text(&text),
+        ),
+    }
+    .into_response())
 }
 
 /// `GET /v1/store/stats`: what the store holds.

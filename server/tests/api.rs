@@ -802,7 +802,35 @@ async fn health_metrics_and_the_openapi_document_describe_the_server() {
         .await
         .unwrap();
     assert_eq!(metrics.status(), StatusCode::OK);
+    // The Prometheus text format unless OpenMetrics is asked for.
+    assert_eq!(
+        metrics.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
     let text = metrics.text().await.unwrap();
+    assert!(
+        text.contains("# TYPE keel_runs_started_total counter") && !text.contains("# EOF"),
+        "{text}"
+    );
+    let openmetrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        openmetrics.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let exposition = openmetrics.text().await.unwrap();
+    assert!(
+        exposition.contains("# TYPE keel_runs_started counter") && exposition.ends_with("# EOF\n"),
+        "{exposition}"
+    );
     assert!(
         text.contains("keel_runs_started_total{workflow=\"ten_steps\"} 1"),
         "{text}"
