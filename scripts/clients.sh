@@ -40,6 +40,12 @@ cmp clients/typescript/src/schema.ts "$work/schema.ts" \
 cmp clients/python/keel_client/models.py "$work/models.py" \
     || { echo "clients/python/keel_client/models.py is stale: run scripts/clients.sh generate" >&2; exit 1; }
 
+# The TypeScript client ships its compiled dist/ (so `npm install
+# ./clients/typescript` needs no compiler): it must be what tsc makes of src/.
+(cd clients/typescript && npx tsc -p . --outDir "$work/dist")
+diff -r clients/typescript/dist "$work/dist" >/dev/null \
+    || { echo "clients/typescript/dist is stale: run npm run build in clients/typescript" >&2; exit 1; }
+
 # keel and the guests, as this checkout's build makes them.
 artifacts=$(cargo build -q --workspace --bins --message-format=json)
 binary() {
@@ -112,6 +118,31 @@ wit = importlib.resources.files(keel) / "wit" / "deps" / "keel.wit"
 assert "package keel:workflow" in wit.read_text(), wit
 assert callable(keel.workflow) and callable(keel.step)
 print("the packaged Python SDK imports, with its WIT")
+PY
+)
+
+# The READMEs' install commands, as a newcomer runs them: from a fresh
+# clone of this checkout (its commits alone, no build output but what is
+# committed), each into a clean directory.
+echo "== the README install commands, from a fresh clone" >&2
+git clone -q "$here" "$work/clone"
+mkdir -p "$work/readme-ts"
+(cd "$work/readme-ts" && npm init -y >/dev/null \
+    && npm install --silent --no-audit --no-fund "$work/clone/clients/typescript" \
+    && cp "$work/ts-app/app.mjs" . && node app.mjs)
+python3 -m venv "$work/readme-py"
+"$work/readme-py/bin/pip" install -q "$work/clone/clients/python"
+(cd "$work/readme-ts" && "$work/readme-py/bin/python" - <<'PY'
+import asyncio, os
+from keel_client import AsyncKeel
+
+async def main():
+    async with AsyncKeel(os.environ["KEEL_URL"]) as client:
+        run = await client.start("ten_steps", 3)
+        assert await run.result() == 3
+        print(f"the Python client installed from a fresh clone ran {run.id}")
+
+asyncio.run(main())
 PY
 )
 

@@ -1,6 +1,7 @@
-"""Start keel workflow runs, follow them and resume their hooks."""
+"""Start keel workflow runs, follow them and their streams, resume their
+hooks and wait for their replies."""
 
-from .client import AsyncKeel, RunEvent, RunHandle
+from .client import Answer, AsyncKeel, RunEvent, RunHandle
 from .errors import (
     HookConflict,
     IdempotencyCollision,
@@ -14,6 +15,7 @@ from .errors import (
 )
 
 __all__ = [
+    "Answer",
     "AsyncKeel",
     "HookConflict",
     "IdempotencyCollision",

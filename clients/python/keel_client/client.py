@@ -1,6 +1,7 @@
 """The keel client: start runs safely (the client picks the run ID, so a
 lost answer is retried into the same run), read their results, follow their
-events, resume their hooks. Asynchronous, over httpx."""
+events and streams, resume their hooks and wait for their replies.
+Asynchronous, over httpx."""
 
 from __future__ import annotations
 
@@ -22,9 +23,21 @@ from .errors import (
     StartOutcomeUnknown,
     error_of,
 )
-from .models import HookView, JournalEntry, RunView, Scope, TokenView
+from .models import ChunkView, HookView, JournalEntry, ReplyView, RunView, Scope, StreamView, TokenView
 
-__all__ = ["AsyncKeel", "RunEvent", "RunHandle"]
+__all__ = ["Answer", "AsyncKeel", "RunEvent", "RunHandle"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A payload delivered by `AsyncKeel.ask` and the workflow's reply."""
+
+    #: The run the payload went to, as it was when the answer came.
+    run: RunView
+    #: The payload's ID: `AsyncKeel.reply(token, payload_id)` reads the reply later.
+    payload_id: str
+    #: The workflow's reply, if it came within the wait (else None).
+    reply: Any = None
 
 
 @dataclass(frozen=True)
@@ -150,13 +163,43 @@ class AsyncKeel:
         *,
         payload_id: str | None = None,
         wait_ms: int | None = None,
+        wait_reply_ms: int | None = None,
     ) -> RunView:
         """Delivers `payload` to the hook holding `token`. With
-        `payload_id`, a retry is delivered once."""
-        params = {"payload_id": payload_id, "wait_ms": wait_ms}
+        `payload_id`, a retry is delivered once (even once the run has
+        ended). With `wait_reply_ms`, the answer carries the workflow's
+        `reply` to it if one came within that long."""
+        params = {"payload_id": payload_id, "wait_ms": wait_ms, "wait_reply_ms": wait_reply_ms}
         return await self.request(
             "POST", f"/v1/hooks/{_segment(token)}/resume", payload, params=params
         )
+
+    async def ask(
+        self,
+        token: str,
+        payload: Any,
+        *,
+        payload_id: str | None = None,
+        wait_ms: int = 30_000,
+    ) -> Answer:
+        """Request and reply: delivers `payload` to the hook holding `token`
+        under a payload ID (chosen if not given, so a retry with the same ID
+        is delivered once) and waits up to `wait_ms` for the workflow's
+        reply. `reply` is None if none came yet: read it later with
+        `reply(token, payload_id)`, or ask again with the same ID."""
+        payload_id = payload_id or str(uuid.uuid4())
+        run = await self.resume(
+            token, payload, payload_id=payload_id, wait_reply_ms=min(wait_ms, 60_000)
+        )
+        return Answer(run=run, payload_id=payload_id, reply=run.get("reply"))
+
+    async def reply(self, token: str, payload_id: str, *, wait_ms: int | None = None) -> ReplyView:
+        """The workflow's reply to the payload of ID `payload_id` delivered
+        to `token`, waiting up to `wait_ms` for it (`reply` None until it
+        comes)."""
+        params = {"wait_ms": None if wait_ms is None else min(wait_ms, 60_000)}
+        path = f"/v1/hooks/{_segment(token)}/replies/{_segment(payload_id)}"
+        return await self.request("GET", path, params=params)
 
     async def create_token(self, scope: Scope, *, ttl_ms: int | None = None) -> TokenView:
         """Mints a scoped token (needs the server's own token)."""
@@ -230,26 +273,70 @@ class RunHandle:
         """The run's journal entries (those written already first) and its
         record whenever it changes, as server-sent events, until it ends."""
         path = f"/v1/runs/{_segment(self.id)}/events"
-        headers = {"accept": "text/event-stream"}
-        async with self._keel._http.stream("GET", path, headers=headers, timeout=None) as response:
-            if response.status_code != 200:
-                await response.aread()
-                _answer(response)
-            event, data = "message", []
-            async for line in response.aiter_lines():
-                if line == "":
-                    if data:
-                        yield _run_event(event, "\n".join(data), self.id)
-                    event, data = "message", []
-                elif line.startswith(":"):
-                    continue
-                else:
-                    field, _, value = line.partition(":")
-                    value = value[1:] if value.startswith(" ") else value
-                    if field == "event":
-                        event = value
-                    elif field == "data":
-                        data.append(value)
+        async for event, data in _server_sent_events(self._keel._http, path, None):
+            yield _run_event(event, data, self.id)
+
+    async def streams(self) -> list[StreamView]:
+        """The streams the run wrote."""
+        listed = await self._keel.request("GET", f"/v1/runs/{_segment(self.id)}/streams")
+        return listed["streams"]
+
+    async def stream(
+        self, name: str, *, start: int = 0, reconnects: int | None = None
+    ) -> AsyncIterator[ChunkView]:
+        """The chunks of the run's stream `name` from index `start`, as they
+        are written, until the stream is closed (its last chunk is the
+        `closed` one) or the run ends. A connection that breaks is opened
+        again after the last chunk received (up to `reconnects` times in a
+        row, the client's retries by default): no chunk is missed or given
+        twice. A `restart` chunk drops its step's earlier attempts' chunks."""
+        keel = self._keel
+        reconnects = keel._retries if reconnects is None else reconnects
+        path = f"/v1/runs/{_segment(self.id)}/streams/{_segment(name)}"
+        next_index, broken = start, 0
+        while True:
+            try:
+                async for event, data in _server_sent_events(keel._http, path, {"from": next_index}):
+                    if event == "error":
+                        raise KeelError("internal", data, 0, {"run_id": self.id})
+                    chunk = json.loads(data)
+                    next_index, broken = chunk["index"] + 1, 0
+                    yield chunk
+                    if chunk["kind"] == "closed":
+                        return
+                return  # the server ended the stream: the run has ended
+            except httpx.TransportError:
+                broken += 1
+                if broken > reconnects:
+                    raise
+                await asyncio.sleep(keel._retry_delay_s * 2 ** (broken - 1))
+
+
+async def _server_sent_events(
+    http: httpx.AsyncClient, path: str, params: Mapping[str, Any] | None
+) -> AsyncIterator[tuple[str, str]]:
+    """The `(event, data)` of a `text/event-stream` answer to `GET path`;
+    an error answer raises its `KeelError`."""
+    headers = {"accept": "text/event-stream"}
+    async with http.stream("GET", path, params=params, headers=headers, timeout=None) as response:
+        if response.status_code != 200:
+            await response.aread()
+            _answer(response)
+        event, data = "message", []
+        async for line in response.aiter_lines():
+            if line == "":
+                if data:
+                    yield event, "\n".join(data)
+                event, data = "message", []
+            elif line.startswith(":"):
+                continue
+            else:
+                field, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field == "event":
+                    event = value
+                elif field == "data":
+                    data.append(value)
 
 
 def _run_event(event: str, data: str, run_id: str) -> RunEvent:

@@ -48,6 +48,44 @@ class LosingTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+class CutStream(httpx.AsyncByteStream):
+    """The body of a stream, broken off after its first event."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+
+    async def __aiter__(self):
+        text = b""
+        async for data in self.response.aiter_raw():
+            text += data
+            end = text.find(b"\n\n")
+            if end >= 0:
+                yield text[: end + 2]
+                raise httpx.ReadError("the connection broke mid-stream")
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
+class CuttingTransport(httpx.AsyncBaseTransport):
+    """Sends every request to the server, but breaks the first stream it
+    reads right after its first event."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.cut = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if self.cut == 0 and "/streams/" in request.url.path:
+            self.cut += 1
+            return httpx.Response(response.status_code, headers=response.headers, stream=CutStream(response))
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class ClientTest(unittest.IsolatedAsyncioTestCase):
     async def asyncSetUp(self) -> None:
         self.keel = AsyncKeel(URL)
@@ -142,6 +180,44 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await self.keel.run(run.id).result(), 1)
         listed = await self.keel.request("GET", "/v1/runs", params={"attr": f"tag={tag}"})
         self.assertEqual([r["run_id"] for r in listed["runs"]], [run.id])
+
+    async def test_a_stream_is_read_as_written_each_chunk_once_across_a_broken_connection(self):
+        token = f"go:py-{unique()}"
+        run = await self.keel.start(
+            "streamer", {"count": 5, "pause_at": 2, "token": token}, wait_ms=10_000, return_on_wait=True
+        )
+        self.assertEqual(run.started["status"], "waiting", "it paused on its hook after two chunks")
+        transport = CuttingTransport()
+        seen = []
+        async with AsyncKeel(URL, transport=transport, retry_delay_s=0.01) as client:
+            async for chunk in client.run(run.id).stream("progress"):
+                seen.append(chunk)
+                if chunk["index"] == 1:
+                    # The rest is written only now, while the reader follows.
+                    await self.keel.resume(token, "go")
+        self.assertEqual(transport.cut, 1, "the first connection broke after its first chunk")
+        self.assertEqual([c["index"] for c in seen], [0, 1, 2, 3, 4, 5])
+        self.assertEqual([c["value"] for c in seen[:5]], [{"i": i} for i in range(5)])
+        self.assertEqual(seen[5]["kind"], "closed")
+        self.assertEqual(await run.result(), 5)
+        [stream] = await run.streams()
+        self.assertEqual((stream["name"], stream["closed"]), ("progress", True))
+        tail = [c["index"] async for c in run.stream("progress", start=4)]
+        self.assertEqual(tail, [4, 5])
+
+    async def test_a_hook_answers_a_request_with_the_reply_each_payload_id_delivered_once(self):
+        token = f"ask:py-{unique()}"
+        run = await self.keel.start("replier", token, wait_ms=10_000, return_on_wait=True)
+        first = await self.keel.ask(token, {"q": "weather?"}, wait_ms=10_000)
+        self.assertEqual(first.reply, {"echo": {"q": "weather?"}, "n": 1})
+        self.assertEqual(first.run["run_id"], run.id)
+        again = await self.keel.ask(token, {"q": "weather?"}, payload_id=first.payload_id, wait_ms=10_000)
+        self.assertEqual(again.reply, first.reply, "a retry of the same payload ID is answered, not delivered again")
+        later = await self.keel.reply(token, first.payload_id)
+        self.assertEqual((later["reply"], later["run_id"]), (first.reply, run.id))
+        stop = await self.keel.ask(token, "stop", wait_ms=10_000)
+        self.assertEqual(stop.reply, {"echo": "stop", "n": 2})
+        self.assertEqual(await run.result(), 2)
 
     async def test_a_scoped_token_reads_its_run_and_nothing_else(self):
         run = await self.keel.start("ten_steps", 1)

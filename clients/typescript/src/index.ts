@@ -1,6 +1,6 @@
 // The keel client: start runs safely (the client picks the run ID, so a
 // lost answer is retried into the same run), read their results, follow
-// their events, resume their hooks. Types come from the server's OpenAPI
+// their events and streams, resume their hooks and wait for replies. Types come from the server's OpenAPI
 // document (`schema.ts`, generated); errors are classes by kind.
 
 import type { components } from "./schema.js";
@@ -18,6 +18,22 @@ export type Problem = Schemas["Problem"];
 export type Scope = Schemas["Scope"];
 /** A scoped token and what it grants. */
 export type ScopedToken = Schemas["TokenView"];
+/** A stream a run wrote: its name, chunks, whether closed. */
+export type StreamInfo = Schemas["StreamView"];
+/** A chunk of a run's stream (`data`, `restart` or `closed`). */
+export type Chunk = Schemas["ChunkView"];
+/** The workflow's reply to a payload delivered with an ID. */
+export type HookReply = Schemas["ReplyView"];
+
+/** A payload delivered by `hooks.ask` and the workflow's reply to it. */
+export interface Answer {
+  /** The run the payload went to, as it was when the answer came. */
+  run: Run;
+  /** The payload's ID: `hooks.reply(token, payloadId)` reads the reply later. */
+  payloadId: string;
+  /** The workflow's reply, if it came within the wait. */
+  reply?: unknown;
+}
 
 /** An error the server answered with: its kind, message and IDs. */
 export class KeelError extends Error {
@@ -247,25 +263,74 @@ export class Keel {
     return new RunHandle(this, runId);
   }
 
-  /** Hooks: read one, resume one. */
+  /** Hooks: read one, resume one, ask one and read its replies. */
   readonly hooks = {
     /** The hook holding `token`. */
     get: (token: string): Promise<Hook> =>
       this.request("GET", `/v1/hooks/${encodeURIComponent(token)}`) as Promise<Hook>,
     /**
      * Delivers `payload` to the hook holding `token`. With `payloadId`, a
-     * retry is delivered once (safe to send again after a lost answer).
+     * retry is delivered once (safe to send again after a lost answer,
+     * even once the run has ended). With `waitReplyMs`, the answer carries
+     * the workflow's `reply` to it if one came within that long.
      */
-    resume: (token: string, payload: unknown, options: { payloadId?: string; waitMs?: number } = {}) =>
+    resume: (
+      token: string,
+      payload: unknown,
+      options: { payloadId?: string; waitMs?: number; waitReplyMs?: number } = {},
+    ) =>
       this.request(
         "POST",
         `/v1/hooks/${encodeURIComponent(token)}/resume${query({
           payload_id: options.payloadId,
           wait_ms: options.waitMs,
+          wait_reply_ms: options.waitReplyMs,
         })}`,
         payload,
       ) as Promise<Run>,
+    /**
+     * Request and reply: delivers `payload` to the hook holding `token`
+     * under a payload ID (chosen if not given, so a retry with the same ID
+     * is delivered once) and waits up to `waitMs` (30 s) for the
+     * workflow's reply. `reply` is undefined if none came yet: read it
+     * later with `hooks.reply(token, payloadId)`, or ask again with the
+     * same `payloadId` (delivered once).
+     */
+    ask: async (
+      token: string,
+      payload: unknown,
+      options: { payloadId?: string; waitMs?: number } = {},
+    ): Promise<Answer> => {
+      const payloadId = options.payloadId ?? crypto.randomUUID();
+      const run = await this.hooks.resume(token, payload, {
+        payloadId,
+        waitReplyMs: Math.min(options.waitMs ?? 30_000, 60_000),
+      });
+      return { run, payloadId, reply: run.reply ?? undefined };
+    },
+    /**
+     * The workflow's reply to the payload of ID `payloadId` delivered to
+     * `token`, waiting up to `waitMs` for it (`reply` undefined until it
+     * comes).
+     */
+    reply: (token: string, payloadId: string, options: { waitMs?: number } = {}): Promise<HookReply> =>
+      this.request(
+        "GET",
+        `/v1/hooks/${encodeURIComponent(token)}/replies/${encodeURIComponent(payloadId)}${query({
+          wait_ms: options.waitMs === undefined ? undefined : Math.min(options.waitMs, 60_000),
+        })}`,
+      ) as Promise<HookReply>,
   };
+
+  /** The pause before the first retry, doubled after each. */
+  get retryDelayMs(): number {
+    return this.#retryDelayMs;
+  }
+
+  /** How many times a broken request is sent again. */
+  get retries(): number {
+    return this.#retries;
+  }
 
   /** Mints a scoped token (needs the server's own token). */
   createToken(scope: Scope, options: { ttlMs?: number } = {}): Promise<ScopedToken> {
@@ -284,8 +349,14 @@ export class Keel {
   }
 
   /** The raw response to a request (for streams). */
-  async send(method: string, path: string, body?: unknown, accept = "application/json"): Promise<Response> {
-    const headers: Record<string, string> = { accept };
+  async send(
+    method: string,
+    path: string,
+    body?: unknown,
+    accept = "application/json",
+    extra: Record<string, string> = {},
+  ): Promise<Response> {
+    const headers: Record<string, string> = { accept, ...extra };
     if (this.#token) {
       headers.authorization = `Bearer ${this.#token}`;
     }
@@ -354,6 +425,59 @@ export class RunHandle {
       "POST",
       `/v1/runs/${encodeURIComponent(this.id)}/cancel${query({ reason: options.reason, force: options.force })}`,
     ) as Promise<Run>;
+  }
+
+  /** The streams the run wrote. */
+  async streams(): Promise<StreamInfo[]> {
+    const list = (await this.keel.request("GET", `/v1/runs/${encodeURIComponent(this.id)}/streams`)) as {
+      streams: StreamInfo[];
+    };
+    return list.streams;
+  }
+
+  /**
+   * The chunks of the run's stream `name` from index `from` (0), as they
+   * are written, until the stream is closed (its last chunk is the
+   * `closed` one) or the run ends. A connection that breaks is opened
+   * again after the last chunk received (up to `reconnects` times in a
+   * row, the client's retries by default): no chunk is missed or given
+   * twice. A `restart` chunk drops the chunks of its step's earlier
+   * attempts.
+   */
+  async *stream(name: string, options: { from?: number; reconnects?: number } = {}): AsyncGenerator<Chunk> {
+    let next = options.from ?? 0;
+    const reconnects = options.reconnects ?? this.keel.retries;
+    let broken = 0;
+    const path = `/v1/runs/${encodeURIComponent(this.id)}/streams/${encodeURIComponent(name)}`;
+    for (;;) {
+      let response: Response;
+      try {
+        response = await this.keel.send("GET", `${path}${query({ from: next })}`, undefined, "text/event-stream");
+      } catch (e) {
+        if (++broken > reconnects) throw e;
+        await sleep(this.keel.retryDelayMs * 2 ** (broken - 1));
+        continue;
+      }
+      if (!response.ok || !response.body) {
+        throw errorOf(response.status, await response.json().catch(() => undefined));
+      }
+      try {
+        for await (const { event, data } of serverSentEvents(response.body)) {
+          if (event === "error") {
+            throw new KeelError("internal", data, 0, { run_id: this.id });
+          }
+          const chunk = JSON.parse(data) as Chunk;
+          next = chunk.index + 1;
+          broken = 0;
+          yield chunk;
+          if (chunk.kind === "closed") return;
+        }
+        return; // the server ended the stream: the run has ended
+      } catch (e) {
+        if (e instanceof KeelError || ++broken > reconnects) throw e;
+        await sleep(this.keel.retryDelayMs * 2 ** (broken - 1));
+      }
+    }
   }
 
   /**

@@ -153,6 +153,92 @@ test("a start whose answer is lost is retried into exactly one run", async () =>
   }
 });
 
+/**
+ * A proxy to the server that cuts the first stream it forwards right
+ * after its first event: the reader's connection breaks mid-stream.
+ */
+async function cuttingProxy() {
+  let cut = 0;
+  const target = new URL(url);
+  const server = http.createServer((req, res) => {
+    const forward = http.request(
+      { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
+      (answer) => {
+        res.writeHead(answer.statusCode, answer.headers);
+        if (cut === 0 && req.url.includes("/streams/")) {
+          let text = "";
+          answer.on("data", (data) => {
+            text += data;
+            const end = text.indexOf("\n\n");
+            if (end >= 0 && cut === 0) {
+              cut += 1;
+              res.write(text.slice(0, end + 2));
+              answer.destroy();
+              req.socket.destroy();
+            }
+          });
+          return;
+        }
+        answer.pipe(res);
+      },
+    );
+    req.pipe(forward);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { url: `http://127.0.0.1:${server.address().port}`, close: () => server.close(), cut: () => cut };
+}
+
+test("a stream is read as it is written, each chunk once across a broken connection", async () => {
+  const token = `go:ts-${unique()}`;
+  const run = await keel.start("streamer", { count: 5, pause_at: 2, token }, { waitMs: 10_000, returnOnWait: true });
+  assert.equal(run.started.status, "waiting", "it paused on its hook after two chunks");
+  const proxy = await cuttingProxy();
+  try {
+    const client = new Keel({ url: proxy.url, retryDelayMs: 10 });
+    const seen = [];
+    const reading = (async () => {
+      for await (const chunk of client.run(run.id).stream("progress")) {
+        seen.push(chunk);
+        if (chunk.index === 1) {
+          // The rest is written only now, while the reader follows.
+          await keel.hooks.resume(token, "go");
+        }
+      }
+    })();
+    await reading;
+    assert.equal(proxy.cut(), 1, "the first connection broke after its first chunk");
+    assert.deepEqual(seen.map((c) => c.index), [0, 1, 2, 3, 4, 5]);
+    assert.deepEqual(seen.slice(0, 5).map((c) => c.value), [0, 1, 2, 3, 4].map((i) => ({ i })));
+    assert.equal(seen[5].kind, "closed");
+  } finally {
+    proxy.close();
+  }
+  assert.equal(await run.result(), 5);
+  const [stream] = await run.streams();
+  assert.equal(stream.name, "progress");
+  assert.equal(stream.closed, true);
+  // Read again from anywhere, after the run ended.
+  const tail = [];
+  for await (const chunk of run.stream("progress", { from: 4 })) tail.push(chunk.index);
+  assert.deepEqual(tail, [4, 5]);
+});
+
+test("a hook answers a request with the workflow's reply, each payload ID delivered once", async () => {
+  const token = `ask:ts-${unique()}`;
+  const run = await keel.start("replier", token, { waitMs: 10_000, returnOnWait: true });
+  const first = await keel.hooks.ask(token, { q: "weather?" }, { waitMs: 10_000 });
+  assert.deepEqual(first.reply, { echo: { q: "weather?" }, n: 1 });
+  assert.equal(first.run.run_id, run.id);
+  const again = await keel.hooks.ask(token, { q: "weather?" }, { payloadId: first.payloadId, waitMs: 10_000 });
+  assert.deepEqual(again.reply, first.reply, "a retry of the same payload ID is answered, not delivered again");
+  const later = await keel.hooks.reply(token, first.payloadId);
+  assert.deepEqual(later.reply, first.reply);
+  assert.equal(later.run_id, run.id);
+  const stop = await keel.hooks.ask(token, "stop", { waitMs: 10_000 });
+  assert.deepEqual(stop.reply, { echo: "stop", n: 2 });
+  assert.equal(await run.result(), 2);
+});
+
 test("a scoped token reads its run and nothing else", async () => {
   const run = await keel.start("ten_steps", 1);
   await run.result();
