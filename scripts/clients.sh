@@ -129,7 +129,8 @@ git clone -q "$here" "$work/clone"
 mkdir -p "$work/readme-ts"
 (cd "$work/readme-ts" && npm init -y >/dev/null \
     && npm install --silent --no-audit --no-fund "$work/clone/clients/typescript" \
-    && cp "$work/ts-app/app.mjs" . && node app.mjs)
+    && sed 's/the packaged TypeScript client/the TypeScript client installed from a fresh clone/' \
+        "$work/ts-app/app.mjs" >app.mjs && node app.mjs)
 python3 -m venv "$work/readme-py"
 "$work/readme-py/bin/pip" install -q "$work/clone/clients/python"
 (cd "$work/readme-ts" && "$work/readme-py/bin/python" - <<'PY'
