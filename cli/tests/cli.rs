@@ -1400,6 +1400,21 @@ fn crashtest_names_a_compensation_that_is_not_idempotent() {
 }
 
 #[test]
+fn a_run_asleep_under_the_park_limit_is_waiting_on_its_timer() {
+    let db = tempfile::tempdir().unwrap();
+    // 30 s: kept in memory rather than parked, and still waiting, at once.
+    let (_, napping) = keel(
+        db.path(),
+        &["run", keel_tests::TESTBED, "sleeper", "--input", "30000"],
+    );
+    assert_eq!(napping["status"], "waiting", "{napping}");
+    assert_eq!(napping["waiting_on"][0]["kind"], "timer", "{napping}");
+    let napping_id = napping["run_id"].as_str().unwrap();
+    let (_, read) = keel(db.path(), &["runs", "get", napping_id]);
+    assert_eq!(read["status"], "waiting", "{read}");
+}
+
+#[test]
 fn runs_are_deleted_archived_purged_and_counted_from_the_cli() {
     let db = tempfile::tempdir().unwrap();
     let archive = db.path().join("archive");

@@ -74,6 +74,14 @@ try {
   const retriedJournal = await api(`/v1/runs/${failed.run_id}/journal`);
   assert.ok(retriedJournal.some((e) => e.kind === "run_retried"), "the retry is journaled");
 
+  // A run asleep for 30 s (under the park limit, kept in memory) is
+  // waiting, on a timer, not running.
+  const asleep = await api("/v1/workflows/sleeper/runs", { input: 30000, wait_ms: 10000, return_on_wait: true });
+  assert.equal(asleep.status, "waiting");
+  await page.goto(`${base}/#/runs/${asleep.run_id}`);
+  await page.locator("h1 [data-testid=status]", { hasText: "waiting" }).waitFor();
+  await page.locator("[data-testid=waiting-on]", { hasText: "a timer due" }).waitFor();
+
   // A run waiting for a hook is cancelled from its page.
   const waiting = await api("/v1/workflows/order_updates/runs", {
     input: { order_id: "browser-1", note: "placed" }, hook: { token: "order:browser-1" }, wait_ms: 10000, return_on_wait: true,
