@@ -58,7 +58,7 @@ impl StartSpec {
         let input = text_arg("--input", &start.input)?;
         let input: Value =
             serde_json::from_str(&input).map_err(|e| keel_host::Error::InvalidInput {
-                reason: format!("--input is not valid JSON: {e}. Pass a JSON value"),
+                reason: format!("the input is not valid JSON: {e}"),
             })?;
         Ok(StartSpec {
             component,

@@ -9,7 +9,6 @@
 
 mod steps;
 
-use keel_sdk::http::{Body, Client, Request};
 use keel_sdk::{Error, Saga, StepError, step, workflow};
 use steps::{Order, Receipt, charge_user, reserve_inventory};
 
@@ -41,26 +40,15 @@ async fn process_order(order: Order) -> Result<Receipt, Error> {
 /// is its `Idempotency-Key`, so a retried refund is refunded once.
 #[step(max_retries = 5, initial_backoff = "100ms")]
 async fn refund_charge(order: Order, charge_id: String) -> Result<(), StepError> {
-    let meta = keel_sdk::step_metadata();
-    let url = match order.payment_url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/refund"),
-        None => return Err(StepError::fatal("the payment URL has no path")),
+    let Some((base, _)) = order.payment_url.rsplit_once('/') else {
+        return Err(StepError::fatal("the payment URL has no path"));
     };
     let body = serde_json::json!({"charge_id": charge_id, "order_id": order.order_id});
-    let request = Request::post(&url)
-        .header("Idempotency-Key", &meta.step_id)
-        .header("Content-Type", "application/json")
-        .body(Body::from(body.to_string()))
-        .map_err(StepError::fatal)?;
-    let response = Client::new()
-        .send(request)
-        .await
-        .map_err(StepError::retryable)?;
-    match response.status() {
-        s if s.is_success() => Ok(()),
-        s if s.is_server_error() => Err(StepError::retryable(format!("refund answered {s}"))),
-        s => Err(StepError::fatal(format!("refund refused ({s})"))),
-    }
+    keel_sdk::http::post(&format!("{base}/refund"))
+        .send(&body)
+        .await?
+        .ok()?;
+    Ok(())
 }
 
 /// Releases a reservation.
