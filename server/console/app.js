@@ -312,8 +312,10 @@ function payloads(journal, hook) {
   return journal.filter((e) => e.kind === "hook_received" && waits.has(e.command));
 }
 
-// What a stream shows: its data in order (a string as is, anything else
-// as a JSON line); a restart drops what the step's earlier attempts wrote.
+// What a stream shows: each chunk on a line of its own (a string as is,
+// anything else as JSON), except a chunk that is a `{"token": "..."}`,
+// which continues the text of the tokens before it, as a model's output
+// does; a restart drops what the step's earlier attempts wrote.
 function streamText(chunks) {
   const kept = [];
   for (const c of chunks) {
@@ -321,10 +323,29 @@ function streamText(chunks) {
       for (let i = kept.length - 1; i >= 0; i--) {
         if (kept[i].step_id === c.step_id && kept[i].attempt < c.attempt) kept.splice(i, 1);
       }
-      kept.push({ ...c, note: `[step ${c.step_id} restarted: attempt ${c.attempt}]\n` });
+      kept.push({ ...c, note: `[step ${c.step_id} restarted: attempt ${c.attempt}]` });
     } else if (c.kind === "data") kept.push(c);
   }
-  return kept.map((c) => c.note ?? (typeof c.value === "string" ? c.value : JSON.stringify(c.value) + "\n")).join("");
+  let text = "";
+  let flowing = false;
+  for (const c of kept) {
+    const token = c.value !== null && typeof c.value === "object" && typeof c.value.token === "string" ? c.value.token : null;
+    if (token !== null && !c.note) {
+      text += token;
+      flowing = true;
+      continue;
+    }
+    const line = c.note ?? (typeof c.value === "string" ? c.value : JSON.stringify(c.value));
+    text += `${flowing ? "\n" : ""}${line}\n`;
+    flowing = false;
+  }
+  return text;
+}
+
+// The workflow's replies to a hook's payloads, by the `hook_next` command
+// each answers.
+function replies(journal) {
+  return new Map(journal.filter((e) => e.kind === "hook_replied").map((e) => [e.request, e]));
 }
 
 function runPage(runId) {
@@ -436,6 +457,7 @@ function runPage(runId) {
       return `<div class="bar"><span class="${esc(row.status)}" style="left:${left.toFixed(2)}%;width:${Math.max(width, 0.5).toFixed(2)}%"></span></div>`;
     };
     const hooks = d.timeline.filter((row) => row.kind === "hook");
+    const answered = replies(d.journal);
     const children = d.timeline.filter((row) => row.kind === "child" || row.kind === "await_run");
     main.innerHTML = `
       <div class="toolbar"><a href="#/runs">← Runs</a></div>
@@ -477,7 +499,7 @@ function runPage(runId) {
       </tr>`).join("")}</tbody></table>`}
       ${hooks.length ? `<h2>Hooks</h2><table data-testid="hooks"><thead><tr><th>Token</th><th>Status</th><th>Created</th><th>Payloads, in order</th></tr></thead><tbody>
         ${hooks.map((h) => `<tr><td class="mono">${esc(h.name)}</td><td>${badge(h.status === "completed" ? "closed" : h.status)}</td><td>+${duration(h.started_at_ms - r.created_at_ms)}</td>
-          <td class="mono">${payloads(d.journal, h.command).map((p) => `<div>${esc(time(p.at_ms))} · ${esc(p.payload)}</div>`).join("") || '<span class="muted">none yet</span>'}${h.error ? `<div class="error wrap">${esc(h.error)}</div>` : ""}</td></tr>`).join("")}</tbody></table>` : ""}
+          <td class="mono">${payloads(d.journal, h.command).map((p) => `<div>${esc(time(p.at_ms))} · ${esc(p.payload)}${answered.has(p.command) ? ` <span class="muted">→ replied</span> <span data-testid="hook-reply">${esc(answered.get(p.command).reply)}</span>` : ""}</div>`).join("") || '<span class="muted">none yet</span>'}${h.error ? `<div class="error wrap">${esc(h.error)}</div>` : ""}</td></tr>`).join("")}</tbody></table>` : ""}
       ${!ended(r.status) && (r.waiting_on || []).some((w) => w.kind === "hook") ? `<div class="card" data-testid="resume-form"><strong>Resume a hook</strong>
         <p><select data-testid="resume-token">${r.waiting_on.filter((w) => w.kind === "hook").map((w) => `<option>${esc(w.token)}</option>`).join("")}</select></p>
         <details data-testid="resume-schema"><summary class="muted">payload type</summary><pre class="wrap"></pre></details>

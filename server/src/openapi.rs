@@ -174,7 +174,7 @@ pub fn document() -> Value {
             "operationId": "metrics",
             "summary": "Prometheus metrics: runs started and ended, step attempts, journal flush latency, live runs",
             "responses": {
-                "200": {"description": "Metrics in the Prometheus text format", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}},
+                "200": {"description": "Metrics in the Prometheus text format, or OpenMetrics when the Accept header asks for it", "content": {"text/plain": {"schema": {"type": "string"}}, "application/openmetrics-text": {"schema": {"type": "string"}}}},
                 "401": {"description": reason("401"), "content": {"application/json": {"schema": error}}},
                 "default": {"description": "An error", "content": {"application/json": {"schema": error}}}
             }}},

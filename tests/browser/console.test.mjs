@@ -117,7 +117,8 @@ try {
   await page.locator('[data-testid=stream-state][data-stream="tokens"]', { hasText: "closed" }).waitFor();
   const text = await tokens.innerText();
   assert.match(text, /restarted: attempt 2/);
-  assert.match(text, /a2-0a2-1a2-2/);
+  // Each chunk on a line of its own.
+  assert.match(text, /a2-0\na2-1\na2-2/);
   // The marker names the step by its ID, which holds the run ID: leave
   // it out, or a run ID with `a1-` in it would look like a dropped chunk.
   const written = text.replace(/\[step [^\]]* restarted: attempt \d+\]/g, "");
@@ -143,6 +144,23 @@ try {
   // The page follows the stream as the run writes the rest, to its close.
   await progress.filter({ hasText: '{"i":5}' }).waitFor();
   await page.locator('[data-testid=stream-state][data-stream="progress"]', { hasText: "closed" }).waitFor();
+  assert.match(await progress.innerText(), /\{"i":4\}\n\{"i":5\}/, "one chunk a line");
+  // Chunks that say they are tokens flow as one text.
+  const told = await api("/v1/workflows/streamer/runs", { input: { count: 3, tokens: true }, wait_ms: 10000 });
+  assert.equal(told.status, "completed");
+  await page.goto(`${base}/#/runs/${told.run_id}`);
+  await page.locator('[data-testid=stream-state][data-stream="progress"]', { hasText: "closed" }).waitFor();
+  assert.equal((await page.locator('[data-testid=stream][data-stream="progress"]').innerText()).trim(), "t0 t1 t2");
+
+  // A hook's payloads show with the workflow's replies to them.
+  const replying = await api("/v1/workflows/replier/runs", { input: "ask:browser", wait_ms: 10000, return_on_wait: true });
+  assert.equal(replying.status, "waiting");
+  const answer = await api("/v1/hooks/ask:browser/resume?payload_id=q-1&wait_reply_ms=10000", { q: "weather?" });
+  assert.deepEqual(answer.reply, { echo: { q: "weather?" }, n: 1 });
+  await page.goto(`${base}/#/runs/${replying.run_id}`);
+  const reply = page.locator("[data-testid=hooks] [data-testid=hook-reply]");
+  await reply.waitFor();
+  assert.equal(await reply.innerText(), '{"echo":{"q":"weather?"},"n":1}');
 
   // A run's children as a tree, with links both ways: `start_order` ends
   // at once and its child, closed by `abandon`, waits on its hook.

@@ -2078,13 +2078,14 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Metrics in the Prometheus text format */
+            /** @description Metrics in the Prometheus text format, or OpenMetrics when the Accept header asks for it */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/openmetrics-text": string;
+                    "text/plain": string;
                 };
             };
             /** @description A token is required and was missing, wrong or expired (kind `unauthorized`) */

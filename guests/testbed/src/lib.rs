@@ -808,6 +808,10 @@ struct StreamPlan {
     /// without one, runs a step: the run's journal is written between).
     pause_at: Option<u32>,
     token: Option<String>,
+    /// Write `{"token": "t{i} "}` (a model's output, token by token)
+    /// instead of `{"i": i}`.
+    #[serde(default)]
+    tokens: bool,
 }
 
 /// Writes `count` chunks `{"i": i}` to stream `progress` from the workflow
@@ -827,7 +831,10 @@ async fn streamer(plan: StreamPlan) -> Result<u32, Error> {
                 }
             }
         }
-        progress.write(&json!({ "i": i }))?;
+        match plan.tokens {
+            true => progress.write(&json!({ "token": format!("t{i} ") }))?,
+            false => progress.write(&json!({ "i": i }))?,
+        }
     }
     progress.close()?;
     // A closed stream refuses further writes.
