@@ -43,8 +43,9 @@ done <<<"$GUEST_PATHS"
 trap 'rm -rf "$work"' EXIT
 # A run whose worker is killed in the middle of a step: the server takes it
 # over once the dead worker's lease has expired, and the console shows the
-# attempt the loss cost (KEEL_LOST_RUN).
-lost=$("$KEEL" "${store[@]}" start --detach --json testbed concurrent --input '[3000]' \
+# attempt the loss cost (KEEL_LOST_RUN). The step spins on its first
+# attempt (however long the kill takes to come) and succeeds on the next.
+lost=$("$KEEL" "${store[@]}" start --detach --json testbed spinning_step \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 "$KEEL" "${store[@]}" worker --lease-ttl 1 >"$work/worker.log" 2>&1 &
 worker=$!

@@ -364,6 +364,7 @@ try {
   assert.ok(lostRun, "set KEEL_LOST_RUN to the run whose worker was killed");
   const ended = await api(`/v1/runs/${lostRun}/result?wait_ms=30000`);
   assert.equal(ended.status, "completed");
+  assert.equal(ended.output, 2, "the step completed on its second attempt");
   await page.goto(`${base}/#/runs/${lostRun}`);
   const lostAttempts = page.locator("[data-testid=timeline-row][data-kind=step] [data-testid=attempts]");
   await lostAttempts.locator("summary").click();
