@@ -52,13 +52,19 @@ pub(crate) fn json_arg(
     flag: &str,
     value: &Option<String>,
 ) -> Result<Option<Value>, keel_host::Error> {
-    value
-        .as_deref()
-        .map(serde_json::from_str)
-        .transpose()
-        .map_err(|e| keel_host::Error::InvalidInput {
-            reason: format!("{flag}: {e}"),
-        })
+    value.as_deref().map(|v| parse_json(flag, v)).transpose()
+}
+
+/// A JSON argument given as [`text_arg`] takes it, parsed.
+pub(crate) fn json_text_arg(flag: &str, value: &str) -> anyhow::Result<Value> {
+    Ok(parse_json(flag, &text_arg(flag, value)?)?)
+}
+
+/// `text` parsed as JSON; an error names the flag it came from.
+fn parse_json(flag: &str, text: &str) -> Result<Value, keel_host::Error> {
+    serde_json::from_str(text).map_err(|e| keel_host::Error::InvalidInput {
+        reason: format!("{flag}: {e}"),
+    })
 }
 
 /// The filter the listing flags select; `--since` counts back from now.

@@ -11,20 +11,12 @@ use keel_server::wire::{
     EventList, EventView, HookList, HookView, ReplyView, RunView, TokenRequest, TokenView,
     WebhookList, WebhookRequest, WebhookView,
 };
-use serde_json::Value;
 
 use crate::args::{Cli, EventsCommand, HooksCommand, TokensCommand, WebhooksCommand};
 use crate::connect::connect;
 use crate::print;
 use crate::remote::WAIT_MS;
-use crate::request::text_arg;
-
-/// A JSON argument's text, parsed; an error names the flag.
-fn json_of(flag: &str, text: &str) -> Result<Value, keel_host::Error> {
-    serde_json::from_str(text).map_err(|e| keel_host::Error::InvalidInput {
-        reason: format!("{flag}: {e}"),
-    })
-}
+use crate::request::json_text_arg;
 
 /// `keel hooks …`.
 pub async fn hooks(cli: &Cli, command: &HooksCommand) -> anyhow::Result<ExitCode> {
@@ -38,7 +30,7 @@ pub async fn hooks(cli: &Cli, command: &HooksCommand) -> anyhow::Result<ExitCode
             payload_id,
             wait_reply,
         } => {
-            let payload = json_of("--payload", &text_arg("--payload", payload)?)?;
+            let payload = json_text_arg("--payload", payload)?;
             let mut query = vec![
                 ("wait_ms", WAIT_MS.to_string()),
                 ("return_on_wait", "true".into()),
@@ -105,8 +97,8 @@ pub async fn events(cli: &Cli, command: &EventsCommand) -> anyhow::Result<ExitCo
             metadata,
         } => {
             let body = serde_json::json!({
-                "payload": json_of("--payload", &text_arg("--payload", payload)?)?,
-                "metadata": json_of("--metadata", &text_arg("--metadata", metadata)?)?,
+                "payload": json_text_arg("--payload", payload)?,
+                "metadata": json_text_arg("--metadata", metadata)?,
             });
             let event: EventView = client.post(&["v1", "events", key], &[], &body).await?;
             print_events(&[event.into()], cli.json, true);

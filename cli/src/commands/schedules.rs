@@ -10,7 +10,7 @@ use keel_server::wire::{
 use crate::args::{Cli, ScheduleArgs, SchedulesCommand};
 use crate::connect::connect;
 use crate::print;
-use crate::request::text_arg;
+use crate::request::json_text_arg;
 
 /// `keel schedules …`.
 pub async fn schedules(cli: &Cli, command: &SchedulesCommand) -> anyhow::Result<ExitCode> {
@@ -77,10 +77,7 @@ pub async fn schedules(cli: &Cli, command: &SchedulesCommand) -> anyhow::Result<
 
 /// The body of `schedules create` and `update`.
 fn schedule_body(args: &ScheduleArgs) -> anyhow::Result<ScheduleRequest> {
-    let input = text_arg("--input", &args.input)?;
-    let input = serde_json::from_str(&input).map_err(|e| keel_host::Error::InvalidInput {
-        reason: format!("--input: {e}"),
-    })?;
+    let input = json_text_arg("--input", &args.input)?;
     Ok(ScheduleRequest {
         name: Some(args.name.clone()),
         workflow: args.workflow.clone(),
