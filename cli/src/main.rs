@@ -117,11 +117,12 @@ pub fn report_error(e: &anyhow::Error, json: bool) {
 }
 
 fn config(cli: &Cli) -> anyhow::Result<Config> {
-    let mut config = match Db::of(cli) {
+    let mut config = Config::caching_in(match (&cli.cache_dir, Db::of(cli)) {
+        (Some(dir), _) => dir.clone(),
         // Compiled components live beside the store they belong to.
-        Db::Sled(path) => Config::caching_in(path.join("compiled")),
-        Db::Postgres(_) => Config::caching_in(keel_host::user_cache_dir()),
-    };
+        (None, Db::Sled(path)) => path.join("compiled"),
+        (None, Db::Postgres(_)) => keel_host::user_cache_dir(),
+    });
     config.lease_ttl = std::time::Duration::from_secs(cli.lease_ttl.max(1));
     config.trace_runs = cli.otlp_endpoint.is_some();
     config.max_concurrent_runs = cli.max_concurrent_runs.max(1);
@@ -182,7 +183,11 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         } => new_project(name, path, *lang, sdk_path, sdk_git, sdk_rev, json),
         Command::Test { dir } => {
             let grants = request::grants_of(&cli)?;
-            scaffold::test(dir, &keel_host::user_cache_dir(), &grants, json).await
+            let cache = cli
+                .cache_dir
+                .clone()
+                .unwrap_or_else(keel_host::user_cache_dir);
+            scaffold::test(dir, &cache, &grants, json).await
         }
         Command::Crashtest {
             component,
@@ -198,12 +203,14 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 cancel_when_waiting: cancel_when_waiting.clone(),
             };
             let mut config = config(&cli)?;
+            let mut start_at_ms = None;
             let (workflow, input, mut steps, expected) = match (scenario, workflow) {
                 (Some(path), _) => {
                     let scenario = scaffold::Scenario::read(path)?;
                     let grants = request::grants_of(&cli)?.with(&scenario.grants);
                     config.grants = keel_host::Grants::of(&grants);
                     config.step_stubs = scenario.stubs();
+                    start_at_ms = scenario.start_at;
                     (
                         scenario.workflow.clone(),
                         scenario.input.to_string(),
@@ -230,6 +237,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 config,
                 script: steps,
                 cancel_at_start: cancel.clone(),
+                start_at_ms,
             };
             crashtest::run(&test, expected.as_ref(), json).await
         }

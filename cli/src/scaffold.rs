@@ -250,6 +250,26 @@ pub struct Scenario {
     /// recorded answer of a service the test cannot reach).
     #[serde(default)]
     stubs: std::collections::BTreeMap<String, Value>,
+    /// The run's clock when it starts, in RFC 3339 UTC
+    /// (`"2026-12-24T23:00:00Z"`), so an output that depends on the date
+    /// can be asserted; by default the time the test runs.
+    #[serde(default, deserialize_with = "utc_time")]
+    pub start_at: Option<u64>,
+}
+
+/// An RFC 3339 UTC time, as milliseconds since the epoch.
+fn utc_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let text = String::deserialize(d)?;
+    let at = humantime::parse_rfc3339(&text).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "`start_at` {text:?} is not an RFC 3339 time in UTC like \"2026-12-24T23:00:00Z\" ({e})"
+        ))
+    })?;
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| serde::de::Error::custom("`start_at` is before 1970"))?
+        .as_millis();
+    Ok(Some(ms as u64))
 }
 
 impl Scenario {
@@ -294,7 +314,7 @@ impl Scenario {
             .with_context(|| format!("reading the scenario {}", path.display()))?;
         serde_json::from_str(&text).with_context(|| {
             format!(
-                "{} is not a scenario ({{workflow, input, output | error_kind, grants, hooks: [{{token, payload, after}}], stubs: {{STEP: OUTPUT}}}})",
+                "{} is not a scenario ({{workflow, input, output | error_kind, grants, hooks: [{{token, payload, after}}], stubs: {{STEP: OUTPUT}}, start_at}})",
                 path.display()
             )
         })
@@ -310,6 +330,14 @@ impl Scenario {
                 after: p.after,
             })
             .collect()
+    }
+
+    /// The run's clock: at `start_at`, else now.
+    pub fn clock(&self) -> std::sync::Arc<ManualClock> {
+        ManualClock::at(
+            self.start_at
+                .unwrap_or_else(|| keel_host::SystemClock.now_ms()),
+        )
     }
 
     /// How its run must end.
@@ -626,7 +654,7 @@ async fn run_scenario(
     config.grants = keel_host::Grants::of(&grants.with(&s.grants));
     config.step_stubs = s.stubs();
     // The scenario's own clock: time it skips passes at once.
-    let clock = ManualClock::at(keel_host::SystemClock.now_ms());
+    let clock = s.clock();
     config.clock = clock.clone();
     // Every wait comes back to the scenario, which moves its clock.
     config.park_limit = std::time::Duration::ZERO;

@@ -4,7 +4,7 @@ mod common;
 
 use common::{keel, keel_text, socket_worker};
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -132,7 +132,7 @@ fn journal_export_then_replay_reports_ok_or_the_divergence() {
     );
     let run_id = run["run_id"].as_str().unwrap();
     let file = db.path().join("two_steps.journal");
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args([
             "--db",
             db.path().to_str().unwrap(),
@@ -411,7 +411,7 @@ fn a_worker_until_idle_gives_up_on_a_run_it_cannot_drive() {
     std::fs::write(&file, journal.to_string()).unwrap();
     let (out, imported) = keel(db.path(), &["journal", "import", file.to_str().unwrap()]);
     assert!(out.status.success(), "{imported}");
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let mut worker = common::keel_command()
         .arg("--db")
         .arg(db.path())
         .args(["--json", "worker", "--until-idle"])
@@ -585,7 +585,7 @@ fn runs_list_filters_by_status_and_workflow() {
     let rest = rest["runs"].as_array().unwrap();
     assert_eq!(rest.len(), 1);
     assert_ne!(rest[0]["run_id"], trapped["run_id"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args([
             "--db",
             db.path().to_str().unwrap(),
@@ -631,7 +631,7 @@ fn runs_list_filters_by_status_and_workflow() {
     let (out, refused) = keel(db.path(), &["runs", "list", "--attr", "tenant"]);
     assert!(!out.status.success());
     assert!(refused.to_string().contains("not KEY=VALUE"), "{refused}");
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args([
             "--db",
             db.path().to_str().unwrap(),
@@ -665,7 +665,7 @@ fn runs_show_prints_a_timeline_with_step_names_and_durations() {
         &["run", keel_tests::TESTBED, "ten_steps", "--input", "3"],
     );
     let run_id = run["run_id"].as_str().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args(["--db", db.path().to_str().unwrap(), "runs", "show", run_id])
         .output()
         .unwrap();
@@ -747,7 +747,7 @@ fn a_deployments_retention_is_shown() {
 
 #[test]
 fn completions_are_printed_and_a_closed_pipe_ends_quietly() {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args(["completions", "bash"])
         .output()
         .unwrap();
@@ -759,7 +759,7 @@ fn completions_are_printed_and_a_closed_pipe_ends_quietly() {
     );
 
     // The reader goes away before keel writes: no panic, nothing on stderr.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let mut child = common::keel_command()
         .args(["completions", "bash"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -777,7 +777,7 @@ fn every_argument_has_help_text() {
     use std::collections::VecDeque;
     let mut commands = VecDeque::from([vec![]]);
     while let Some(path) = commands.pop_front() {
-        let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        let out = common::keel_command()
             .args(&path)
             .arg("--help")
             .output()
@@ -834,7 +834,7 @@ fn inputs_come_from_files_and_stdin() {
     );
     assert!(out.status.success(), "{run}");
     assert_eq!(run["output"], 6);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let mut child = common::keel_command()
         .arg("--db")
         .arg(db.path())
         .args(["--json", "run", "testbed", "ten_steps", "--input", "-"])
@@ -919,7 +919,7 @@ fn a_run_over_its_fuel_names_the_flag_to_raise() {
 
 #[test]
 fn usage_errors_honour_json() {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args(["--json", "runs", "lst"])
         .output()
         .unwrap();
@@ -927,7 +927,7 @@ fn usage_errors_honour_json() {
     let error: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(error["error"]["kind"], "usage");
     assert!(error["error"]["message"].as_str().unwrap().contains("lst"));
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args(["runs", "lst"])
         .output()
         .unwrap();
@@ -966,7 +966,7 @@ fn a_start_whose_worker_dies_names_the_run_it_may_have_admitted() {
     let mut worker = socket_worker(db.path());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     // A run that computes for seconds: the forwarded start waits for it.
-    let start = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let start = common::keel_command()
         .arg("--db")
         .arg(db.path())
         .args(["--json", "start", keel_tests::TESTBED, "spin"])
@@ -1015,7 +1015,7 @@ fn a_woken_run_whose_worker_dies_before_writing_is_driven_after_a_restart() {
     let run_id = run["run_id"].as_str().unwrap().to_string();
     // A payload after which the run computes for seconds before it writes
     // again; the resume waits on the worker, which dies meanwhile.
-    let resume = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let resume = common::keel_command()
         .arg("--db")
         .arg(db.path())
         .args([
@@ -1080,6 +1080,37 @@ fn violated(report: &Value) -> Vec<&Value> {
 fn crashtest(args: &[&str]) -> (Output, Value) {
     let db = tempfile::tempdir().unwrap();
     keel(db.path(), args)
+}
+
+/// A scenario's `start_at` is the run's clock when it starts: a workflow
+/// that sleeps until an hour after it wakes at exactly that time, at every
+/// crash point; a time that is not RFC 3339 UTC is refused, naming the form.
+#[test]
+fn a_scenarios_start_at_sets_the_runs_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("new_year.json");
+    let write = |start_at: &str| {
+        // 2025-01-01T01:00:00Z: an hour after the scenario starts.
+        let an_hour_on = 1_735_693_200_000u64;
+        let text = serde_json::json!({
+            "workflow": "sleep_until_ms", "input": an_hour_on, "output": an_hour_on,
+            "start_at": start_at,
+        });
+        std::fs::write(&scenario, text.to_string()).unwrap();
+    };
+    let path = scenario.to_str().unwrap();
+    write("2025-01-01T00:00:00Z");
+    let (out, report) = crashtest(&["crashtest", keel_tests::TESTBED, "--scenario", path]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["passed"], true, "{report}");
+    write("new year's day");
+    let (out, report) = crashtest(&["crashtest", keel_tests::TESTBED, "--scenario", path]);
+    assert!(!out.status.success());
+    let error = report["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("`start_at` \"new year's day\" is not an RFC 3339 time in UTC like \"2026-12-24T23:00:00Z\""),
+        "{report}"
+    );
 }
 
 #[test]
@@ -1630,7 +1661,7 @@ fn a_waiting_run_says_what_it_waits_on() {
     let run_id = started["run_id"].as_str().unwrap();
     let (_, got) = keel(db.path(), &["runs", "get", run_id]);
     assert_eq!(got["waiting_on"], hook, "{got}");
-    let text = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let text = common::keel_command()
         .args(["--db", db.path().to_str().unwrap(), "runs", "get", run_id])
         .output()
         .unwrap();
@@ -1671,7 +1702,7 @@ fn streams_are_listed_and_printed_and_a_resume_prints_the_workflows_reply() {
         streams,
         serde_json::json!([{"name": "progress", "chunks": 4, "closed": true, "bytes": 21}])
     );
-    let printed = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let printed = common::keel_command()
         .arg("--db")
         .arg(db.path())
         .args([
@@ -1730,7 +1761,7 @@ fn streams_are_listed_and_printed_and_a_resume_prints_the_workflows_reply() {
 #[test]
 fn the_demo_charges_once_and_says_what_to_do_next() {
     let db = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .arg("--db")
         .arg(db.path())
         .args(["demo", "--component", keel_tests::ORDER])

@@ -68,7 +68,7 @@ impl Drop for Worker {
 }
 
 fn keel_command(db: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    let mut command = common::keel_command();
     command
         .arg("--db")
         .arg(db)

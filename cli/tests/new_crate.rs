@@ -3,11 +3,13 @@
 //! `keel test` records its scenario's journal, replays it, and fails once
 //! the workflow changes in a way that breaks recorded runs.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 fn keel(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_keel"))
+    common::keel_command()
         .args(args)
         .current_dir(dir)
         .env("CARGO_TARGET_DIR", target_dir())

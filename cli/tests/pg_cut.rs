@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use serde_json::Value;
 
 mod common;
-use common::pg::{cache, json_of, schema};
+use common::pg::{json_of, schema};
 
 /// The database's TCP URL (user and password of the TLS test's), as
 /// `(host:port, user:password, database)`.
@@ -216,11 +216,10 @@ fn pump_to_client(server: &TcpStream, client: &TcpStream, cut: Arc<AtomicBool>) 
 
 /// `keel --db URL --pg-schema SCHEMA --json ARGS` against `url`.
 fn keel(url: &str, schema: &str, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+    common::keel_command()
         .args(["--db", url, "--pg-schema", schema, "--pg-pool-size", "2"])
         .args(["--pg-statement-timeout", "10", "--json"])
         .args(args)
-        .env("XDG_CACHE_HOME", cache())
         .env("RUST_BACKTRACE", "0")
         .env("KEEL_LOG", "error")
         .output()

@@ -95,7 +95,7 @@ fn client(url: &str, args: &[&str]) -> (Output, Value) {
 }
 
 fn client_with(url: &str, args: &[&str], envs: &[(&str, &str)]) -> (Output, Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args(["--server", url, "--json"])
         .args(args)
         .env_remove("KEEL_API_TOKEN")
@@ -308,7 +308,7 @@ fn a_server_with_a_token_refuses_clients_without_it() {
 #[test]
 fn serving_beyond_loopback_without_a_token_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .arg("--db")
         .arg(dir.path().join("db"))
         .args(["serve", "--http", "0.0.0.0:0"])
@@ -327,7 +327,7 @@ fn serving_beyond_loopback_without_a_token_is_refused() {
 #[test]
 fn a_url_is_not_an_http_grant() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .arg("--db")
         .arg(dir.path().join("db"))
         .args([
@@ -527,7 +527,7 @@ fn kill_9(mut server: Served) {
 /// `keel --server URL --json runs stream RUN NAME --from FROM`, read to
 /// the stream's end: one JSON value per chunk.
 fn read_stream(url: &str, run_id: &str, name: &str, from: u64) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args(["--server", url, "--json", "runs", "stream", run_id, name])
         .args(["--from", &from.to_string()])
         .env_remove("KEEL_API_TOKEN")
@@ -560,7 +560,7 @@ fn a_stream_half_written_when_the_server_is_killed_goes_on_after_the_same_chunks
     let run_id = run["run_id"].as_str().unwrap().to_string();
     // A reader follows the stream; it has the first half when the server
     // is killed.
-    let mut reader = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let mut reader = common::keel_command()
         .args(["--server", &server.url, "--json", "runs", "stream"])
         .args([run_id.as_str(), "progress"])
         .env_remove("KEEL_API_TOKEN")
@@ -649,7 +649,7 @@ fn a_reply_journaled_before_the_server_is_killed_is_the_answer_to_the_retried_re
     assert_eq!(again["payload_id"], "p-k9");
     assert_eq!(again["reply"], expected);
     drop(server);
-    let exported = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let exported = common::keel_command()
         .arg("--db")
         .arg(dir.path().join("db"))
         .args(["journal", "export", &run_id, "--format", "json"])
@@ -680,7 +680,7 @@ fn a_journal_is_exported_while_a_server_holds_the_store_and_replays() {
     assert!(out.status.success(), "{exported}");
     assert_eq!(exported["run_id"], run_id);
     // Where the store is, which the server holds: through its socket.
-    let local = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let local = common::keel_command()
         .arg("--db")
         .arg(dir.path().join("db"))
         .args(["journal", "export", run_id, "--format", "json"])
@@ -694,7 +694,7 @@ fn a_journal_is_exported_while_a_server_holds_the_store_and_replays() {
     let local_file = dir.path().join("run.json");
     std::fs::write(&local_file, &local.stdout).unwrap();
     for exported in [&file, &local_file] {
-        let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        let out = common::keel_command()
             .args(["--json", "replay", keel_tests::TESTBED])
             .arg(exported)
             .output()
@@ -723,7 +723,7 @@ fn a_journal_is_exported_while_a_server_holds_the_store_and_replays() {
         "{inspected}"
     );
     for target in ["testbed", keel_tests::TESTBED] {
-        let local = Command::new(env!("CARGO_BIN_EXE_keel"))
+        let local = common::keel_command()
             .arg("--db")
             .arg(dir.path().join("db"))
             .args(["--json", "inspect", target])
@@ -1007,7 +1007,7 @@ fn a_runs_spans_join_the_callers_trace_across_a_kill_and_replay_makes_none() {
     // Replaying the recorded journal (its export flushed when it exits)
     // emits no span.
     let file = dir.path().join("run.json");
-    let exported = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let exported = common::keel_command()
         .arg("--db")
         .arg(dir.path().join("db"))
         .args(["journal", "export", &run_id, "--output"])
@@ -1015,7 +1015,7 @@ fn a_runs_spans_join_the_callers_trace_across_a_kill_and_replay_makes_none() {
         .output()
         .unwrap();
     assert!(exported.status.success(), "{exported:?}");
-    let replayed = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let replayed = common::keel_command()
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
         .args(["--otlp-endpoint", collector.as_str(), "replay"])
         .arg(keel_tests::ORDER_HOOKS)
@@ -1039,7 +1039,7 @@ fn a_steps_http_request_carries_its_attempts_traceparent() {
     })
     .to_string();
     let host = api.addr.to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .arg("--db")
         .arg(dir.path().join("db"))
         .args([
@@ -1129,7 +1129,7 @@ fn a_cancelled_run_reads_through_a_server_and_its_api_file_replays() {
         .find(|e| e["kind"] == "cancel_requested")
         .unwrap_or_else(|| panic!("{shown}"));
     assert_eq!(request["reason"], "customer asked", "{request}");
-    let text = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let text = common::keel_command()
         .args(["--server", &server.url, "runs", "show", run_id])
         .output()
         .unwrap();
@@ -1147,7 +1147,7 @@ fn a_cancelled_run_reads_through_a_server_and_its_api_file_replays() {
         .unwrap();
     let file = dir.path().join("cancelled.json");
     std::fs::write(&file, body).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = common::keel_command()
         .args(["--json", "replay", keel_tests::ORDER_HOOKS])
         .arg(&file)
         .output()

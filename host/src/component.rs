@@ -1,18 +1,10 @@
 //! Loading components: validation against the contract, compilation (on
-//! tokio's blocking pool) with an on-disk cache of compiled artifacts, and
-//! the manifest of workflows and steps.
-//!
-//! Safety of the cache: compiled artifacts are native code that wasmtime
-//! loads without verifying it (`Component::deserialize_file` is `unsafe`).
-//! The cache directory is therefore created `0700`, must belong to the
-//! current user and must not be writable by others, and an artifact is
-//! loaded only if it belongs to the current user and is writable by no one
-//! else; otherwise keel refuses the directory or compiles afresh.
+//! tokio's blocking pool, cached on disk by [`crate::compiled`]), and the
+//! manifest of workflows and steps.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use keel_core::ComponentHash;
@@ -22,6 +14,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
+use crate::compiled;
 use crate::keys::KeyExpr;
 use crate::sandbox::{self, HostState, WorkflowComponentPre};
 use crate::{Error, Result};
@@ -315,18 +308,7 @@ fn compile_cached(
 ) -> Result<Component> {
     let mut h = DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
-    ensure_private_dir(cache_dir)?;
     let artifact = cache_dir.join(format!("{hash}-{:016x}.cwasm", h.finish()));
-    if let Some(compiled) = verified_artifact(&artifact) {
-        // SAFETY: these bytes are the ones `precompile_component` of an
-        // engine with the same compatibility hash wrote, as the digest
-        // recorded beside them when they were compiled shows, read into
-        // memory before the check (so they cannot change after it) from a
-        // cache only this user can write (see the module's doc).
-        if let Ok(component) = unsafe { Component::deserialize(engine, &compiled) } {
-            return Ok(component);
-        }
-    }
     let invalid = |e: wasmtime::Error| {
         let text = format!("{e:#}");
         let reason = if text.contains("parse a wasm module with a component parser") {
@@ -340,106 +322,18 @@ fn compile_cached(
             reason,
         }
     };
-    let compiled = engine.precompile_component(bytes).map_err(invalid)?;
-    let digest = hex::encode(Sha256::digest(&compiled));
-    let written = write_artifact(&artifact, &compiled)
-        .and_then(|()| write_artifact(&digest_path(&artifact), digest.as_bytes()));
-    if let Err(e) = written {
-        tracing::warn!(path = %artifact.display(), error = %e, "could not cache the compiled component; it will be compiled again next time");
-    }
-    // SAFETY: produced just above by this engine.
-    unsafe { Component::deserialize(engine, &compiled) }.map_err(invalid)
-}
-
-/// Where the digest of an artifact, recorded when it was compiled, is kept.
-fn digest_path(artifact: &Path) -> PathBuf {
-    artifact.with_extension("cwasm.sha256")
-}
-
-/// The cached artifact's bytes, if it and its digest are this user's
-/// alone and the bytes match the digest recorded when they were compiled;
-/// otherwise `None` (and a warning if an artifact was there), so the
-/// component is compiled again.
-fn verified_artifact(artifact: &Path) -> Option<Vec<u8>> {
-    let digest = digest_path(artifact);
-    if !is_trusted_file(artifact) || !is_trusted_file(&digest) {
-        return None;
-    }
-    let recorded = std::fs::read_to_string(&digest).ok()?;
-    let compiled = std::fs::read(artifact).ok()?;
-    if hex::encode(Sha256::digest(&compiled)) != recorded.trim() {
-        tracing::warn!(path = %artifact.display(), "a cached compiled component does not match the digest recorded when it was compiled; compiling it again");
-        return None;
-    }
-    Some(compiled)
-}
-
-/// Writes a compiled artifact under a name unique to this process and call,
-/// then renames it into place, so concurrent loaders (threads or processes
-/// sharing the cache) never see or clobber a half-written file.
-fn write_artifact(artifact: &Path, compiled: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp: PathBuf = artifact.with_extension(format!("{}.{n}.tmp", std::process::id()));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?
-        .write_all(compiled)?;
-    std::fs::rename(&tmp, artifact).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-/// The effective user ID of this process.
-fn current_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Creates `dir` (mode 0700) or checks that it belongs to this user and is
-/// writable by no one else: native code is loaded from it.
-fn ensure_private_dir(dir: &Path) -> Result<()> {
-    let unsafe_cache = |reason: String| Error::UnsafeCache {
-        path: dir.to_path_buf(),
-        reason,
-    };
-    match std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
-        Ok(()) => {}
-        Err(e) => return Err(unsafe_cache(format!("it cannot be created ({e})"))),
-    }
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| unsafe_cache(format!("it cannot be read ({e})")))?;
-    if !meta.is_dir() {
-        return Err(unsafe_cache("it is not a directory".into()));
-    }
-    if meta.uid() != current_uid() {
-        return Err(unsafe_cache(format!(
-            "it belongs to user {}, not to this user ({})",
-            meta.uid(),
-            current_uid()
-        )));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(unsafe_cache(format!(
-            "others can write to it (mode {:o})",
-            meta.mode() & 0o777
-        )));
-    }
-    Ok(())
-}
-
-/// A cached artifact keel may load: a regular file of this user's that no
-/// one else can write.
-fn is_trusted_file(path: &Path) -> bool {
-    std::fs::symlink_metadata(path)
-        .is_ok_and(|m| m.is_file() && m.uid() == current_uid() && m.mode() & 0o022 == 0)
+    compiled::load_or_compile(
+        &artifact,
+        // SAFETY: these bytes are the ones `precompile_component` of an
+        // engine with the same compatibility hash wrote, as the digest
+        // recorded beside them when they were compiled shows, read into
+        // memory before the check (so they cannot change after it) from a
+        // cache only this user can write (see `compiled`'s doc); or they
+        // were compiled just now by this engine.
+        |compiled| unsafe { Component::deserialize(engine, compiled) },
+        || engine.precompile_component(bytes),
+    )?
+    .map_err(invalid)
 }
 
 /// The guest went over its memory bound (a failed `memory.grow`, which the
@@ -593,36 +487,6 @@ async fn read_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn the_cache_is_created_private() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("a/compiled");
-        ensure_private_dir(&dir).unwrap();
-        let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
-        assert_eq!(mode, 0o700);
-    }
-
-    #[test]
-    fn a_cache_others_can_write_is_refused() {
-        let root = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err = ensure_private_dir(root.path()).unwrap_err();
-        assert_eq!(err.kind().as_str(), "unsafe_cache");
-        assert!(err.to_string().contains("others can write"), "{err}");
-    }
-
-    #[test]
-    fn only_private_artifacts_are_trusted() {
-        let root = tempfile::tempdir().unwrap();
-        let file = root.path().join("x.cwasm");
-        write_artifact(&file, b"bytes").unwrap();
-        assert!(is_trusted_file(&file));
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(!is_trusted_file(&file));
-        assert!(!is_trusted_file(&root.path().join("missing")));
-    }
 
     #[test]
     fn a_panic_message_explains_a_trap() {

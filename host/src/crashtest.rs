@@ -53,6 +53,8 @@ pub struct CrashTest {
     /// What moves the run on each time it waits for something outside it,
     /// in order.
     pub script: Vec<Scripted>,
+    /// The run's clock when it starts, in ms since the epoch [default: now].
+    pub start_at_ms: Option<u64>,
 }
 
 /// How a run ended, as the checks compare it.
@@ -144,7 +146,10 @@ pub async fn crashtest(
     let run_id = uuid::Uuid::now_v7().to_string();
     // Time the run waits passes at once: every wait comes back to the
     // script, which moves the clock to when it is due.
-    let clock = ManualClock::at(crate::SystemClock.now_ms());
+    let clock = ManualClock::at(
+        test.start_at_ms
+            .unwrap_or_else(|| crate::SystemClock.now_ms()),
+    );
     let mut test = test.clone();
     test.config.clock = clock.clone();
     test.config.park_limit = std::time::Duration::ZERO;

@@ -13,6 +13,7 @@
 
 mod activation;
 mod clock;
+mod compiled;
 pub mod component;
 mod config;
 pub mod crashtest;

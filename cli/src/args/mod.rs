@@ -40,6 +40,18 @@ pub struct Cli {
     /// store holds beyond it stays on disk.
     #[arg(long, global = true, help_heading = "Store", default_value_t = keel_host::store::sled::DEFAULT_CACHE_BYTES >> 20)]
     pub sled_cache_mib: u64,
+    /// Where compiled components are cached (native code: the directory
+    /// must be this user's alone). At most 2 GiB, least recently used
+    /// evicted. [default: `compiled/` in a sled store's directory;
+    /// `~/.cache/keel/compiled` for PostgreSQL and `keel test`]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store",
+        env = "KEEL_CACHE_DIR",
+        value_name = "DIR"
+    )]
+    pub cache_dir: Option<PathBuf>,
     /// PostgreSQL: the schema keel's tables live in.
     #[arg(
         long,

@@ -4,9 +4,23 @@
 
 pub mod pg;
 
-use std::process::Output;
+use std::process::{Command, Output};
 
 use serde_json::Value;
+
+/// The compiled-component cache the tests share (so each guest is
+/// compiled once per build, not once per test store).
+pub fn cache() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("keel-compiled")
+}
+
+/// A `keel` command of this build, with the tests' shared cache of
+/// compiled components.
+pub fn keel_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command.env("KEEL_CACHE_DIR", cache());
+    command
+}
 
 /// What keel printed on stdout, as JSON (`--json`); panics with both
 /// streams when it is not.
@@ -22,7 +36,7 @@ pub fn printed_json(args: &[&str], out: &Output) -> Value {
 
 /// `keel --db DB --json ARGS`, with no server: its output and JSON.
 pub fn keel(db: &std::path::Path, args: &[&str]) -> (Output, Value) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = keel_command()
         .arg("--db")
         .arg(db)
         .arg("--json")
@@ -37,7 +51,7 @@ pub fn keel(db: &std::path::Path, args: &[&str]) -> (Output, Value) {
 /// `keel --db DB ARGS` as a person reads it: its text output, which must
 /// come with success.
 pub fn keel_text(db: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = keel_command()
         .arg("--db")
         .arg(db)
         .args(args)
@@ -80,7 +94,7 @@ impl std::ops::DerefMut for Reaped {
 /// Starts `keel --db DB worker` and waits until it answers on its socket.
 pub fn socket_worker(db: &std::path::Path) -> Reaped {
     let worker = Reaped(
-        std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+        keel_command()
             .arg("--db")
             .arg(db)
             .arg("worker")

@@ -2,7 +2,6 @@
 //! database (`KEEL_TEST_POSTGRES`, which `scripts/test.sh` sets; without it
 //! they fail, never skip), a schema per test, and `keel` commands on it.
 
-use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -26,14 +25,9 @@ pub fn schema(test: &str) -> String {
     format!("keel_workers_{test}_{}_{nanos}", std::process::id())
 }
 
-/// The compiled-component cache the tests share.
-pub fn cache() -> std::path::PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("keel-compiled")
-}
-
 /// `keel --db URL --pg-schema SCHEMA --json ARGS...`, with the tests' cache.
 pub fn cli(schema: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
+    let mut cmd = super::keel_command();
     cmd.args([
         "--db",
         &url(),
@@ -44,7 +38,6 @@ pub fn cli(schema: &str, args: &[&str]) -> Command {
         "--json",
     ])
     .args(args)
-    .env("XDG_CACHE_HOME", cache())
     .env("RUST_BACKTRACE", "0")
     .env("KEEL_LOG", "warn");
     cmd
