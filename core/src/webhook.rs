@@ -41,6 +41,10 @@ pub enum Target {
     Hook { token: String },
     /// Push an event with key `key`.
     Event { key: String },
+    /// Resume the hook, as `Hook` does; a delivery for a token no run
+    /// holds (and not delivered before) is pushed as an event with key
+    /// `unheld_event` instead of being refused.
+    HookOrEvent { token: String, unheld_event: String },
 }
 
 /// How a delivery's signature is checked.

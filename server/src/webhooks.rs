@@ -81,14 +81,14 @@ pub async fn deliver(
                 event: None,
             }
         }
-        Received::Event(event) => {
+        Received::Event { token, event } => {
             for outcome in event.outcomes.iter().filter(|o| !o.deduplicated) {
                 if let Some(run_id) = &outcome.run_id {
                     s.keel.drive_in_background(run_id);
                 }
             }
             DeliveryView {
-                token: None,
+                token,
                 run_id: None,
                 duplicate: false,
                 event: Some(EventView::from(&event)),

@@ -2754,4 +2754,64 @@ async fn a_senders_retry_of_the_delivery_that_ended_its_run_is_a_duplicate() {
         written,
         "a redelivery journals nothing"
     );
+
+    // A webhook that routes deliveries for hooks no run holds to an event
+    // key: answered 200 with the event, which starts its subscriber; a
+    // redelivery reaches the same run through the subscriber's key.
+    let spec = json!({"id": "github-routed", "hook": "pr:{/pull_request/number}",
+        "unheld_event": "idempotency:example", "scheme": "github", "secret": "github_test"});
+    let (status, created) = s
+        .call_as(master, "POST", "/v1/webhooks", &[], body(spec))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["unheld_event"], "idempotency:example", "{created}");
+    let pull = serde_json::to_vec(&json!({"id": "pr-43", "pull_request": {"number": 43}})).unwrap();
+    let (status, routed) =
+        deliver("github-routed", github_signed("gh-2", &pull), pull.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{routed}");
+    assert_eq!(routed["token"], "pr:43", "{routed}");
+    assert!(
+        routed.get("run_id").is_none(),
+        "no run held the hook: {routed}"
+    );
+    assert_eq!(routed["event"]["key"], "idempotency:example", "{routed}");
+    assert_eq!(routed["event"]["metadata"]["token"], "pr:43", "{routed}");
+    assert_eq!(
+        routed["event"]["metadata"]["delivery_id"], "gh-2",
+        "{routed}"
+    );
+    let outcome = &routed["event"]["outcomes"][0];
+    assert_eq!(outcome["workflow"], "idempotent_task", "{routed}");
+    let run_id = outcome["run_id"].as_str().unwrap().to_string();
+    let path = format!("/v1/runs/{run_id}/result?wait_ms=10000");
+    let (_, ended) = s.call_as(master, "GET", &path, &[], None).await;
+    assert_eq!(
+        ended["output"]["result"], "Hello, world from task pr-43",
+        "{ended}"
+    );
+    let (status, again) = deliver("github-routed", github_signed("gh-2", &pull), pull).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(
+        again["event"]["outcomes"][0]["run_id"],
+        run_id.as_str(),
+        "{again}"
+    );
+    assert_eq!(
+        again["event"]["outcomes"][0]["deduplicated"], true,
+        "{again}"
+    );
+    // `unheld_event` goes with a hook, not an event key.
+    let spec =
+        json!({"id": "bad", "event": "a", "unheld_event": "b", "scheme": "github", "secret": "x"});
+    let (status, refused) = s
+        .call_as(master, "POST", "/v1/webhooks", &[], body(spec))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`unheld_event` goes with `hook`"),
+        "{refused}"
+    );
 }

@@ -724,6 +724,10 @@ pub enum WebhooksCommand {
         /// The event key a delivery is pushed as.
         #[arg(long)]
         event: Option<String>,
+        /// With --hook: the event key a delivery is pushed as when no run
+        /// holds its hook, instead of answering 404 (which a sender retries)
+        #[arg(long, requires = "hook", value_name = "KEY")]
+        unheld_event: Option<String>,
         /// How deliveries are signed: stripe, github or hmac.
         #[arg(long, default_value = "stripe", value_parser = parse_scheme)]
         scheme: keel_server::wire::WebhookScheme,

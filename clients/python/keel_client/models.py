@@ -335,6 +335,7 @@ class WebhookView(TypedDict):
     path: str
     scheme: WebhookScheme
     tolerance_s: NotRequired[int | None]
+    unheld_event: NotRequired[str | None]
 
 
 class WorkerView(TypedDict):
@@ -539,6 +540,7 @@ class WebhookRequest(TypedDict, closed=True):
     scheme: WebhookScheme
     secret: str
     tolerance_s: NotRequired[int | None]
+    unheld_event: NotRequired[str | None]
 
 
 class WorkerList(TypedDict):

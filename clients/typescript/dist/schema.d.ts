@@ -961,7 +961,11 @@ export interface components {
             event?: components["schemas"]["EventView"] | null;
             /** @description The run that holds the hook. */
             run_id?: string | null;
-            /** @description The hook it resumed, if it went to a hook. */
+            /**
+             * @description The hook it resumed, if it went to a hook; with `event` and no
+             *     `run_id`, the hook no run held, whose delivery was pushed as the
+             *     webhook's `unheld_event`.
+             */
             token?: string | null;
         };
         /**
@@ -1957,6 +1961,13 @@ export interface components {
              * @default null
              */
             tolerance_s?: number | null;
+            /**
+             * @description With `hook`: the event key a delivery is pushed as when no run holds
+             *     its hook (and it was not delivered before), instead of the answer
+             *     404 `hook_not_found`, which a sender retries.
+             * @default null
+             */
+            unheld_event?: string | null;
         };
         /** @description A webhook's signature scheme. */
         WebhookScheme: "stripe" | "github" | "hmac";
@@ -1973,6 +1984,8 @@ export interface components {
             scheme: components["schemas"]["WebhookScheme"];
             /** Format: uint64 */
             tolerance_s?: number | null;
+            /** @description Where a delivery for a hook no run holds goes, if not refused. */
+            unheld_event?: string | null;
         };
         /** @description The workers sharing the store. */
         WorkerList: {

@@ -18,8 +18,12 @@ pub enum Received {
     /// Delivered to the hook holding `token` (or found delivered before,
     /// by its delivery ID).
     Hook { token: String, resumed: Resumed },
-    /// Pushed as an event.
-    Event(EventRecord),
+    /// Pushed as an event: the webhook's event key, or (with `token`, the
+    /// hook no run held) its key for deliveries to unheld hooks.
+    Event {
+        token: Option<String>,
+        event: EventRecord,
+    },
 }
 
 impl Keel {
@@ -46,6 +50,13 @@ impl Keel {
         match &target {
             Target::Hook { token } => webhook::check_template(token).map_err(invalid)?,
             Target::Event { key } => check_name("event key", key)?,
+            Target::HookOrEvent {
+                token,
+                unheld_event,
+            } => {
+                webhook::check_template(token).map_err(invalid)?;
+                check_name("event key", unheld_event)?
+            }
         }
         if let Scheme::Hmac { header } = &scheme
             && http::HeaderName::from_bytes(header.as_bytes()).is_err()
@@ -113,15 +124,24 @@ impl Keel {
         let payload = webhook::payload(body).ok_or_else(|| Error::InvalidInput {
             reason: format!("webhook `{id}`: the delivery's body is neither JSON nor UTF-8 text"),
         })?;
-        let token = match &record.target {
-            Target::Hook { token } => {
-                Some(webhook::hook_token(token, &payload).map_err(|reason| {
-                    Error::InvalidInput {
-                        reason: format!("webhook `{id}`: the delivery names no hook: {reason}"),
-                    }
-                })?)
-            }
-            Target::Event { .. } => None,
+        let hook_token = |template: &str| {
+            webhook::hook_token(template, &payload).map_err(|reason| Error::InvalidInput {
+                reason: format!("webhook `{id}`: the delivery names no hook: {reason}"),
+            })
+        };
+        let route = match &record.target {
+            Target::Hook { token } => Route::Hook {
+                token: hook_token(token)?,
+                unheld: None,
+            },
+            Target::HookOrEvent {
+                token,
+                unheld_event,
+            } => Route::Hook {
+                token: hook_token(token)?,
+                unheld: Some(unheld_event),
+            },
+            Target::Event { key } => Route::Event(key),
         };
         if let Some((signature, until_ms)) = &verified.once
             && !self
@@ -136,23 +156,53 @@ impl Keel {
         let delivery_id = verified
             .delivery_id
             .filter(|d| super::streams::check_payload_id(d).is_ok());
-        match (&record.target, token) {
-            (_, Some(token)) => {
-                let resumed = self
-                    .deliver(&token, &payload.to_string(), delivery_id.as_deref())
+        let event = |key: &str, token: Option<&str>| {
+            let metadata =
+                serde_json::json!({"webhook": id, "delivery_id": delivery_id, "token": token});
+            let (key, payload) = (key.to_string(), payload.to_string());
+            let token = token.map(str::to_string);
+            async move {
+                let event = self
+                    .push_event(&key, &payload, &metadata.to_string())
                     .await?;
+                tracing::info!(id, key, "webhook pushed an event");
+                Ok(Received::Event { token, event })
+            }
+        };
+        let (token, unheld) = match route {
+            Route::Event(key) => return event(key, None).await,
+            Route::Hook { token, unheld } => (token, unheld),
+        };
+        let delivered = self
+            .deliver(&token, &payload.to_string(), delivery_id.as_deref())
+            .await;
+        match (delivered, unheld) {
+            (Ok(resumed), _) => {
                 tracing::info!(id, token, run_id = %resumed.run_id, duplicate = resumed.duplicate, "webhook delivered");
                 Ok(Received::Hook { token, resumed })
             }
-            (Target::Event { key }, None) => {
-                let metadata = serde_json::json!({"webhook": id, "delivery_id": delivery_id});
-                let event = self
-                    .push_event(key, &payload.to_string(), &metadata.to_string())
-                    .await?;
-                tracing::info!(id, key, "webhook pushed an event");
-                Ok(Received::Event(event))
+            (Err(Error::HookNotFound { .. }), Some(key)) => {
+                tracing::info!(
+                    id,
+                    token,
+                    key,
+                    "no run holds the webhook's hook: pushed as an event"
+                );
+                event(key, Some(&token)).await
             }
-            (Target::Hook { .. }, None) => unreachable!("a hook target names its token"),
+            (Err(e), _) => Err(e),
         }
     }
+}
+
+/// Where a verified delivery goes.
+enum Route<'a> {
+    /// Resume the hook `token`; if no run holds it, push an event with
+    /// key `unheld` instead, when there is one.
+    Hook {
+        token: String,
+        unheld: Option<&'a str>,
+    },
+    /// Push an event with this key.
+    Event(&'a str),
 }

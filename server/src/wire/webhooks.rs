@@ -21,6 +21,11 @@ pub struct WebhookRequest {
     /// The event key a delivery is pushed as.
     #[serde(default)]
     pub event: Option<String>,
+    /// With `hook`: the event key a delivery is pushed as when no run holds
+    /// its hook (and it was not delivered before), instead of the answer
+    /// 404 `hook_not_found`, which a sender retries.
+    #[serde(default)]
+    pub unheld_event: Option<String>,
     /// The signature scheme: `stripe`, `github` or `hmac`.
     pub scheme: WebhookScheme,
     /// The header of an `hmac` signature (hex HMAC-SHA256 of the body).
@@ -43,11 +48,20 @@ impl WebhookRequest {
         let invalid = |reason: &str| keel_host::Error::InvalidInput {
             reason: format!("webhook `{}`: {reason}", self.id),
         };
-        let target = match (&self.hook, &self.event) {
-            (Some(token), None) => Target::Hook {
+        let target = match (&self.hook, &self.event, &self.unheld_event) {
+            (Some(token), None, None) => Target::Hook {
                 token: token.clone(),
             },
-            (None, Some(key)) => Target::Event { key: key.clone() },
+            (Some(token), None, Some(key)) => Target::HookOrEvent {
+                token: token.clone(),
+                unheld_event: key.clone(),
+            },
+            (None, Some(key), None) => Target::Event { key: key.clone() },
+            (None, Some(_), Some(_)) => {
+                return Err(invalid(
+                    "`unheld_event` goes with `hook`: it is where a delivery for a hook no run holds goes",
+                ));
+            }
             _ => {
                 return Err(invalid(
                     "give `hook` (a hook token, with `{/json/pointer}` parts) or `event` (an event key), one of them",
@@ -100,6 +114,9 @@ pub struct WebhookView {
     pub hook: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
+    /// Where a delivery for a hook no run holds goes, if not refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unheld_event: Option<String>,
     pub scheme: WebhookScheme,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header: Option<String>,
@@ -112,9 +129,13 @@ impl WebhookView {
     /// The view of `record`.
     pub fn of(record: &keel_core::webhook::WebhookRecord) -> Self {
         use keel_core::webhook::{Scheme, Target};
-        let (hook, event) = match &record.target {
-            Target::Hook { token } => (Some(token.clone()), None),
-            Target::Event { key } => (None, Some(key.clone())),
+        let (hook, event, unheld_event) = match &record.target {
+            Target::Hook { token } => (Some(token.clone()), None, None),
+            Target::Event { key } => (None, Some(key.clone()), None),
+            Target::HookOrEvent {
+                token,
+                unheld_event,
+            } => (Some(token.clone()), None, Some(unheld_event.clone())),
         };
         let (scheme, header, tolerance_s) = match &record.scheme {
             Scheme::Stripe { tolerance_s } => (WebhookScheme::Stripe, None, Some(*tolerance_s)),
@@ -126,6 +147,7 @@ impl WebhookView {
             path: format!("/v1/webhooks/{}", record.id),
             hook,
             event,
+            unheld_event,
             scheme,
             header,
             tolerance_s,
@@ -143,7 +165,9 @@ pub struct WebhookList {
 /// Where a verified delivery went.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct DeliveryView {
-    /// The hook it resumed, if it went to a hook.
+    /// The hook it resumed, if it went to a hook; with `event` and no
+    /// `run_id`, the hook no run held, whose delivery was pushed as the
+    /// webhook's `unheld_event`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
     /// The run that holds the hook.

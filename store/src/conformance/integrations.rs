@@ -55,8 +55,16 @@ pub(super) async fn a_webhook_is_created_once_and_deleted_with_its_signatures(
         matches!(again, Err(StoreError::WebhookExists { ref id }) if id == "stripe"),
         || format!("a second create: {again:?}"),
     )?;
+    // A hook that routes deliveries no run holds to an event key.
+    let github = WebhookRecord {
+        target: Target::HookOrEvent {
+            token: "pr:{/number}".into(),
+            unheld_event: "github.unheld".into(),
+        },
+        ..webhook("github")
+    };
     store
-        .create_webhook(&webhook("github"))
+        .create_webhook(&github)
         .await
         .map_err(fail("create"))?;
     store
@@ -66,6 +74,10 @@ pub(super) async fn a_webhook_is_created_once_and_deleted_with_its_signatures(
     let store = h.reopen(store).await;
     let read = store.webhook("stripe").await.map_err(fail("read"))?;
     check(read == Some(webhook("stripe")), || {
+        format!("read back whole after a reopen: {read:?}")
+    })?;
+    let read = store.webhook("github").await.map_err(fail("read"))?;
+    check(read.as_ref() == Some(&github), || {
         format!("read back whole after a reopen: {read:?}")
     })?;
     let ids: Vec<String> = store
