@@ -4,7 +4,8 @@ use keel_host::core::{EventRecord, HookRecord};
 use keel_server::wire::HookView;
 use serde_json::{Value, json};
 
-/// Every schedule, a line each.
+use super::table::print_table;
+
 /// Webhooks, a line each: where deliveries go and how they are signed
 /// (`one`: a single webhook, printed as an object in JSON).
 pub(crate) fn print_webhooks(list: &[keel_server::wire::WebhookView], json: bool, one: bool) {
@@ -21,7 +22,7 @@ pub(crate) fn print_webhooks(list: &[keel_server::wire::WebhookView], json: bool
         );
         return;
     }
-    println!("{:<24} {:<40} {:<24} delivers to", "id", "path", "scheme");
+    let mut rows = Vec::new();
     for w in list {
         let scheme = match (&w.header, w.tolerance_s) {
             (Some(h), _) => format!("hmac ({h})"),
@@ -29,12 +30,16 @@ pub(crate) fn print_webhooks(list: &[keel_server::wire::WebhookView], json: bool
             (None, None) => "github".into(),
         };
         let target = match (&w.hook, &w.event) {
-            (Some(h), _) => format!("hook {h}"),
+            (Some(h), _) => match &w.unheld_event {
+                Some(e) => format!("hook {h}, else event {e}"),
+                None => format!("hook {h}"),
+            },
             (_, Some(e)) => format!("event {e}"),
             _ => "-".into(),
         };
-        println!("{:<24} {:<40} {:<24} {target}", w.id, w.path, scheme);
+        rows.push(vec![w.id.clone(), w.path.clone(), scheme, target]);
     }
+    print_table(&["id", "path", "scheme", "delivers to"], &[], rows);
 }
 
 pub(crate) fn print_hook(hook: &HookRecord, json: bool) {
@@ -88,11 +93,20 @@ pub(crate) fn print_streams(streams: &[keel_server::wire::StreamView], json: boo
         println!("no streams");
         return;
     }
-    println!("{:<32} {:>8} {:>10}  STATE", "STREAM", "CHUNKS", "BYTES");
-    for s in streams {
+    let rows = streams.iter().map(|s| {
         let state = if s.closed { "closed" } else { "open" };
-        println!("{:<32} {:>8} {:>10}  {state}", s.name, s.chunks, s.bytes);
-    }
+        vec![
+            s.name.clone(),
+            s.chunks.to_string(),
+            s.bytes.to_string(),
+            state.into(),
+        ]
+    });
+    print_table(
+        &["stream", "chunks", "bytes", "state"],
+        &[1, 2],
+        rows.collect(),
+    );
 }
 
 /// A reply to a payload delivered with an ID, or that there is none yet.

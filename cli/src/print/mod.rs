@@ -13,6 +13,7 @@ mod hooks;
 mod operations;
 mod runs;
 mod schedules;
+mod table;
 
 pub(crate) use hooks::{
     print_chunk, print_event, print_hook, print_hook_reply, print_streams, print_webhooks,
@@ -108,10 +109,19 @@ pub(crate) fn print_hooks(hooks: &[HookRecord], json: bool) {
         );
         return;
     }
-    for hook in hooks {
-        let state = if hook.active { "active" } else { "retained" };
-        println!("{:<32} {:<9} run {}", hook.token, state, hook.run_id);
+    if hooks.is_empty() {
+        println!("no hooks");
+        return;
     }
+    let rows = hooks.iter().map(|hook| {
+        let state = if hook.active { "active" } else { "retained" };
+        vec![
+            hook.token.to_string(),
+            state.into(),
+            hook.run_id.to_string(),
+        ]
+    });
+    table::print_table(&["token", "state", "run"], &[], rows.collect());
 }
 
 /// A token: on standard output alone, what it may do on standard error.

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::args::{Command, RunsCommand};
 
 use super::runs::stream_runs;
+use super::table::print_table;
 use super::{now_ms, took, when};
 
 /// The concurrency groups and overrides, a line each, and the runs a
@@ -27,25 +28,32 @@ pub(crate) fn print_limits(limits: &[LimitRow], started: &[String], json: bool) 
         );
         return;
     }
-    println!(
-        "{:<24} {:<24} {:>6} {:>9} {:>12} {:>7}",
-        "workflow", "key", "limit", "declared", "in progress", "queued"
-    );
-    for row in limits {
+    let rows = limits.iter().map(|row| {
         let limit = match row.overridden {
             Some(_) => format!("{}*", row.limit),
             None => row.limit.to_string(),
         };
-        println!(
-            "{:<24} {:<24} {:>6} {:>9} {:>12} {:>7}",
-            row.workflow,
-            row.key.as_deref().unwrap_or("(every key)"),
+        vec![
+            row.workflow.clone(),
+            row.key.as_deref().unwrap_or("(every key)").into(),
             limit,
             row.declared.map_or("-".into(), |d| d.to_string()),
-            row.in_progress,
-            row.queued
-        );
-    }
+            row.in_progress.to_string(),
+            row.queued.to_string(),
+        ]
+    });
+    print_table(
+        &[
+            "workflow",
+            "key",
+            "limit",
+            "declared",
+            "in progress",
+            "queued",
+        ],
+        &[2, 3, 4, 5],
+        rows.collect(),
+    );
     if limits.iter().any(|r| r.overridden.is_some()) {
         println!("* set by an operator; `keel limits reset WORKFLOW [--key KEY]` removes it");
     }
@@ -323,24 +331,33 @@ pub(crate) fn print_jobs(jobs: &[JobView], json: bool) {
         println!("no jobs");
         return;
     }
-    println!(
-        "{:<36}  {:<7} {:<10} {:>8} {:>8} {:>8} {:>8}  SUBMITTED",
-        "JOB", "ACTION", "STATE", "MATCHED", "DONE", "SKIPPED", "FAILED"
-    );
-    for job in jobs {
+    let rows = jobs.iter().map(|job| {
         let c = job.counts;
-        println!(
-            "{:<36}  {:<7} {:<10} {:>8} {:>8} {:>8} {:>8}  {}",
-            job.job_id,
-            job.action.as_str(),
-            job.state.as_str(),
-            c.matched,
-            c.done,
-            c.skipped,
-            c.failed,
-            when(job.created_at_ms)
-        );
-    }
+        vec![
+            job.job_id.to_string(),
+            job.action.as_str().into(),
+            job.state.as_str().into(),
+            c.matched.to_string(),
+            c.done.to_string(),
+            c.skipped.to_string(),
+            c.failed.to_string(),
+            when(job.created_at_ms),
+        ]
+    });
+    print_table(
+        &[
+            "job",
+            "action",
+            "state",
+            "matched",
+            "done",
+            "skipped",
+            "failed",
+            "submitted",
+        ],
+        &[3, 4, 5, 6],
+        rows.collect(),
+    );
 }
 
 /// What a prune of unreferenced components did.

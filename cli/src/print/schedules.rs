@@ -6,6 +6,7 @@ use serde_json::json;
 
 use crate::args::Command;
 
+use super::table::print_table;
 use super::{took, when};
 
 pub(crate) fn print_schedules(list: &[ScheduleView], json: bool) {
@@ -17,23 +18,23 @@ pub(crate) fn print_schedules(list: &[ScheduleView], json: bool) {
         println!("no schedules; create one with `keel schedules create NAME WORKFLOW --cron EXPR`");
         return;
     }
-    println!(
-        "{:<24} {:<20} {:<36} {:<24} {:<10} state",
-        "name", "workflow", "spec", "next fire", "overlap"
-    );
-    for s in list {
-        println!(
-            "{:<24} {:<20} {:<36} {:<24} {:<10} {}",
-            s.name,
-            s.workflow,
-            s.description,
+    let rows = list.iter().map(|s| {
+        vec![
+            s.name.clone(),
+            s.workflow.clone(),
+            s.description.clone(),
             s.next_fire_ms
                 .filter(|_| !s.paused)
                 .map_or("-".into(), when),
-            s.overlap.as_str(),
-            if s.paused { "paused" } else { "active" }
-        );
-    }
+            s.overlap.as_str().into(),
+            if s.paused { "paused" } else { "active" }.into(),
+        ]
+    });
+    print_table(
+        &["name", "workflow", "spec", "next fire", "overlap", "state"],
+        &[],
+        rows.collect(),
+    );
 }
 
 /// A schedule: its settings, next fire times and latest fires.
