@@ -204,6 +204,21 @@ try {
   await stranger.goto(link);
   assert.equal(await stranger.locator("[data-testid=share-run-id]").innerText(), traced.run_id);
   assert.equal(await stranger.locator("[data-testid=share-status]").innerText(), "completed");
+  // Its wordmark reads against what is behind it (WCAG's 4.5:1).
+  const [ink, paper] = await stranger.locator("header .logo").evaluate((logo) => {
+    let under = logo;
+    while (under && getComputedStyle(under).backgroundColor === "rgba(0, 0, 0, 0)") under = under.parentElement;
+    return [getComputedStyle(logo).color, under ? getComputedStyle(under).backgroundColor : "rgb(255, 255, 255)"];
+  });
+  const luminance = (rgb) => {
+    const [r, g, b] = rgb.match(/\d+/g).slice(0, 3).map((c) => {
+      const v = Number(c) / 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const [light, dark] = [luminance(ink), luminance(paper)].sort((a, b) => b - a);
+  assert.ok((light + 0.05) / (dark + 0.05) >= 4.5, `the share page's wordmark (${ink} on ${paper}) is readable`);
   const token = decodeURIComponent(new URL(link).hash.split("token=")[1]);
   const listed = await fetch(base + "/v1/runs", { headers: { authorization: `Bearer ${token}` } });
   assert.equal(listed.status, 403, "the link's token reads that run only");
@@ -319,7 +334,21 @@ try {
   assert.match(await fireRow.innerText(), /started/);
   const fired = (await api("/v1/schedules/browser-hourly")).recent[0];
   assert.equal(fired.outcome, "started");
-  await fireRow.getByRole("link").click();
+  // Backfill from the page: a range holding two of its hourly fire times
+  // (whole hours, as `every 1h` fires) starts a run for each.
+  const hour = 3600000;
+  const local = (ms) => new Date(ms - new Date(ms).getTimezoneOffset() * 60000).toISOString().slice(0, 16);
+  const thisHour = Math.floor(Date.now() / hour) * hour;
+  const backfill = page.locator("[data-testid=backfill]");
+  await backfill.getByLabel("Backfill from").fill(local(thisHour - 3 * hour + hour / 2));
+  await backfill.getByLabel("Backfill to").fill(local(thisHour - hour + hour / 2));
+  await backfill.getByRole("button", { name: "Backfill" }).click();
+  await page.locator("#toast", { hasText: "Backfilled 2 fires" }).waitFor();
+  const backfilled = (await api("/v1/schedules/browser-hourly")).recent.filter((f) => f.nominal_ms < thisHour);
+  assert.deepEqual(backfilled.map((f) => f.nominal_ms).sort(), [thisHour - 2 * hour, thisHour - hour]);
+  assert.ok(backfilled.every((f) => f.outcome === "started" && f.run_id), JSON.stringify(backfilled));
+  await page.locator("[data-testid=fire-row]").nth(2).waitFor();
+  await page.locator("[data-testid=fire-row]", { hasText: fired.run_id }).getByRole("link").click();
   await page.locator("[data-testid=run-id]", { hasText: fired.run_id }).waitFor();
 
   // Flow control: a run holding the one slot of `one_at_a_time`, another
