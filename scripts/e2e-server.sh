@@ -14,6 +14,8 @@ cd "$here"
 # The workspace's binaries, as the test command's build resolved them (so
 # nothing is built again): keel, and guests, which knows the guests' paths.
 artifacts=$(cargo build -q --workspace --bins --message-format=json)
+# Listed for .ci/run's prune of the target directory when it asks.
+[ -z "${KEEL_BUILD_LISTINGS:-}" ] || printf '%s\n' "$artifacts" >"$KEEL_BUILD_LISTINGS/bins.json"
 binary() {
     python3 -c 'import json,sys
 name = sys.argv[1]
@@ -22,6 +24,9 @@ paths = [m["executable"] for m in map(json.loads, sys.stdin)
 print(paths[-1])' "$1" <<<"$artifacts"
 }
 KEEL=$(binary keel)
+# Compiled guests are shared with the tests of this build (the target
+# directory's tmp/), so each is compiled once, not once per server.
+export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$(dirname "$KEEL")/../tmp/keel-compiled}"
 # One path a line, in the order asked; fails naming a missing or stale guest.
 GUEST_PATHS=$("$(binary guests)" testbed order-hooks)
 work=$(mktemp -d)

@@ -11,10 +11,18 @@
 # against a real server (scripts/clients.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# timed NAME COMMAND...: runs COMMAND, then says on stderr how long it took.
+timed() {
+    local name=$1 start=$SECONDS status=0
+    shift
+    "$@" || status=$?
+    echo "== stage $name: $((SECONDS - start)) s" >&2
+    return $status
+}
 rustup toolchain install >&2
 # The Python guests are built by tests/build.rs with the pinned componentize-py.
 eval "$(scripts/python-sdk.sh)"
-PYTHONDONTWRITEBYTECODE=1 "$KEEL_PYTHON" -m unittest discover -s sdk/python/tests -t sdk/python
+PYTHONDONTWRITEBYTECODE=1 timed python-sdk "$KEEL_PYTHON" -m unittest discover -s sdk/python/tests -t sdk/python
 settings=$(scripts/postgres.sh)
 eval "$settings"
 export KEEL_TEST_POSTGRES KEEL_TEST_POSTGRES_TLS KEEL_TEST_POSTGRES_CA KEEL_TEST_POSTGRES_RESTART
@@ -34,23 +42,28 @@ pass() { # pass NAME NEXTEST-ARGS...: one pass, its report kept as NAME
 }
 # pg_restart restarts the PostgreSQL server under load: it runs alone, in a
 # pass of its own, since nextest runs test binaries side by side.
-pass sled -E 'not binary(pg_restart)' "$@"
-pass restart -E 'binary(pg_restart)' "$@"
-cargo test --workspace --doc "$@"
+# The test build, as nextest makes it, listed for .ci/run's prune of the
+# target directory when it asks (KEEL_BUILD_LISTINGS).
+listing=/dev/null
+[ -z "${KEEL_BUILD_LISTINGS:-}" ] || listing=$KEEL_BUILD_LISTINGS/test.json
+timed build cargo test --workspace --no-run --message-format=json-render-diagnostics "$@" >"$listing"
+timed "sled pass" pass sled -E 'not binary(pg_restart)' "$@"
+timed restart pass restart -E 'binary(pg_restart)' "$@"
+timed doc cargo test --workspace --doc "$@"
 # The checks from outside (each against a server of its own, on a port
 # of its own) run beside the PostgreSQL pass, which waits on the database
 # more than on the CPU; their output follows the pass's.
 outside=$(mktemp)
 (
-    scripts/e2e-server.sh
-    KEEL_E2E_STORE=postgres scripts/e2e-server.sh
-    scripts/clients.sh
+    timed "outside, sled" scripts/e2e-server.sh
+    KEEL_E2E_STORE=postgres timed "outside, postgres" scripts/e2e-server.sh
+    timed clients scripts/clients.sh
 ) >"$outside" 2>&1 &
 checks=$!
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
 # (the workspace's test targets, so nothing is built again).
 status=0
-KEEL_TEST_STORE=postgres pass postgres --test engine --test api "$@" || status=$?
+KEEL_TEST_STORE=postgres timed postgres pass postgres --test engine --test api "$@" || status=$?
 wait $checks || status=$?
 echo "== the checks from outside (e2e-server.sh on sled and PostgreSQL, clients.sh)" >&2
 cat "$outside" >&2
