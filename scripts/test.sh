@@ -40,14 +40,14 @@ pass() { # pass NAME NEXTEST-ARGS...: one pass, its report kept as NAME
     cp target/nextest/default/junit.xml "$reports/$name.xml" 2>/dev/null || true
     return $status
 }
-# pg_restart restarts the PostgreSQL server under load: it runs alone, in a
-# pass of its own, since nextest runs test binaries side by side.
 # The test build, as nextest makes it, listed for .ci/run's prune of the
 # target directory when it asks (KEEL_BUILD_LISTINGS).
 listing=/dev/null
 [ -z "${KEEL_BUILD_LISTINGS:-}" ] || listing=$KEEL_BUILD_LISTINGS/test.json
 timed build cargo test --workspace --no-run --message-format=json-render-diagnostics "$@" >"$listing"
 timed "sled pass" pass sled -E 'not binary(pg_restart)' "$@"
+# pg_restart restarts the PostgreSQL server under load: it runs alone, in a
+# pass of its own, since nextest runs test binaries side by side.
 timed restart pass restart -E 'binary(pg_restart)' "$@"
 timed doc cargo test --workspace --doc "$@"
 # The checks from outside (each against a server of its own, on a port

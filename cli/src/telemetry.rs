@@ -38,10 +38,11 @@ pub fn init(command: &Command, otlp_endpoint: Option<&str>) -> anyhow::Result<Te
     let default = match command {
         Command::Worker { .. } | Command::Serve { .. } => "warn,keel_host::engine=info",
         // A one-shot command reports a store it cannot reach once, as its
-        // error: the store's own retries stay quiet, and so does the API it
-        // serves itself in process about the refusal it answers.
+        // error: the store's own retries stay quiet, and so do the API it
+        // serves itself in process about the refusal it answers and the
+        // drive it waits on (whose failure is its answer).
         _ => {
-            "warn,keel_store=error,tokio_postgres=error,deadpool=error,deadpool_postgres=error,keel_server=error,tower_http=off"
+            "warn,keel_store=error,tokio_postgres=error,deadpool=error,deadpool_postgres=error,keel_server=error,keel_host::engine::drive=error,tower_http=off"
         }
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
