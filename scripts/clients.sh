@@ -56,6 +56,8 @@ paths = [m["executable"] for m in map(json.loads, sys.stdin)
 print(paths[-1])' "$1" <<<"$artifacts"
 }
 KEEL=$(binary keel)
+# Compiled guests are shared with the tests of this build.
+export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$(dirname "$KEEL")/../tmp/keel-compiled}"
 while read -r guest; do
     "$KEEL" --db "$work/db" deploy "$guest" >/dev/null
 done <<<"$("$(binary guests)" testbed order-hooks)"

@@ -51,21 +51,28 @@ timed "sled pass" pass sled -E 'not binary(pg_restart)' "$@"
 timed restart pass restart -E 'binary(pg_restart)' "$@"
 timed doc cargo test --workspace --doc "$@"
 # The checks from outside (each against a server of its own, on a port
-# of its own) run beside the PostgreSQL pass, which waits on the database
-# more than on the CPU; their output follows the pass's.
-outside=$(mktemp)
+# and a store of its own) run beside the PostgreSQL pass, which waits on the
+# database more than on the CPU, in two lanes: on sled then the clients, and
+# on PostgreSQL. Their tools are installed first, once. Their output follows
+# the pass's.
+scripts/e2e-tools.sh
+lanes=$(mktemp -d)
 (
     timed "outside, sled" scripts/e2e-server.sh
-    KEEL_E2E_STORE=postgres timed "outside, postgres" scripts/e2e-server.sh
     timed clients scripts/clients.sh
-) >"$outside" 2>&1 &
-checks=$!
+) >"$lanes/sled" 2>&1 &
+sled_lane=$!
+KEEL_E2E_STORE=postgres timed "outside, postgres" scripts/e2e-server.sh >"$lanes/postgres" 2>&1 &
+postgres_lane=$!
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
 # (the workspace's test targets, so nothing is built again).
 status=0
 KEEL_TEST_STORE=postgres timed postgres pass postgres --test engine --test api "$@" || status=$?
-wait $checks || status=$?
-echo "== the checks from outside (e2e-server.sh on sled and PostgreSQL, clients.sh)" >&2
-cat "$outside" >&2
-rm -f "$outside"
+wait $sled_lane || status=$?
+wait $postgres_lane || status=$?
+echo "== the checks from outside on sled, then the clients (e2e-server.sh, clients.sh)" >&2
+cat "$lanes/sled" >&2
+echo "== the checks from outside on PostgreSQL (KEEL_E2E_STORE=postgres e2e-server.sh)" >&2
+cat "$lanes/postgres" >&2
+rm -rf "$lanes"
 exit $status
