@@ -2800,6 +2800,26 @@ async fn a_senders_retry_of_the_delivery_that_ended_its_run_is_a_duplicate() {
         again["event"]["outcomes"][0]["deduplicated"], true,
         "{again}"
     );
+    // A webhook of an event key: every delivery is an event, with no token.
+    let spec = json!({"id": "github-events", "event": "idempotency:example",
+        "scheme": "github", "secret": "github_test"});
+    let (status, created) = s
+        .call_as(master, "POST", "/v1/webhooks", &[], body(spec))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let push = serde_json::to_vec(&json!({"id": "push-1"})).unwrap();
+    let (status, pushed) = deliver("github-events", github_signed("gh-3", &push), push).await;
+    assert_eq!(status, StatusCode::OK, "{pushed}");
+    assert!(pushed.get("token").is_none(), "{pushed}");
+    assert_eq!(
+        pushed["event"]["metadata"],
+        json!({"webhook": "github-events", "delivery_id": "gh-3"}),
+        "{pushed}"
+    );
+    assert_eq!(
+        pushed["event"]["outcomes"][0]["workflow"], "idempotent_task",
+        "{pushed}"
+    );
     // `unheld_event` goes with a hook, not an event key.
     let spec =
         json!({"id": "bad", "event": "a", "unheld_event": "b", "scheme": "github", "secret": "x"});

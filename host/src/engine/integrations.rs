@@ -157,8 +157,11 @@ impl Keel {
             .delivery_id
             .filter(|d| super::streams::check_payload_id(d).is_ok());
         let event = |key: &str, token: Option<&str>| {
-            let metadata =
-                serde_json::json!({"webhook": id, "delivery_id": delivery_id, "token": token});
+            let mut metadata = serde_json::json!({"webhook": id, "delivery_id": delivery_id});
+            if let Some(token) = token {
+                // The hook no run held, for a delivery routed here.
+                metadata["token"] = token.into();
+            }
             let (key, payload) = (key.to_string(), payload.to_string());
             let token = token.map(str::to_string);
             async move {
