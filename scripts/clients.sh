@@ -46,21 +46,34 @@ cmp clients/python/keel_client/models.py "$work/models.py" \
 diff -r clients/typescript/dist "$work/dist" >/dev/null \
     || { echo "clients/typescript/dist is stale: run npm run build in clients/typescript" >&2; exit 1; }
 
-# keel and the guests, as this checkout's build makes them.
-artifacts=$(cargo build -q --workspace --bins --message-format=json)
-binary() {
-    python3 -c 'import json,sys
-name = sys.argv[1]
-paths = [m["executable"] for m in map(json.loads, sys.stdin)
-         if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == name]
-print(paths[-1])' "$1" <<<"$artifacts"
+# keel as the README installs it, into a directory of its own; --debug
+# (the tests' profile, so the dependencies the tests built serve it) where
+# the README's command builds in release.
+echo "== installing keel (cargo install --path cli --locked --debug)" >&2
+# Its build is listed for .ci/run's prune when it asks (KEEL_BUILD_LISTINGS).
+cargo install -q --path cli --locked --debug --root "$work/keel" \
+    --message-format=json-render-diagnostics >"${KEEL_BUILD_LISTINGS:-$work}/install.json"
+KEEL=$work/keel/bin/keel
+# The guests, as this checkout's build makes them.
+guests() {
+    cargo run -q -p keel-tests --bin guests -- "$@"
 }
-KEEL=$(binary keel)
 # Compiled guests are shared with the tests of this build.
-export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$(dirname "$KEEL")/../tmp/keel-compiled}"
+export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-${CARGO_TARGET_DIR:-$here/target}/debug/tmp/keel-compiled}"
+
+echo "== the demo, by the installed keel in an empty directory" >&2
+order=$(guests order)
+mkdir "$work/demo"
+demo=$(cd "$work/demo" && "$KEEL" --db .keel-demo demo --json --component "$order")
+python3 -c 'import json,sys
+d = json.loads(sys.argv[1])
+keys = {r["idempotency_key"] for r in d["requests"]}
+assert d["status"] == "completed" and len(d["requests"]) == 2 and len(keys) == 1 and d["charges"] == 1, d
+print("the demo charged once across", len(d["requests"]), "attempts with one idempotency key")' "$demo"
+
 while read -r guest; do
     "$KEEL" --db "$work/db" deploy "$guest" >/dev/null
-done <<<"$("$(binary guests)" testbed order-hooks)"
+done <<<"$(guests testbed order-hooks)"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export KEEL_URL="http://127.0.0.1:$port"
 "$KEEL" --db "$work/db" serve --http "127.0.0.1:$port" >"$work/server.log" 2>&1 &
