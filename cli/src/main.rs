@@ -140,6 +140,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
             ms: cli.cancel_grace.saturating_mul(1000),
             steps: cli.cancel_grace_steps,
         },
+        max_takeovers: cli.max_takeovers.max(1),
     };
     let env = cli
         .allow_env

@@ -245,7 +245,7 @@ fn a_commit_that_lands_unheard_never_gives_a_false_answer() {
     let clean = keel(
         &through(counting.port),
         &schema,
-        &["start", "testbed", "two_steps", "--input", "1000"],
+        &["start", "testbed", "two_steps_strict", "--input", "1000"],
     );
     assert_eq!(
         json_of(&clean)["status"],
@@ -273,7 +273,7 @@ fn a_commit_that_lands_unheard_never_gives_a_false_answer() {
             &[
                 "start",
                 "testbed",
-                "two_steps",
+                "two_steps_strict",
                 "--input",
                 &cut_at.to_string(),
             ],

@@ -408,6 +408,25 @@ impl JournalIndex {
             .count()
     }
 
+    /// How often the run was taken over from a worker that stopped while
+    /// driving it ([`Fact::TakenOver`]) since its last progress: a
+    /// completion, a failed attempt or a retry of the run. A run that
+    /// kills its worker before anything durable happens counts up here,
+    /// however its steps' attempts are journaled. Reads back from the end
+    /// to the last progress only.
+    pub fn takeovers_since_progress(&self) -> usize {
+        let mut takeovers = 0;
+        for entry in self.entries.iter().rev() {
+            match &entry.fact {
+                Fact::TakenOver { .. } => takeovers += 1,
+                Fact::StepAttemptFailed { .. } | Fact::RunRetried { .. } => break,
+                fact if fact.completes().is_some() => break,
+                _ => {}
+            }
+        }
+        takeovers
+    }
+
     /// The run's deadline, if one was set.
     pub fn deadline_ms(&self) -> Option<u64> {
         self.deadline_ms
@@ -530,6 +549,36 @@ mod tests {
 
     fn done(command: u32) -> Fact {
         testing::completed(command, &command.to_string())
+    }
+
+    #[test]
+    fn takeovers_count_back_to_the_last_progress() {
+        let taken = || Fact::TakenOver {
+            from_worker: "a".into(),
+            expired_at_ms: 1,
+            by_worker: "b".into(),
+        };
+        let attempt = |command| Fact::StepAttemptStarted {
+            command,
+            attempt: 1,
+        };
+        assert_eq!(journal(vec![]).takeovers_since_progress(), 0);
+        let looping = journal(vec![step(0), attempt(0), taken(), attempt(0), taken()]);
+        assert_eq!(looping.takeovers_since_progress(), 2);
+        let progressed = journal(vec![
+            step(0),
+            taken(),
+            attempt(0),
+            done(0),
+            step(1),
+            taken(),
+            attempt(1),
+        ]);
+        assert_eq!(
+            progressed.takeovers_since_progress(),
+            1,
+            "a completion resets the count"
+        );
     }
 
     #[test]

@@ -79,29 +79,51 @@ pub struct WorkflowInfo {
     #[serde(default)]
     pub timeout_ms: Option<u64>,
     /// When its step attempts' starts and completions are made durable
-    /// (`#[workflow(durability = "relaxed")]`).
+    /// (`#[workflow(durability = "strict" | "effect_gated" | "relaxed")]`).
     #[serde(default)]
     pub durability: Durability,
 }
 
-/// When a workflow's step results become durable.
+/// When a workflow's step attempts and results become durable
+/// (docs/durability.md has the three contracts side by side).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Durability {
     /// Before each step attempt runs, the attempt's start (and every
     /// result before it) is durable: a completed step never runs again and
     /// an attempt a crash interrupted counts against its retries.
-    #[default]
     Strict,
+    /// What a step attempt's effects could depend on (its start and every
+    /// result before it) is durable before the first effect leaves the
+    /// sandbox: its first outbound HTTP request, stream chunk or hook
+    /// resume (an attempt granted directories, before it runs), as well as
+    /// before everything [`Relaxed`](Durability::Relaxed) waits for. A step
+    /// whose result something outside has seen never runs again; a step
+    /// that only computed may run again after a crash, under the same step
+    /// ID. A run of pure steps is one durable write.
+    #[default]
+    EffectGated,
     /// Step starts and results are made durable with the run's next
     /// durable write that something depends on: when it waits on a timer,
     /// a hook or another run, makes an effect others can see (a hook, a
     /// child, a stream), or ends. A crash loses the steps completed since
     /// then, and the recovered run runs them again under the same step
-    /// IDs; an attempt a crash interrupted does not count against its
-    /// retries. One durable write for a run of sequential steps instead of
-    /// one per step.
+    /// IDs, even those whose effects were seen outside; an attempt a crash
+    /// interrupted does not count against its retries. One durable write
+    /// for a run of sequential steps instead of one per step.
     Relaxed,
+}
+
+impl Durability {
+    /// The mode's name as manifests and `#[workflow(durability = ...)]`
+    /// spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Strict => "strict",
+            Durability::EffectGated => "effect_gated",
+            Durability::Relaxed => "relaxed",
+        }
+    }
 }
 
 /// A schedule a workflow declares: deploying its component creates it as

@@ -32,8 +32,8 @@ pub struct WorkflowDef {
     pub concurrency: Option<ConcurrencyDef>,
     /// How long a run may take before it is cancelled, in ms.
     pub timeout_ms: Option<u64>,
-    /// `durability = "relaxed"`.
-    pub relaxed: bool,
+    /// `durability = "..."`: `effect_gated` unless the workflow says.
+    pub durability: &'static str,
     pub run: fn(&str) -> Result<String, String>,
     /// The JSON Schemas of its input and output, for types that derive
     /// `schemars::JsonSchema`.
@@ -138,7 +138,7 @@ fn schemas(workflows: &[WorkflowDef], steps: &[StepDef]) -> String {
                     "input": parse(input), "output": parse(output),
                     "schedule": schedule, "concurrency": concurrency,
                     "timeout_ms": w.timeout_ms,
-                    "durability": if w.relaxed { "relaxed" } else { "strict" },
+                    "durability": w.durability,
                 }),
             )
         })

@@ -124,6 +124,10 @@ pub struct RunLimits {
     /// How long, and for how many steps, a cancelled run's cleanup may go
     /// on before the run is ended without it.
     pub cancel_grace: keel_core::lifecycle::Grace,
+    /// Most times a run may be taken over from a worker that stopped
+    /// while driving it, without progress in between, before it fails
+    /// (it, or a step of it, keeps killing its worker).
+    pub max_takeovers: usize,
 }
 
 impl Default for RunLimits {
@@ -134,6 +138,7 @@ impl Default for RunLimits {
             max_journal_entries: defaults::MAX_JOURNAL_ENTRIES,
             max_stream_bytes: defaults::MAX_STREAM_MIB << 20,
             cancel_grace: keel_core::lifecycle::Grace::default(),
+            max_takeovers: defaults::MAX_TAKEOVERS,
         }
     }
 }
@@ -166,6 +171,7 @@ impl RunLimits {
                 ms: u64::MAX,
                 steps: u32::MAX,
             },
+            max_takeovers: usize::MAX,
         }
     }
 }
@@ -201,6 +207,8 @@ pub mod defaults {
     pub const MAX_JOURNAL_ENTRIES: usize = 100_000;
     /// Most data a run's steps may write to its streams, in MiB.
     pub const MAX_STREAM_MIB: usize = 64;
+    /// Most takeovers of a run without progress between them.
+    pub const MAX_TAKEOVERS: usize = 10;
 }
 
 /// Refuses `size` over `limit`, naming the bound and what went over it.

@@ -5,7 +5,8 @@
 //! workers; module `engine`) over any [`keel_store::Store`]; the
 //! activation of a workflow (module `activation`), which matches the
 //! workflow's calls against its journal and reaches the outside through
-//! one narrow interface; step execution (module `steps`); the wasm
+//! one narrow interface; step execution (module `steps`); the effects
+//! before which a run's journal is made durable ([`effects`]); the wasm
 //! [`Runtime`] and the two sandboxes (module `sandbox`), with the instance
 //! slots activations and steps queue for (module `slots`); component
 //! loading ([`component`]). The domain types are `keel-core`'s, storage is
@@ -17,6 +18,7 @@ mod compiled;
 pub mod component;
 mod config;
 pub mod crashtest;
+pub mod effects;
 mod engine;
 mod error;
 pub mod keys;

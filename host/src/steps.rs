@@ -1,16 +1,19 @@
 //! Step execution: each attempt in a fresh instance of the step sandbox,
-//! retried under the step's policy, every attempt journaled durably before
-//! it runs and its outcome recorded once.
+//! retried under the step's policy, every attempt journaled (durably before
+//! it runs or before its first effect, as its workflow's durability asks)
+//! and its outcome recorded once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use keel_core::Clock;
-use keel_core::journal::Fact;
+use keel_core::journal::{Entry, Fact};
 use keel_core::manifest::{Durability, RetryPolicy};
 use tracing::Instrument;
 
-use crate::activation::StepCall;
+use crate::activation::{RunJournal, StepCall};
+use crate::effects::{Effect, StepGate};
 use crate::sandbox::{Grants, GuestLog, HostState, StepContext, StepOutside, wit};
 use keel_store::Grant;
 
@@ -202,6 +205,45 @@ fn next(
     }
 }
 
+/// The effect gate of one step attempt: effect-gated, it makes the
+/// journal durable through the attempt's start before the attempt's first
+/// effect (and is passed at once by every later one); strict, that is
+/// durable already; relaxed, effects wait for nothing.
+struct AttemptGate {
+    journal: Arc<RunJournal>,
+    /// How many entries must be durable: through the attempt's start.
+    through: Option<usize>,
+}
+
+impl AttemptGate {
+    fn new(call: &StepCall, started: &Entry) -> Self {
+        let through = match call.durability {
+            Durability::Relaxed => None,
+            Durability::Strict | Durability::EffectGated => Some(started.seq as usize + 1),
+        };
+        AttemptGate {
+            journal: call.journal.clone(),
+            through,
+        }
+    }
+}
+
+#[async_trait]
+impl StepGate for AttemptGate {
+    async fn before(&self, effect: Effect) -> crate::Result<()> {
+        let Some(through) = self.through else {
+            return Ok(());
+        };
+        tracing::trace!(effect = effect.as_str(), "step effect gate");
+        let durable = self.journal.durable_through(through).await;
+        if let Err(e) = &durable {
+            // The activation ends: what the run did is not durable.
+            self.journal.fail(e.to_string());
+        }
+        durable
+    }
+}
+
 impl StepRunner {
     /// Runs `call`'s attempts until the step completes or fails; a storage
     /// failure ends the run's activation.
@@ -246,9 +288,16 @@ impl StepRunner {
             };
             let started = match call.durability {
                 Durability::Strict => call.journal.append(start).await?,
-                // Durable with the run's next flush: a crash before it
-                // runs the step again, under the same step ID.
-                Durability::Relaxed => call.journal.record(start)?,
+                Durability::EffectGated if !settings.grants.dirs.is_empty() => {
+                    let started = call.journal.record(start)?;
+                    let gate = AttemptGate::new(call, &started);
+                    gate.before(Effect::StepGrantedDirectories).await?;
+                    started
+                }
+                // Durable before the attempt's first effect (or, relaxed,
+                // with the run's next flush): a crash before then runs the
+                // step again, under the same step ID.
+                Durability::EffectGated | Durability::Relaxed => call.journal.record(start)?,
             };
             if attempt > 1 {
                 // Readers drop what the step's earlier attempts streamed.
@@ -267,7 +316,7 @@ impl StepRunner {
                 keel.retry_delay_ms = tracing::field::Empty,
             );
             let outcome = self
-                .execute(call, settings, attempt, started.at_ms, &outside, &grant)
+                .execute(call, settings, &started, &outside, &grant)
                 .instrument(span.clone())
                 .await;
             drop(slot);
@@ -430,11 +479,13 @@ impl StepRunner {
         &self,
         call: &StepCall,
         settings: &StepSettings,
-        attempt: u32,
-        started_at_ms: u64,
+        started: &Entry,
         outside: &Arc<dyn StepOutside>,
         grant: &Option<(String, u64)>,
     ) -> Attempt {
+        let Fact::StepAttemptStarted { attempt, .. } = started.fact else {
+            return Attempt::Fatal("an attempt begins with its start".into());
+        };
         if let Some(output) = self.stubs.get(&call.name) {
             return Attempt::Ok(output.clone());
         }
@@ -444,9 +495,10 @@ impl StepRunner {
                 attempt,
                 step_name: call.name.clone(),
                 run_id: call.run_id.to_string(),
-                attempt_started_at_ms: started_at_ms,
+                attempt_started_at_ms: started.at_ms,
             },
             outside: outside.clone(),
+            gate: Arc::new(AttemptGate::new(call, started)),
         };
         let log = GuestLog::new(&call.run_id);
         let state = match HostState::step(ctx, &settings.grants, log.clone(), settings.max_memory) {

@@ -132,6 +132,11 @@ pub struct Cli {
     /// Most data a run's steps may write to its streams, in MiB.
     #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_STREAM_MIB)]
     pub max_stream_mib: usize,
+    /// Most times a run may be taken over from a worker that stopped while
+    /// driving it, with no step completed or failed in between, before the
+    /// run fails (it keeps killing its worker).
+    #[arg(long, global = true, help_heading = "Limits", default_value_t = defaults::MAX_TAKEOVERS)]
+    pub max_takeovers: usize,
     /// How long a cancelled run's cleanup may run, in seconds, before the
     /// run is ended without it.
     #[arg(long, global = true, help_heading = "Limits", default_value_t = keel_host::core::lifecycle::Grace::default().ms / 1000)]

@@ -2,6 +2,7 @@
 //! limits, the store's figures, deletions, prunes and bulk jobs.
 
 use keel_host::core::flow::LimitRow;
+use keel_host::core::manifest::Durability;
 use keel_host::core::{Deployment, RunRecord};
 use keel_server::wire::{BulkPreviewView, JobView};
 use serde_json::{Value, json};
@@ -138,8 +139,14 @@ pub(crate) fn inspect(component: &keel_server::wire::ComponentView, json: bool) 
         if !w.on_events.is_empty() {
             line += &format!("  on events {}", w.on_events.join(", "));
         }
-        if w.durability == keel_host::core::manifest::Durability::Relaxed {
-            line += "  durability relaxed (steps journaled at the run's next wait or end)";
+        match w.durability {
+            Durability::EffectGated => {}
+            Durability::Strict => {
+                line += "  durability strict (every step attempt's start durable)"
+            }
+            Durability::Relaxed => {
+                line += "  durability relaxed (steps journaled at the run's next wait or end)"
+            }
         }
         println!("{line}");
         for (which, schema) in [("input", &w.input_schema), ("output", &w.output_schema)] {

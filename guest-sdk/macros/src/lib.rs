@@ -32,9 +32,13 @@ use syn::{
 /// rest, with `on_limit = "cancel_in_progress"` or `"cancel_newest"` to
 /// cancel instead; `timeout = "2h"` cancels a run still going that long
 /// after its admission, with reason `deadline_exceeded`;
-/// `durability = "relaxed"` makes its steps' results durable with the
-/// run's next wait or its end instead of before each next step (a crash
-/// may run steps again, under the same step IDs).
+/// `durability = "effect_gated"` (the default) makes what a step's effects
+/// depend on durable before its first outbound effect (HTTP, a stream
+/// chunk, a hook resume), so a step whose result was seen outside never
+/// runs again; `"strict"` makes every step attempt's start durable before
+/// it runs; `"relaxed"` makes steps' results durable only with the run's
+/// next wait or its end (a crash may run steps again, under the same step
+/// IDs).
 #[proc_macro_attribute]
 pub fn workflow(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
@@ -52,8 +56,8 @@ struct WorkflowSettings {
     concurrency: Option<(String, u32, String)>,
     /// `timeout = "2h"`, in ms.
     timeout_ms: Option<u64>,
-    /// `durability = "relaxed"`.
-    relaxed: bool,
+    /// `durability = "..."`, if given.
+    durability: Option<String>,
 }
 
 /// `concurrency(key = "...", limit = N, on_limit = "...")` of a workflow.
@@ -239,20 +243,21 @@ impl WorkflowSettings {
                     out.timeout_ms = Some(duration_lit(lit)?);
                 }
                 Meta::NameValue(kv) if kv.path.is_ident("durability") => {
-                    out.relaxed = match &kv.value {
+                    out.durability = Some(match &kv.value {
                         Expr::Lit(ExprLit {
                             lit: Lit::Str(s), ..
-                        }) if s.value() == "strict" => false,
-                        Expr::Lit(ExprLit {
-                            lit: Lit::Str(s), ..
-                        }) if s.value() == "relaxed" => true,
+                        }) if ["strict", "effect_gated", "relaxed"]
+                            .contains(&s.value().as_str()) =>
+                        {
+                            s.value()
+                        }
                         other => {
                             return Err(syn::Error::new_spanned(
                                 other,
-                                "expected durability = \"strict\" (the default) or \"relaxed\"",
+                                "expected durability = \"effect_gated\" (the default), \"strict\" or \"relaxed\"",
                             ));
                         }
-                    };
+                    });
                 }
                 Meta::NameValue(kv) if kv.path.is_ident("on_events") => {
                     let Expr::Array(array) = &kv.value else {
@@ -275,7 +280,7 @@ impl WorkflowSettings {
                 other => {
                     return Err(syn::Error::new_spanned(
                         other,
-                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...], schedule(...), concurrency(key = ..., limit = ...), timeout = \"2h\" or durability = \"relaxed\"",
+                        "unknown workflow setting; expected idempotency(key = ..., ttl = ...), on_events = [...], schedule(...), concurrency(key = ..., limit = ...), timeout = \"2h\" or durability = \"strict\"",
                     ));
                 }
             }
@@ -390,7 +395,7 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
         Some(ms) => quote! { Some(#ms) },
         None => quote! { None },
     };
-    let relaxed = settings.relaxed;
+    let durability = settings.durability.as_deref().unwrap_or("effect_gated");
     let input_ty = match args.first() {
         Some((_, ty)) => quote! { #ty },
         None => quote! { () },
@@ -413,7 +418,7 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
             schedule: #schedule,
             concurrency: #concurrency,
             timeout_ms: #timeout_ms,
-            relaxed: #relaxed,
+            durability: #durability,
             run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
             schemas: || {
                 #[allow(unused_imports)]

@@ -24,6 +24,19 @@ async fn ten_steps(n: u32) -> Result<u32, Error> {
     Ok(sum)
 }
 
+/// W10 with strict durability: each step attempt's start, and the result
+/// before it, durable before the attempt runs.
+#[workflow(durability = "strict")]
+async fn ten_steps_strict(n: u32) -> Result<u32, Error> {
+    ten_steps(n).await
+}
+
+/// `two_steps` with strict durability: a journal write before each step.
+#[workflow(durability = "strict")]
+async fn two_steps_strict(x: i64) -> Result<Vec<i64>, Error> {
+    two_steps(x).await
+}
+
 /// W10 with relaxed durability: its steps' results become durable with
 /// the run's end, in one write.
 #[workflow(durability = "relaxed")]
@@ -967,6 +980,8 @@ keel_sdk::component!(
         sum_of_squares,
         ten_steps_limited,
         ten_steps_relaxed,
+        ten_steps_strict,
+        two_steps_strict,
         ten_steps_per_tenant,
         per_tenant,
         one_at_a_time,

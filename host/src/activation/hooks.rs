@@ -9,6 +9,7 @@ use keel_core::{HookRecord, RunStatus};
 use keel_store::HookPayload;
 
 use super::{Activation, ChildStart};
+use crate::effects::Effect;
 use crate::sandbox::wit;
 
 /// What a command completed from outside the run waits for.
@@ -168,7 +169,7 @@ impl Activation {
             next_payload,
             payload_schema,
         };
-        self.flush_before_effect().await?;
+        self.journal.gate(Effect::Hook).await?;
         let registered = self
             .store()?
             .register_hook(&hook, options.force, now)
@@ -232,7 +233,7 @@ impl Activation {
             event,
         )?;
         if recorded.is_none() {
-            self.flush_before_effect().await?;
+            self.journal.gate(Effect::Hook).await?;
             self.store()?
                 .dispose_hook(&self.run_id, &hook.token)
                 .await
@@ -359,7 +360,7 @@ impl Activation {
         let outcome = match recorded {
             Some(outcome) => outcome,
             None => {
-                self.flush_before_effect().await?;
+                self.journal.gate(Effect::ChildStart).await?;
                 let outcome = self
                     .outside
                     .start_child(ChildStart {

@@ -5,10 +5,11 @@
 //! Recording is in memory; [`RunJournal::flush`] writes every entry
 //! recorded since the last flush (and a pending status change) to the store
 //! in one durable append. The activation flushes when something depends on
-//! the entries: before a step attempt executes, before a store effect
-//! other callers can see, and at the run's end or suspension. A crash
-//! before a flush loses only entries whose effects never left the run,
-//! which the recovered run makes again.
+//! the entries: at the gates of [`crate::effects`] (before an effect
+//! others can see, a wait or a suspension), before a step attempt as its
+//! workflow's durability asks, and at the run's end. A crash before a
+//! flush loses only entries whose effects never left the run, which the
+//! recovered run makes again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -225,6 +226,12 @@ impl RunJournal {
         self.lock().index.attempt_running(command)
     }
 
+    /// Takeovers of the run since its last progress
+    /// ([`JournalIndex::takeovers_since_progress`]).
+    pub fn takeovers_since_progress(&self) -> usize {
+        self.lock().index.takeovers_since_progress()
+    }
+
     /// The run's deadline, if one was set.
     pub(super) fn deadline_ms(&self) -> Option<u64> {
         self.lock().index.deadline_ms()
@@ -328,6 +335,22 @@ impl RunJournal {
     /// The attributes the workflow set, as its journal records them.
     pub fn attributes(&self) -> keel_core::Attributes {
         self.lock().index.attributes()
+    }
+
+    /// Makes every entry recorded so far (and a pending run record)
+    /// durable before `effect`, which may depend on them.
+    pub async fn gate(&self, effect: crate::effects::Effect) -> Result<()> {
+        tracing::trace!(effect = effect.as_str(), "effect gate");
+        self.flush().await
+    }
+
+    /// Makes the first `entries` entries durable, if they are not yet
+    /// (with whatever else is recorded by then).
+    pub async fn durable_through(&self, entries: usize) -> Result<()> {
+        if self.lock().durable >= entries {
+            return Ok(());
+        }
+        self.flush().await
     }
 
     /// Writes every entry recorded so far (and a pending run record) to

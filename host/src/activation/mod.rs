@@ -35,6 +35,7 @@ pub use outside::{ChildStart, Offline, Outside, StepCall};
 
 use crate::Error;
 use crate::component::Loaded;
+use crate::effects::Effect;
 use crate::sandbox::{JournalClock, WorkflowCalls, wit};
 use crate::slots::Slots;
 
@@ -357,13 +358,6 @@ impl Activation {
         Ok(())
     }
 
-    /// Flushes the journal before a store effect other callers can see (a
-    /// hook registered or released, a run started): what led the workflow
-    /// there must not be lost once others have seen its effect.
-    async fn flush_before_effect(&self) -> wasmtime::Result<()> {
-        Ok(self.journal.flush().await?)
-    }
-
     /// Drops completed commands from the sets of live ones and finished
     /// tasks from `tasks`: what a wait or a bound looks at then stays the
     /// size of what runs, however long the run.
@@ -506,7 +500,7 @@ impl Activation {
                 // and what it waits for become visible. A running step
                 // flushes by itself before its attempt.
                 let marked = self.journal.mark_waiting(self.wake_at(ids), self.now_ms());
-                self.journal.flush().await?;
+                self.journal.gate(Effect::Wait).await?;
                 if marked {
                     self.outside.settled(&self.run_id);
                 }

@@ -9,6 +9,7 @@ use keel_core::journal::Fact;
 use keel_core::stream::check_stream_name;
 
 use super::Activation;
+use crate::effects::Effect;
 
 /// What the workflow's streams and replies have done so far in this
 /// activation (rebuilt by replay, which issues the same commands).
@@ -130,7 +131,7 @@ impl Activation {
         )?;
         self.written.replied.insert(request);
         if replayed.is_none() && !self.offline {
-            self.journal.flush().await?;
+            self.journal.gate(Effect::HookReply).await?;
         }
         Ok(Ok(()))
     }

@@ -16,6 +16,7 @@ use tracing::Instrument;
 use super::{Inner, Keel, lock};
 use crate::activation::{Outside, RunJournal, Suspend};
 use crate::component::Loaded;
+use crate::effects::Effect;
 use crate::runtime::Ended;
 use crate::{Error, Result};
 
@@ -696,14 +697,31 @@ impl Keel {
         }
         let journal = Arc::new(self.journal_of(lease, entries)?);
         // The worker that drove it before stopped without giving it up:
-        // the journal says so, before anything it had in flight runs again.
+        // the journal says so, durably (so that a run which keeps killing
+        // its workers before anything else is durable is counted), before
+        // anything it had in flight runs again.
         if let Some(lost) = &lease.took_over {
             tracing::warn!(worker = %lost.owner, "taking the run over from a worker that stopped driving it");
-            journal.record(Fact::TakenOver {
-                from_worker: lost.owner.clone(),
-                expired_at_ms: lost.expired_at_ms,
-                by_worker: lease.owner.clone(),
-            })?;
+            journal
+                .append(Fact::TakenOver {
+                    from_worker: lost.owner.clone(),
+                    expired_at_ms: lost.expired_at_ms,
+                    by_worker: lease.owner.clone(),
+                })
+                .await?;
+            let limit = self.inner.config.limits.max_takeovers;
+            let takeovers = journal.takeovers_since_progress();
+            if takeovers > limit {
+                let error = Error::BoundExceeded {
+                    run_id: Some(lease.run_id.clone()),
+                    bound: "max_takeovers",
+                    limit,
+                    size: takeovers,
+                    what: "the takeovers of the run from workers that stopped while driving it, with no step completed or failed in between,".into(),
+                };
+                tracing::error!("{error}");
+                return self.finish(run, Ended::Failed(error), &journal).await;
+            }
         }
         // A cancel asked for before this activation (its wake may have been
         // taken by an activation that crashed) is journaled before the
@@ -831,7 +849,7 @@ impl Keel {
                 run.status = RunStatus::Waiting;
                 run.wake_at_ms = wake_at_ms;
                 journal.set_run(run.clone());
-                journal.flush().await?;
+                journal.gate(Effect::Suspend).await?;
                 self.inner.config.observer.run_suspended(&run.workflow);
                 return Ok(run);
             }
@@ -890,7 +908,7 @@ impl Keel {
             run.error = None;
             run.wake_at_ms = None;
             journal.set_run(run.clone());
-            journal.flush().await?;
+            journal.gate(Effect::Suspend).await?;
             self.inner.config.observer.run_suspended(&run.workflow);
             run
         };

@@ -2,8 +2,11 @@
 //! environment variables) and the policy that enforces the HTTP grant.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use wasmtime_wasi_http::WasiHttpHooks;
+
+use crate::effects::{Effect, StepGate};
 
 /// The capabilities the operator grants to steps. Nothing by default.
 #[derive(Clone, Debug, Default)]
@@ -50,6 +53,8 @@ pub(super) struct HttpGrant {
     /// The `host:port` of each request denied, so that a failed attempt
     /// can say which grant it lacked.
     pub(super) denied: Vec<String>,
+    /// The step attempt's effect gate, passed before a request leaves.
+    pub(super) gate: Option<Arc<dyn StepGate>>,
 }
 
 impl HttpGrant {
@@ -101,8 +106,14 @@ impl WasiHttpHooks for HttpGrant {
         {
             request.headers_mut().insert("traceparent", value);
         }
+        let gate = self.gate.clone();
         Box::new(async move {
             use http_body_util::BodyExt;
+            if let Some(gate) = gate {
+                gate.before(Effect::StepHttpRequest)
+                    .await
+                    .map_err(|e| wasmtime_wasi_http::Error::InternalError(Some(e.to_string())))?;
+            }
             let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
             Ok((
                 res.map(BodyExt::boxed_unsync),
@@ -120,6 +131,7 @@ mod tests {
         HttpGrant {
             allowed: allowed.iter().map(|s| s.to_string()).collect(),
             denied: Vec::new(),
+            gate: None,
         }
     }
 

@@ -12,6 +12,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use crate::effects::{Effect, StepGate};
 use async_trait::async_trait;
 use keel_core::RunId;
 use keel_core::lifecycle::{ChildOptions, ClosePolicy};
@@ -138,6 +139,8 @@ pub struct StepContext {
     pub metadata: wit::StepMetadata,
     /// Acts on the step's behalf.
     pub outside: Arc<dyn StepOutside>,
+    /// Passed before each of the attempt's effects.
+    pub gate: Arc<dyn StepGate>,
 }
 
 /// Which side of the contract a store's guest is on.
@@ -162,6 +165,10 @@ pub struct HostState {
 
 impl HostState {
     fn new(wasi: WasiCtx, http: Vec<String>, max_memory: usize, role: Role) -> Self {
+        let gate = match &role {
+            Role::Step(ctx) => Some(ctx.gate.clone()),
+            _ => None,
+        };
         HostState {
             wasi,
             table: ResourceTable::new(),
@@ -169,6 +176,7 @@ impl HostState {
             http_hooks: HttpGrant {
                 allowed: http,
                 denied: Vec::new(),
+                gate,
             },
             limits: StoreLimitsBuilder::new()
                 .memory_size(max_memory)
@@ -381,7 +389,11 @@ impl keel::workflow::step_context::Host for HostState {
         token: String,
         payload: String,
     ) -> wasmtime::Result<Result<String, wit::ResumeError>> {
-        let outside = self.step_context()?.outside.clone();
+        let ctx = self.step_context()?;
+        let (outside, gate) = (ctx.outside.clone(), ctx.gate.clone());
+        if let Err(e) = gate.before(Effect::StepHookResume).await {
+            return Ok(Err(wit::ResumeError::Failed(e.to_string())));
+        }
         Ok(match outside.resume_hook(&token, &payload).await {
             Ok(run_id) => Ok(run_id.into_string()),
             Err(crate::Error::HookNotFound { .. }) => Err(wit::ResumeError::HookNotFound),
@@ -416,7 +428,10 @@ impl HostState {
             return Ok(Err(e));
         }
         let ctx = self.step_context()?;
-        let (outside, m) = (ctx.outside.clone(), ctx.metadata.clone());
+        let (outside, m, gate) = (ctx.outside.clone(), ctx.metadata.clone(), ctx.gate.clone());
+        if let Err(e) = gate.before(Effect::StepStreamChunk).await {
+            return Ok(Err(e.to_string()));
+        }
         let run_id = RunId::from(m.run_id.as_str());
         Ok(outside
             .write_stream(&run_id, stream, &m.step_id, m.attempt, body)

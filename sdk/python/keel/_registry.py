@@ -40,6 +40,10 @@ def optional_ms(value: Any, what: str) -> Optional[int]:
     return None if value is None else duration_ms(value, what)
 
 
+#: The durability modes a workflow may declare (docs/durability.md).
+DURABILITY = ("effect_gated", "strict", "relaxed")
+
+
 @dataclass
 class WorkflowDef:
     """A workflow as ``@keel.workflow`` registers it."""
@@ -56,7 +60,8 @@ class WorkflowDef:
     concurrency: Optional[dict] = None
     #: ``{"cron", "tz", "every_ms", "overlap", "catchup_window_ms", "input"}``.
     schedule: Optional[dict] = None
-    relaxed: bool = False
+    #: One of :data:`DURABILITY`.
+    durability: str = "effect_gated"
 
 
 @dataclass
@@ -129,7 +134,7 @@ def schemas() -> str:
             "schedule": w.schedule,
             "concurrency": w.concurrency,
             "timeout_ms": w.timeout_ms,
-            "durability": "relaxed" if w.relaxed else "strict",
+            "durability": w.durability,
         }
     out["keel:steps"] = {
         s.name: {"rate_limit": s.rate_limit, "concurrency": s.concurrency, "retry_budget_ms": s.retry_budget_ms}

@@ -40,7 +40,7 @@ class DeclarationsTest(unittest.TestCase):
         self.assertEqual(manifest["declared_hourly"]["schedule"]["every_ms"], 3_600_000)
         self.assertEqual(manifest["declared_hourly"]["schedule"]["catchup_window_ms"], 86_400_000)
         self.assertIsNone(manifest["declared_hourly"]["schedule"]["input"])
-        self.assertEqual(manifest["declared_hourly"]["durability"], "strict")
+        self.assertEqual(manifest["declared_hourly"]["durability"], "effect_gated")
         self.assertEqual(manifest["keel:steps"]["declared_call"], {
             "rate_limit": {"key": "'api'", "limit": 60, "per_ms": 60_000},
             "concurrency": {"key": "'ledger'", "limit": 1},
@@ -56,7 +56,7 @@ class DeclarationsTest(unittest.TestCase):
             (lambda: keel.Schedule(cron="* * * * *", every="1h"), "a cron spec or an every interval"),
             (lambda: keel.Schedule(every="1h", tz="Europe/Berlin"), "give cron="),
             (lambda: keel.Schedule(every="1h", overlap="queue"), "one of skip, buffer-one, allow-all"),
-            (lambda: keel.workflow(durability="eventual"), 'durability is "strict" or "relaxed"'),
+            (lambda: keel.workflow(durability="eventual"), 'durability is "effect_gated" \\(the default\\), "strict" or "relaxed"'),
         ]
         for make, says in cases:
             with self.assertRaisesRegex(ValueError, says):

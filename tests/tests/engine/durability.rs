@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common::{
-    TestStore, attempts, json, open, open_backend, order_input, order_keel, step_ids,
+    TestStore, attempts, json, open, open_backend, order_input, order_keel, step_ids, step_names,
 };
 use keel_host::core::RunStatus;
 use keel_host::core::divergence::Verdict;
@@ -602,9 +602,10 @@ async fn an_acknowledged_start_whose_drive_meets_a_failed_store_names_its_run() 
     );
 }
 
-/// Relaxed durability (`#[workflow(durability = "relaxed")]`): a run of
+/// Relaxed durability (`#[workflow(durability = "relaxed")]`), and the
+/// default, effect-gated, for steps that make no effect: a run of
 /// sequential steps makes its steps durable with its end, in one journal
-/// write instead of one per step. A crash that loses that write loses the
+/// write instead of one per step (strict: one per step). A crash that loses that write loses the
 /// steps' results: recovery runs each step again, under the same step ID,
 /// counted as a first attempt, and the run ends as it would have.
 #[tokio::test(flavor = "multi_thread")]
@@ -615,8 +616,11 @@ async fn relaxed_durability_journals_steps_with_the_end_and_recovery_runs_lost_o
 
     let writes = |before: u64| backend.journal_writes() - before;
     let before = backend.journal_writes();
-    let strict = keel.run(&testbed, "ten_steps", "5").await.unwrap();
+    let strict = keel.run(&testbed, "ten_steps_strict", "5").await.unwrap();
     let strict_writes = writes(before);
+    let before = backend.journal_writes();
+    let gated = keel.run(&testbed, "ten_steps", "5").await.unwrap();
+    let gated_writes = writes(before);
     let before = backend.journal_writes();
     let relaxed = keel.run(&testbed, "ten_steps_relaxed", "5").await.unwrap();
     let relaxed_writes = writes(before);
@@ -627,6 +631,11 @@ async fn relaxed_durability_journals_steps_with_the_end_and_recovery_runs_lost_o
         "strict: a write before each of 5 steps, then the end ({strict_writes})"
     );
     assert_eq!(relaxed_writes, 1, "relaxed: the end's write alone");
+    assert_eq!(gated.output, strict.output);
+    assert_eq!(
+        gated_writes, 1,
+        "effect-gated, steps with no effect: the end's write alone"
+    );
     let journal = keel.journal(&relaxed.run_id).await.unwrap();
     assert_eq!(step_ids(&journal).len(), 5);
     assert_eq!(attempts(&journal), vec![1; 5]);
@@ -676,4 +685,122 @@ async fn relaxed_durability_journals_steps_with_the_end_and_recovery_runs_lost_o
         .map(|c| run.run_id.step_id(c).into_string())
         .collect();
     assert_eq!(ids, expected, "the step IDs derive from the run alone");
+}
+
+/// Effect-gated durability (the default): a step attempt's start, and the
+/// result of every step before it, are durable before the attempt's first
+/// HTTP request leaves, though neither step made a write of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn effect_gated_steps_are_durable_before_their_http_request_leaves() {
+    let api = PaymentApi::start(false).await.unwrap();
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.grants = Grants {
+        http: vec![api.addr.to_string()],
+        ..Grants::default()
+    };
+    let (keel, testbed) = open(config).await;
+    let url = serde_json::Value::String(api.url("/probe")).to_string();
+    let run = keel.start(&testbed, "crashable", &url).await.unwrap();
+    keel.drive_in_background(run.run_id.as_str());
+    // Step b's first attempt has sent its request (and now hangs).
+    api.wait_for(|r| r.body.contains("\"label\":\"b\"")).await;
+    let journal = keel.journal(&run.run_id).await.unwrap();
+    assert_eq!(
+        step_names(&journal),
+        ["probe", "probe"],
+        "a and b scheduled: {journal:?}"
+    );
+    let completed: Vec<_> = journal
+        .iter()
+        .filter_map(|e| match e.fact {
+            Fact::StepCompleted { command, .. } => Some(command),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(completed, [0], "a's result is durable: {journal:?}");
+    assert_eq!(
+        attempts(&journal),
+        [1, 1],
+        "a's and b's first attempts are durable: {journal:?}"
+    );
+}
+
+/// A run that kills its worker each time before anything of it is
+/// durable (here: its end's write is lost, again and again) is counted by
+/// its takeovers, each durable, and fails once they pass `max_takeovers`
+/// with no step completed in between: a crash loop ends, however its
+/// steps' attempts are journaled.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_keeps_killing_its_worker_fails_after_max_takeovers() {
+    use keel_host::store::faulty::{Crash, CrashWhen};
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.limits.max_takeovers = 2;
+    let (keel, testbed, backend) = open_backend(config.clone(), keel_tests::TESTBED).await;
+    let run = keel.start(&testbed, "ten_steps", "3").await.unwrap();
+    // The first worker dies as it writes the run's end.
+    backend.crash_at(Crash {
+        at_write: backend.journal_writes() + 1,
+        when: CrashWhen::Before,
+    });
+    let _ = keel.drive(&run.run_id).await;
+    assert!(backend.has_crashed());
+    let ttl = config.lease_ttl.as_millis() as u64;
+    let mut now = keel_host_now();
+    // A dead process gives nothing back: the worker still holds the run.
+    async fn died_holding(
+        backend: &common::Backend,
+        run_id: &str,
+        worker: &str,
+        ttl: u64,
+        now: u64,
+    ) {
+        use keel_host::store::LeaseStore;
+        let held = backend
+            .acquire_lease(run_id, worker, ttl, now)
+            .await
+            .unwrap();
+        assert!(held.is_some(), "{worker} holds the run");
+    }
+    died_holding(&backend, run.run_id.as_str(), "worker-0", ttl, now).await;
+    drop((keel, testbed, backend));
+
+    for takeover in 1..=3 {
+        // Each next worker starts after the last one's lease expired.
+        now += ttl + 60_000;
+        let mut config = config.clone();
+        config.clock = common::ManualClock::at(now);
+        config.worker_id = format!("worker-{takeover}");
+        let (keel, _testbed, backend) = open_backend(config, keel_tests::TESTBED).await;
+        if takeover <= 2 {
+            // Its takeover is written; the run's end is lost again.
+            backend.crash_at(Crash {
+                at_write: backend.journal_writes() + 2,
+                when: CrashWhen::Before,
+            });
+            let _ = keel.drive(&run.run_id).await;
+            assert!(backend.has_crashed(), "takeover {takeover}");
+            let worker = format!("worker-{takeover}");
+            died_holding(&backend, run.run_id.as_str(), &worker, ttl, now).await;
+            continue;
+        }
+        let ended = keel.drive(&run.run_id).await.unwrap();
+        assert_eq!(ended.status, RunStatus::Failed, "{ended:?}");
+        let error = ended.error.unwrap();
+        assert_eq!(error.kind, "bound_exceeded");
+        assert!(error.message.contains("max_takeovers"), "{}", error.message);
+        let journal = keel.journal(&run.run_id).await.unwrap();
+        let taken = journal
+            .iter()
+            .filter(|e| matches!(e.fact, Fact::TakenOver { .. }))
+            .count();
+        assert_eq!(taken, 3, "every takeover is journaled: {journal:?}");
+        assert!(
+            !journal
+                .iter()
+                .any(|e| matches!(e.fact, Fact::StepCompleted { .. })),
+            "{journal:?}"
+        );
+    }
 }
