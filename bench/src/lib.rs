@@ -102,6 +102,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     drop(keel);
     let _ = std::fs::remove_dir_all(&dir);
     let in_process = result?;
+    durability::figures(args).await?;
     if args.queued_runs > 0 {
         beyond_the_slots(args).await?;
     }
@@ -122,6 +123,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+mod durability;
 mod http;
 mod retention;
 mod scale;
@@ -282,7 +284,6 @@ async fn figures(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Resu
         println!("in process: W10 throughput, {in_flight} in flight: {rate:.0} runs/s");
         rates.push(rate);
     }
-    relaxed(keel, loaded, args).await?;
     let keels = [(keel.clone(), loaded.clone())];
     limited_beside_unlimited("in process", &keels, args.throughput_runs).await?;
     replay(keel, loaded, args.replay_entries).await?;
@@ -414,7 +415,6 @@ async fn w10(keel: &Keel, loaded: &Loaded, n: &str) -> anyhow::Result<keel_host:
 /// reaches.
 const W10: &str = "ten_steps";
 const W10_LIMITED: &str = "ten_steps_limited";
-const W10_RELAXED: &str = "ten_steps_relaxed";
 const W10_PER_TENANT: &str = "ten_steps_per_tenant";
 
 /// The time of each of `runs` W10 runs of `workflow`, one at a time.
@@ -529,26 +529,6 @@ async fn replay(keel: &Keel, loaded: &Arc<Loaded>, entries: usize) -> anyhow::Re
         ms(median),
         journal.len() as f64 / median.as_secs_f64()
     );
-    Ok(())
-}
-
-/// W10 with relaxed durability (its steps journaled with its end, one
-/// durable write): latency one run at a time and throughput at 16 in
-/// flight, beside the default's figures above.
-async fn relaxed(keel: &Keel, loaded: &Arc<Loaded>, args: &Args) -> anyhow::Result<()> {
-    print_latencies(
-        "in process, relaxed durability: W10 latency, one run at a time",
-        latencies_of(keel, loaded, W10_RELAXED, args.latency_runs).await?,
-    );
-    let rate = throughput_of(
-        &[(keel.clone(), loaded.clone())],
-        W10_RELAXED,
-        |_| "10".into(),
-        16,
-        args.throughput_runs,
-    )
-    .await?;
-    println!("in process, relaxed durability: W10 throughput, 16 in flight: {rate:.0} runs/s");
     Ok(())
 }
 

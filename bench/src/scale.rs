@@ -381,7 +381,7 @@ async fn written_back() {
 }
 
 /// The CPU time of process `pid` (user and system), from `/proc`.
-fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+pub(crate) fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command's closing parenthesis; utime and stime are
     // the 14th and 15th of the line.

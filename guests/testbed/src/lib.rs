@@ -31,6 +31,36 @@ async fn ten_steps_strict(n: u32) -> Result<u32, Error> {
     ten_steps(n).await
 }
 
+/// `n` steps in sequence that each POST to `url`: W10 of steps with an
+/// effect, in the default durability (effect-gated).
+#[workflow]
+async fn ten_calls((url, n): (String, u32)) -> Result<u32, Error> {
+    let mut sum = 0;
+    for i in 0..n {
+        sum += call(url.clone(), i).await?;
+    }
+    Ok(sum)
+}
+
+/// `ten_calls`, strict.
+#[workflow(durability = "strict")]
+async fn ten_calls_strict(input: (String, u32)) -> Result<u32, Error> {
+    ten_calls(input).await
+}
+
+/// `ten_calls`, relaxed.
+#[workflow(durability = "relaxed")]
+async fn ten_calls_relaxed(input: (String, u32)) -> Result<u32, Error> {
+    ten_calls(input).await
+}
+
+/// POSTs `i` to `url`; returns `i`.
+#[step]
+async fn call(url: String, i: u32) -> Result<u32, StepError> {
+    keel_sdk::http::post(&url).send(&i).await?;
+    Ok(i)
+}
+
 /// `two_steps` with strict durability: a journal write before each step.
 #[workflow(durability = "strict")]
 async fn two_steps_strict(x: i64) -> Result<Vec<i64>, Error> {
@@ -982,6 +1012,9 @@ keel_sdk::component!(
         ten_steps_relaxed,
         ten_steps_strict,
         two_steps_strict,
+        ten_calls,
+        ten_calls_strict,
+        ten_calls_relaxed,
         ten_steps_per_tenant,
         per_tenant,
         one_at_a_time,
@@ -1024,6 +1057,7 @@ keel_sdk::component!(
         hook_then_compute,
     ],
     steps = [
+        call,
         tokens,
         out_of_budget,
         call_limited,

@@ -226,10 +226,32 @@ impl RunJournal {
         self.lock().index.attempt_running(command)
     }
 
-    /// Takeovers of the run since its last progress
+    /// Journals, durably (so that a run which kills its workers before
+    /// anything else of it is durable is still counted), that worker
+    /// `by_worker` took the run over from `lost`; the error of the
+    /// `max_takeovers` bound if more than `max` takeovers have come since
+    /// the run's last progress
     /// ([`JournalIndex::takeovers_since_progress`]).
-    pub fn takeovers_since_progress(&self) -> usize {
-        self.lock().index.takeovers_since_progress()
+    pub async fn taken_over(
+        &self,
+        lost: &keel_store::LostLease,
+        by_worker: &str,
+        max: usize,
+    ) -> Result<Option<Error>> {
+        self.append(Fact::TakenOver {
+            from_worker: lost.owner.clone(),
+            expired_at_ms: lost.expired_at_ms,
+            by_worker: by_worker.into(),
+        })
+        .await?;
+        let takeovers = self.lock().index.takeovers_since_progress();
+        Ok((takeovers > max).then(|| Error::BoundExceeded {
+            run_id: Some(self.run_id.clone()),
+            bound: "max_takeovers",
+            limit: max,
+            size: takeovers,
+            what: "the run's count of takeovers from workers that stopped while driving it, with no step completed or failed in between,".into(),
+        }))
     }
 
     /// The run's deadline, if one was set.

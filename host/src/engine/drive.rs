@@ -697,28 +697,12 @@ impl Keel {
         }
         let journal = Arc::new(self.journal_of(lease, entries)?);
         // The worker that drove it before stopped without giving it up:
-        // the journal says so, durably (so that a run which keeps killing
-        // its workers before anything else is durable is counted), before
-        // anything it had in flight runs again.
+        // the journal says so, durably, before anything it had in flight
+        // runs again; a run that keeps killing its workers fails.
         if let Some(lost) = &lease.took_over {
             tracing::warn!(worker = %lost.owner, "taking the run over from a worker that stopped driving it");
-            journal
-                .append(Fact::TakenOver {
-                    from_worker: lost.owner.clone(),
-                    expired_at_ms: lost.expired_at_ms,
-                    by_worker: lease.owner.clone(),
-                })
-                .await?;
             let limit = self.inner.config.limits.max_takeovers;
-            let takeovers = journal.takeovers_since_progress();
-            if takeovers > limit {
-                let error = Error::BoundExceeded {
-                    run_id: Some(lease.run_id.clone()),
-                    bound: "max_takeovers",
-                    limit,
-                    size: takeovers,
-                    what: "the takeovers of the run from workers that stopped while driving it, with no step completed or failed in between,".into(),
-                };
+            if let Some(error) = journal.taken_over(lost, &lease.owner, limit).await? {
                 tracing::error!("{error}");
                 return self.finish(run, Ended::Failed(error), &journal).await;
             }
