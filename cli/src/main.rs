@@ -131,6 +131,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
     config.max_instances = cli.max_instances;
     config.max_memory = cli.max_memory << 20;
     config.step_timeout = std::time::Duration::from_secs(cli.step_timeout);
+    config.default_durability = cli.default_durability;
     config.limits = keel_host::RunLimits {
         max_payload_bytes: cli.max_payload_kib.saturating_mul(1024),
         max_steps_in_flight: cli.max_steps_in_flight.max(1),

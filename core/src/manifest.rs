@@ -79,9 +79,10 @@ pub struct WorkflowInfo {
     #[serde(default)]
     pub timeout_ms: Option<u64>,
     /// When its step attempts' starts and completions are made durable
-    /// (`#[workflow(durability = "strict" | "effect_gated" | "relaxed")]`).
+    /// (`#[workflow(durability = "strict" | "effect_gated" | "relaxed")]`);
+    /// `None` if it declares none: the worker's default then applies.
     #[serde(default)]
-    pub durability: Durability,
+    pub durability: Option<Durability>,
 }
 
 /// When a workflow's step attempts and results become durable

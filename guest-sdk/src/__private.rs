@@ -32,8 +32,9 @@ pub struct WorkflowDef {
     pub concurrency: Option<ConcurrencyDef>,
     /// How long a run may take before it is cancelled, in ms.
     pub timeout_ms: Option<u64>,
-    /// `durability = "..."`: `effect_gated` unless the workflow says.
-    pub durability: &'static str,
+    /// `durability = "..."`, if declared (else the worker's default,
+    /// `effect_gated` unless its operator chose another).
+    pub durability: Option<&'static str>,
     pub run: fn(&str) -> Result<String, String>,
     /// The JSON Schemas of its input and output, for types that derive
     /// `schemars::JsonSchema`.

@@ -77,6 +77,8 @@ pub struct Config {
     pub max_instances: u32,
     /// How long one step attempt may take before it is stopped and retried.
     pub step_timeout: Duration,
+    /// The durability of workflows that declare none.
+    pub default_durability: keel_core::manifest::Durability,
     /// How many runs a worker drives at once; others wait for a slot (or for
     /// another worker sharing the store).
     pub max_concurrent_runs: usize,
@@ -261,6 +263,7 @@ impl Config {
             watch_poll: defaults::WATCH_POLL,
             max_instances: defaults::MAX_INSTANCES,
             step_timeout: defaults::STEP_TIMEOUT,
+            default_durability: keel_core::manifest::Durability::default(),
             lease_ttl: defaults::LEASE_TTL,
             max_concurrent_runs: defaults::MAX_CONCURRENT_RUNS,
             worker_id: worker_id(),

@@ -34,6 +34,9 @@ pub enum Effect {
     Hook,
     /// A run the workflow starts.
     ChildStart,
+    /// A child the run's end cancels (its close policy), whose cleanup
+    /// then runs.
+    ChildCancel,
     /// The workflow's reply to a hook's request, which its caller reads.
     HookReply,
     /// The run waits on a timer, a payload or another run, in memory:
@@ -54,6 +57,7 @@ impl Effect {
             Effect::StepHookResume => "step_hook_resume",
             Effect::Hook => "hook",
             Effect::ChildStart => "child_start",
+            Effect::ChildCancel => "child_cancel",
             Effect::HookReply => "hook_reply",
             Effect::Wait => "wait",
             Effect::Suspend => "suspend",

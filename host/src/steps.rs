@@ -205,6 +205,30 @@ fn next(
     }
 }
 
+/// How long an effect-gated attempt may run before its start is made
+/// durable anyway.
+const DURABLE_AFTER: Duration = Duration::from_secs(1);
+
+/// Runs `attempt`; if it still runs after [`DURABLE_AFTER`], makes the
+/// journal durable through its start meanwhile (the first `through`
+/// entries): a long step shows as running, and an attempt a crash
+/// interrupts counts against its retries, as under strict. A short step
+/// that makes no effect costs no write.
+async fn durable_if_long<T>(
+    attempt: impl Future<Output = T>,
+    journal: &RunJournal,
+    through: usize,
+) -> crate::Result<T> {
+    tokio::pin!(attempt);
+    tokio::select! {
+        out = &mut attempt => return Ok(out),
+        () = tokio::time::sleep(DURABLE_AFTER) => {}
+    }
+    let (out, durable) = tokio::join!(attempt, journal.durable_through(through));
+    durable?;
+    Ok(out)
+}
+
 /// The effect gate of one step attempt: effect-gated, it makes the
 /// journal durable through the attempt's start before the attempt's first
 /// effect (and is passed at once by every later one); strict, that is
@@ -315,10 +339,15 @@ impl StepRunner {
                 keel.outcome = tracing::field::Empty,
                 keel.retry_delay_ms = tracing::field::Empty,
             );
-            let outcome = self
+            let attempt_run = self
                 .execute(call, settings, &started, &outside, &grant)
-                .instrument(span.clone())
-                .await;
+                .instrument(span.clone());
+            let outcome = match call.durability {
+                Durability::EffectGated => {
+                    durable_if_long(attempt_run, &call.journal, started.seq as usize + 1).await?
+                }
+                Durability::Strict | Durability::Relaxed => attempt_run.await,
+            };
             drop(slot);
             drop(permit);
             let budget_ends_ms = call

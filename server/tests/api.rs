@@ -40,6 +40,7 @@ async fn server_with(
     let db = dir.path().join("db");
     let mut config = Config::caching_in(db.join("compiled"));
     config.observer = metrics.clone();
+    config.default_durability = keel_tests::default_durability();
     let mut server_config =
         ServerConfig::new("127.0.0.1:0".parse().unwrap(), token.map(str::to_owned));
     tweak(&mut config, &mut server_config);

@@ -35,6 +35,23 @@ pub fn verified(name: &str) -> Result<&'static str, String> {
     Ok(path)
 }
 
+/// The durability the tests' engines give workflows that declare none:
+/// `KEEL_TEST_DURABILITY` (`effect_gated`, `strict` or `relaxed`), else
+/// the engine's own default. scripts/test.sh runs the PostgreSQL pass
+/// with `strict`, so strict keeps the tests written for it.
+pub fn default_durability() -> keel_core::manifest::Durability {
+    use keel_core::manifest::Durability;
+    match std::env::var("KEEL_TEST_DURABILITY").as_deref() {
+        Err(_) => Durability::default(),
+        Ok("effect_gated") => Durability::EffectGated,
+        Ok("strict") => Durability::Strict,
+        Ok("relaxed") => Durability::Relaxed,
+        Ok(other) => {
+            panic!("KEEL_TEST_DURABILITY is effect_gated, strict or relaxed, not `{other}`")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,6 +75,11 @@ pub struct Cli {
     /// that dies loses its runs to another after at most this long.
     #[arg(long, global = true, help_heading = "Worker", default_value_t = defaults::LEASE_TTL.as_secs())]
     pub lease_ttl: u64,
+    /// The durability of workflows that declare none: effect_gated (a step
+    /// durable before its first effect), strict (before each attempt) or
+    /// relaxed (at the run's next wait or end).
+    #[arg(long, global = true, help_heading = "Worker", default_value = "effect_gated", value_parser = parse_durability)]
+    pub default_durability: keel_host::core::manifest::Durability,
     /// How many runs `keel worker` drives at once.
     #[arg(long, global = true, help_heading = "Worker", default_value_t = defaults::MAX_CONCURRENT_RUNS)]
     pub max_concurrent_runs: usize,
@@ -760,6 +765,11 @@ pub enum WebhooksCommand {
         /// The webhook's ID.
         id: String,
     },
+}
+
+fn parse_durability(s: &str) -> Result<keel_host::core::manifest::Durability, String> {
+    serde_json::from_value(serde_json::Value::String(s.into()))
+        .map_err(|_| format!("{s:?} is not a durability: give effect_gated, strict or relaxed"))
 }
 
 fn parse_scheme(s: &str) -> Result<keel_server::wire::WebhookScheme, String> {

@@ -140,11 +140,12 @@ pub(crate) fn inspect(component: &keel_server::wire::ComponentView, json: bool) 
             line += &format!("  on events {}", w.on_events.join(", "));
         }
         match w.durability {
-            Durability::EffectGated => {}
-            Durability::Strict => {
+            None => {}
+            Some(Durability::EffectGated) => line += "  durability effect_gated",
+            Some(Durability::Strict) => {
                 line += "  durability strict (every step attempt's start durable)"
             }
-            Durability::Relaxed => {
+            Some(Durability::Relaxed) => {
                 line += "  durability relaxed (steps journaled at the run's next wait or end)"
             }
         }

@@ -395,7 +395,10 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
         Some(ms) => quote! { Some(#ms) },
         None => quote! { None },
     };
-    let durability = settings.durability.as_deref().unwrap_or("effect_gated");
+    let durability = match &settings.durability {
+        Some(d) => quote! { Some(#d) },
+        None => quote! { None },
+    };
     let input_ty = match args.first() {
         Some((_, ty)) => quote! { #ty },
         None => quote! { () },

@@ -66,7 +66,8 @@ enum Recorded<T> {
 pub struct Activation {
     run_id: RunId,
     workflow: String,
-    /// The workflow's durability, from its manifest.
+    /// The workflow's durability, from its manifest (or the worker's
+    /// default).
     durability: keel_core::manifest::Durability,
     started_at_ms: u64,
     outside: Arc<dyn Outside>,
@@ -138,8 +139,8 @@ impl Activation {
             durability: loaded
                 .manifest
                 .workflow(workflow)
-                .map(|w| w.durability)
-                .unwrap_or_default(),
+                .and_then(|w| w.durability)
+                .unwrap_or_else(|| outside.default_durability()),
             started_at_ms,
             clock: JournalClock::new(started_at_ms),
             offline: outside.store().is_none(),

@@ -72,6 +72,9 @@ pub trait Outside: Send + Sync {
     /// The run's bounds.
     fn limits(&self) -> crate::RunLimits;
 
+    /// The durability of a workflow that declares none.
+    fn default_durability(&self) -> keel_core::manifest::Durability;
+
     /// Wakes `run_id` (its activation, or the worker) after this run
     /// changed something it waits on.
     fn wake(&self, run_id: &RunId);
@@ -108,6 +111,10 @@ impl Outside for Offline {
 
     fn limits(&self) -> crate::RunLimits {
         crate::RunLimits::unbounded()
+    }
+
+    fn default_durability(&self) -> keel_core::manifest::Durability {
+        keel_core::manifest::Durability::default()
     }
 
     fn wake(&self, _run_id: &RunId) {}

@@ -8,6 +8,7 @@ use keel_core::{RunId, RunRecord, RunStatus};
 
 use super::Keel;
 use crate::activation::RunJournal;
+use crate::effects::Effect;
 use crate::{Error, Result};
 
 /// What closing a run's children did.
@@ -57,9 +58,13 @@ impl Keel {
             }
         }
         let mut cancelled = Vec::new();
+        let mut gated = false;
         for child in children.iter().filter(|c| c.close == ClosePolicy::Cancel) {
             if self.child_status(&child.run_id).await?.is_final() {
                 continue;
+            }
+            if !std::mem::replace(&mut gated, true) {
+                journal.gate(Effect::ChildCancel).await?;
             }
             let request = lifecycle::parent_closed(run, self.now_ms());
             // Boxed: cancelling a child may end it, which closes its own.

@@ -482,6 +482,10 @@ impl Outside for Keel {
         self.inner.config.limits
     }
 
+    fn default_durability(&self) -> keel_core::manifest::Durability {
+        self.inner.config.default_durability
+    }
+
     fn wake(&self, run_id: &RunId) {
         self.poke(run_id);
     }

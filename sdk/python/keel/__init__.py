@@ -110,7 +110,7 @@ def workflow(
     timeout: Union[str, float, None] = None,
     concurrency: Optional[Concurrency] = None,
     schedule: Optional[Schedule] = None,
-    durability: str = "effect_gated",
+    durability: Optional[str] = None,
 ) -> Any:
     """Declares an ``async def`` taking at most one input (annotated with a
     JSON type: a dataclass, TypedDict, ``dict``, ``str`` ...) as a workflow.
@@ -122,16 +122,16 @@ def workflow(
     ``concurrency`` limits its runs in progress per key
     (``keel.Concurrency("input.tenant_id", 2)``); ``schedule`` starts it
     on time (``keel.Schedule(cron="0 2 * * *", tz="Europe/Berlin")``);
-    ``durability`` is ``"effect_gated"`` (the default: what a step's effects
-    depend on is durable before its first HTTP request, stream chunk or
-    hook resume), ``"strict"`` (every step attempt's start durable before
+    ``durability`` is ``"effect_gated"`` (the worker's default unless its
+    operator chose another: what a step's effects depend on is durable
+    before its first HTTP request, stream chunk or hook resume), ``"strict"`` (every step attempt's start durable before
     it runs) or ``"relaxed"`` (step attempts journaled with the run's next
     wait or end; a crash may run them again, as a retry would).
 
     >>> @keel.workflow(concurrency=keel.Concurrency("input.user_id", 1))
     ... async def process_order(order: Order) -> Receipt: ...
     """
-    if durability not in _registry.DURABILITY:
+    if durability is not None and durability not in _registry.DURABILITY:
         raise ValueError(f'durability is "effect_gated" (the default), "strict" or "relaxed", not {durability!r}')
     if concurrency is not None and not isinstance(concurrency, Concurrency):
         raise TypeError("concurrency takes a keel.Concurrency(key, limit)")

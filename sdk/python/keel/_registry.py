@@ -60,8 +60,8 @@ class WorkflowDef:
     concurrency: Optional[dict] = None
     #: ``{"cron", "tz", "every_ms", "overlap", "catchup_window_ms", "input"}``.
     schedule: Optional[dict] = None
-    #: One of :data:`DURABILITY`.
-    durability: str = "effect_gated"
+    #: One of :data:`DURABILITY`, or ``None``: the worker's default.
+    durability: Optional[str] = None
 
 
 @dataclass

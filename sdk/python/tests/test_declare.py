@@ -40,7 +40,7 @@ class DeclarationsTest(unittest.TestCase):
         self.assertEqual(manifest["declared_hourly"]["schedule"]["every_ms"], 3_600_000)
         self.assertEqual(manifest["declared_hourly"]["schedule"]["catchup_window_ms"], 86_400_000)
         self.assertIsNone(manifest["declared_hourly"]["schedule"]["input"])
-        self.assertEqual(manifest["declared_hourly"]["durability"], "effect_gated")
+        self.assertIsNone(manifest["declared_hourly"]["durability"], "the worker's default")
         self.assertEqual(manifest["keel:steps"]["declared_call"], {
             "rate_limit": {"key": "'api'", "limit": 60, "per_ms": 60_000},
             "concurrency": {"key": "'ledger'", "limit": 1},

@@ -11,6 +11,7 @@ use crate::common::{
 use keel_host::core::RunStatus;
 use keel_host::core::divergence::Verdict;
 use keel_host::core::journal::Fact;
+use keel_host::core::manifest::Durability;
 use keel_host::{Grants, Keel};
 use keel_payment_api::PaymentApi;
 
@@ -611,7 +612,8 @@ async fn an_acknowledged_start_whose_drive_meets_a_failed_store_names_its_run() 
 #[tokio::test(flavor = "multi_thread")]
 async fn relaxed_durability_journals_steps_with_the_end_and_recovery_runs_lost_ones_again() {
     let store = TestStore::new();
-    let config = store.config();
+    let mut config = store.config();
+    config.default_durability = Durability::EffectGated;
     let (keel, testbed, backend) = open_backend(config.clone(), keel_tests::TESTBED).await;
 
     let writes = |before: u64| backend.journal_writes() - before;
@@ -695,6 +697,7 @@ async fn effect_gated_steps_are_durable_before_their_http_request_leaves() {
     let api = PaymentApi::start(false).await.unwrap();
     let store = TestStore::new();
     let mut config = store.config();
+    config.default_durability = Durability::EffectGated;
     config.grants = Grants {
         http: vec![api.addr.to_string()],
         ..Grants::default()
@@ -736,6 +739,7 @@ async fn a_run_that_keeps_killing_its_worker_fails_after_max_takeovers() {
     use keel_host::store::faulty::{Crash, CrashWhen};
     let store = TestStore::new();
     let mut config = store.config();
+    config.default_durability = Durability::EffectGated;
     config.limits.max_takeovers = 2;
     let (keel, testbed, backend) = open_backend(config.clone(), keel_tests::TESTBED).await;
     let run = keel.start(&testbed, "ten_steps", "3").await.unwrap();
@@ -803,4 +807,34 @@ async fn a_run_that_keeps_killing_its_worker_fails_after_max_takeovers() {
             "{journal:?}"
         );
     }
+}
+
+/// An effect-gated step that makes no effect but runs longer than a
+/// second has its start made durable while it runs: the run shows the
+/// attempt, and a crash from then on counts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_effect_gated_step_is_durable_while_it_runs() {
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.default_durability = Durability::EffectGated;
+    let (keel, testbed) = open(config).await;
+    let run = keel.start(&testbed, "concurrent", "[8000]").await.unwrap();
+    keel.drive_in_background(run.run_id.as_str());
+    let deadline = std::time::Instant::now() + Duration::from_secs(7);
+    let journal = loop {
+        let journal = keel.journal(&run.run_id).await.unwrap();
+        if !attempts(&journal).is_empty() || std::time::Instant::now() > deadline {
+            break journal;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(attempts(&journal), [1], "{journal:?}");
+    assert!(
+        !journal
+            .iter()
+            .any(|e| matches!(e.fact, Fact::StepCompleted { .. })),
+        "the step still runs: {journal:?}"
+    );
+    let record = keel.get_run(&run.run_id).await.unwrap();
+    assert_eq!(record.status, RunStatus::Running, "{record:?}");
 }

@@ -29,6 +29,7 @@ impl TestStore {
     pub fn config(&self) -> TestConfig {
         let mut engine = Config::caching_in(shared_cache());
         engine.max_instances = 50;
+        engine.default_durability = keel_tests::default_durability();
         TestConfig {
             engine,
             dir: self.dir.path().to_path_buf(),
