@@ -54,6 +54,9 @@ lost=$("$KEEL" "${store[@]}" start --detach --json testbed spinning_step \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["run_id"])')
 "$KEEL" "${store[@]}" worker --lease-ttl 1 >"$work/worker.log" 2>&1 &
 worker=$!
+# Whatever happens, the worker does not outlive the script (it would hold
+# the test database's connections).
+trap 'kill -9 $worker 2>/dev/null; rm -rf "$work"' EXIT
 deadline=$((SECONDS + 30))
 # On sled, asked only once the worker serves its socket (before, the CLI
 # would open the store itself and keep the worker from it).
