@@ -29,13 +29,17 @@ use crate::{RunRecord, RunStatus};
 /// work is taken oldest first), at its start time for a delayed start, at
 /// its timer or deadline for a waiting run (never, for one that waits only
 /// on a hook or another run: a wake moves it), never for a queued run (an
-/// end promotes it) or an ended one.
+/// end promotes it), a paused one (its resume wakes it) or an ended one.
 pub fn next_at(run: &RunRecord) -> Option<u64> {
     match run.status {
         RunStatus::Pending | RunStatus::Running => Some(run.updated_at_ms),
         RunStatus::Scheduled => Some(run.wake_at_ms.unwrap_or(run.updated_at_ms)),
         RunStatus::Waiting => run.wake_at_ms,
-        RunStatus::Queued | RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled => None,
+        RunStatus::Queued
+        | RunStatus::Paused
+        | RunStatus::Completed
+        | RunStatus::Failed
+        | RunStatus::Cancelled => None,
     }
 }
 
@@ -101,6 +105,7 @@ mod tests {
         assert_eq!(next_at(&with(RunStatus::Waiting, Some(50))), Some(50));
         assert_eq!(next_at(&with(RunStatus::Waiting, None)), None);
         assert_eq!(next_at(&with(RunStatus::Queued, Some(50))), None);
+        assert_eq!(next_at(&with(RunStatus::Paused, Some(50))), None);
         for ended in [
             RunStatus::Completed,
             RunStatus::Failed,

@@ -29,6 +29,8 @@ pub struct JournalIndex {
     deadline_ms: Option<u64>,
     /// Entry index of the run's trace context, if admission recorded one.
     traced: Option<usize>,
+    /// Entry index of the pause the run is under, if one holds it.
+    paused: Option<usize>,
 }
 
 /// The attempts of a step, as the journal records them.
@@ -101,6 +103,8 @@ impl JournalIndex {
             Fact::CancelRequested { .. } if self.cancel.is_none() => self.cancel = Some(idx),
             Fact::DeadlineSet { deadline_ms } => self.deadline_ms = Some(deadline_ms),
             Fact::Traced { .. } => self.traced = Some(idx),
+            Fact::RunPaused { .. } => self.paused = Some(idx),
+            Fact::RunResumed => self.paused = None,
             _ => {}
         }
         self.entries.push(entry);
@@ -427,6 +431,12 @@ impl JournalIndex {
         takeovers
     }
 
+    /// The [`Fact::RunPaused`] entry of the pause the run is under, if
+    /// no [`Fact::RunResumed`] followed it.
+    pub fn paused(&self) -> Option<&Entry> {
+        self.paused.map(|i| &self.entries[i])
+    }
+
     /// The run's deadline, if one was set.
     pub fn deadline_ms(&self) -> Option<u64> {
         self.deadline_ms
@@ -579,6 +589,23 @@ mod tests {
             1,
             "a completion resets the count"
         );
+    }
+
+    #[test]
+    fn a_run_is_paused_from_its_last_pause_until_a_resume() {
+        let paused = |status: &str| Fact::RunPaused {
+            by: "cli".into(),
+            status: status.into(),
+            wake_at_ms: None,
+        };
+        assert!(journal(vec![step(0)]).paused().is_none());
+        let held = journal(vec![step(0), paused("running"), paused("pending")]);
+        let entry = held.paused().expect("paused");
+        assert_eq!(entry.fact, paused("pending"), "the latest pause holds");
+        let resumed = journal(vec![step(0), paused("running"), Fact::RunResumed, done(0)]);
+        assert!(resumed.paused().is_none());
+        let again = journal(vec![paused("waiting"), Fact::RunResumed, paused("running")]);
+        assert_eq!(again.paused().map(|e| e.seq), Some(2));
     }
 
     #[test]

@@ -265,6 +265,18 @@ pub enum Fact {
         expired_at_ms: u64,
         by_worker: String,
     },
+    /// Someone (`by`) paused the run: until [`Fact::RunResumed`] no code of
+    /// it runs (no step, timer or payload reaches it; payloads queue).
+    /// `status` and `wake_at_ms` are its record's when it paused, which
+    /// its resume restores for a run none of whose code ran (a delayed
+    /// start, a queued run). The workflow never sees it.
+    RunPaused {
+        by: String,
+        status: String,
+        wake_at_ms: Option<u64>,
+    },
+    /// The paused run was resumed: it goes on where it stood.
+    RunResumed,
 }
 
 /// How the store answered a workflow's `create_hook`.

@@ -1,7 +1,8 @@
 //! A run's lifecycle past its own code: cancel requests, the grace a
 //! cancelled run's cleanup has, deadlines, how a cancelled run's end is
-//! recorded, and what becomes of a run's children when it ends (their
-//! close policies). Pure: the engine asks, the store keeps the requests.
+//! recorded, what becomes of a run's children when it ends (their close
+//! policies), and pauses. Pure: the engine asks, the store keeps the
+//! requests.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,30 @@ impl CancelRequest {
             reason: DEADLINE_EXCEEDED.into(),
             by: BY_DEADLINE.into(),
             at_ms,
+        }
+    }
+}
+
+/// Someone's hold on a live run (`keel runs pause`), as the store keeps it
+/// until it is lifted: while it is held, no code of the run runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseRequest {
+    /// Who paused it: `api`, `cli`, `job JOB_ID`.
+    pub by: String,
+    /// When, on the engine's clock.
+    pub at_ms: u64,
+}
+
+impl crate::codec::Stored for PauseRequest {}
+
+impl PauseRequest {
+    /// The journal entry a driver records when the pause takes hold of a
+    /// run whose record is `run`.
+    pub fn fact(&self, run: &crate::RunRecord) -> Fact {
+        Fact::RunPaused {
+            by: self.by.clone(),
+            status: run.status.as_str().into(),
+            wake_at_ms: run.wake_at_ms,
         }
     }
 }

@@ -44,6 +44,9 @@ pub enum RunStatus {
     /// Admitted over its workflow's concurrency limit: it starts when its
     /// key has a free slot (`core::flow`).
     Queued,
+    /// Paused by an operator (`keel runs pause`): no code of it runs until
+    /// it is resumed; payloads sent to it queue.
+    Paused,
 }
 
 impl RunStatus {
@@ -63,12 +66,13 @@ impl RunStatus {
         RunStatus::parse(s).ok_or_else(|| UnknownStatus(s.to_string()))
     }
 
-    /// The run waits (on a timer, a hook, another run, its start time or a
-    /// concurrency slot): it holds no worker, however its instance is kept.
+    /// The run waits (on a timer, a hook, another run, its start time, a
+    /// concurrency slot or its resume): it holds no worker, however its
+    /// instance is kept.
     pub fn waits(self) -> bool {
         matches!(
             self,
-            RunStatus::Waiting | RunStatus::Scheduled | RunStatus::Queued
+            RunStatus::Waiting | RunStatus::Scheduled | RunStatus::Queued | RunStatus::Paused
         )
     }
 

@@ -301,6 +301,12 @@ pub fn every_fact() -> Vec<Fact> {
             expired_at_ms: 30_102,
             by_worker: s("host-2:77:c3d4"),
         },
+        Fact::RunPaused {
+            by: s("cli"),
+            status: s("scheduled"),
+            wake_at_ms: Some(90_000),
+        },
+        Fact::RunResumed,
     ]
 }
 

@@ -377,7 +377,9 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             | Fact::StreamClosed { .. }
             | Fact::HookReplied { .. }
             | Fact::PayloadSkipped { .. }
-            | Fact::Traced { .. } => {}
+            | Fact::Traced { .. }
+            | Fact::RunPaused { .. }
+            | Fact::RunResumed => {}
         }
     }
     rows.sort_by_key(|r| r.command);

@@ -644,6 +644,29 @@ impl<S: Store + ?Sized> crate::CancelStore for FaultyStore<S> {
 }
 
 #[async_trait]
+impl<S: Store + ?Sized> crate::PauseStore for FaultyStore<S> {
+    async fn request_pause(
+        &self,
+        run_id: &str,
+        request: &keel_core::lifecycle::PauseRequest,
+    ) -> Result<Option<keel_core::lifecycle::PauseRequest>> {
+        self.confirm(self.inner.request_pause(run_id, request).await)
+    }
+    async fn lift_pause(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<keel_core::lifecycle::PauseRequest>> {
+        self.confirm(self.inner.lift_pause(run_id).await)
+    }
+    async fn pause_request(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<keel_core::lifecycle::PauseRequest>> {
+        self.inner.pause_request(run_id).await
+    }
+}
+
+#[async_trait]
 impl<S: Store + ?Sized> crate::RetentionStore for FaultyStore<S> {
     async fn ended_runs(
         &self,

@@ -27,7 +27,7 @@
 use async_trait::async_trait;
 use keel_core::bulk::JobRecord;
 use keel_core::flow::{LimitRow, OnLimit, RunSlot, SlotState};
-use keel_core::lifecycle::CancelRequest;
+use keel_core::lifecycle::{CancelRequest, PauseRequest};
 use keel_core::schedule::ScheduleRecord;
 use keel_core::stream::{Chunk, ChunkBody, Origin, StreamInfo};
 use keel_core::webhook::WebhookRecord;
@@ -263,6 +263,9 @@ pub enum Wake {
     Cancel(RunId),
     /// Someone asked for this run to be ended at once: its driver stops it.
     Terminate(RunId),
+    /// Someone paused this run: its driver stops it at its next wait
+    /// (`PauseStore::pause_request`).
+    Pause(RunId),
     /// A component was deployed: cached deployments are stale.
     Deployed,
 }
@@ -830,6 +833,33 @@ pub trait CancelStore: Send + Sync {
     async fn cancel_request(&self, run_id: &str) -> Result<Option<CancelRequest>>;
 }
 
+/// Pauses (`keel_core::lifecycle::PauseRequest`): holds on live runs,
+/// kept until lifted. The run's driver journals a pause when it takes hold
+/// (`Fact::RunPaused`, the record `paused`) and its lift when the run goes
+/// on (`Fact::RunResumed`).
+#[async_trait]
+pub trait PauseStore: Send + Sync {
+    /// Records `request` for a live run and wakes it (a wakeup and
+    /// [`Wake::Pause`]), atomically and durably. A run paused already
+    /// keeps its first request, which is returned instead. `None` if the
+    /// run has ended (nothing is written); [`StoreError::RunNotFound`] if
+    /// there is no such run.
+    async fn request_pause(
+        &self,
+        run_id: &str,
+        request: &PauseRequest,
+    ) -> Result<Option<PauseRequest>>;
+
+    /// Lifts the run's pause and wakes it (a wakeup and [`Wake::Run`]),
+    /// atomically and durably; returns the pause lifted, or `None` if none
+    /// held it (nothing is written). [`StoreError::RunNotFound`] if there
+    /// is no such run.
+    async fn lift_pause(&self, run_id: &str) -> Result<Option<PauseRequest>>;
+
+    /// The pause that holds the run, if one does.
+    async fn pause_request(&self, run_id: &str) -> Result<Option<PauseRequest>>;
+}
+
 /// Streams a run writes (`keel_core::stream`). A workflow's writes are
 /// stored with the journal entries that record them, by
 /// [`JournalStore::append`] (and [`RunStore::import`]) in the same atomic
@@ -934,6 +964,7 @@ pub trait Store:
     + FlowStore
     + RateStore
     + CancelStore
+    + PauseStore
     + RetentionStore
     + StreamStore
     + IntegrationStore

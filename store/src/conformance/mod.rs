@@ -26,12 +26,14 @@ mod due;
 mod flow;
 mod integrations;
 mod jobs;
+mod pauses;
 mod retention;
 mod streams;
 use due::*;
 use flow::*;
 use integrations::*;
 use jobs::*;
+use pauses::*;
 use retention::*;
 use streams::*;
 
@@ -138,6 +140,7 @@ cases!(
     step_permits_hold_their_limit_against_racers_and_lapse,
     a_failed_runs_slot_is_kept_out_of_its_group_until_a_retry,
     a_cancel_request_is_kept_once_wakes_its_run_and_ends_with_it,
+    a_pause_is_kept_once_until_lifted_and_wakes_its_run_both_ways,
     a_child_run_keeps_its_parent_and_wakes_it_when_it_ends,
     runs_are_found_by_their_attributes_newest_first,
     ended_runs_are_read_oldest_first_page_by_page,

@@ -31,7 +31,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
-    Admission, Admitted, CancelStore, ComponentStore, DeploymentStore, EventStore, HookPayload,
+    Admission, Admitted, CancelStore, PauseStore, ComponentStore, DeploymentStore, EventStore, HookPayload,
     HookStore, JournalStore, KeyStore, Lease, LeaseStore, Registered, Result, RunStore,
     ScheduleStore, Store, StoreError, Wake, WakeStore, WorkerRecord, WorkerStore,
 };

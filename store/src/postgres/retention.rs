@@ -20,6 +20,7 @@ const RUN_TABLES: &[&str] = &[
     "flow_slots",
     "flow_failed",
     "cancel_requests",
+    "pauses",
     "streams",
 ];
 

@@ -142,6 +142,8 @@ const END: &str = "/* keel:commits */ WITH fence AS (
         DELETE FROM claims USING go WHERE run_id = $1 AND go.go RETURNING 1
     ), cancels AS (
         DELETE FROM cancel_requests USING go WHERE run_id = $1 AND $10 AND go.go RETURNING 1
+    ), pauses AS (
+        DELETE FROM pauses USING go WHERE run_id = $1 AND go.go RETURNING 1
     )
     SELECT ok.held, go.go, coalesce((SELECT array_agg(watcher) FROM watched), '{}'),
         (SELECT count(*) FROM told)
@@ -598,6 +600,9 @@ impl RunStore for PgStore {
                     .await
                     .map_err(pg)?;
             }
+            tx.run("DELETE FROM pauses WHERE run_id = $1", &[&run_id])
+                .await
+                .map_err(pg)?;
             let failed = run.status == keel_core::RunStatus::Failed;
             let promoted = flow::flow_end(tx, run_id, failed, now_ms).await?;
             if !promoted.is_empty() {

@@ -9,7 +9,7 @@ use super::pg;
 use crate::{Result, StoreError};
 
 /// The schema version this keel writes.
-pub const SCHEMA_VERSION: i64 = 19;
+pub const SCHEMA_VERSION: i64 = 20;
 
 /// The migrations, in order: the one at index `i` brings version `i` to
 /// `i + 1`.
@@ -296,6 +296,10 @@ CREATE TABLE remembered_payloads (
     PRIMARY KEY (token, payload_id)
 );
 CREATE INDEX remembered_payloads_until ON remembered_payloads (until_ms);
+"#,
+    // Pauses: holds on live runs, kept until lifted.
+    r#"
+CREATE TABLE pauses (run_id text PRIMARY KEY, record bytea NOT NULL);
 "#,
 ];
 

@@ -1,9 +1,9 @@
 //! Wakes across processes: `NOTIFY` on the schema's channel, committed with
 //! the change it announces, and one connection per process that `LISTEN`s
-//! and reconnects with backoff; and cancel requests (`cancel_requests`),
-//! which wake the run they ask to cancel.
+//! and reconnects with backoff; cancel requests (`cancel_requests`),
+//! which wake the run they ask to cancel; and pauses (`pauses`).
 
-use keel_core::lifecycle::CancelRequest;
+use keel_core::lifecycle::{CancelRequest, PauseRequest};
 
 use super::*;
 
@@ -16,46 +16,16 @@ impl CancelStore for PgStore {
     ) -> Result<Option<CancelRequest>> {
         let record = codec::encode(request);
         transact!(self, |tx| {
-            // Shared: the run cannot end until the request is in.
-            let live = tx
-                .row(
-                    "SELECT live FROM runs WHERE run_id = $1 FOR SHARE",
-                    &[&run_id],
-                )
-                .await
-                .map_err(pg)?;
-            match live.map(|r| r.get::<_, bool>(0)) {
-                None => {
-                    return Err(StoreError::RunNotFound {
-                        run_id: run_id.into(),
-                    });
-                }
-                Some(false) => return Ok(Attempt::Done(None)),
-                Some(true) => {}
+            if !lock_live(tx, run_id).await? {
+                return Ok(Attempt::Done(None));
             }
-            let inserted = tx
-                .run(
-                    "INSERT INTO cancel_requests (run_id, record) VALUES ($1, $2)
-                     ON CONFLICT DO NOTHING",
-                    &[&run_id, &record],
-                )
-                .await
-                .map_err(pg)?;
-            if inserted == 0 {
-                let first = tx
-                    .row(
-                        "SELECT record FROM cancel_requests WHERE run_id = $1",
-                        &[&run_id],
-                    )
-                    .await
-                    .map_err(pg)?
-                    .map(|r| codec::decode(r.get(0), "cancel request"))
-                    .transpose()?;
-                return Ok(Attempt::Done(first));
+            let first = first_or_insert(tx, "cancel_requests", run_id, &record, "cancel request")
+                .await?;
+            if first.is_none() {
+                super::runs::wake(tx, run_id).await?;
+                self.notify(tx, &Wake::Cancel(run_id.into())).await?;
             }
-            super::runs::wake(tx, run_id).await?;
-            self.notify(tx, &Wake::Cancel(run_id.into())).await?;
-            Ok(Attempt::Done(Some(request.clone())))
+            Ok(Attempt::Done(first.or_else(|| Some(request.clone()))))
         })
     }
 
@@ -71,15 +41,119 @@ impl CancelStore for PgStore {
     }
 }
 
+#[async_trait]
+impl PauseStore for PgStore {
+    async fn request_pause(
+        &self,
+        run_id: &str,
+        request: &PauseRequest,
+    ) -> Result<Option<PauseRequest>> {
+        let record = codec::encode(request);
+        transact!(self, |tx| {
+            if !lock_live(tx, run_id).await? {
+                return Ok(Attempt::Done(None));
+            }
+            let first = first_or_insert(tx, "pauses", run_id, &record, "pause").await?;
+            if first.is_none() {
+                super::runs::wake(tx, run_id).await?;
+                self.notify(tx, &Wake::Pause(run_id.into())).await?;
+            }
+            Ok(Attempt::Done(first.or_else(|| Some(request.clone()))))
+        })
+    }
+
+    async fn lift_pause(&self, run_id: &str) -> Result<Option<PauseRequest>> {
+        transact!(self, |tx| {
+            lock_live(tx, run_id).await?;
+            let lifted = tx
+                .row(
+                    "DELETE FROM pauses WHERE run_id = $1 RETURNING record",
+                    &[&run_id],
+                )
+                .await
+                .map_err(pg)?
+                .map(|r| codec::decode::<PauseRequest>(r.get(0), "pause"))
+                .transpose()?;
+            if lifted.is_some() {
+                super::runs::wake(tx, run_id).await?;
+                self.notify(tx, &Wake::Run(run_id.into())).await?;
+            }
+            Ok(Attempt::Done(lifted))
+        })
+    }
+
+    async fn pause_request(&self, run_id: &str) -> Result<Option<PauseRequest>> {
+        let mut found = self
+            .records(
+                "SELECT record FROM pauses WHERE run_id = $1",
+                &[&run_id],
+                "pause",
+            )
+            .await?;
+        Ok(found.pop())
+    }
+}
+
+/// Whether `run_id` has not ended, with its row locked shared (it cannot
+/// end until the transaction does); [`StoreError::RunNotFound`] without one.
+async fn lock_live(tx: &Transaction<'_>, run_id: &str) -> Result<bool> {
+    let live = tx
+        .row(
+            "SELECT live FROM runs WHERE run_id = $1 FOR SHARE",
+            &[&run_id],
+        )
+        .await
+        .map_err(pg)?;
+    match live {
+        None => Err(StoreError::RunNotFound {
+            run_id: run_id.into(),
+        }),
+        Some(row) => Ok(row.get::<_, bool>(0)),
+    }
+}
+
+/// The request `table` holds for `run_id` (the first one made), or `None`
+/// once `record` is stored there.
+async fn first_or_insert<R: keel_core::codec::Stored>(
+    tx: &Transaction<'_>,
+    table: &str,
+    run_id: &str,
+    record: &[u8],
+    what: &'static str,
+) -> Result<Option<R>> {
+    let inserted = tx
+        .run(
+            &format!(
+                "INSERT INTO {table} (run_id, record) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+            ),
+            &[&run_id, &record],
+        )
+        .await
+        .map_err(pg)?;
+    if inserted == 1 {
+        return Ok(None);
+    }
+    tx.row(
+        &format!("SELECT record FROM {table} WHERE run_id = $1"),
+        &[&run_id],
+    )
+    .await
+    .map_err(pg)?
+    .map(|r| codec::decode(r.get(0), what))
+    .transpose()
+    .map_err(Into::into)
+}
+
 /// A wake as a notification's payload: empty for an admission, the run ID
-/// for a run moved on, `cancel:` (`terminate:`) and the run ID for a
-/// cancel (terminate) request.
+/// for a run moved on, `cancel:` (`terminate:`, `pause:`) and the run ID
+/// for a cancel (terminate, pause) request.
 pub(super) fn payload_of(wake: &Wake) -> String {
     match wake {
         Wake::Admitted => String::new(),
         Wake::Run(run_id) => run_id.to_string(),
         Wake::Cancel(run_id) => format!("cancel:{run_id}"),
         Wake::Terminate(run_id) => format!("terminate:{run_id}"),
+        Wake::Pause(run_id) => format!("pause:{run_id}"),
         Wake::Deployed => DEPLOYED.into(),
     }
 }
@@ -91,9 +165,10 @@ pub(super) fn wake_of(payload: &str) -> Wake {
     match payload {
         "" => Wake::Admitted,
         DEPLOYED => Wake::Deployed,
-        p => match (p.strip_prefix("cancel:"), p.strip_prefix("terminate:")) {
-            (Some(run_id), _) => Wake::Cancel(run_id.into()),
-            (_, Some(run_id)) => Wake::Terminate(run_id.into()),
+        p => match p.split_once(':') {
+            Some(("cancel", run_id)) => Wake::Cancel(run_id.into()),
+            Some(("terminate", run_id)) => Wake::Terminate(run_id.into()),
+            Some(("pause", run_id)) => Wake::Pause(run_id.into()),
             _ => Wake::Run(p.into()),
         },
     }

@@ -13,7 +13,8 @@
 //! and `remembered_ids`,
 //! `purging` (deleted runs
 //! whose data is being deleted: [`retention`]), `cancels` (run ID to its
-//! cancel request), the flow-control trees
+//! cancel request), `pauses` (run ID to the pause that holds it), the
+//! flow-control trees
 //! (`slots`, `group_slots`, `groups`, `limits`: see [`flow`]) and `meta`
 //! (the schema version). Writes are made at once
 //! and made durable by a group commit ([`commit`]) before a method returns.
@@ -30,7 +31,7 @@ use keel_core::journal;
 use keel_core::{Capabilities, Deployment, Entry, EventRecord, RunId, RunRecord};
 
 use crate::{
-    CancelStore, ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, Result,
+    CancelStore, ComponentStore, PauseStore, DeploymentStore, EventStore, JournalStore, KeyStore, Result,
     ScheduleStore, Store, StoreError, WakeStore, WorkerRecord, WorkerStore,
 };
 
@@ -130,6 +131,8 @@ struct Inner {
     claims: sled::Tree,
     /// Run ID to the cancel request its driver has yet to journal.
     cancels: sled::Tree,
+    /// Run ID to the pause that holds it.
+    pauses: sled::Tree,
     /// `awaited run \0 waiting run`.
     watchers: sled::Tree,
     /// `waiting run \0 awaited run`: `watchers` the other way round.
@@ -295,6 +298,7 @@ impl SledStore {
             inbox: open("inbox")?,
             claims: open("claims")?,
             cancels: open("cancels")?,
+            pauses: open("pauses")?,
             watchers: open("watchers")?,
             watching: open("watching")?,
             live: open("live")?,

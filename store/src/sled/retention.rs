@@ -171,7 +171,7 @@ impl SledStore {
                     .remove(super::flow::slot_index_key(&slot))
                     .map_err(backend)?;
             }
-            for tree in [&i.slots, &i.failed_slots, &i.cancels] {
+            for tree in [&i.slots, &i.failed_slots, &i.cancels, &i.pauses] {
                 tree.remove(run_id.as_bytes()).map_err(backend)?;
             }
         }

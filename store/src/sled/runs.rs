@@ -329,6 +329,7 @@ impl RunStore for SledStore {
         self.drop_prefix(&i.inbox, &prefix)?;
         self.drop_prefix(&i.watchers, &prefix)?;
         i.cancels.remove(run.run_id.as_bytes()).map_err(backend)?;
+        i.pauses.remove(run.run_id.as_bytes()).map_err(backend)?;
         self.sync().await?;
         let mut woken: Vec<RunId> = watchers.into_iter().map(RunId::from).collect();
         woken.extend(flow.promoted);
