@@ -52,6 +52,7 @@ impl CancelRequest {
 /// Someone's hold on a live run (`keel runs pause`), as the store keeps it
 /// until it is lifted: while it is held, no code of the run runs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PauseRequest {
     /// Who paused it: `api`, `cli`, `job JOB_ID`.
     pub by: String,

@@ -45,6 +45,9 @@ pub enum Effect {
     /// The run's activation stops (it suspends, or its end waits on its
     /// children).
     Suspend,
+    /// The run stops for its pause, or goes on after it: every view says
+    /// so, and the journal records it.
+    Pause,
 }
 
 impl Effect {
@@ -61,6 +64,7 @@ impl Effect {
             Effect::HookReply => "hook_reply",
             Effect::Wait => "wait",
             Effect::Suspend => "suspend",
+            Effect::Pause => "pause",
         }
     }
 }

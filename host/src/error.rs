@@ -286,8 +286,13 @@ pub enum Error {
     )]
     RunLive { run_id: RunId, status: String },
 
-    #[error("run {run_id} had already ended ({status}); nothing was cancelled")]
-    RunEnded { run_id: RunId, status: String },
+    #[error("run {run_id} had already ended ({status}); nothing was {action}")]
+    RunEnded {
+        run_id: RunId,
+        status: String,
+        /// What was refused, as a past participle: `cancelled`, `paused`.
+        action: &'static str,
+    },
 
     #[error(transparent)]
     Store(StoreError),

@@ -49,7 +49,7 @@ pub async fn resume(
     let q = Query::parse(raw);
     let wait = Wait {
         ms: wait_ms(q.number("wait_ms")?)?,
-        return_on_wait: q.flag("return_on_wait")?,
+        until: Wait::settled(q.flag("return_on_wait")?),
     };
     let wait_reply = q
         .number("wait_reply_ms")?

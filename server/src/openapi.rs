@@ -334,6 +334,14 @@ pub fn document() -> Value {
     // Added apart: the one `json!` above is at the macro's recursion limit.
     paths["/v1/deployments/{name}/grants"] = json!({"post": grant_deployment});
     paths["/v1/runs/{run_id}/journal"] = json!({"get": get_journal});
+    paths["/v1/runs/{run_id}/pause"] = json!({"post": op("pauseRun", "Pause a live run: no step, timer or payload reaches its code until it is resumed (payloads queue), and it holds no instance; a step attempt it has running ends first. A paused run stays paused across workers and restarts",
+            vec![run_id(), wait.clone()], None,
+            &[("200", "The run is paused", Some(&run)),
+              ("202", "The pause is recorded; the run's driver has not stopped it within the wait", Some(&run))],
+            &["400", "404", "409", "503"])});
+    paths["/v1/runs/{run_id}/resume"] = json!({"post": op("resumeRun", "Resume a paused run where it stood and drive it (a run no pause holds is answered as it is)",
+            vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], None,
+            &[("200", "The run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503"])});
     paths["/v1/runs/{run_id}/streams/{name}"] = json!({"get": follow_stream});
     let webhook_id = || path_param("id", "The webhook's ID");
     paths["/v1/webhooks"] = json!({

@@ -171,6 +171,18 @@ pub fn table() -> Vec<Route> {
             post(runs::retry),
         ),
         route(
+            "/v1/runs/{run_id}/pause",
+            Method::POST,
+            "pauseRun",
+            post(runs::pause),
+        ),
+        route(
+            "/v1/runs/{run_id}/resume",
+            Method::POST,
+            "resumeRun",
+            post(runs::resume),
+        ),
+        route(
             "/v1/runs/{run_id}/events",
             Method::GET,
             "runEvents",

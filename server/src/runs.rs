@@ -1,5 +1,5 @@
 //! Runs: start (and wait), list, get, detail, journal, result, cancel,
-//! retry, delete and live updates.
+//! retry, pause, resume, delete and live updates.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -34,7 +34,7 @@ pub async fn start(
     crate::tokens::check_start(scoped.as_deref(), &request)?;
     let wait = Wait {
         ms: wait_ms(request.wait_ms)?,
-        return_on_wait: request.return_on_wait,
+        until: Wait::settled(request.return_on_wait),
     };
     let run_id = request
         .run_id
@@ -90,11 +90,20 @@ pub async fn start(
     ))
 }
 
-/// How long a request waits for a run it moved on.
+/// How long a request waits for a run it moved on, and for what.
 pub(crate) struct Wait {
     pub(crate) ms: u64,
-    /// Answer once the run waits, without waiting for its end.
-    pub(crate) return_on_wait: bool,
+    pub(crate) until: Until,
+}
+
+impl Wait {
+    /// Until the run waits (`return_on_wait`), or else until it ends.
+    pub(crate) fn settled(return_on_wait: bool) -> Until {
+        match return_on_wait {
+            true => Until::Settled,
+            false => Until::Ended,
+        }
+    }
 }
 
 /// Drives `run` in the background (it goes on if the client leaves) and
@@ -130,12 +139,8 @@ pub(crate) async fn wait_on(keel: &Keel, run: RunRecord, wait: Wait) -> ApiResul
         keel.drive_in_background(&run.run_id);
         return Ok(run);
     }
-    let until = match wait.return_on_wait {
-        true => Until::Settled,
-        false => Until::Ended,
-    };
     let timeout = Duration::from_millis(wait.ms).min(MAX_WAIT);
-    keel.drive_and_wait(&run.run_id, until, timeout)
+    keel.drive_and_wait(&run.run_id, wait.until, timeout)
         .await
         .map_err(Into::into)
 }
@@ -289,7 +294,7 @@ pub async fn cancel(
     }
     let wait = Wait {
         ms: wait_ms(q.number("wait_ms")?)?,
-        return_on_wait: false,
+        until: Wait::settled(false),
     };
     let force = q.flag("force")?;
     let run = s
@@ -319,7 +324,7 @@ pub async fn retry(
     let q = Query::parse(raw);
     let wait = Wait {
         ms: wait_ms(q.number("wait_ms")?)?,
-        return_on_wait: q.flag("return_on_wait")?,
+        until: Wait::settled(q.flag("return_on_wait")?),
     };
     let run = match q.one("on") {
         Some(target) => s.keel.retry_on(&run_id, &target).await?,
@@ -351,6 +356,54 @@ pub async fn run_events(
 /// The view of a run that an acknowledged change (a retry, a payload)
 /// moved on, with what it waits on; that is left out if it cannot be read,
 /// since the change stands.
+/// `POST /v1/runs/{run_id}/pause?wait_ms=N`: pauses the run (no code of
+/// it runs until resumed; payloads queue), answering after up to
+/// `wait_ms` with the run: 200 once its driver has stopped it (`paused`),
+/// 202 while it has yet to (a step attempt it has running ends first).
+pub async fn pause(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    Door(by): Door,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let wait = Wait {
+        ms: wait_ms(Query::parse(raw).number("wait_ms")?)?,
+        until: Until::Paused,
+    };
+    let run = s.keel.pause_run(&run_id, by).await?;
+    let run = match run.status {
+        RunStatus::Paused => run,
+        _ => drive_and_wait(&s.keel, run, wait).await?,
+    };
+    let status = match run.status {
+        RunStatus::Paused => StatusCode::OK,
+        _ => StatusCode::ACCEPTED,
+    };
+    Ok((status, Json(RunView::read(&s.keel, &run).await?)))
+}
+
+/// `POST /v1/runs/{run_id}/resume?wait_ms=N&return_on_wait=true`: lifts
+/// the run's pause and drives it, answering after up to `wait_ms` with the
+/// run as it then is (a run no pause held, as it is).
+pub async fn resume(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    Door(by): Door,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<RunView>> {
+    let q = Query::parse(raw);
+    let wait = Wait {
+        ms: wait_ms(q.number("wait_ms")?)?,
+        until: Wait::settled(q.flag("return_on_wait")?),
+    };
+    let run = s.keel.resume_run(&run_id, by).await?;
+    let run = match run.status.is_final() {
+        true => run,
+        false => drive_and_wait(&s.keel, run, wait).await?,
+    };
+    Ok(Json(RunView::read(&s.keel, &run).await?))
+}
+
 pub(crate) async fn moved_on(keel: &Keel, run: &RunRecord) -> RunView {
     let mut view = RunView::from(run);
     view.waiting_on = keel.waiting_on(run).await.unwrap_or_default();

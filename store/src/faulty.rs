@@ -652,10 +652,7 @@ impl<S: Store + ?Sized> crate::PauseStore for FaultyStore<S> {
     ) -> Result<Option<keel_core::lifecycle::PauseRequest>> {
         self.confirm(self.inner.request_pause(run_id, request).await)
     }
-    async fn lift_pause(
-        &self,
-        run_id: &str,
-    ) -> Result<Option<keel_core::lifecycle::PauseRequest>> {
+    async fn lift_pause(&self, run_id: &str) -> Result<Option<keel_core::lifecycle::PauseRequest>> {
         self.confirm(self.inner.lift_pause(run_id).await)
     }
     async fn pause_request(

@@ -61,6 +61,24 @@ pub enum RunsCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// Pause a live run: no step, timer or payload reaches its code until
+    /// `keel runs resume` (payloads queue), across workers and restarts. A
+    /// step attempt it has running ends first; a cancel asked meanwhile
+    /// is carried out once it is resumed (`cancel --force` ends it now).
+    Pause {
+        /// The run's ID.
+        run_id: String,
+        /// Return once the pause is recorded, without waiting for the run's
+        /// driver to stop it.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Resume a paused run where it stood and drive it until it completes,
+    /// fails or waits.
+    Resume {
+        /// The run's ID.
+        run_id: String,
+    },
     /// Delete ended runs with everything stored for them (their journal
     /// archived first with --archive): for data that must be erased.
     Delete {

@@ -225,13 +225,7 @@ impl Client {
     /// waits comes with what it waits on, as the answer that saw it
     /// settle gave it.
     pub(crate) async fn until_it_waits(&self, mut run: RunView) -> anyhow::Result<RunAnswer> {
-        let waits = |s: RunStatus| {
-            matches!(
-                s,
-                RunStatus::Waiting | RunStatus::Scheduled | RunStatus::Queued
-            )
-        };
-        while !run.status.is_final() && !waits(run.status) {
+        while !run.status.is_final() && !run.status.waits() {
             run = self.result(&run.run_id).await?;
         }
         Ok(RunAnswer::settled(run))
@@ -480,6 +474,26 @@ pub async fn runs(cli: &Cli, command: &RunsCommand) -> anyhow::Result<ExitCode> 
                 .post(&["v1", "runs", run_id, "retry"], &query, &())
                 .await?;
             let answer = client.until_it_waits(retried).await?;
+            print::print_run_answer(&answer.run, &answer.waiting_on, false, json);
+            Ok(print::exit_for(&answer.run))
+        }
+        RunsCommand::Pause { run_id, detach } => {
+            let query = [("wait_ms", if *detach { 0 } else { WAIT_MS }.to_string())];
+            let paused: RunView = client
+                .post(&["v1", "runs", run_id, "pause"], &query, &())
+                .await?;
+            print::print_paused(&paused, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Resume { run_id } => {
+            let query = [
+                ("wait_ms", WAIT_MS.to_string()),
+                ("return_on_wait", "true".into()),
+            ];
+            let resumed: RunView = client
+                .post(&["v1", "runs", run_id, "resume"], &query, &())
+                .await?;
+            let answer = client.until_it_waits(resumed).await?;
             print::print_run_answer(&answer.run, &answer.waiting_on, false, json);
             Ok(print::exit_for(&answer.run))
         }

@@ -52,6 +52,28 @@ pub(crate) fn print_run_answer(
     }
 }
 
+/// The answer to a pause: the run, and whether its driver has stopped it
+/// yet.
+pub(crate) fn print_paused(view: &keel_server::wire::RunView, json: bool) {
+    if json {
+        println!("{}", json!(view));
+        return;
+    }
+    let run = RunRecord::from(view.clone());
+    print_run_head(&run);
+    let by = view.paused.as_ref().map_or("", |p| p.by.as_str());
+    match run.status {
+        RunStatus::Paused => println!(
+            "paused by {by}: no code of it runs until `keel runs resume {}`",
+            run.run_id
+        ),
+        _ => println!(
+            "pause recorded (by {by}): the run stops at its next wait, once a step attempt it has running ends; `keel runs show {}` says when",
+            run.run_id
+        ),
+    }
+}
+
 /// A resume that waited for the workflow's reply to `payload_id`: exit
 /// code 2 when none came within the wait.
 pub(crate) fn print_replied(

@@ -112,6 +112,10 @@ pub(crate) fn print_run(run: &RunRecord, json: bool) {
         (RunStatus::Waiting, None) => println!(
             "waiting for a hook's payload or another run's end; `keel hooks resume` or `keel worker` moves it on"
         ),
+        (RunStatus::Paused, _) => println!(
+            "paused: no code of it runs (payloads queue) until `keel runs resume {}`",
+            run.run_id
+        ),
         _ => {}
     }
 }
@@ -361,6 +365,11 @@ fn since_admission(run: &RunRecord, now: u64) -> String {
         RunStatus::Queued => format!(
             "admitted {admitted}, queued for {}",
             took(now.saturating_sub(run.created_at_ms))
+        ),
+        RunStatus::Paused => format!(
+            "started {admitted}, paused for {} (`keel runs resume {}` goes on)",
+            took(now.saturating_sub(run.updated_at_ms)),
+            run.run_id
         ),
         status if status.is_final() => format!(
             "started {admitted}, took {}",

@@ -945,6 +945,22 @@ async fn hook_then_compute(token: String) -> Result<u64, Error> {
     Ok(rounds)
 }
 
+/// Takes numbers from hook `token` until a 0, calling step `call` (a POST
+/// of the number to `url`) for each: a run whose progress a service sees,
+/// payload by payload. Returns the numbers in the order it took them.
+#[workflow]
+async fn inbox((url, token): (String, String)) -> Result<Vec<u32>, Error> {
+    let mut numbers = keel_sdk::create_hook::<u32>(token)?;
+    let mut taken = Vec::new();
+    loop {
+        let n = numbers.next().await?;
+        if n == 0 {
+            return Ok(taken);
+        }
+        taken.push(call(url.clone(), n).await?);
+    }
+}
+
 /// A text that is not blank: its schema is a string's, but it refuses to
 /// decode from a blank one, so a payload can fit the hook's schema and
 /// still be refused by the run.
@@ -1055,6 +1071,7 @@ keel_sdk::component!(
         step_stream,
         replier,
         hook_then_compute,
+        inbox,
     ],
     steps = [
         call,

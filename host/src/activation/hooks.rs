@@ -514,7 +514,8 @@ pub(super) fn wit_status(status: &str) -> wit::RunStatus {
             wit::RunStatus::Pending
         }
         Some(RunStatus::Running) | None => wit::RunStatus::Running,
-        Some(RunStatus::Waiting) => wit::RunStatus::Waiting,
+        // A paused run waits for its resume.
+        Some(RunStatus::Waiting | RunStatus::Paused) => wit::RunStatus::Waiting,
         Some(RunStatus::Completed) => wit::RunStatus::Completed,
         Some(RunStatus::Failed) => wit::RunStatus::Failed,
         Some(RunStatus::Cancelled) => wit::RunStatus::Cancelled,

@@ -42,6 +42,8 @@ pub struct RunJournal {
     terminated: AtomicBool,
     /// The store may hold a cancel request the activation has not read.
     cancel_hint: AtomicBool,
+    /// The store may hold a pause the activation has not read.
+    pause_hint: AtomicBool,
     /// Told how long each flush took.
     observer: Option<Arc<dyn crate::Observer>>,
     /// Told the run's ID after each durable write.
@@ -109,6 +111,7 @@ impl RunJournal {
             changed: Notify::new(),
             terminated: AtomicBool::new(false),
             cancel_hint: AtomicBool::new(false),
+            pause_hint: AtomicBool::new(false),
             observer: None,
             written: None,
             max_entries: usize::MAX,
@@ -198,6 +201,24 @@ impl RunJournal {
     /// Whether a cancel request may be waiting in the store; clears it.
     pub(super) fn take_cancel_hint(&self) -> bool {
         self.cancel_hint.swap(false, Ordering::SeqCst)
+    }
+
+    /// Tells the activation that the store may hold a pause of the run,
+    /// which it reads at its next wait.
+    pub fn hint_pause(&self) {
+        self.pause_hint.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Whether a pause may be waiting in the store; clears it.
+    pub(super) fn take_pause_hint(&self) -> bool {
+        self.pause_hint.swap(false, Ordering::SeqCst)
+    }
+
+    /// The pause the journal says holds the run (its [`Fact::RunPaused`]
+    /// entry), if no resume followed it.
+    pub fn paused(&self) -> Option<Entry> {
+        self.lock().index.paused().cloned()
     }
 
     /// The run's journaled cancel request, if any.

@@ -20,7 +20,7 @@ use keel_core::RunId;
 use keel_core::divergence::{Divergence, Trace};
 use keel_core::index::Delivered;
 use keel_core::journal::{Entry, Fact, step_digest};
-use keel_core::lifecycle::{CancelRequest, ChildOptions, Grace};
+use keel_core::lifecycle::{CancelRequest, ChildOptions, Grace, PauseRequest};
 use keel_core::patch::{self, Patch};
 use tokio::task::JoinHandle;
 
@@ -49,6 +49,10 @@ pub enum Suspend {
     /// An offline replay reached the journal's end.
     #[error("the journal ends here")]
     JournalEnd,
+    /// The run was paused (`request`), and none of its step attempts is
+    /// running: it stops until resumed.
+    #[error("paused by {}", request.by)]
+    Paused { request: PauseRequest },
 }
 
 /// How often an activation waiting on something outside its run (a
@@ -106,6 +110,9 @@ pub struct Activation {
     refused_calls: u32,
     /// What its streams and replies have done.
     written: streams::Written,
+    /// The pause read from the store that holds the run, if one does: the
+    /// activation stops at its next wait once no attempt of it runs.
+    pause: Option<PauseRequest>,
 }
 
 /// Most keel calls a cancelled workflow may refuse itself before the run
@@ -163,6 +170,7 @@ impl Activation {
             divergence: None,
             refused_calls: 0,
             written: streams::Written::default(),
+            pause: None,
         }
     }
 
@@ -202,7 +210,7 @@ impl Activation {
             let changed = self.journal.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let running = self.steps.iter().any(|c| self.journal.attempt_running(*c));
+            let running = self.attempt_running();
             let left = ends_at.saturating_sub(self.now_ms());
             if !running || left == 0 || self.journal.failure().is_some() {
                 return;
@@ -213,6 +221,20 @@ impl Activation {
 
     fn replaying(&self) -> bool {
         self.next_command < self.recorded_commands
+    }
+
+    /// The pause that holds the run, read from the store when a wake said
+    /// one may have come (its driver read it before the activation began).
+    async fn pause_holds(&mut self) -> wasmtime::Result<Option<PauseRequest>> {
+        if !self.offline && self.journal.take_pause_hint() {
+            self.pause = self.store()?.pause_request(self.run_id.as_str()).await?;
+        }
+        Ok(self.pause.clone())
+    }
+
+    /// Whether a step attempt of this activation is running.
+    fn attempt_running(&self) -> bool {
+        self.steps.iter().any(|c| self.journal.attempt_running(*c))
     }
 
     /// Journals the run's cancel when one was asked for (in the store) or
@@ -443,6 +465,16 @@ impl Activation {
             let changed = journal.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
+            // Paused: nothing more is delivered to the code, and it stops
+            // once the attempts it has running end (they journal their
+            // results, which its resume delivers).
+            if let Some(request) = self.pause_holds().await? {
+                if !self.attempt_running() {
+                    return Err(wasmtime::Error::new(Suspend::Paused { request }));
+                }
+                changed.await;
+                continue;
+            }
             self.note_cancel().await?;
             if hears_cancel {
                 if let Some((entry, is_cancel)) = self.journal.take_wake(ids, &mut self.delivered) {

@@ -8,11 +8,12 @@ use std::time::Duration;
 use keel_core::divergence::Verdict;
 use keel_core::flow::SlotState;
 use keel_core::journal::Fact;
-use keel_core::lifecycle::{self, CancelRequest, Cleanup};
+use keel_core::lifecycle::{self, Cleanup};
 use keel_core::{Entry, ErrorKind, RunError, RunId, RunRecord, RunStatus};
 use keel_store::{Lease, StoreError, Wake};
 use tracing::Instrument;
 
+use super::pauses::Held;
 use super::{Inner, Keel, lock};
 use crate::activation::{Outside, RunJournal, Suspend};
 use crate::component::Loaded;
@@ -29,6 +30,8 @@ pub enum Until {
     /// time, a concurrency slot, or a timer not due within
     /// [`SHORT_WAIT`]), however its instance is kept.
     Settled,
+    /// The run is paused (its driver has stopped it), or has ended.
+    Paused,
 }
 
 /// A run waiting on a timer due within this has not settled: it is about
@@ -40,9 +43,11 @@ impl Until {
     pub fn reached(self, run: &RunRecord, now_ms: u64) -> bool {
         let soon = now_ms.saturating_add(SHORT_WAIT.as_millis() as u64);
         run.status.is_final()
-            || (self == Until::Settled
-                && run.status.waits()
-                && run.wake_at_ms.is_none_or(|at| at > soon))
+            || match self {
+                Until::Ended => false,
+                Until::Settled => run.status.waits() && run.wake_at_ms.is_none_or(|at| at > soon),
+                Until::Paused => run.status == RunStatus::Paused,
+            }
     }
 }
 
@@ -51,13 +56,13 @@ impl Until {
 const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
 /// Marks a run active in this process for as long as it lives.
-struct ActiveRun<'a> {
+pub(super) struct ActiveRun<'a> {
     inner: &'a Inner,
     run_id: RunId,
 }
 
 impl<'a> ActiveRun<'a> {
-    fn claim(inner: &'a Inner, run_id: &str) -> Option<Self> {
+    pub(super) fn claim(inner: &'a Inner, run_id: &str) -> Option<Self> {
         lock(&inner.active)
             .insert(run_id.into())
             .then(|| ActiveRun {
@@ -81,7 +86,7 @@ impl Drop for ActiveRun<'_> {
 }
 
 impl Keel {
-    fn journal_of(&self, lease: &Lease, entries: Vec<Entry>) -> Result<RunJournal> {
+    pub(super) fn journal_of(&self, lease: &Lease, entries: Vec<Entry>) -> Result<RunJournal> {
         let clock = self.inner.config.clock.clone();
         let store = Some(self.store().clone());
         Ok(
@@ -94,7 +99,7 @@ impl Keel {
 
     /// Takes the run's lease for this worker, or `None` if another worker
     /// holds it.
-    async fn lease(&self, run_id: &str) -> Result<Option<Lease>> {
+    pub(super) async fn lease(&self, run_id: &str) -> Result<Option<Lease>> {
         let config = &self.inner.config;
         let ttl = config.lease_ttl.as_millis() as u64;
         Ok(self
@@ -130,135 +135,6 @@ impl Keel {
                 }
             }
         })
-    }
-
-    /// Asks for a run to be cancelled, by `by` for `reason`: the request
-    /// is stored (waking the run wherever it is driven), its driver
-    /// journals it, and the workflow receives it at its next wait and runs
-    /// its cleanup within the cancel grace. A run that never started its
-    /// code (queued, or a delayed start not yet due) ends at once. Returns
-    /// the run as it is after the request; a finished run as it is.
-    pub async fn cancel(&self, run_id: &str, reason: &str, by: &str) -> Result<RunRecord> {
-        self.cancel_inner(run_id, reason, by)
-            .await
-            .map_err(|e| unconfirmed(e, run_id, "cancel"))
-    }
-
-    /// A cancel someone asked for (the API, the CLI): as [`Keel::cancel`],
-    /// or [`Keel::terminate`] with `force`, but a run that had already
-    /// ended is refused with [`Error::RunEnded`] naming its status, since
-    /// nothing was cancelled.
-    pub async fn cancel_on_request(
-        &self,
-        run_id: &str,
-        reason: &str,
-        by: &str,
-        force: bool,
-    ) -> Result<RunRecord> {
-        let run = self.get_run(run_id).await?;
-        if run.status.is_final() {
-            return Err(Error::RunEnded {
-                run_id: run.run_id,
-                status: run.status.as_str().into(),
-            });
-        }
-        match force {
-            true => self.terminate(run_id).await,
-            false => self.cancel(run_id, reason, by).await,
-        }
-    }
-
-    async fn cancel_inner(&self, run_id: &str, reason: &str, by: &str) -> Result<RunRecord> {
-        let run = self.get_run(run_id).await?;
-        if run.status.is_final() {
-            return Ok(run);
-        }
-        let request = CancelRequest {
-            reason: reason.into(),
-            by: by.into(),
-            at_ms: self.now_ms(),
-        };
-        if self.never_activated(&run).await? {
-            return self.terminate_inner(run_id, Some(&request)).await;
-        }
-        let asked = self.store().request_cancel(run_id, &request).await?;
-        if asked.is_some() {
-            tracing::info!(run_id, reason, by, "cancel requested");
-            match lock(&self.inner.live).get(run_id) {
-                Some(journal) => journal.hint_cancel(),
-                None => self.due_changed(),
-            }
-            self.inner.progress.notify_waiters();
-        }
-        self.get_run(run_id).await
-    }
-
-    /// A run that is queued for a slot, or a delayed start not yet
-    /// activated: no code of it has run, so there is nothing to clean up.
-    async fn never_activated(&self, run: &RunRecord) -> Result<bool> {
-        Ok(match run.status {
-            RunStatus::Queued => true,
-            RunStatus::Scheduled => !self
-                .store()
-                .journal(run.run_id.as_str())
-                .await?
-                .iter()
-                .any(|e| e.fact.command().is_some()),
-            _ => false,
-        })
-    }
-
-    /// Ends a run at once, with status `cancelled` and no cleanup, and
-    /// releases its tokens (after any retention). An activation driving
-    /// it, in this process or another sharing the store, is stopped where
-    /// it is. A finished run is returned as it is.
-    pub async fn terminate(&self, run_id: &str) -> Result<RunRecord> {
-        self.terminate_inner(run_id, None)
-            .await
-            .map_err(|e| unconfirmed(e, run_id, "cancel"))
-    }
-
-    /// [`Keel::terminate`]; with `request`, of a run none of whose code
-    /// ran, which journals the request and ends cancelled by it.
-    async fn terminate_inner(
-        &self,
-        run_id: &str,
-        request: Option<&CancelRequest>,
-    ) -> Result<RunRecord> {
-        let mut announced = false;
-        loop {
-            let run = self.get_run(run_id).await?;
-            if run.status.is_final() {
-                return Ok(run);
-            }
-            if let Some(_active) = ActiveRun::claim(&self.inner, run_id)
-                && let Some(lease) = self.lease(run_id).await?
-            {
-                let entries = self.store().journal(run_id).await?;
-                let journal = self.journal_of(&lease, entries)?;
-                if let Some(request) = request {
-                    let (reason, by) = (request.reason.clone(), request.by.clone());
-                    let fact = lifecycle::cancelled_end(&reason, &by, Cleanup::NotStarted);
-                    journal.record(Fact::CancelRequested { reason, by })?;
-                    return self.end_cancelled(run, fact, &journal).await;
-                }
-                let cancelled = Error::Cancelled {
-                    run_id: run.run_id.clone(),
-                };
-                return self.finish(run, Ended::Failed(cancelled), &journal).await;
-            }
-            let ended = self.inner.progress.notified();
-            if let Some(journal) = lock(&self.inner.live).get(run_id) {
-                journal.terminate();
-            } else if !announced {
-                // Another process drives it: its driver stops it.
-                self.store()
-                    .announce(&Wake::Terminate(run_id.into()))
-                    .await?;
-                announced = true;
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(100), ended).await;
-        }
     }
 
     /// Retries a failed run from its first step that failed for good (or
@@ -665,10 +541,17 @@ impl Keel {
     async fn drive_leased(&self, lease: &Lease, active: &ActiveRun<'_>) -> Result<RunRecord> {
         let run_id = lease.run_id.as_str();
         // Read under the lease: another worker may have moved it on.
-        let mut run = self.get_run(run_id).await?;
+        let (mut run, pause) = tokio::try_join!(self.get_run(run_id), self.pause_of(run_id))?;
         if run.status.is_final() {
             self.store().release_lease(lease, None).await?;
             return Ok(run);
+        }
+        let mut resumed = None;
+        if pause.is_some() || run.status == RunStatus::Paused {
+            match self.hold_or_resume(lease, run, pause).await? {
+                Held::Stopped(run) => return Ok(run),
+                Held::Resumed(r, journal) => (run, resumed) = (r, Some(journal)),
+            }
         }
         if run.status == RunStatus::Queued {
             return Ok(run);
@@ -683,19 +566,10 @@ impl Keel {
         }
         let loaded = self.component_by_hash(&run.component_hash).await?;
         self.refresh_step_settings(&run.component_hash).await?;
-        let entries = self.store().journal(run_id).await?;
-        if entries.len() == 1 {
-            let since = match run.status {
-                RunStatus::Scheduled => run.wake_at_ms.unwrap_or(run.created_at_ms),
-                _ => run.created_at_ms,
-            };
-            let waited = Duration::from_millis(self.now_ms().saturating_sub(since));
-            self.inner
-                .config
-                .observer
-                .run_first_activated(&run.workflow, waited);
-        }
-        let journal = Arc::new(self.journal_of(lease, entries)?);
+        let journal = match resumed {
+            Some(journal) => journal,
+            None => self.journal_to_drive(lease, &run).await?,
+        };
         // The worker that drove it before stopped without giving it up:
         // the journal says so, durably, before anything it had in flight
         // runs again; a run that keeps killing its workers fails.
@@ -750,6 +624,23 @@ impl Keel {
         self.finish(run, ended, &journal).instrument(span).await
     }
 
+    /// The journal of a run about to be driven, read from the store.
+    async fn journal_to_drive(&self, lease: &Lease, run: &RunRecord) -> Result<Arc<RunJournal>> {
+        let entries = self.store().journal(run.run_id.as_str()).await?;
+        if entries.len() == 1 {
+            let since = match run.status {
+                RunStatus::Scheduled => run.wake_at_ms.unwrap_or(run.created_at_ms),
+                _ => run.created_at_ms,
+            };
+            let waited = Duration::from_millis(self.now_ms().saturating_sub(since));
+            self.inner
+                .config
+                .observer
+                .run_first_activated(&run.workflow, waited);
+        }
+        Ok(Arc::new(self.journal_of(lease, entries)?))
+    }
+
     /// Waits until this process no longer drives `run_id`.
     async fn until_not_active(&self, run_id: &str) {
         loop {
@@ -766,7 +657,7 @@ impl Keel {
     /// Records how an activation ended: a suspended run waits; a finished
     /// one gets its final record, its hooks end and the runs awaiting it are
     /// woken, with its journal's last entry, all durable on return.
-    async fn finish(
+    pub(super) async fn finish(
         &self,
         mut run: RunRecord,
         ended: Ended,
@@ -837,6 +728,10 @@ impl Keel {
                 self.inner.config.observer.run_suspended(&run.workflow);
                 return Ok(run);
             }
+            Ended::Suspended(Suspend::Paused { request }) => {
+                journal.record(request.fact(&run))?;
+                return self.stop_paused(run, journal).await;
+            }
             Ended::Suspended(Suspend::JournalEnd) => {
                 return Err(Error::Wasm(
                     "a live activation reached the journal's end".into(),
@@ -847,7 +742,7 @@ impl Keel {
     }
 
     /// Ends a cancelled run with `fact`, its [`Fact::RunEndedCancelled`].
-    async fn end_cancelled(
+    pub(super) async fn end_cancelled(
         &self,
         mut run: RunRecord,
         fact: Fact,
@@ -982,7 +877,7 @@ fn cancelled_cleanup(ended: Ended) -> std::result::Result<Cleanup, Ended> {
 
 /// A storage failure during `operation` on `run_id` whose write may have
 /// landed, as `OutcomeUnknown`; other errors as they are.
-fn unconfirmed(e: Error, run_id: &str, operation: &'static str) -> Error {
+pub(super) fn unconfirmed(e: Error, run_id: &str, operation: &'static str) -> Error {
     if e.outcome_unknown() {
         Error::OutcomeUnknown {
             run_id: run_id.into(),

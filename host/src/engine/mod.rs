@@ -26,12 +26,14 @@ use crate::steps::StepRunner;
 use crate::{Error, Result};
 
 mod admission;
+mod cancels;
 mod children;
 mod deployments;
 mod drive;
 mod integrations;
 mod jobs;
 mod limits;
+mod pauses;
 mod retention;
 mod schedules;
 mod streams;
@@ -200,6 +202,10 @@ impl Keel {
                         }
                         keel.inner.progress.notify_waiters();
                     }
+                    Ok(Wake::Pause(run_id)) => match lock(&keel.inner.live).get(&run_id) {
+                        Some(journal) => journal.hint_pause(),
+                        None => keel.inner.due_changed.notify_one(),
+                    },
                     Ok(Wake::Terminate(run_id)) => {
                         if let Some(journal) = lock(&keel.inner.live).get(&run_id) {
                             journal.terminate();

@@ -37,6 +37,10 @@ pub struct RunView {
     /// Its searchable attributes.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub attributes: keel_core::Attributes,
+    /// The pause that holds it (`status` is `paused` once its driver has
+    /// stopped it); given by single-run reads, pauses and resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<keel_core::lifecycle::PauseRequest>,
     /// The runs its workflow started, in order; given by single-run reads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildView>,
@@ -98,6 +102,9 @@ impl RunView {
         let mut view = RunView::with_slot(keel, run).await?;
         let children = keel.children(&run.run_id).await?;
         view.children = children.iter().map(ChildView::from).collect();
+        if !run.status.is_final() {
+            view.paused = keel.pause_of(&run.run_id).await?;
+        }
         Ok(view)
     }
 }
@@ -118,6 +125,7 @@ impl From<&RunRecord> for RunView {
             concurrency: None,
             parent_run_id: r.parent_run_id.as_ref().map(|p| p.to_string()),
             attributes: r.attributes.clone(),
+            paused: None,
             children: Vec::new(),
             waiting_on: Vec::new(),
             payload_id: None,

@@ -57,7 +57,9 @@ pub(super) async fn a_pause_is_kept_once_until_lifted_and_wakes_its_run_both_way
         .request_pause("a", &pause("cli", 1))
         .await
         .map_err(fail("request_pause"))?;
-    check(first == Some(pause("cli", 1)), || format!("first: {first:?}"))?;
+    check(first == Some(pause("cli", 1)), || {
+        format!("first: {first:?}")
+    })?;
     let second = store
         .request_pause("a", &pause("api", 2))
         .await
@@ -72,14 +74,22 @@ pub(super) async fn a_pause_is_kept_once_until_lifted_and_wakes_its_run_both_way
     admit(&*store, "b", None, None, 0)
         .await
         .map_err(fail("admit b"))?;
-    let kept = store.pause_request("a").await.map_err(fail("pause_request"))?;
+    let kept = store
+        .pause_request("a")
+        .await
+        .map_err(fail("pause_request"))?;
     check(kept == Some(pause("cli", 1)), || {
         format!("after a reopen: {kept:?}")
     })?;
-    let other = store.pause_request("b").await.map_err(fail("pause_request b"))?;
+    let other = store
+        .pause_request("b")
+        .await
+        .map_err(fail("pause_request b"))?;
     check(other.is_none(), || format!("b was never paused: {other:?}"))?;
     let lifted = store.lift_pause("b").await.map_err(fail("lift_pause b"))?;
-    check(lifted.is_none(), || format!("b had no pause to lift: {lifted:?}"))?;
+    check(lifted.is_none(), || {
+        format!("b had no pause to lift: {lifted:?}")
+    })?;
 
     // Its driver takes hold: a paused record is due never, whatever its
     // timer.
@@ -97,7 +107,10 @@ pub(super) async fn a_pause_is_kept_once_until_lifted_and_wakes_its_run_both_way
         format!("a paused run was claimed: {due:?}")
     })?;
     for lease in &due {
-        store.release_lease(lease, None).await.map_err(fail("release"))?;
+        store
+            .release_lease(lease, None)
+            .await
+            .map_err(fail("release"))?;
     }
     let entries = store.journal("a").await.map_err(fail("journal"))?;
     let journaled = entries.last().map(|e| &e.fact);
@@ -110,9 +123,15 @@ pub(super) async fn a_pause_is_kept_once_until_lifted_and_wakes_its_run_both_way
     check(lifted == Some(pause("cli", 1)), || {
         format!("the lift gave back {lifted:?}")
     })?;
-    let again = store.lift_pause("a").await.map_err(fail("second lift_pause"))?;
+    let again = store
+        .lift_pause("a")
+        .await
+        .map_err(fail("second lift_pause"))?;
     check(again.is_none(), || format!("lifted twice: {again:?}"))?;
-    let gone = store.pause_request("a").await.map_err(fail("pause_request"))?;
+    let gone = store
+        .pause_request("a")
+        .await
+        .map_err(fail("pause_request"))?;
     check(gone.is_none(), || format!("kept past its lift: {gone:?}"))?;
     let resumed = store
         .claim_due("w1", 1_000, 20, 10)
@@ -122,7 +141,10 @@ pub(super) async fn a_pause_is_kept_once_until_lifted_and_wakes_its_run_both_way
         format!("the lift did not make its run due: {resumed:?}")
     })?;
     for lease in &resumed {
-        store.release_lease(lease, None).await.map_err(fail("release"))?;
+        store
+            .release_lease(lease, None)
+            .await
+            .map_err(fail("release"))?;
     }
 
     // An end takes the pause with it; an ended run takes none.
@@ -131,7 +153,10 @@ pub(super) async fn a_pause_is_kept_once_until_lifted_and_wakes_its_run_both_way
         .await
         .map_err(fail("request_pause b"))?;
     end(&*store, "b", 4).await.map_err(fail("end b"))?;
-    let gone = store.pause_request("b").await.map_err(fail("pause_request b"))?;
+    let gone = store
+        .pause_request("b")
+        .await
+        .map_err(fail("pause_request b"))?;
     check(gone.is_none(), || {
         format!("kept past the run's end: {gone:?}")
     })?;
@@ -142,6 +167,9 @@ pub(super) async fn a_pause_is_kept_once_until_lifted_and_wakes_its_run_both_way
     check(late.is_none(), || {
         format!("an ended run took a pause: {late:?}")
     })?;
-    let late = store.lift_pause("b").await.map_err(fail("late lift_pause"))?;
+    let late = store
+        .lift_pause("b")
+        .await
+        .map_err(fail("late lift_pause"))?;
     check(late.is_none(), || format!("an ended run lifted: {late:?}"))
 }

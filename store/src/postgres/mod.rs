@@ -31,8 +31,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 
 use crate::{
-    Admission, Admitted, CancelStore, PauseStore, ComponentStore, DeploymentStore, EventStore, HookPayload,
-    HookStore, JournalStore, KeyStore, Lease, LeaseStore, Registered, Result, RunStore,
+    Admission, Admitted, CancelStore, ComponentStore, DeploymentStore, EventStore, HookPayload,
+    HookStore, JournalStore, KeyStore, Lease, LeaseStore, PauseStore, Registered, Result, RunStore,
     ScheduleStore, Store, StoreError, Wake, WakeStore, WorkerRecord, WorkerStore,
 };
 

@@ -19,8 +19,8 @@ impl CancelStore for PgStore {
             if !lock_live(tx, run_id).await? {
                 return Ok(Attempt::Done(None));
             }
-            let first = first_or_insert(tx, "cancel_requests", run_id, &record, "cancel request")
-                .await?;
+            let first =
+                first_or_insert(tx, "cancel_requests", run_id, &record, "cancel request").await?;
             if first.is_none() {
                 super::runs::wake(tx, run_id).await?;
                 self.notify(tx, &Wake::Cancel(run_id.into())).await?;
@@ -123,9 +123,7 @@ async fn first_or_insert<R: keel_core::codec::Stored>(
 ) -> Result<Option<R>> {
     let inserted = tx
         .run(
-            &format!(
-                "INSERT INTO {table} (run_id, record) VALUES ($1, $2) ON CONFLICT DO NOTHING"
-            ),
+            &format!("INSERT INTO {table} (run_id, record) VALUES ($1, $2) ON CONFLICT DO NOTHING"),
             &[&run_id, &record],
         )
         .await

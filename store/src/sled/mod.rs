@@ -31,8 +31,8 @@ use keel_core::journal;
 use keel_core::{Capabilities, Deployment, Entry, EventRecord, RunId, RunRecord};
 
 use crate::{
-    CancelStore, ComponentStore, PauseStore, DeploymentStore, EventStore, JournalStore, KeyStore, Result,
-    ScheduleStore, Store, StoreError, WakeStore, WorkerRecord, WorkerStore,
+    CancelStore, ComponentStore, DeploymentStore, EventStore, JournalStore, KeyStore, PauseStore,
+    Result, ScheduleStore, Store, StoreError, WakeStore, WorkerRecord, WorkerStore,
 };
 
 mod catalog;

@@ -4,8 +4,10 @@
 //! charge ID; a repeated key answers the recorded charge without charging
 //! again. With `lose_first_confirmation`, the first request of every key is
 //! charged but answered 500, as if the confirmation was lost; while set
-//! refusing, every charge is answered 503. Any other path records the
-//! request (a probe) and answers 200. Like many servers and proxies (and
+//! refusing, every charge is answered 503. `POST /held` is recorded and
+//! answered 200 only once the test lets it go ([`PaymentApi::release_held`]):
+//! a step whose call is in flight for as long as the test needs. Any other
+//! path records the request (a probe) and answers 200. Like many servers and proxies (and
 //! Python's `http.server`), it does not take chunked request bodies: a
 //! request without `Content-Length` whose body is chunked is recorded and
 //! answered 411 Length Required. [`recorder::Recorder`] is a
@@ -53,6 +55,8 @@ pub struct PaymentApi {
     pub addr: SocketAddr,
     ledger: Arc<Mutex<Ledger>>,
     received: Arc<Notify>,
+    /// One permit per `/held` request the test let go.
+    held: Arc<tokio::sync::Semaphore>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -69,13 +73,20 @@ impl PaymentApi {
         let addr = listener.local_addr()?;
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let received = Arc::new(Notify::new());
-        let (l, r) = (ledger.clone(), received.clone());
+        let held = Arc::new(tokio::sync::Semaphore::new(0));
+        let (l, r, h) = (ledger.clone(), received.clone(), held.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (l, r) = (l.clone(), r.clone());
+                let (l, r, h) = (l.clone(), r.clone(), h.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
-                        handle(req, l.clone(), r.clone(), lose_first_confirmation)
+                        handle(
+                            req,
+                            l.clone(),
+                            r.clone(),
+                            h.clone(),
+                            lose_first_confirmation,
+                        )
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -87,6 +98,7 @@ impl PaymentApi {
             addr,
             ledger,
             received,
+            held,
             task,
         })
     }
@@ -114,6 +126,11 @@ impl PaymentApi {
         self.ledger.lock().expect("ledger").refusing = refusing;
     }
 
+    /// Lets `n` requests to `/held` be answered (those waiting first).
+    pub fn release_held(&self, n: usize) {
+        self.held.add_permits(n);
+    }
+
     /// Every request received, in order.
     pub fn requests(&self) -> Vec<Received> {
         self.ledger.lock().expect("ledger").requests.clone()
@@ -135,6 +152,7 @@ async fn handle(
     req: Request<Incoming>,
     ledger: Arc<Mutex<Ledger>>,
     received: Arc<Notify>,
+    held: Arc<tokio::sync::Semaphore>,
     lose_first: bool,
 ) -> Result<Response<Full<Bytes>>, hyper::Error> {
     let header = |name: &str| {
@@ -170,6 +188,11 @@ async fn handle(
         }
     };
     received.notify_waiters();
+    if path == "/held"
+        && let Ok(permit) = held.acquire().await
+    {
+        permit.forget();
+    }
     Ok(Response::builder()
         .status(status)
         .header("content-type", "application/json")

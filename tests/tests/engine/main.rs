@@ -14,6 +14,7 @@ mod flow;
 mod hooks;
 mod idempotency;
 mod lifecycle;
+mod pauses;
 mod python;
 mod replay;
 mod retention;
