@@ -1,5 +1,5 @@
-//! Bulk operations: one action (cancel, retry, delete) applied to every run
-//! a listing filter selects, carried out as a job that any worker can take
+//! Bulk operations: one action (cancel, retry, delete, pause, resume)
+//! applied to every run a listing filter selects, carried out as a job that any worker can take
 //! over. The job's record is its progress: where the next page of runs
 //! starts, the runs of the page being acted on, the counts and a sample of
 //! the failures. A worker writes the page's runs into the record before it
@@ -35,6 +35,10 @@ pub enum BulkAction {
     /// Delete each ended run with everything stored for it; with `force`,
     /// a live run is terminated first.
     Delete,
+    /// Pause each live run (no code of it runs until resumed).
+    Pause,
+    /// Resume each paused run where it stood.
+    Resume,
 }
 
 impl BulkAction {
@@ -44,13 +48,21 @@ impl BulkAction {
             BulkAction::Cancel => "cancel",
             BulkAction::Retry => "retry",
             BulkAction::Delete => "delete",
+            BulkAction::Pause => "pause",
+            BulkAction::Resume => "resume",
         }
     }
 
     /// The action named by [`BulkAction::as_str`].
     pub fn parse(s: &str) -> Option<BulkAction> {
-        [BulkAction::Cancel, BulkAction::Retry, BulkAction::Delete]
-            .into_iter()
+        [
+            BulkAction::Cancel,
+            BulkAction::Retry,
+            BulkAction::Delete,
+            BulkAction::Pause,
+            BulkAction::Resume,
+        ]
+        .into_iter()
             .find(|a| a.as_str() == s)
     }
 
@@ -58,7 +70,8 @@ impl BulkAction {
     /// on it.
     pub fn passes_over(self, status: RunStatus, force: bool) -> Option<String> {
         let why = match self {
-            BulkAction::Cancel if status.is_final() => "it has ended",
+            BulkAction::Cancel | BulkAction::Pause if status.is_final() => "it has ended",
+            BulkAction::Resume if status != RunStatus::Paused => "only a paused run is resumed",
             BulkAction::Retry if status != RunStatus::Failed => "only a failed run is retried",
             BulkAction::Delete if !status.is_final() && !force => {
                 "it is live (delete with force to terminate it first)"
@@ -70,8 +83,8 @@ impl BulkAction {
 
     /// Whether this action, taken on a run whose journal was `journal_len`
     /// entries long, has landed, judged from the run's journal since: a
-    /// retry journals `RunRetried`. Cancels and deletions are idempotent
-    /// and need no such check (`false`).
+    /// retry journals `RunRetried`. Cancels, deletions, pauses and resumes
+    /// are idempotent and need no such check (`false`).
     pub fn landed_since(self, journal_len: u64, journal: &[Entry]) -> bool {
         self == BulkAction::Retry
             && journal

@@ -222,7 +222,7 @@ pub fn document() -> Value {
                 &[("200", "What was deleted", Some(&deleted))], &["400", "404", "409", "503"])},
         "/v1/store/stats": {"get": op("storeStats", "What the store holds: runs by status, journal entries, hooks, payloads, events, components, size on disk", vec![], None,
             &[("200", "The store's figures", Some(&stats))], &["503"])},
-        "/v1/runs/bulk": {"post": op("bulkRuns", "Cancel, retry or delete every run a filter selects (admitted before now), as a job any worker carries out and takes over after a crash, acting on each run once; with dry_run, count and show them instead",
+        "/v1/runs/bulk": {"post": op("bulkRuns", "Cancel, retry, delete, pause or resume every run a filter selects (admitted before now), as a job any worker carries out and takes over after a crash, acting on each run once; with dry_run, count and show them instead",
             vec![], Some(("application/json", &bulk)),
             &[("202", "The job, submitted (its Location is /v1/jobs/{job_id})", Some(&job)), ("200", "A dry run: what the job would act on", Some(&preview))],
             &["400", "413", "415", "503"])},

@@ -90,12 +90,13 @@ pub enum RunsCommand {
         #[arg(long)]
         cancel: bool,
     },
-    /// Cancel, retry or delete every run the filters select (admitted
-    /// until now), as a job that survives a worker's crash and acts on
-    /// each run once; waits for its end unless --detach (`keel jobs`).
+    /// Cancel, retry, delete, pause or resume every run the filters select
+    /// (admitted until now), as a job that survives a worker's crash and
+    /// acts on each run once; waits for its end unless --detach (`keel
+    /// jobs`).
     Bulk {
-        /// What to do to each run: cancel (live runs), retry (failed runs)
-        /// or delete (ended runs).
+        /// What to do to each run: cancel (live runs), retry (failed runs),
+        /// delete (ended runs), pause (live runs) or resume (paused runs).
         action: BulkActionArg,
         #[command(flatten)]
         filter: RunFilterArgs,
@@ -170,6 +171,8 @@ pub enum BulkActionArg {
     Cancel,
     Retry,
     Delete,
+    Pause,
+    Resume,
 }
 
 impl From<BulkActionArg> for keel_host::core::bulk::BulkAction {
@@ -178,6 +181,8 @@ impl From<BulkActionArg> for keel_host::core::bulk::BulkAction {
         match a {
             BulkActionArg::Cancel => BulkAction::Cancel,
             BulkActionArg::Retry => BulkAction::Retry,
+            BulkActionArg::Pause => BulkAction::Pause,
+            BulkActionArg::Resume => BulkAction::Resume,
             BulkActionArg::Delete => BulkAction::Delete,
         }
     }

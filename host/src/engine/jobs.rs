@@ -175,7 +175,7 @@ impl Keel {
         for run in page.runs {
             let journal_len = match job.request.action {
                 BulkAction::Retry => self.store().journal(&run.run_id).await?.len() as u64,
-                BulkAction::Cancel | BulkAction::Delete => 0,
+                BulkAction::Cancel | BulkAction::Delete | BulkAction::Pause | BulkAction::Resume => 0,
             };
             runs.push(InFlight {
                 run_id: run.run_id,
@@ -265,7 +265,7 @@ impl Keel {
                     Err(e) => return RunOutcome::Failed(e.to_string()),
                 },
                 BulkAction::Cancel => record.status == keel_core::RunStatus::Cancelled,
-                BulkAction::Delete => false,
+                BulkAction::Delete | BulkAction::Pause | BulkAction::Resume => false,
             };
             if landed {
                 return RunOutcome::Done;
@@ -286,6 +286,8 @@ impl Keel {
                 self.cancel(&run.run_id, reason, &by).await.map(drop)
             }
             BulkAction::Retry => self.retry(&run.run_id).await.map(drop),
+            BulkAction::Pause => self.pause_run(&run.run_id, &by).await.map(drop),
+            BulkAction::Resume => self.resume_run(&run.run_id, &by).await.map(drop),
             BulkAction::Delete => self
                 .delete_runs(std::slice::from_ref(&run.run_id), request.force)
                 .await
@@ -295,7 +297,12 @@ impl Keel {
             Ok(()) => RunOutcome::Done,
             // The run changed since the page was read: the action no
             // longer applies.
-            Err(Error::NotRetryable { .. } | Error::RunLive { .. } | Error::RunNotFound { .. }) => {
+            Err(
+                Error::NotRetryable { .. }
+                | Error::RunLive { .. }
+                | Error::RunNotFound { .. }
+                | Error::RunEnded { .. },
+            ) => {
                 RunOutcome::Skipped
             }
             Err(e) => RunOutcome::Failed(e.to_string()),

@@ -225,6 +225,60 @@ async fn a_bulk_cancel_and_delete_act_on_their_tenant_only() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_bulk_pause_holds_its_tenants_runs_and_a_bulk_resume_lets_them_finish() {
+    let store = TestStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let mut config = store.config();
+    config.clock = clock.clone();
+    let (keel, testbed) = open(config).await;
+    let mut sleeping = Vec::new();
+    for name in ["acme", "acme", "other"] {
+        let run = keel
+            .start_with(&testbed, "sleeper", "3600000", &tenant(name))
+            .await
+            .unwrap();
+        let run = keel.drive(&run.run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Waiting);
+        sleeping.push(run.run_id);
+    }
+    let acme = RunFilter {
+        attributes: [("tenant".to_string(), "acme".to_string())].into(),
+        ..RunFilter::default()
+    };
+    let job = keel
+        .submit_bulk(request(BulkAction::Pause, acme.clone()))
+        .await
+        .unwrap();
+    let done = keel.run_job(&job.job_id).await.unwrap();
+    assert_eq!((done.counts.done, done.counts.skipped), (2, 0), "{done:?}");
+    keel.work_once().await.unwrap();
+    // Their timers pass while they are paused; the other tenant's fires.
+    clock.advance(7_200_000);
+    keel.work(true).await.unwrap();
+    for id in &sleeping[..2] {
+        let run = keel.get_run(id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Paused, "{run:?}");
+    }
+    let other = keel.get_run(&sleeping[2]).await.unwrap();
+    assert_eq!(other.status, RunStatus::Completed, "{other:?}");
+
+    // A resume passes over what is not paused.
+    let resume = request(BulkAction::Resume, RunFilter::default());
+    assert!(keel.submit_bulk(resume).await.is_err(), "a filter is needed");
+    let job = keel
+        .submit_bulk(request(BulkAction::Resume, acme))
+        .await
+        .unwrap();
+    let done = keel.run_job(&job.job_id).await.unwrap();
+    assert_eq!((done.counts.done, done.counts.skipped), (2, 0), "{done:?}");
+    keel.work(true).await.unwrap();
+    for id in &sleeping[..2] {
+        let run = keel.get_run(id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_job_acts_on_nothing_more_and_an_unfiltered_one_is_refused() {
     let store = TestStore::new();
     let (keel, testbed) = open(store.config()).await;
