@@ -14,23 +14,28 @@ pub struct Script {
     pub resumes: Vec<String>,
     /// `--cancel-when-waiting`.
     pub cancel_when_waiting: Option<String>,
+    /// `--pause-when-waiting`.
+    pub pause_when_waiting: bool,
 }
 
 impl Script {
-    /// The steps the flags script: the resumes, then the cancel.
+    /// The steps the flags script: the resumes (each after a pause and
+    /// its resume, with `--pause-when-waiting`), then the cancel.
     pub fn steps(&self) -> anyhow::Result<Vec<Scripted>> {
-        let mut steps = self
-            .resumes
-            .iter()
-            .map(|r| match r.split_once('=') {
-                Some((token, payload)) => Ok(Scripted::Resume {
-                    token: token.into(),
-                    payload: payload.into(),
-                    after: None,
-                }),
-                None => anyhow::bail!("--resume {r}: expected TOKEN=PAYLOAD"),
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut steps = Vec::new();
+        for r in &self.resumes {
+            let Some((token, payload)) = r.split_once('=') else {
+                anyhow::bail!("--resume {r}: expected TOKEN=PAYLOAD");
+            };
+            if self.pause_when_waiting {
+                steps.extend([Scripted::Pause, Scripted::Unpause]);
+            }
+            steps.push(Scripted::Resume {
+                token: token.into(),
+                payload: payload.into(),
+                after: None,
+            });
+        }
         if let Some(reason) = &self.cancel_when_waiting {
             steps.push(Scripted::Cancel {
                 reason: reason.clone(),

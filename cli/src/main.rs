@@ -199,10 +199,12 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             cancel,
             resume,
             cancel_when_waiting,
+            pause_when_waiting,
         } => {
             let script = crashtest::Script {
                 resumes: resume.clone(),
                 cancel_when_waiting: cancel_when_waiting.clone(),
+                pause_when_waiting: *pause_when_waiting,
             };
             let mut config = config(&cli)?;
             let mut start_at_ms = None;

@@ -1310,6 +1310,34 @@ fn crashtest_covers_the_cancel_path_and_scripted_hooks() {
         assert_eq!(steps.len(), 2, "charge, then ship or refund: {report}");
         assert_eq!(steps[1][0], last);
     }
+    // Paused and resumed while it waits, it ships all the same, whichever
+    // write of the pause or the resume a crash takes.
+    let (out, report) = crashtest(&[
+        "--allow-http",
+        &host,
+        "crashtest",
+        keel_tests::TESTBED,
+        "refundable",
+        "--input",
+        &booking,
+        "--pause-when-waiting",
+        "--resume",
+        "confirm:c1=true",
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["clean"]["status"], "completed", "{report}");
+    let ends: Vec<&str> = report["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["journal_ends_with"].as_str().unwrap())
+        .collect();
+    for written in ["run_paused", "run_resumed"] {
+        assert!(
+            ends.contains(&written),
+            "a crash at the {written} write: {ends:?}"
+        );
+    }
     // A payload the workflow refuses (journaled) before the one it takes.
     let (out, report) = crashtest(&[
         "crashtest",

@@ -1,7 +1,7 @@
 //! A run moved on by a script, as tests drive one: each time it waits, the
 //! script's next payload is resumed into its hook once the run waits on
 //! that token (after a delay on the engine's manual clock, if the payload
-//! says so), or the run is cancelled; timers and retry backoffs pass at
+//! says so), or the run is cancelled, paused or resumed; timers and retry backoffs pass at
 //! once, by moving the clock to when they are due. `keel test` scenarios
 //! and the crash harness drive runs this way, so time a workflow sleeps
 //! costs a test nothing.
@@ -35,6 +35,10 @@ pub enum Scripted {
     /// Cancel the run, with `reason`, once it waits on nothing that comes
     /// by itself.
     Cancel { reason: String },
+    /// Pause the run as soon as it waits.
+    Pause,
+    /// Resume the paused run.
+    Unpause,
 }
 
 /// How a scripted drive ended.
@@ -84,6 +88,7 @@ pub async fn drive_scripted(
                 (awaited || due.is_none()).then_some(at)
             }
             Scripted::Cancel { .. } => due.is_none().then_some(since),
+            Scripted::Pause | Scripted::Unpause => Some(since),
         });
         match (comes_at, due) {
             (Some(at), due) if due.is_none_or(|d| at < d) => {
@@ -110,6 +115,12 @@ async fn take(keel: &Keel, run_id: &str, step: &Scripted) -> Result<()> {
         }
         Scripted::Cancel { reason } => {
             keel.cancel(run_id, reason, "script").await?;
+        }
+        Scripted::Pause => {
+            keel.pause_run(run_id, "script").await?;
+        }
+        Scripted::Unpause => {
+            keel.resume_run(run_id, "script").await?;
         }
     }
     Ok(())

@@ -398,6 +398,11 @@ pub enum Command {
         /// reason.
         #[arg(long, value_name = "REASON")]
         cancel_when_waiting: Option<String>,
+        /// Pause the run and resume it again each time it waits for a hook,
+        /// before its payload is resumed, so that pauses and resumes are
+        /// crash-tested too.
+        #[arg(long)]
+        pause_when_waiting: bool,
     },
     /// Print a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
     Completions {
