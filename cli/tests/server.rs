@@ -1264,6 +1264,15 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
         if *door == "in process" {
             assert_eq!(replied["status"], "waiting", "{replied}");
         }
+        // Paused where it waits, and resumed.
+        let waiting_id = waiting["run_id"].as_str().unwrap().to_string();
+        let paused = ask("pause the waiting run", &["runs", "pause", &waiting_id]);
+        assert_eq!(paused["status"], "paused", "{door}: {paused}");
+        assert_eq!(paused["paused"]["by"], "cli", "{door}: {paused}");
+        let listed = ask("the paused runs", &["runs", "list", "--status", "paused"]);
+        assert_eq!(listed["runs"][0]["run_id"], json!(waiting_id), "{door}");
+        let resumed = ask("resume it", &["runs", "resume", &waiting_id]);
+        assert_eq!(resumed["status"], "waiting", "{door}: {resumed}");
         // A delay is read on the store's clock, whatever the door.
         let delayed = ask(
             "start in an hour",

@@ -1979,7 +1979,7 @@ async fn a_payload_that_does_not_fit_the_hooks_type_is_refused_over_http() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn cancelling_a_run_that_had_ended_is_refused_over_http_as_from_the_cli() {
+async fn cancelling_pausing_or_resuming_a_run_that_had_ended_is_refused_over_http() {
     let s = server(None).await;
     let done = s.ten_steps(2).await;
     let done_id = done["run_id"].as_str().unwrap();
@@ -1993,6 +1993,20 @@ async fn cancelling_a_run_that_had_ended_is_refused_over_http_as_from_the_cli() 
         format!("run {done_id} had already ended (completed); nothing was cancelled")
     );
     assert_eq!(refused["error"]["ids"]["run_id"], done_id);
+    for action in ["pause", "resume"] {
+        let (status, refused) = s
+            .post(&format!("/v1/runs/{done_id}/{action}"), json!(null))
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{action}: {refused}");
+        assert_eq!(error_kind(&refused), "run_ended", "{action}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("nothing was {action}d")),
+            "{refused}"
+        );
+    }
     // A waiting run is cancelled once; a second cancel is refused.
     let (_, waiting) = s.start_order("twice-1").await;
     let waiting_id = waiting["run_id"].as_str().unwrap();
