@@ -84,7 +84,7 @@ function runsPage(params) {
     <h1>Runs</h1>
     <div class="toolbar">
       <select id="status" data-testid="status-filter">
-        ${["", "pending", "scheduled", "queued", "running", "waiting", "completed", "failed", "cancelled"]
+        ${["", "pending", "scheduled", "queued", "running", "waiting", "paused", "completed", "failed", "cancelled"]
           .map((s) => `<option value="${s}" ${s === status ? "selected" : ""}>${s || "any status"}</option>`).join("")}
       </select>
       <input id="search" type="search" placeholder="Run ID or workflow" value="${esc(search)}" data-testid="search">
@@ -93,7 +93,7 @@ function runsPage(params) {
     </div>
     <div class="toolbar" data-testid="bulk">
       <select id="bulk-action" data-testid="bulk-action">
-        <option value="retry">Retry</option><option value="cancel">Cancel</option><option value="delete">Delete</option>
+        <option value="retry">Retry</option><option value="cancel">Cancel</option><option value="delete">Delete</option><option value="pause">Pause</option><option value="resume">Resume</option>
       </select>
       <button id="bulk" data-testid="bulk-apply">every matching run…</button>
     </div>
@@ -470,6 +470,7 @@ function runPage(runId) {
           <dt>${ended(r.status) ? "Ended" : "Updated"}</dt><dd>${time(r.updated_at_ms)}</dd>
           <dt>Duration</dt><dd>${duration(end - r.created_at_ms)}</dd>
           ${r.wake_at_ms ? `<dt>Wakes</dt><dd>${time(r.wake_at_ms)} (${ago(r.wake_at_ms)})</dd>` : ""}
+          ${r.paused ? `<dt>Paused</dt><dd data-testid="paused">${r.status === "paused" ? "" : "stopping at its next wait: "}by ${esc(r.paused.by)}, ${time(r.paused.at_ms)} (${ago(r.paused.at_ms)}); no code of it runs, payloads queue</dd>` : ""}
           ${(r.waiting_on || []).length ? `<dt>Waiting on</dt><dd data-testid="waiting-on">${r.waiting_on.map(waitText).join("<br>")}</dd>` : ""}
           ${r.concurrency ? `<dt>Concurrency</dt><dd data-testid="concurrency">${slotText(r.concurrency)}</dd>` : ""}
           ${Object.keys(r.attributes || {}).length ? `<dt>Attributes</dt><dd data-testid="attributes">${Object.entries(r.attributes).map(([k, v]) => `<span class="mono">${esc(k)}=${esc(v)}</span>`).join(" ")}</dd>` : ""}
@@ -478,6 +479,7 @@ function runPage(runId) {
         </dl>
         ${ended(r.status) ? `<p><button class="danger" id="delete" data-testid="delete">Delete run</button></p>` : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}
         ${r.status === "failed" ? `<p><button id="retry" data-testid="retry">Retry from the failed step</button></p>` : ""}
+        ${ended(r.status) ? "" : r.paused || r.status === "paused" ? `<p><button id="resume" data-testid="resume">Resume run</button></p>` : `<p><button id="pause" data-testid="pause" title="No step, timer or payload reaches its code until it is resumed">Pause run</button></p>`}
         <p><button id="share" data-testid="share" title="A link with a token that may only read this run, for 24 hours">Share a read-only link</button>
         ${shareLinks[r.run_id] ? `<input class="mono" data-testid="share-link" readonly value="${esc(shareLinks[r.run_id])}">` : ""}</p>
         </div>
@@ -536,6 +538,22 @@ function runPage(runId) {
       try {
         await api(`/v1/runs/${encodeURIComponent(r.run_id)}/retry`, { method: "POST" });
         toast("Run retried");
+        render();
+      } catch (e) { toast(e.message, true); }
+    };
+    const pause = document.getElementById("pause");
+    if (pause) pause.onclick = async () => {
+      try {
+        const after = await api(`/v1/runs/${encodeURIComponent(r.run_id)}/pause?wait_ms=5000`, { method: "POST" });
+        toast(after.status === "paused" ? "Run paused" : "Pause recorded: the run stops at its next wait");
+        render();
+      } catch (e) { toast(e.message, true); }
+    };
+    const resume = document.getElementById("resume");
+    if (resume) resume.onclick = async () => {
+      try {
+        await api(`/v1/runs/${encodeURIComponent(r.run_id)}/resume?wait_ms=5000&return_on_wait=true`, { method: "POST" });
+        toast("Run resumed");
         render();
       } catch (e) { toast(e.message, true); }
     };

@@ -91,6 +91,19 @@ try {
   await page.goto(`${base}/#/runs/${waiting.run_id}`);
   await page.locator("[data-testid=timeline-row][data-kind=hook]").waitFor();
   await page.locator("[data-testid=hooks]", { hasText: "gift wrap" }).waitFor();
+  // Paused from its page: a payload queues and is not taken; the runs
+  // list shows it under `paused`; resumed, it takes the payload.
+  await page.locator("[data-testid=pause]").click();
+  await page.locator("h1 [data-testid=status]", { hasText: "paused" }).waitFor();
+  await page.locator("[data-testid=paused]", { hasText: "by api" }).waitFor();
+  await api("/v1/hooks/order:browser-1/resume", { note: "while paused" });
+  assert.equal((await api(`/v1/runs/${waiting.run_id}`)).status, "paused");
+  await page.goto(`${base}/#/runs?status=paused`);
+  await page.locator(`[data-testid=run-row][data-run-id="${waiting.run_id}"]`).waitFor();
+  await page.goto(`${base}/#/runs/${waiting.run_id}`);
+  await page.locator("[data-testid=resume]").click();
+  await page.locator("h1 [data-testid=status]", { hasText: "waiting" }).waitFor();
+  await page.locator("[data-testid=hooks]", { hasText: "while paused" }).waitFor();
   page.once("dialog", (dialog) => dialog.accept("no longer wanted"));
   await page.locator("[data-testid=cancel]").click();
   await page.locator("h1 [data-testid=status]", { hasText: "cancelled" }).waitFor();
