@@ -269,6 +269,22 @@ class RunHandle:
             "POST", f"/v1/runs/{_segment(self.id)}/cancel", params=params
         )
 
+    async def pause(self, *, wait_ms: int = 10_000) -> RunView:
+        """Pauses the run: no step, timer or payload reaches its code until
+        `resume` (payloads queue). Answers once its driver has stopped it
+        (`paused`), or with the run as it is after `wait_ms`."""
+        return await self._keel.request(
+            "POST", f"/v1/runs/{_segment(self.id)}/pause", params={"wait_ms": wait_ms}
+        )
+
+    async def resume(self, *, wait_ms: int = 10_000) -> RunView:
+        """Resumes the paused run where it stood; answers once it waits or
+        ends."""
+        params = {"wait_ms": wait_ms, "return_on_wait": "true"}
+        return await self._keel.request(
+            "POST", f"/v1/runs/{_segment(self.id)}/resume", params=params
+        )
+
     async def events(self) -> AsyncIterator[RunEvent]:
         """The run's journal entries (those written already first) and its
         record whenever it changes, as server-sent events, until it ends."""

@@ -21,7 +21,7 @@ class BackfillRequest(TypedDict, closed=True):
     to_ms: int
 
 
-BulkAction: TypeAlias = Literal['cancel', 'retry', 'delete']
+BulkAction: TypeAlias = Literal['cancel', 'retry', 'delete', 'pause', 'resume']
 
 
 class ChunkView(TypedDict):
@@ -121,7 +121,12 @@ class LimitRow(TypedDict):
 Overlap: TypeAlias = Literal['skip', 'buffer-one', 'allow-all']
 
 
-class PauseRequest(TypedDict, closed=True):
+class PauseRequest(TypedDict):
+    at_ms: int
+    by: str
+
+
+class PauseRequest2(TypedDict, closed=True):
     note: NotRequired[str | None]
 
 
@@ -182,6 +187,7 @@ RunStatus: TypeAlias = Literal[
     'cancelled',
     'scheduled',
     'queued',
+    'paused',
 ]
 
 
@@ -489,6 +495,7 @@ class RunView(TypedDict):
     input: Any
     output: NotRequired[Any]
     parent_run_id: NotRequired[str | None]
+    paused: NotRequired[PauseRequest | None]
     payload_id: NotRequired[str | None]
     reply: NotRequired[Any]
     run_id: str

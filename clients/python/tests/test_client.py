@@ -164,6 +164,15 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(seen.count("hook_received"), 2, seen)
         self.assertEqual(seen.count("run_completed"), 1, seen)
 
+    async def test_a_paused_run_takes_no_payload_until_it_is_resumed(self):
+        order, run = await self.waiting_order()
+        paused = await run.pause()
+        self.assertEqual((paused["status"], paused["paused"]["by"]), ("paused", "api"))
+        await self.keel.resume(f"order:{order}", {"note": "sent", "done": True})
+        self.assertEqual((await run.get())["status"], "paused", "the payload queues")
+        await run.resume()
+        self.assertEqual(await run.result(), ["placed", "sent"])
+
     async def test_a_run_that_ends_without_completing_is_a_run_failed(self):
         _, run = await self.waiting_order()
         await run.cancel(force=True)

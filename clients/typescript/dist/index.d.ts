@@ -221,6 +221,18 @@ export declare class RunHandle {
         reason?: string;
         force?: boolean;
     }): Promise<Run>;
+    /**
+     * Pauses the run: no step, timer or payload reaches its code until
+     * `resume` (payloads queue). Answers once its driver has stopped it
+     * (`paused`), or with the run as it is after `waitMs`.
+     */
+    pause(options?: {
+        waitMs?: number;
+    }): Promise<Run>;
+    /** Resumes the paused run where it stood; answers once it waits or ends. */
+    resume(options?: {
+        waitMs?: number;
+    }): Promise<Run>;
     /** The streams the run wrote. */
     streams(): Promise<StreamInfo[]>;
     /**

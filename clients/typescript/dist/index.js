@@ -298,6 +298,18 @@ export class RunHandle {
     cancel(options = {}) {
         return this.keel.request("POST", `/v1/runs/${encodeURIComponent(this.id)}/cancel${query({ reason: options.reason, force: options.force })}`);
     }
+    /**
+     * Pauses the run: no step, timer or payload reaches its code until
+     * `resume` (payloads queue). Answers once its driver has stopped it
+     * (`paused`), or with the run as it is after `waitMs`.
+     */
+    pause(options = {}) {
+        return this.keel.request("POST", `/v1/runs/${encodeURIComponent(this.id)}/pause${query({ wait_ms: options.waitMs ?? 10_000 })}`);
+    }
+    /** Resumes the paused run where it stood; answers once it waits or ends. */
+    resume(options = {}) {
+        return this.keel.request("POST", `/v1/runs/${encodeURIComponent(this.id)}/resume${query({ wait_ms: options.waitMs ?? 10_000, return_on_wait: true })}`);
+    }
     /** The streams the run wrote. */
     async streams() {
         const list = (await this.keel.request("GET", `/v1/runs/${encodeURIComponent(this.id)}/streams`));

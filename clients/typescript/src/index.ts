@@ -427,6 +427,26 @@ export class RunHandle {
     ) as Promise<Run>;
   }
 
+  /**
+   * Pauses the run: no step, timer or payload reaches its code until
+   * `resume` (payloads queue). Answers once its driver has stopped it
+   * (`paused`), or with the run as it is after `waitMs`.
+   */
+  pause(options: { waitMs?: number } = {}): Promise<Run> {
+    return this.keel.request(
+      "POST",
+      `/v1/runs/${encodeURIComponent(this.id)}/pause${query({ wait_ms: options.waitMs ?? 10_000 })}`,
+    ) as Promise<Run>;
+  }
+
+  /** Resumes the paused run where it stood; answers once it waits or ends. */
+  resume(options: { waitMs?: number } = {}): Promise<Run> {
+    return this.keel.request(
+      "POST",
+      `/v1/runs/${encodeURIComponent(this.id)}/resume${query({ wait_ms: options.waitMs ?? 10_000, return_on_wait: true })}`,
+    ) as Promise<Run>;
+  }
+
   /** The streams the run wrote. */
   async streams(): Promise<StreamInfo[]> {
     const list = (await this.keel.request("GET", `/v1/runs/${encodeURIComponent(this.id)}/streams`)) as {

@@ -372,7 +372,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Cancel, retry or delete every run a filter selects (admitted before now), as a job any worker carries out and takes over after a crash, acting on each run once; with dry_run, count and show them instead */
+        /** Cancel, retry, delete, pause or resume every run a filter selects (admitted before now), as a job any worker carries out and takes over after a crash, acting on each run once; with dry_run, count and show them instead */
         post: operations["bulkRuns"];
         delete?: never;
         options?: never;
@@ -466,6 +466,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{run_id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Pause a live run: no step, timer or payload reaches its code until it is resumed (payloads queue), and it holds no instance; a step attempt it has running ends first. A paused run stays paused across workers and restarts */
+        post: operations["pauseRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{run_id}/result": {
         parameters: {
             query?: never;
@@ -477,6 +494,23 @@ export interface paths {
         get: operations["getResult"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{run_id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Resume a paused run where it stood and drive it (a run no pause holds is answered as it is) */
+        post: operations["resumeRun"];
         delete?: never;
         options?: never;
         head?: never;
@@ -800,7 +834,7 @@ export interface components {
             to_ms: number;
         };
         /** @description What a bulk operation does to each run it selects. */
-        BulkAction: "cancel" | "retry" | "delete";
+        BulkAction: "cancel" | "retry" | "delete" | "pause" | "resume";
         /**
          * @description Which runs a bulk operation acts on: the filters of `GET /v1/runs`
          *     (at least one).
@@ -1296,8 +1330,21 @@ export interface components {
         };
         /** @description What a fire does while the previous fire's run is still live. */
         Overlap: "skip" | "buffer-one" | "allow-all";
-        /** @description `POST /v1/schedules/{name}/pause` and `/resume`. */
+        /**
+         * @description Someone's hold on a live run (`keel runs pause`), as the store keeps it
+         *     until it is lifted: while it is held, no code of the run runs.
+         */
         PauseRequest: {
+            /**
+             * Format: uint64
+             * @description When, on the engine's clock.
+             */
+            at_ms: number;
+            /** @description Who paused it: `api`, `cli`, `job JOB_ID`. */
+            by: string;
+        };
+        /** @description `POST /v1/schedules/{name}/pause` and `/resume`. */
+        PauseRequest2: {
             /** @description Why, shown with the schedule. */
             note?: string | null;
         };
@@ -1508,7 +1555,7 @@ export interface components {
             state: components["schemas"]["SlotState"];
         };
         /** @description A run's status. */
-        RunStatus: "pending" | "running" | "waiting" | "completed" | "failed" | "cancelled" | "scheduled" | "queued";
+        RunStatus: "pending" | "running" | "waiting" | "completed" | "failed" | "cancelled" | "scheduled" | "queued" | "paused";
         /** @description A run. */
         RunView: {
             /** @description Its searchable attributes. */
@@ -1533,6 +1580,11 @@ export interface components {
             output?: unknown;
             /** @description The run whose workflow started this one. */
             parent_run_id?: string | null;
+            /**
+             * @description The pause that holds it (`status` is `paused` once its driver has
+             *     stopped it); given by single-run reads, pauses and resumes.
+             */
+            paused?: components["schemas"]["PauseRequest"] | null;
             /**
              * @description A resume's payload ID (the one given, or one keel chose): a resume
              *     retried with it delivers nothing twice, and its reply is at
@@ -4196,6 +4248,104 @@ export interface operations {
             };
         };
     };
+    pauseRun: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this many milliseconds (at most 60000) for the run to end */
+                wait_ms?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The run's ID */
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run is paused */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunView"];
+                };
+            };
+            /** @description The pause is recorded; the run's driver has not stopped it within the wait */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunView"];
+                };
+            };
+            /** @description The request is malformed (kind `invalid_request`, `invalid_input`, ...) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A token is required and was missing, wrong or expired (kind `unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A scoped token used outside its scope (kind `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run, hook, workflow or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Refused: `hook_conflict` or `idempotency_collision` (naming the run that holds the token or key), or `not_retryable` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     getResult: {
         parameters: {
             query?: {
@@ -4258,6 +4408,97 @@ export interface operations {
             };
             /** @description No such run, hook, workflow or deployment */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    resumeRun: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this many milliseconds (at most 60000) for the run to end */
+                wait_ms?: number;
+                /** @description With wait_ms: answer as soon as the run waits */
+                return_on_wait?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The run's ID */
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run (ended if it did within wait_ms) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunView"];
+                };
+            };
+            /** @description The request is malformed (kind `invalid_request`, `invalid_input`, ...) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A token is required and was missing, wrong or expired (kind `unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A scoped token used outside its scope (kind `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run, hook, workflow or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Refused: `hook_conflict` or `idempotency_collision` (naming the run that holds the token or key), or `not_retryable` */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5034,7 +5275,7 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["PauseRequest"];
+                "application/json": components["schemas"]["PauseRequest2"];
             };
         };
         responses: {
@@ -5124,7 +5365,7 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["PauseRequest"];
+                "application/json": components["schemas"]["PauseRequest2"];
             };
         };
         responses: {

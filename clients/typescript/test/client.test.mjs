@@ -92,6 +92,22 @@ test("hooks resume a waiting run to its end, and its events follow it", async ()
   assert.equal(seen.filter((k) => k === "run_completed").length, 1, seen.join(" "));
 });
 
+test("a paused run takes no payload until it is resumed", async () => {
+  const order = `ts-${unique()}`;
+  const run = await keel.start("order_updates", { order_id: order, note: "placed" }, {
+    waitMs: 10_000,
+    returnOnWait: true,
+  });
+  const paused = await run.pause();
+  assert.equal(paused.status, "paused");
+  assert.equal(paused.paused?.by, "api");
+  await keel.hooks.resume(`order:${order}`, { note: "sent", done: true });
+  assert.equal((await run.get()).status, "paused", "the payload queues");
+  const resumed = await run.resume();
+  assert.ok(["completed", "running"].includes(resumed.status), resumed.status);
+  assert.deepEqual(await run.result(), ["placed", "sent"]);
+});
+
 test("a run that ends without completing is a RunFailed with the run", async () => {
   const order = `ts-${unique()}`;
   const waiting = await keel.start("order_updates", { order_id: order, note: "placed" }, {
