@@ -63,7 +63,7 @@ impl BulkAction {
             BulkAction::Resume,
         ]
         .into_iter()
-            .find(|a| a.as_str() == s)
+        .find(|a| a.as_str() == s)
     }
 
     /// Why this action passes over a run of `status`, or `None` if it acts

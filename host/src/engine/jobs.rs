@@ -175,7 +175,10 @@ impl Keel {
         for run in page.runs {
             let journal_len = match job.request.action {
                 BulkAction::Retry => self.store().journal(&run.run_id).await?.len() as u64,
-                BulkAction::Cancel | BulkAction::Delete | BulkAction::Pause | BulkAction::Resume => 0,
+                BulkAction::Cancel
+                | BulkAction::Delete
+                | BulkAction::Pause
+                | BulkAction::Resume => 0,
             };
             runs.push(InFlight {
                 run_id: run.run_id,
@@ -302,9 +305,7 @@ impl Keel {
                 | Error::RunLive { .. }
                 | Error::RunNotFound { .. }
                 | Error::RunEnded { .. },
-            ) => {
-                RunOutcome::Skipped
-            }
+            ) => RunOutcome::Skipped,
             Err(e) => RunOutcome::Failed(e.to_string()),
         }
     }

@@ -264,7 +264,10 @@ async fn a_bulk_pause_holds_its_tenants_runs_and_a_bulk_resume_lets_them_finish(
 
     // A resume passes over what is not paused.
     let resume = request(BulkAction::Resume, RunFilter::default());
-    assert!(keel.submit_bulk(resume).await.is_err(), "a filter is needed");
+    assert!(
+        keel.submit_bulk(resume).await.is_err(),
+        "a filter is needed"
+    );
     let job = keel
         .submit_bulk(request(BulkAction::Resume, acme))
         .await
