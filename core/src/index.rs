@@ -96,7 +96,7 @@ impl JournalIndex {
             self.completed.insert(c);
         }
         match entry.fact {
-            Fact::RunRetried { from_seq } => {
+            Fact::RunRetried { from_seq } | Fact::RunRestarted { from_seq, .. } => {
                 self.void((from_seq as usize).min(idx)..idx);
                 self.last_retry = Some(idx);
             }
@@ -423,7 +423,9 @@ impl JournalIndex {
         for entry in self.entries.iter().rev() {
             match &entry.fact {
                 Fact::TakenOver { .. } => takeovers += 1,
-                Fact::StepAttemptFailed { .. } | Fact::RunRetried { .. } => break,
+                Fact::StepAttemptFailed { .. }
+                | Fact::RunRetried { .. }
+                | Fact::RunRestarted { .. } => break,
                 fact if fact.completes().is_some() => break,
                 _ => {}
             }

@@ -277,6 +277,15 @@ pub enum Fact {
     },
     /// The paused run was resumed: it goes on where it stood.
     RunResumed,
+    /// Someone (`by`) restarted the ended run from entry `from_seq` (a
+    /// step's scheduling, or a position): as [`Fact::RunRetried`], the
+    /// entries from `from_seq` up to this one no longer count, so the
+    /// commands from there on run again under the same command and step
+    /// IDs, while everything before keeps its result.
+    RunRestarted {
+        from_seq: u64,
+        by: String,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -454,13 +463,16 @@ pub fn entry_from_json(value: &serde_json::Value) -> Result<Entry, String> {
     };
     // The variant's name, as serde's external tagging spells it.
     let variant = format!("{fact_kind:?}");
-    let tagged = if fields.is_empty() && fact_kind == FactKind::RunCancelled {
-        serde_json::Value::String(variant)
-    } else {
-        serde_json::json!({ variant: fields })
+    // A variant without fields (`run_cancelled`, `run_resumed`) is its name.
+    let unit = fields
+        .is_empty()
+        .then(|| serde_json::from_value::<Fact>(serde_json::Value::String(variant.clone())).ok())
+        .flatten();
+    let fact: Fact = match unit {
+        Some(fact) => fact,
+        None => serde_json::from_value(serde_json::json!({ variant: fields }))
+            .map_err(|e| format!("entry of kind `{kind}`: {e}"))?,
     };
-    let fact: Fact =
-        serde_json::from_value(tagged).map_err(|e| format!("entry of kind `{kind}`: {e}"))?;
     Ok(Entry {
         seq: number("seq")?,
         at_ms: number("at_ms")?,

@@ -26,6 +26,7 @@ pub mod manifest;
 pub mod patch;
 pub mod query;
 pub mod records;
+pub mod restart;
 pub mod retention;
 pub mod schedule;
 pub mod stream;

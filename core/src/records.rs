@@ -451,7 +451,7 @@ mod tests {
         assert_eq!(
             err,
             "`sleeping` is not a run status; use pending, running, waiting, completed, \
-             failed, cancelled, scheduled, queued"
+             failed, cancelled, scheduled, queued, paused"
         );
     }
 

@@ -307,6 +307,10 @@ pub fn every_fact() -> Vec<Fact> {
             wake_at_ms: Some(90_000),
         },
         Fact::RunResumed,
+        Fact::RunRestarted {
+            from_seq: 3,
+            by: s("cli"),
+        },
     ]
 }
 

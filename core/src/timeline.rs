@@ -341,7 +341,7 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
                     closed_by_end.push(r.command);
                 }
             }
-            Fact::RunRetried { .. } => {
+            Fact::RunRetried { .. } | Fact::RunRestarted { .. } => {
                 for command in closed_by_end.drain(..) {
                     if let Some(i) = row(&mut rows, command) {
                         rows[i].status = RowStatus::Open;

@@ -275,6 +275,15 @@ pub enum Error {
     #[error("run {run_id} cannot be retried: {reason}")]
     NotRetryable { run_id: RunId, reason: String },
 
+    /// A run that cannot be restarted or forked from the point asked.
+    #[error("run {run_id} cannot be {action} there: {reason}")]
+    NotRestartable {
+        run_id: RunId,
+        /// `restarted` or `forked`.
+        action: &'static str,
+        reason: String,
+    },
+
     /// A run did not end within the time a caller waited for it.
     #[error(
         "run {run_id} did not end within {waited_ms} ms; it goes on, ask for its result again later"
@@ -415,7 +424,7 @@ impl Error {
             Error::StillRunning { .. } => ErrorKind::StillRunning,
             Error::RunLive { .. } => ErrorKind::RunLive,
             Error::RunEnded { .. } => ErrorKind::RunEnded,
-            Error::NotRetryable { .. } => ErrorKind::NotRetryable,
+            Error::NotRetryable { .. } | Error::NotRestartable { .. } => ErrorKind::NotRetryable,
             Error::BoundExceeded { .. } => ErrorKind::BoundExceeded,
             Error::Store(e) => e.kind(),
             Error::NotCrashTestable { .. } => ErrorKind::NotCrashTestable,
@@ -456,6 +465,7 @@ impl Error {
             | Error::RunLive { run_id, .. }
             | Error::RunEnded { run_id, .. }
             | Error::NotRetryable { run_id, .. }
+            | Error::NotRestartable { run_id, .. }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.to_string())],
             Error::NonDeterminism {
                 run_id, position, ..

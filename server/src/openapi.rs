@@ -21,6 +21,7 @@ pub fn document() -> Value {
     let detail = of::<RunDetail>(&mut g);
     let journal = of::<Vec<JournalEntry>>(&mut g);
     let start = of::<StartRequest>(&mut g);
+    let restart = of::<RestartRequest>(&mut g);
     let hook = of::<HookView>(&mut g);
     let hooks = of::<HookList>(&mut g);
     let event = of::<EventView>(&mut g);
@@ -334,6 +335,12 @@ pub fn document() -> Value {
     // Added apart: the one `json!` above is at the macro's recursion limit.
     paths["/v1/deployments/{name}/grants"] = json!({"post": grant_deployment});
     paths["/v1/runs/{run_id}/journal"] = json!({"get": get_journal});
+    paths["/v1/runs/{run_id}/restart"] = json!({"post": op("restartRun", "Restart an ended run from a step (its first scheduling) or a journal position: the steps before keep their results, those from there run again under the same step IDs; on another build only if the journal kept replays there (409 not_retryable names the first difference otherwise)",
+            vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], Some(("application/json", &restart)),
+            &[("200", "The run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503"])});
+    paths["/v1/runs/{run_id}/fork"] = json!({"post": op("forkRun", "Fork a run from a step or a journal position into a new run of the same workflow, whose journal carries the source's up to there (the steps before keep their results, under the fork's own step IDs), on another build or with another input if asked; refused (409 not_retryable) when that part does not replay there or holds a hook, a child run or a stream",
+            vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], Some(("application/json", &restart)),
+            &[("201", "The new run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503", "507"])});
     paths["/v1/runs/{run_id}/pause"] = json!({"post": op("pauseRun", "Pause a live run: no step, timer or payload reaches its code until it is resumed (payloads queue), and it holds no instance; a step attempt it has running ends first. A paused run stays paused across workers and restarts",
             vec![run_id(), wait.clone()], None,
             &[("200", "The run is paused", Some(&run)),

@@ -171,6 +171,18 @@ pub fn table() -> Vec<Route> {
             post(runs::retry),
         ),
         route(
+            "/v1/runs/{run_id}/restart",
+            Method::POST,
+            "restartRun",
+            post(runs::restart),
+        ),
+        route(
+            "/v1/runs/{run_id}/fork",
+            Method::POST,
+            "forkRun",
+            post(runs::fork),
+        ),
+        route(
             "/v1/runs/{run_id}/pause",
             Method::POST,
             "pauseRun",

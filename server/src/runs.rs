@@ -1,5 +1,5 @@
 //! Runs: start (and wait), list, get, detail, journal, result, cancel,
-//! retry, pause, resume, delete and live updates.
+//! retry, pause, resume, restart, fork, delete and live updates.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -14,6 +14,7 @@ use keel_core::deployment::Target;
 use keel_core::timeline::timeline;
 use keel_core::{RunCursor, RunFilter, RunId, RunRecord, RunStatus};
 use keel_host::{Keel, StartHook, StartOptions, Until};
+use serde_json::Value;
 
 use crate::MAX_BODY;
 use crate::body::Body;
@@ -68,6 +69,7 @@ pub async fn start(
             .get("traceparent")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
+        carried: Vec::new(),
         hook: request.hook.map(|hook| StartHook {
             token: hook.token,
             min_retention: hook.retention_ms.map(Duration::from_millis),
@@ -402,6 +404,63 @@ pub async fn resume(
         false => drive_and_wait(&s.keel, run, wait).await?,
     };
     Ok(Json(RunView::read(&s.keel, &run).await?))
+}
+
+/// `POST /v1/runs/{run_id}/restart?wait_ms=N&return_on_wait=true`:
+/// restarts an ended run from a step or a journal position (on another
+/// build if asked) and drives it, answering after up to `wait_ms`.
+pub async fn restart(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    Door(by): Door,
+    RawQuery(raw): RawQuery,
+    body: Body<MAX_BODY>,
+) -> ApiResult<Json<RunView>> {
+    let q = Query::parse(raw);
+    let wait = Wait {
+        ms: wait_ms(q.number("wait_ms")?)?,
+        until: Wait::settled(q.flag("return_on_wait")?),
+    };
+    let request: RestartRequest = json_object(body)?;
+    if request.input.is_some() {
+        return Err(ApiError::invalid(
+            "a restart keeps the run's input; fork the run to give another",
+        ));
+    }
+    let point = request.point().map_err(ApiError::invalid)?;
+    let run = s
+        .keel
+        .restart_run(&run_id, &point, request.on.as_deref(), by)
+        .await?;
+    let run = drive_and_wait(&s.keel, run, wait).await?;
+    Ok(Json(moved_on(&s.keel, &run).await))
+}
+
+/// `POST /v1/runs/{run_id}/fork?wait_ms=N&return_on_wait=true`: a new run
+/// whose journal carries the run's up to a step or a journal position (on
+/// another build, with another input, if asked), driven and answered
+/// after up to `wait_ms`.
+pub async fn fork(
+    State(s): State<AppState>,
+    RunIdParam(run_id): RunIdParam,
+    Door(by): Door,
+    RawQuery(raw): RawQuery,
+    body: Body<MAX_BODY>,
+) -> ApiResult<(StatusCode, Json<RunView>)> {
+    let q = Query::parse(raw);
+    let wait = Wait {
+        ms: wait_ms(q.number("wait_ms")?)?,
+        until: Wait::settled(q.flag("return_on_wait")?),
+    };
+    let request: RestartRequest = json_object(body)?;
+    let point = request.point().map_err(ApiError::invalid)?;
+    let input = request.input.as_ref().map(Value::to_string);
+    let run = s
+        .keel
+        .fork_run(&run_id, &point, request.on.as_deref(), input.as_deref(), by)
+        .await?;
+    let run = drive_and_wait(&s.keel, run, wait).await?;
+    Ok((StatusCode::CREATED, Json(moved_on(&s.keel, &run).await)))
 }
 
 pub(crate) async fn moved_on(keel: &Keel, run: &RunRecord) -> RunView {

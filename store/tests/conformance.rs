@@ -294,6 +294,7 @@ mod postgres {
                  DROP INDEX {schema}.keys_expiry;
                  DROP INDEX {schema}.hooks_retired;
                  DROP TABLE {schema}.remembered_payloads;
+                 DROP TABLE {schema}.pauses;
                  CREATE TABLE {schema}.wakeups (run_id text PRIMARY KEY);
                  INSERT INTO {schema}.wakeups VALUES ('woken');
                  UPDATE {schema}.meta SET value = 1 WHERE key = 'schema_version'"

@@ -10,7 +10,7 @@ use crate::parse_duration;
 mod runs;
 
 use runs::parse_attribute;
-pub use runs::{JobsCommand, RunFilterArgs, RunsCommand};
+pub use runs::{JobsCommand, RestartPointArgs, RunFilterArgs, RunsCommand};
 
 #[derive(Parser)]
 #[command(

@@ -61,6 +61,39 @@ pub enum RunsCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// Restart an ended run from a step (its first scheduling) or a journal
+    /// position: the steps before keep their results, those from there run
+    /// again under the same step IDs; drives it until it completes, fails
+    /// or waits.
+    Restart {
+        /// The run's ID.
+        run_id: String,
+        #[command(flatten)]
+        point: RestartPointArgs,
+        /// Run it on this deployment's current build (or a build's hash):
+        /// refused, with the first difference, unless the journal kept
+        /// replays there.
+        #[arg(long, value_name = "DEPLOYMENT")]
+        on: Option<String>,
+    },
+    /// Fork a run from a step or a journal position into a new run of the
+    /// same workflow, whose journal carries the source's up to there (the
+    /// steps before keep their results, under the fork's own step IDs);
+    /// drives it until it completes, fails or waits.
+    Fork {
+        /// The source run's ID.
+        run_id: String,
+        #[command(flatten)]
+        point: RestartPointArgs,
+        /// Run the fork on this deployment's current build (or a build's
+        /// hash): refused unless the journal carried replays there.
+        #[arg(long, value_name = "DEPLOYMENT")]
+        on: Option<String>,
+        /// The fork's input, as JSON (`@FILE`, `-`); the source's if not
+        /// given. Refused unless the journal carried replays with it.
+        #[arg(long)]
+        input: Option<String>,
+    },
     /// Pause a live run: no step, timer or payload reaches its code until
     /// `keel runs resume` (payloads queue), across workers and restarts. A
     /// step attempt it has running ends first; a cancel asked meanwhile
@@ -142,6 +175,19 @@ pub enum RunsCommand {
         /// The run's ID.
         run_id: String,
     },
+}
+
+/// Where a restart or a fork starts over: one of the two.
+#[derive(clap::Args, Clone, Debug)]
+#[group(required = true, multiple = false)]
+pub struct RestartPointArgs {
+    /// The step whose first scheduling it starts over from.
+    #[arg(long, value_name = "STEP")]
+    pub from_step: Option<String>,
+    /// The journal position it starts over from (`runs show --json`
+    /// lists each entry's `seq`).
+    #[arg(long, value_name = "SEQ")]
+    pub at: Option<u64>,
 }
 
 /// Which runs a command selects: the filters of `runs list` and `runs

@@ -477,6 +477,29 @@ pub async fn runs(cli: &Cli, command: &RunsCommand) -> anyhow::Result<ExitCode> 
             print::print_run_answer(&answer.run, &answer.waiting_on, false, json);
             Ok(print::exit_for(&answer.run))
         }
+        RunsCommand::Restart { run_id, point, on } => {
+            let body = restart_body(point, on, None)?;
+            let restarted: RunView = client
+                .post(&["v1", "runs", run_id, "restart"], &settle_query(), &body)
+                .await?;
+            let answer = client.until_it_waits(restarted).await?;
+            print::print_run_answer(&answer.run, &answer.waiting_on, false, json);
+            Ok(print::exit_for(&answer.run))
+        }
+        RunsCommand::Fork {
+            run_id,
+            point,
+            on,
+            input,
+        } => {
+            let body = restart_body(point, on, input.as_deref())?;
+            let forked: RunView = client
+                .post(&["v1", "runs", run_id, "fork"], &settle_query(), &body)
+                .await?;
+            let answer = client.until_it_waits(forked).await?;
+            print::print_run_answer(&answer.run, &answer.waiting_on, false, json);
+            Ok(print::exit_for(&answer.run))
+        }
         RunsCommand::Pause { run_id, detach } => {
             let query = [("wait_ms", if *detach { 0 } else { WAIT_MS }.to_string())];
             let paused: RunView = client
@@ -654,4 +677,28 @@ fn reads_only(command: &RunsCommand) -> bool {
             | RunsCommand::Streams { .. }
             | RunsCommand::Result { wait: false, .. }
     )
+}
+
+/// The query of a command that drives a run until it ends or waits.
+fn settle_query() -> [(&'static str, String); 2] {
+    [
+        ("wait_ms", WAIT_MS.to_string()),
+        ("return_on_wait", "true".into()),
+    ]
+}
+
+/// The body of a restart or a fork from the command line's arguments.
+fn restart_body(
+    point: &crate::args::RestartPointArgs,
+    on: &Option<String>,
+    input: Option<&str>,
+) -> anyhow::Result<keel_server::wire::RestartRequest> {
+    Ok(keel_server::wire::RestartRequest {
+        from_step: point.from_step.clone(),
+        at: point.at,
+        on: on.clone(),
+        input: input
+            .map(|i| crate::request::json_text_arg("--input", i))
+            .transpose()?,
+    })
 }

@@ -55,6 +55,10 @@ pub struct StartOptions {
     /// under this worker's lease, so no other worker claims it meanwhile
     /// (it is due when the lease expires, should this process die first).
     pub driven_here: bool,
+    /// Entries the run's journal carries after its admission's: a fork's
+    /// part of its source (`keel_core::restart::fork_prefix`), written in
+    /// the admission's one store operation. Their positions are renumbered.
+    pub carried: Vec<Entry>,
 }
 
 /// The start hook of a run (`start(..., { hook: { token, ... } })`).
@@ -265,6 +269,12 @@ impl Keel {
                 seq: journal.len() as u64,
                 at_ms: now,
                 fact: traced,
+            });
+        }
+        for carried in &options.carried {
+            journal.push(Entry {
+                seq: journal.len() as u64,
+                ..carried.clone()
             });
         }
         let lease =
@@ -566,6 +576,7 @@ impl Keel {
             }),
             attributes: Default::default(),
             traceparent: child.traceparent.clone(),
+            carried: Vec::new(),
         };
         let admitted = self
             .admit(

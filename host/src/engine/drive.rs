@@ -198,7 +198,7 @@ impl Keel {
         run_id: &str,
         on: Option<keel_core::ComponentHash>,
     ) -> Result<RunRecord> {
-        let mut run = self.get_run(run_id).await?;
+        let run = self.get_run(run_id).await?;
         let refuse = |reason: String| Error::NotRetryable {
             run_id: run.run_id.clone(),
             reason,
@@ -249,21 +249,43 @@ impl Keel {
                 },
             });
         }
-        // A run of a concurrency group gets back the slot it held when it
-        // failed, deferred: it comes due at once and asks for a slot (or
-        // queues) like a delayed start.
+        let reopened = self.reopen(run.clone(), entries, on).await?;
+        let run =
+            reopened.ok_or_else(|| refuse("it holds no concurrency slot to take back".into()))?;
+        tracing::info!(run_id, from_seq, "run retried");
+        Ok(run)
+    }
+
+    /// Makes an ended run live again with `entries` (its retry or restart)
+    /// appended, pinned to build `on` if given: a run that failed holding
+    /// a concurrency slot gets it back deferred (it comes due at once and
+    /// asks for a slot, or queues, like a delayed start). `None`, with
+    /// nothing written, for a run of a workflow with a concurrency limit
+    /// that holds no slot to take back (it did not fail).
+    pub(super) async fn reopen(
+        &self,
+        mut run: RunRecord,
+        entries: Vec<Entry>,
+        on: Option<keel_core::ComponentHash>,
+    ) -> Result<Option<RunRecord>> {
+        let run_id = run.run_id.clone();
+        let run_id = run_id.as_str();
+        let at_ms = entries.first().map_or(self.now_ms(), |e| e.at_ms);
         let deferred = self
             .store()
             .rearm_slot(run_id)
             .await
             .map_err(|e| unconfirmed(e.into(), run_id, "retry"))?;
+        if !deferred && run.status != RunStatus::Failed && self.limited(&run).await? {
+            return Ok(None);
+        }
         (run.status, run.wake_at_ms) = match deferred {
-            true => (RunStatus::Scheduled, Some(entry.at_ms)),
+            true => (RunStatus::Scheduled, Some(at_ms)),
             false => (RunStatus::Pending, None),
         };
         run.error = None;
         run.output = None;
-        run.updated_at_ms = entry.at_ms;
+        run.updated_at_ms = at_ms;
         if let Some(hash) = on {
             run.component_hash = hash;
         }
@@ -272,11 +294,16 @@ impl Keel {
             .await
             .map_err(|e| unconfirmed(e.into(), run_id, "retry"))?;
         let _ = self.inner.journaled.send(run.run_id.clone());
-        tracing::info!(run_id, from_seq, "run retried");
         self.store().announce(&Wake::Admitted).await?;
         self.inner.progress.notify_waiters();
         self.due_changed();
-        Ok(run)
+        Ok(Some(run))
+    }
+
+    /// Whether `run`'s workflow declares a concurrency limit.
+    async fn limited(&self, run: &RunRecord) -> Result<bool> {
+        let loaded = self.component_by_hash(&run.component_hash).await?;
+        Ok(loaded.concurrency(&run.workflow).is_some())
     }
 
     /// A run's record once it has ended; with `wait`, drives it (and waits

@@ -491,6 +491,7 @@ impl Keel {
         let run_id = record.run_id_of(nominal_ms);
         let options = StartOptions {
             driven_here: false,
+            carried: Vec::new(),
             additional_metadata: record
                 .settings
                 .additional_metadata

@@ -199,6 +199,40 @@ impl JournalEntry {
     }
 }
 
+/// `POST /v1/runs/{run_id}/restart` and `/fork`: where the run starts
+/// over (a step, or a journal position), and on which build.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestartRequest {
+    /// The step whose first scheduling it starts over from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_step: Option<String>,
+    /// The journal position it starts over from, instead of a step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
+    /// A deployment name (its current build) or a build's hash to run on;
+    /// refused unless the journal kept replays there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<String>,
+    /// A fork's input (the source's if absent); a restart keeps its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+}
+
+impl RestartRequest {
+    /// The point it names, or why it names none.
+    pub fn point(&self) -> Result<keel_core::restart::RestartPoint, String> {
+        use keel_core::restart::RestartPoint;
+        match (&self.from_step, self.at) {
+            (Some(step), None) => Ok(RestartPoint::Step(step.clone())),
+            (None, Some(seq)) => Ok(RestartPoint::Seq(seq)),
+            _ => Err(
+                "give `from_step` (a step's name) or `at` (a journal position), one of them".into(),
+            ),
+        }
+    }
+}
+
 /// `POST /v1/workflows/{workflow}/runs`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -17,6 +17,7 @@ mod lifecycle;
 mod pauses;
 mod python;
 mod replay;
+mod restarts;
 mod retention;
 mod schedules;
 mod streams;
