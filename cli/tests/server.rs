@@ -1234,6 +1234,18 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
         );
         let run = ask("run", &["run", "testbed", "two_steps", "--input", "5"]);
         assert_eq!(run["status"], "completed", "{door}: {run}");
+        let run_id = run["run_id"].as_str().unwrap().to_string();
+        let restarted = ask(
+            "restart it from a step",
+            &["runs", "restart", &run_id, "--from-step", "mul"],
+        );
+        assert_eq!(restarted["output"], json!([6, 10]), "{door}: {restarted}");
+        let forked = ask(
+            "fork it from a position",
+            &["runs", "fork", &run_id, "--at", "1", "--input", "6"],
+        );
+        assert_eq!(forked["output"], json!([7, 12]), "{door}: {forked}");
+        assert_eq!(forked["attributes"]["forked_from"], json!(run_id), "{door}");
         let waiting = ask(
             "start on a hook",
             &["start", "testbed", "replier", "--input", "\"ask:doors\""],
@@ -1344,7 +1356,7 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
         let listed = ask("the runs", &["runs", "list"]);
         assert_eq!(
             listed["runs"].as_array().unwrap().len(),
-            5,
+            6,
             "{door}: {listed}"
         );
         answers.push(said);
