@@ -227,6 +227,10 @@ class AsyncKeel:
         return _answer(response)
 
 
+_UNSET: Any = object()
+"""No value given (an input may be JSON's null)."""
+
+
 class RunHandle:
     """One run: its record, its result, its events."""
 
@@ -284,6 +288,46 @@ class RunHandle:
         return await self._keel.request(
             "POST", f"/v1/runs/{_segment(self.id)}/resume", params=params
         )
+
+    async def restart(
+        self,
+        *,
+        from_step: str | None = None,
+        at: int | None = None,
+        on: str | None = None,
+        wait_ms: int = 10_000,
+    ) -> RunView:
+        """Restarts the ended run from a step (its first scheduling) or a
+        journal position (`at`): the steps before keep their results, those
+        from there run again under the same step IDs (on build `on` if
+        given, refused unless the journal kept replays there). Answers once
+        it waits or ends."""
+        params = {"wait_ms": wait_ms, "return_on_wait": "true"}
+        body = _restart_body(from_step, at, on)
+        return await self._keel.request(
+            "POST", f"/v1/runs/{_segment(self.id)}/restart", body, params=params
+        )
+
+    async def fork(
+        self,
+        *,
+        from_step: str | None = None,
+        at: int | None = None,
+        on: str | None = None,
+        input: Any = _UNSET,
+        wait_ms: int = 10_000,
+    ) -> "RunHandle":
+        """Forks the run from a step or a journal position into a new run
+        whose journal carries this one's up to there (its step IDs the
+        fork's own), with `input` if given; returns the new run."""
+        params = {"wait_ms": wait_ms, "return_on_wait": "true"}
+        body = _restart_body(from_step, at, on)
+        if input is not _UNSET:
+            body["input"] = input
+        forked = await self._keel.request(
+            "POST", f"/v1/runs/{_segment(self.id)}/fork", body, params=params
+        )
+        return self._keel.run(forked["run_id"])
 
     async def events(self) -> AsyncIterator[RunEvent]:
         """The run's journal entries (those written already first) and its
@@ -392,6 +436,14 @@ def _params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not params:
         return None
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _restart_body(from_step: str | None, at: int | None, on: str | None) -> dict[str, Any]:
+    """The API's body of a restart or a fork: one of `from_step` and `at`."""
+    body: dict[str, Any] = {"from_step": from_step} if at is None else {"at": at}
+    if on is not None:
+        body["on"] = on
+    return body
 
 
 def _segment(value: str) -> str:

@@ -162,6 +162,13 @@ class ReplyView(TypedDict):
     token: str
 
 
+class RestartRequest(TypedDict, closed=True):
+    at: NotRequired[int | None]
+    from_step: NotRequired[str | None]
+    input: NotRequired[Any]
+    on: NotRequired[str | None]
+
+
 RowKind: TypeAlias = Literal['step', 'timer', 'hook', 'child', 'await_run', 'patch']
 
 

@@ -173,6 +173,16 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
         await run.resume()
         self.assertEqual(await run.result(), ["placed", "sent"])
 
+    async def test_an_ended_run_restarts_and_a_fork_starts_with_its_own_ids(self):
+        run = await self.keel.start("two_steps", 5, wait_ms=10_000)
+        self.assertEqual(await run.result(), [6, 10])
+        restarted = await run.restart(from_step="mul")
+        self.assertEqual(restarted["status"], "completed")
+        fork = await run.fork(at=1, input=6)
+        self.assertNotEqual(fork.id, run.id)
+        self.assertEqual(await fork.result(), [7, 12])
+        self.assertEqual((await fork.get())["attributes"]["forked_from"], run.id)
+
     async def test_a_run_that_ends_without_completing_is_a_run_failed(self):
         _, run = await self.waiting_order()
         await run.cancel(force=True)

@@ -18,6 +18,14 @@ export type StreamInfo = Schemas["StreamView"];
 export type Chunk = Schemas["ChunkView"];
 /** The workflow's reply to a payload delivered with an ID. */
 export type HookReply = Schemas["ReplyView"];
+/** Where a restart or a fork starts over: a step, or a journal position. */
+export type RestartPoint = {
+    fromStep: string;
+    on?: string;
+} | {
+    at: number;
+    on?: string;
+};
 /** A payload delivered by `hooks.ask` and the workflow's reply to it. */
 export interface Answer {
     /** The run the payload went to, as it was when the answer came. */
@@ -233,6 +241,25 @@ export declare class RunHandle {
     resume(options?: {
         waitMs?: number;
     }): Promise<Run>;
+    /**
+     * Restarts the ended run from a step (its first scheduling) or a journal
+     * position (`at`): the steps before keep their results, those from there
+     * run again under the same step IDs (on build `on` if given, refused
+     * unless the journal kept replays there). Answers once it waits or ends.
+     */
+    restart(point: RestartPoint, options?: {
+        waitMs?: number;
+    }): Promise<Run>;
+    /**
+     * Forks the run from a step or a journal position into a new run whose
+     * journal carries this one's up to there (its step IDs the fork's own),
+     * with `input` if given; answers with the handle of the new run.
+     */
+    fork(point: RestartPoint & {
+        input?: unknown;
+    }, options?: {
+        waitMs?: number;
+    }): Promise<RunHandle>;
     /** The streams the run wrote. */
     streams(): Promise<StreamInfo[]>;
     /**

@@ -310,6 +310,25 @@ export class RunHandle {
     resume(options = {}) {
         return this.keel.request("POST", `/v1/runs/${encodeURIComponent(this.id)}/resume${query({ wait_ms: options.waitMs ?? 10_000, return_on_wait: true })}`);
     }
+    /**
+     * Restarts the ended run from a step (its first scheduling) or a journal
+     * position (`at`): the steps before keep their results, those from there
+     * run again under the same step IDs (on build `on` if given, refused
+     * unless the journal kept replays there). Answers once it waits or ends.
+     */
+    restart(point, options = {}) {
+        return this.keel.request("POST", `/v1/runs/${encodeURIComponent(this.id)}/restart${query({ wait_ms: options.waitMs ?? 10_000, return_on_wait: true })}`, restartBody(point));
+    }
+    /**
+     * Forks the run from a step or a journal position into a new run whose
+     * journal carries this one's up to there (its step IDs the fork's own),
+     * with `input` if given; answers with the handle of the new run.
+     */
+    async fork(point, options = {}) {
+        const body = { ...restartBody(point), ...(point.input === undefined ? {} : { input: point.input }) };
+        const run = (await this.keel.request("POST", `/v1/runs/${encodeURIComponent(this.id)}/fork${query({ wait_ms: options.waitMs ?? 10_000, return_on_wait: true })}`, body));
+        return this.keel.run(run.run_id);
+    }
     /** The streams the run wrote. */
     async streams() {
         const list = (await this.keel.request("GET", `/v1/runs/${encodeURIComponent(this.id)}/streams`));
@@ -428,6 +447,11 @@ function unanswered(e) {
         return true; // fetch failed: the connection broke or never came up
     }
     return e.kind === "start_outcome_unknown" || e.status === 502 || e.status === 503 || e.status === 504;
+}
+/** The API's body of a restart or a fork from `point`. */
+function restartBody(point) {
+    const at = "at" in point ? { at: point.at } : { from_step: point.fromStep };
+    return point.on === undefined ? at : { ...at, on: point.on };
 }
 function query(params) {
     const pairs = Object.entries(params).filter(([, v]) => v !== undefined);

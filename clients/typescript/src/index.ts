@@ -25,6 +25,9 @@ export type Chunk = Schemas["ChunkView"];
 /** The workflow's reply to a payload delivered with an ID. */
 export type HookReply = Schemas["ReplyView"];
 
+/** Where a restart or a fork starts over: a step, or a journal position. */
+export type RestartPoint = { fromStep: string; on?: string } | { at: number; on?: string };
+
 /** A payload delivered by `hooks.ask` and the workflow's reply to it. */
 export interface Answer {
   /** The run the payload went to, as it was when the answer came. */
@@ -447,6 +450,35 @@ export class RunHandle {
     ) as Promise<Run>;
   }
 
+  /**
+   * Restarts the ended run from a step (its first scheduling) or a journal
+   * position (`at`): the steps before keep their results, those from there
+   * run again under the same step IDs (on build `on` if given, refused
+   * unless the journal kept replays there). Answers once it waits or ends.
+   */
+  restart(point: RestartPoint, options: { waitMs?: number } = {}): Promise<Run> {
+    return this.keel.request(
+      "POST",
+      `/v1/runs/${encodeURIComponent(this.id)}/restart${query({ wait_ms: options.waitMs ?? 10_000, return_on_wait: true })}`,
+      restartBody(point),
+    ) as Promise<Run>;
+  }
+
+  /**
+   * Forks the run from a step or a journal position into a new run whose
+   * journal carries this one's up to there (its step IDs the fork's own),
+   * with `input` if given; answers with the handle of the new run.
+   */
+  async fork(point: RestartPoint & { input?: unknown }, options: { waitMs?: number } = {}): Promise<RunHandle> {
+    const body = { ...restartBody(point), ...(point.input === undefined ? {} : { input: point.input }) };
+    const run = (await this.keel.request(
+      "POST",
+      `/v1/runs/${encodeURIComponent(this.id)}/fork${query({ wait_ms: options.waitMs ?? 10_000, return_on_wait: true })}`,
+      body,
+    )) as Run;
+    return this.keel.run(run.run_id);
+  }
+
   /** The streams the run wrote. */
   async streams(): Promise<StreamInfo[]> {
     const list = (await this.keel.request("GET", `/v1/runs/${encodeURIComponent(this.id)}/streams`)) as {
@@ -569,6 +601,12 @@ function unanswered(e: unknown): boolean {
     return true; // fetch failed: the connection broke or never came up
   }
   return e.kind === "start_outcome_unknown" || e.status === 502 || e.status === 503 || e.status === 504;
+}
+
+/** The API's body of a restart or a fork from `point`. */
+function restartBody(point: RestartPoint): Schemas["RestartRequest"] {
+  const at = "at" in point ? { at: point.at } : { from_step: point.fromStep };
+  return point.on === undefined ? at : { ...at, on: point.on };
 }
 
 function query(params: Record<string, string | number | boolean | undefined>): string {

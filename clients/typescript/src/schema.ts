@@ -449,6 +449,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{run_id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Fork a run from a step or a journal position into a new run of the same workflow, whose journal carries the source's up to there (the steps before keep their results, under the fork's own step IDs), on another build or with another input if asked; refused (409 not_retryable) when that part does not replay there or holds a hook, a child run or a stream */
+        post: operations["forkRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{run_id}/journal": {
         parameters: {
             query?: never;
@@ -477,6 +494,23 @@ export interface paths {
         put?: never;
         /** Pause a live run: no step, timer or payload reaches its code until it is resumed (payloads queue), and it holds no instance; a step attempt it has running ends first. A paused run stays paused across workers and restarts */
         post: operations["pauseRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{run_id}/restart": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Restart an ended run from a step (its first scheduling) or a journal position: the steps before keep their results, those from there run again under the same step IDs; on another build only if the journal kept replays there (409 not_retryable names the first difference otherwise) */
+        post: operations["restartRun"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1441,6 +1475,26 @@ export interface components {
             reply?: unknown;
             run_id: string;
             token: string;
+        };
+        /**
+         * @description `POST /v1/runs/{run_id}/restart` and `/fork`: where the run starts
+         *     over (a step, or a journal position), and on which build.
+         */
+        RestartRequest: {
+            /**
+             * Format: uint64
+             * @description The journal position it starts over from, instead of a step.
+             */
+            at?: number | null;
+            /** @description The step whose first scheduling it starts over from. */
+            from_step?: string | null;
+            /** @description A fork's input (the source's if absent); a restart keeps its own. */
+            input?: unknown;
+            /**
+             * @description A deployment name (its current build) or a build's hash to run on;
+             *     refused unless the journal kept replays there.
+             */
+            on?: string | null;
         };
         /** @description One command of the run. */
         Row: {
@@ -4165,6 +4219,110 @@ export interface operations {
             };
         };
     };
+    forkRun: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this many milliseconds (at most 60000) for the run to end */
+                wait_ms?: number;
+                /** @description With wait_ms: answer as soon as the run waits */
+                return_on_wait?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The run's ID */
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RestartRequest"];
+            };
+        };
+        responses: {
+            /** @description The new run (ended if it did within wait_ms) */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunView"];
+                };
+            };
+            /** @description The request is malformed (kind `invalid_request`, `invalid_input`, ...) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A token is required and was missing, wrong or expired (kind `unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A scoped token used outside its scope (kind `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run, hook, workflow or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Refused: `hook_conflict` or `idempotency_collision` (naming the run that holds the token or key), or `not_retryable` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store's disk is full (kind `storage_full`); nothing committed is lost */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     getJournal: {
         parameters: {
             query?: {
@@ -4274,6 +4432,101 @@ export interface operations {
             };
             /** @description The pause is recorded; the run's driver has not stopped it within the wait */
             202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunView"];
+                };
+            };
+            /** @description The request is malformed (kind `invalid_request`, `invalid_input`, ...) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A token is required and was missing, wrong or expired (kind `unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A scoped token used outside its scope (kind `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run, hook, workflow or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Refused: `hook_conflict` or `idempotency_collision` (naming the run that holds the token or key), or `not_retryable` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    restartRun: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this many milliseconds (at most 60000) for the run to end */
+                wait_ms?: number;
+                /** @description With wait_ms: answer as soon as the run waits */
+                return_on_wait?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The run's ID */
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RestartRequest"];
+            };
+        };
+        responses: {
+            /** @description The run (ended if it did within wait_ms) */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -108,6 +108,17 @@ test("a paused run takes no payload until it is resumed", async () => {
   assert.deepEqual(await run.result(), ["placed", "sent"]);
 });
 
+test("an ended run restarts from a step, and a fork starts from one with its own IDs", async () => {
+  const run = await keel.start("two_steps", 5, { waitMs: 10_000 });
+  assert.deepEqual(await run.result(), [6, 10]);
+  const restarted = await run.restart({ fromStep: "mul" });
+  assert.equal(restarted.status, "completed");
+  const fork = await run.fork({ at: 1, input: 6 });
+  assert.notEqual(fork.id, run.id);
+  assert.deepEqual(await fork.result(), [7, 12]);
+  assert.equal((await fork.get()).attributes?.forked_from, run.id);
+});
+
 test("a run that ends without completing is a RunFailed with the run", async () => {
   const order = `ts-${unique()}`;
   const waiting = await keel.start("order_updates", { order_id: order, note: "placed" }, {
