@@ -1285,6 +1285,21 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
         assert_eq!(listed["runs"][0]["run_id"], json!(waiting_id), "{door}");
         let resumed = ask("resume it", &["runs", "resume", &waiting_id]);
         assert_eq!(resumed["status"], "waiting", "{door}: {resumed}");
+        // Judged for an upgrade to the build it is on: nothing to move.
+        let judged = ask(
+            "an upgrade's dry run",
+            &[
+                "deployments",
+                "upgrade",
+                "testbed",
+                "--to",
+                "testbed",
+                "--dry-run",
+            ],
+        );
+        assert_eq!(judged["state"], "completed", "{door}: {judged}");
+        assert_eq!(judged["upgrade"]["dry_run"], true, "{door}: {judged}");
+        assert_eq!(judged["counts"]["failed"], 0, "{door}: {judged}");
         // A delay is read on the store's clock, whatever the door.
         let delayed = ask(
             "start in an hour",

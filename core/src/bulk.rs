@@ -1,5 +1,6 @@
-//! Bulk operations: one action (cancel, retry, delete, pause, resume)
-//! applied to every run a listing filter selects, carried out as a job that any worker can take
+//! Bulk operations: one action (cancel, retry, delete, pause, resume, or
+//! the upgrade of a deployment's live runs to a build) applied to every run
+//! a listing filter selects, carried out as a job that any worker can take
 //! over. The job's record is its progress: where the next page of runs
 //! starts, the runs of the page being acted on, the counts and a sample of
 //! the failures. A worker writes the page's runs into the record before it
@@ -22,6 +23,10 @@ pub const JOB_PAGE: usize = 100;
 /// How many failed runs a job's record keeps as a sample.
 pub const JOB_ERROR_SAMPLE: usize = 20;
 
+/// How many runs an upgrade's record lists as left pinned, each with its
+/// first divergence: every one, up to this.
+pub const UPGRADE_PINNED_LIST: usize = 1000;
+
 /// What a bulk operation does to each run it selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -39,6 +44,9 @@ pub enum BulkAction {
     Pause,
     /// Resume each paused run where it stood.
     Resume,
+    /// Move each live run of a deployment's older builds to its new build
+    /// where its journal replays there ([`BulkRequest::upgrade`]).
+    Upgrade,
 }
 
 impl BulkAction {
@@ -50,6 +58,7 @@ impl BulkAction {
             BulkAction::Delete => "delete",
             BulkAction::Pause => "pause",
             BulkAction::Resume => "resume",
+            BulkAction::Upgrade => "upgrade",
         }
     }
 
@@ -61,6 +70,7 @@ impl BulkAction {
             BulkAction::Delete,
             BulkAction::Pause,
             BulkAction::Resume,
+            BulkAction::Upgrade,
         ]
         .into_iter()
         .find(|a| a.as_str() == s)
@@ -70,7 +80,9 @@ impl BulkAction {
     /// on it.
     pub fn passes_over(self, status: RunStatus, force: bool) -> Option<String> {
         let why = match self {
-            BulkAction::Cancel | BulkAction::Pause if status.is_final() => "it has ended",
+            BulkAction::Cancel | BulkAction::Pause | BulkAction::Upgrade if status.is_final() => {
+                "it has ended"
+            }
             BulkAction::Resume if status != RunStatus::Paused => "only a paused run is resumed",
             BulkAction::Retry if status != RunStatus::Failed => "only a failed run is retried",
             BulkAction::Delete if !status.is_final() && !force => {
@@ -105,12 +117,49 @@ pub struct BulkRequest {
     /// Cancel: terminate without cleanup. Delete: terminate live runs
     /// first.
     pub force: bool,
+    /// Upgrade: which deployment's runs go to which build.
+    pub upgrade: Option<Upgrade>,
+}
+
+/// The upgrade of a deployment's live runs to a build.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Upgrade {
+    /// The deployment name whose older builds' runs move.
+    pub name: String,
+    /// The hash of the build they move to.
+    pub to: String,
+    /// Only judge each run (would it replay there?); move none.
+    pub dry_run: bool,
+    /// Move only this percentage of the runs (chosen by run ID, the same
+    /// every time: a later upgrade with a larger share moves the rest).
+    pub ramp: Option<u8>,
+}
+
+impl Upgrade {
+    /// Whether the ramp takes `run_id`: its bucket (0 to 99, from a hash
+    /// of the ID) is under the ramp's share.
+    pub fn takes(&self, run_id: &RunId) -> bool {
+        let bucket = run_id
+            .as_str()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+            % 100;
+        self.ramp.is_none_or(|share| bucket < u64::from(share))
+    }
 }
 
 impl BulkRequest {
     /// Why this request cannot be run, or `None`. A filter that selects
     /// every run is refused: acting on every run is said with a status.
     pub fn refusal(&self) -> Option<String> {
+        if self.action == BulkAction::Upgrade && self.upgrade.is_none() {
+            return Some(
+                "an upgrade names its deployment and the build its runs move to: `keel deployments upgrade NAME --to BUILD` (POST /v1/deployments/{name}/upgrade)".into(),
+            );
+        }
         let f = &self.filter;
         for (key, value) in &f.attributes {
             if let Err(why) = crate::records::check_attribute_filter(key, value) {
@@ -224,7 +273,59 @@ pub struct JobRecord {
     pub finished_at_ms: Option<u64>,
 }
 
-impl crate::codec::Stored for JobRecord {}
+impl crate::codec::Stored for JobRecord {
+    /// 2: the request's `upgrade` was added.
+    const VERSION: u16 = 2;
+
+    fn decode_earlier(version: u16, bytes: &[u8]) -> Option<Result<Self, postcard::Error>> {
+        (version == 1).then(|| crate::codec::decode_layout::<JobRecordV1>(bytes).map(Into::into))
+    }
+}
+
+/// A job's record as keel wrote it before upgrades (layout 1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct JobRecordV1 {
+    job_id: String,
+    request: (BulkAction, RunFilter, Option<String>, bool),
+    state: JobState,
+    cursor: Option<String>,
+    last_page: bool,
+    in_flight: Vec<InFlight>,
+    counts: JobCounts,
+    errors: Vec<RunFailure>,
+    claim: Option<Claim>,
+    revision: u64,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+    finished_at_ms: Option<u64>,
+}
+
+impl From<JobRecordV1> for JobRecord {
+    fn from(v1: JobRecordV1) -> JobRecord {
+        let (action, filter, reason, force) = v1.request;
+        JobRecord {
+            job_id: v1.job_id,
+            request: BulkRequest {
+                action,
+                filter,
+                reason,
+                force,
+                upgrade: None,
+            },
+            state: v1.state,
+            cursor: v1.cursor,
+            last_page: v1.last_page,
+            in_flight: v1.in_flight,
+            counts: v1.counts,
+            errors: v1.errors,
+            claim: v1.claim,
+            revision: v1.revision,
+            created_at_ms: v1.created_at_ms,
+            updated_at_ms: v1.updated_at_ms,
+            finished_at_ms: v1.finished_at_ms,
+        }
+    }
+}
 
 impl JobRecord {
     /// A new job for `request`, submitted at `now_ms`: it selects only runs
@@ -291,7 +392,11 @@ impl JobRecord {
             RunOutcome::Skipped => self.counts.skipped += 1,
             RunOutcome::Failed(error) => {
                 self.counts.failed += 1;
-                if self.errors.len() < JOB_ERROR_SAMPLE {
+                let kept = match self.request.action {
+                    BulkAction::Upgrade => UPGRADE_PINNED_LIST,
+                    _ => JOB_ERROR_SAMPLE,
+                };
+                if self.errors.len() < kept {
                     self.errors.push(RunFailure {
                         run_id: run_id.clone(),
                         error,
@@ -335,7 +440,56 @@ mod tests {
             },
             reason: None,
             force: false,
+            upgrade: None,
         }
+    }
+
+    #[test]
+    fn a_job_of_layout_1_is_read_without_an_upgrade() {
+        let mut job = JobRecord::new("j".into(), request(BulkAction::Retry), 5);
+        job.counts.done = 3;
+        let r = &job.request;
+        let v1 = JobRecordV1 {
+            job_id: job.job_id.clone(),
+            request: (r.action, r.filter.clone(), r.reason.clone(), r.force),
+            state: job.state,
+            cursor: None,
+            last_page: false,
+            in_flight: Vec::new(),
+            counts: job.counts,
+            errors: Vec::new(),
+            claim: None,
+            revision: 0,
+            created_at_ms: 5,
+            updated_at_ms: 5,
+            finished_at_ms: None,
+        };
+        let bytes = postcard::to_stdvec(&(1u16, v1)).unwrap();
+        let read: JobRecord = crate::codec::decode(&bytes, "job").unwrap();
+        assert_eq!(read, job);
+    }
+
+    #[test]
+    fn a_ramp_takes_the_same_runs_every_time_and_about_its_share() {
+        let upgrade = |ramp| Upgrade {
+            name: "order".into(),
+            to: "h".into(),
+            dry_run: false,
+            ramp,
+        };
+        let ids: Vec<RunId> = (0..1000).map(|i| RunId::from(format!("run-{i}"))).collect();
+        let taken = |ramp| ids.iter().filter(|id| upgrade(ramp).takes(id)).count();
+        assert_eq!(taken(None), 1000);
+        assert_eq!(taken(Some(100)), 1000);
+        assert_eq!(taken(Some(0)), 0);
+        let tenth = taken(Some(10));
+        assert!((50..=150).contains(&tenth), "{tenth}");
+        assert!(
+            ids.iter()
+                .filter(|id| upgrade(Some(10)).takes(id))
+                .all(|id| upgrade(Some(50)).takes(id)),
+            "a larger share takes what a smaller one took"
+        );
     }
 
     #[test]

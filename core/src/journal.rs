@@ -286,6 +286,14 @@ pub enum Fact {
         from_seq: u64,
         by: String,
     },
+    /// Someone (`by`) moved the live run from build `from` to build `to`
+    /// (component hashes), its journal having replayed on `to`: from here
+    /// on it runs there. The workflow never sees it.
+    RunMoved {
+        from: String,
+        to: String,
+        by: String,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.

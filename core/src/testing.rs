@@ -311,6 +311,11 @@ pub fn every_fact() -> Vec<Fact> {
             from_seq: 3,
             by: s("cli"),
         },
+        Fact::RunMoved {
+            from: s("a1b2"),
+            to: s("c3d4"),
+            by: s("job j-1"),
+        },
     ]
 }
 

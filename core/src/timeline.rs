@@ -379,7 +379,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             | Fact::PayloadSkipped { .. }
             | Fact::Traced { .. }
             | Fact::RunPaused { .. }
-            | Fact::RunResumed => {}
+            | Fact::RunResumed
+            | Fact::RunMoved { .. } => {}
         }
     }
     rows.sort_by_key(|r| r.command);

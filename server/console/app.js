@@ -470,6 +470,7 @@ function runPage(runId) {
           <dt>${ended(r.status) ? "Ended" : "Updated"}</dt><dd>${time(r.updated_at_ms)}</dd>
           <dt>Duration</dt><dd>${duration(end - r.created_at_ms)}</dd>
           ${r.wake_at_ms ? `<dt>Wakes</dt><dd>${time(r.wake_at_ms)} (${ago(r.wake_at_ms)})</dd>` : ""}
+          ${d.journal.some((e) => e.kind === "run_moved") ? `<dt>Moved</dt><dd data-testid="moves">${d.journal.filter((e) => e.kind === "run_moved").map((e) => `to build <span class="mono" title="${esc(e.to)}">${esc(e.to.slice(0, 12))}</span> ${time(e.at_ms)} by ${esc(e.by)}`).join("<br>")}</dd>` : ""}
           ${r.paused ? `<dt>Paused</dt><dd data-testid="paused">${r.status === "paused" ? "" : "stopping at its next wait: "}by ${esc(r.paused.by)}, ${time(r.paused.at_ms)} (${ago(r.paused.at_ms)}); no code of it runs, payloads queue</dd>` : ""}
           ${(r.waiting_on || []).length ? `<dt>Waiting on</dt><dd data-testid="waiting-on">${r.waiting_on.map(waitText).join("<br>")}</dd>` : ""}
           ${r.concurrency ? `<dt>Concurrency</dt><dd data-testid="concurrency">${slotText(r.concurrency)}</dd>` : ""}

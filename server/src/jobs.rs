@@ -14,7 +14,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{Param, Query, json_object};
 use crate::runs::MAX_REASON;
 use crate::state::AppState;
-use crate::wire::{BulkPreviewView, BulkRequestBody, JobList, JobView, RunView};
+use crate::wire::{BulkPreviewView, BulkRequestBody, JobList, JobView, RunView, UpgradeRequest};
 
 /// How many runs a dry run shows.
 const SAMPLE: usize = 10;
@@ -41,6 +41,7 @@ pub async fn submit(State(s): State<AppState>, body: Body<MAX_BODY>) -> ApiResul
         filter: body.filter.into(),
         reason: body.reason,
         force: body.force,
+        upgrade: None,
     };
     if dry_run {
         let preview = s.keel.preview_bulk(&request, SAMPLE).await?;
@@ -52,6 +53,33 @@ pub async fn submit(State(s): State<AppState>, body: Body<MAX_BODY>) -> ApiResul
         return Ok(Json(view).into_response());
     }
     let job = s.keel.submit_bulk(request).await?;
+    s.keel.spawn_job(job.job_id.clone());
+    let location = format!("/v1/jobs/{}", job.job_id);
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        Json(JobView::from(&job)),
+    )
+        .into_response())
+}
+
+/// `POST /v1/deployments/{name}/upgrade`: 202 with the upgrade's job (and
+/// its `Location`), which moves the name's live runs to the build asked
+/// where their journals replay (judges them only, with `dry_run`).
+pub async fn upgrade(
+    State(s): State<AppState>,
+    Param(name): Param,
+    body: Body<MAX_BODY>,
+) -> ApiResult<Response> {
+    let Some(body): Option<UpgradeRequest> = json_object(body)? else {
+        return Err(ApiError::invalid(
+            "the request body must be {\"to\": BUILD}; see /openapi.json",
+        ));
+    };
+    let job = s
+        .keel
+        .submit_upgrade(&name, &body.to, body.dry_run, body.ramp)
+        .await?;
     s.keel.spawn_job(job.job_id.clone());
     let location = format!("/v1/jobs/{}", job.job_id);
     Ok((

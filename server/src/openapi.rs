@@ -22,6 +22,7 @@ pub fn document() -> Value {
     let journal = of::<Vec<JournalEntry>>(&mut g);
     let start = of::<StartRequest>(&mut g);
     let restart = of::<RestartRequest>(&mut g);
+    let fork = of::<ForkRequest>(&mut g);
     let hook = of::<HookView>(&mut g);
     let hooks = of::<HookList>(&mut g);
     let event = of::<EventView>(&mut g);
@@ -53,6 +54,7 @@ pub fn document() -> Value {
     let bulk = of::<BulkRequestBody>(&mut g);
     let preview = of::<BulkPreviewView>(&mut g);
     let job = of::<JobView>(&mut g);
+    let upgrade = of::<UpgradeRequest>(&mut g);
     let jobs = of::<JobList>(&mut g);
     let streams = of::<StreamList>(&mut g);
     let chunk = of::<ChunkView>(&mut g);
@@ -335,11 +337,14 @@ pub fn document() -> Value {
     // Added apart: the one `json!` above is at the macro's recursion limit.
     paths["/v1/deployments/{name}/grants"] = json!({"post": grant_deployment});
     paths["/v1/runs/{run_id}/journal"] = json!({"get": get_journal});
+    paths["/v1/deployments/{name}/upgrade"] = json!({"post": op("upgradeDeployment", "Move the live runs of a deployment's older builds to a build, each only if its journal replays there (the others stay pinned, listed with their first divergence), as a job any worker carries out; with dry_run judge them and move none, with ramp move that share first",
+            vec![name_param("name", "The deployment's name")], Some(("application/json", &upgrade)),
+            &[("202", "The job, submitted (its Location is its URL)", Some(&job))], &["400", "404", "503"])});
     paths["/v1/runs/{run_id}/restart"] = json!({"post": op("restartRun", "Restart an ended run from a step (its first scheduling) or a journal position: the steps before keep their results, those from there run again under the same step IDs; on another build only if the journal kept replays there (409 not_retryable names the first difference otherwise)",
             vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], Some(("application/json", &restart)),
             &[("200", "The run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503"])});
     paths["/v1/runs/{run_id}/fork"] = json!({"post": op("forkRun", "Fork a run from a step or a journal position into a new run of the same workflow, whose journal carries the source's up to there (the steps before keep their results, under the fork's own step IDs), on another build or with another input if asked; refused (409 not_retryable) when that part does not replay there or holds a hook, a child run or a stream",
-            vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], Some(("application/json", &restart)),
+            vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], Some(("application/json", &fork)),
             &[("201", "The new run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503", "507"])});
     paths["/v1/runs/{run_id}/pause"] = json!({"post": op("pauseRun", "Pause a live run: no step, timer or payload reaches its code until it is resumed (payloads queue), and it holds no instance; a step attempt it has running ends first. A paused run stays paused across workers and restarts",
             vec![run_id(), wait.clone()], None,

@@ -77,6 +77,12 @@ pub fn table() -> Vec<Route> {
             post(deployments::grant),
         ),
         route(
+            "/v1/deployments/{name}/upgrade",
+            Method::POST,
+            "upgradeDeployment",
+            post(jobs::upgrade),
+        ),
+        route(
             "/v1/workflows/{workflow}/runs",
             Method::POST,
             "startRun",

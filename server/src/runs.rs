@@ -422,11 +422,6 @@ pub async fn restart(
         until: Wait::settled(q.flag("return_on_wait")?),
     };
     let request: RestartRequest = json_object(body)?;
-    if request.input.is_some() {
-        return Err(ApiError::invalid(
-            "a restart keeps the run's input; fork the run to give another",
-        ));
-    }
     let point = request.point().map_err(ApiError::invalid)?;
     let run = s
         .keel
@@ -452,8 +447,8 @@ pub async fn fork(
         ms: wait_ms(q.number("wait_ms")?)?,
         until: Wait::settled(q.flag("return_on_wait")?),
     };
-    let request: RestartRequest = json_object(body)?;
-    let point = request.point().map_err(ApiError::invalid)?;
+    let request: ForkRequest = json_object(body)?;
+    let point = request.restart().point().map_err(ApiError::invalid)?;
     let input = request.input.as_ref().map(Value::to_string);
     let run = s
         .keel

@@ -459,6 +459,29 @@ pub enum DeploymentsCommand {
         #[arg(long)]
         replace: bool,
     },
+    /// Move the live runs of NAME's older builds to build --to, each only
+    /// if its journal replays there (the others stay pinned, listed with
+    /// their first divergence), as a job any worker carries out and takes
+    /// over after a crash; waits for its end unless --detach.
+    Upgrade {
+        /// The deployment name whose runs move.
+        name: String,
+        /// The build they move to: a deployment name (its current build)
+        /// or a build's hash.
+        #[arg(long, value_name = "BUILD")]
+        to: String,
+        /// Judge each run (would it replay there?) and move none.
+        #[arg(long)]
+        dry_run: bool,
+        /// Move only this share of the runs, in percent (the same runs each
+        /// time: the same command without --ramp, or with a larger one,
+        /// moves the rest).
+        #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..=100))]
+        ramp: Option<u8>,
+        /// Return once the job is submitted; a worker carries it out.
+        #[arg(long)]
+        detach: bool,
+    },
     /// Delete the stored components that no deployment and no run names
     /// (builds run from a `.wasm` path whose runs were purged).
     Prune {

@@ -107,6 +107,27 @@ pub async fn deployments(cli: &Cli, command: &DeploymentsCommand) -> anyhow::Res
                 .await?;
             print::print_deployments(&changed.deployments, json);
         }
+        DeploymentsCommand::Upgrade {
+            name,
+            to,
+            dry_run,
+            ramp,
+            detach,
+        } => {
+            let body = keel_server::wire::UpgradeRequest {
+                to: to.clone(),
+                dry_run: *dry_run,
+                ramp: *ramp,
+            };
+            let job: keel_server::wire::JobView = client
+                .post(&["v1", "deployments", name, "upgrade"], &[], &body)
+                .await?;
+            let job = match detach {
+                true => job,
+                false => client.job_ended(&job.job_id).await?,
+            };
+            return Ok(super::operations::job_answer(&job, json));
+        }
         DeploymentsCommand::Prune { grace, dry_run } => {
             let body = PruneRequest {
                 grace_ms: Some(grace.as_millis() as u64),

@@ -478,7 +478,7 @@ pub async fn runs(cli: &Cli, command: &RunsCommand) -> anyhow::Result<ExitCode> 
             Ok(print::exit_for(&answer.run))
         }
         RunsCommand::Restart { run_id, point, on } => {
-            let body = restart_body(point, on, None)?;
+            let body = restart_body(point, on, None)?.restart();
             let restarted: RunView = client
                 .post(&["v1", "runs", run_id, "restart"], &settle_query(), &body)
                 .await?;
@@ -687,13 +687,14 @@ fn settle_query() -> [(&'static str, String); 2] {
     ]
 }
 
-/// The body of a restart or a fork from the command line's arguments.
+/// The body of a fork (or, by its `restart`, a restart) from the command
+/// line's arguments.
 fn restart_body(
     point: &crate::args::RestartPointArgs,
     on: &Option<String>,
     input: Option<&str>,
-) -> anyhow::Result<keel_server::wire::RestartRequest> {
-    Ok(keel_server::wire::RestartRequest {
+) -> anyhow::Result<keel_server::wire::ForkRequest> {
+    Ok(keel_server::wire::ForkRequest {
         from_step: point.from_step.clone(),
         at: point.at,
         on: on.clone(),

@@ -308,8 +308,34 @@ pub(crate) fn print_job(job: &JobView, json: bool) {
     println!("job       {}", job.job_id);
     println!("action    {}", job.action.as_str());
     println!("state     {}", job.state.as_str());
+    let (done, failed) = match &job.upgrade {
+        Some(upgrade) => {
+            let share = upgrade
+                .ramp
+                .map_or(String::new(), |r| format!(", {r}% of them"));
+            println!(
+                "upgrade   the live runs of `{}` to build {}{share}{}",
+                upgrade.name,
+                &upgrade.to[..12.min(upgrade.to.len())],
+                if upgrade.dry_run {
+                    " (dry run: none moved)"
+                } else {
+                    ""
+                }
+            );
+            (
+                if upgrade.dry_run {
+                    "would move"
+                } else {
+                    "moved"
+                },
+                "left pinned",
+            )
+        }
+        None => ("done", "failed"),
+    };
     println!(
-        "runs      {} matched: {} done, {} skipped, {} failed",
+        "runs      {} matched: {} {done}, {} skipped, {} {failed}",
         c.matched, c.done, c.skipped, c.failed
     );
     println!("submitted {}", when(job.created_at_ms));
@@ -319,8 +345,13 @@ pub(crate) fn print_job(job: &JobView, json: bool) {
     if let Some(worker) = &job.worker {
         println!("worker    {worker}");
     }
+    let label = if job.upgrade.is_some() {
+        "pinned"
+    } else {
+        "failed"
+    };
     for failure in &job.errors {
-        println!("failed    {}: {}", failure.run_id, failure.error);
+        println!("{label:<9} {}: {}", failure.run_id, failure.error);
     }
     if job.state == keel_host::core::bulk::JobState::Running {
         println!("`keel jobs show {}` shows its progress", job.job_id);

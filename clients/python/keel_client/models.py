@@ -21,7 +21,9 @@ class BackfillRequest(TypedDict, closed=True):
     to_ms: int
 
 
-BulkAction: TypeAlias = Literal['cancel', 'retry', 'delete', 'pause', 'resume']
+BulkAction: TypeAlias = Literal[
+    'cancel', 'retry', 'delete', 'pause', 'resume', 'upgrade'
+]
 
 
 class ChunkView(TypedDict):
@@ -50,6 +52,23 @@ class ComponentView(TypedDict):
 FireOutcome: TypeAlias = Literal[
     'started', 'already_fired', 'skipped', 'buffered', 'missed', 'failed'
 ]
+
+
+class ForkRequest1(TypedDict, closed=True):
+    at: NotRequired[int | None]
+    from_step: str | None
+    input: NotRequired[Any]
+    on: NotRequired[str | None]
+
+
+class ForkRequest2(TypedDict, closed=True):
+    at: int | None
+    from_step: NotRequired[str | None]
+    input: NotRequired[Any]
+    on: NotRequired[str | None]
+
+
+ForkRequest: TypeAlias = ForkRequest1 | ForkRequest2
 
 
 class GrantRequest(TypedDict, closed=True):
@@ -162,11 +181,19 @@ class ReplyView(TypedDict):
     token: str
 
 
-class RestartRequest(TypedDict, closed=True):
+class RestartRequest1(TypedDict, closed=True):
     at: NotRequired[int | None]
-    from_step: NotRequired[str | None]
-    input: NotRequired[Any]
+    from_step: str | None
     on: NotRequired[str | None]
+
+
+class RestartRequest2(TypedDict, closed=True):
+    at: int | None
+    from_step: NotRequired[str | None]
+    on: NotRequired[str | None]
+
+
+RestartRequest: TypeAlias = RestartRequest1 | RestartRequest2
 
 
 RowKind: TypeAlias = Literal['step', 'timer', 'hook', 'child', 'await_run', 'patch']
@@ -316,6 +343,19 @@ class TokenView(TypedDict):
     issued_at_ms: int
     scope: Scope
     token: str
+
+
+class Upgrade(TypedDict):
+    dry_run: bool
+    name: str
+    ramp: NotRequired[int | None]
+    to: str
+
+
+class UpgradeRequest(TypedDict, closed=True):
+    dry_run: NotRequired[bool]
+    ramp: NotRequired[int | None]
+    to: str
 
 
 class WaitingOn1(TypedDict):
@@ -598,6 +638,7 @@ class JobView(TypedDict):
     reason: NotRequired[str | None]
     state: JobState
     updated_at_ms: int
+    upgrade: NotRequired[Upgrade | None]
     worker: NotRequired[str | None]
 
 

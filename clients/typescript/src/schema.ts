@@ -142,6 +142,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/deployments/{name}/upgrade": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Move the live runs of a deployment's older builds to a build, each only if its journal replays there (the others stay pinned, listed with their first divergence), as a job any worker carries out; with dry_run judge them and move none, with ramp move that share first */
+        post: operations["upgradeDeployment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events": {
         parameters: {
             query?: never;
@@ -868,7 +885,7 @@ export interface components {
             to_ms: number;
         };
         /** @description What a bulk operation does to each run it selects. */
-        BulkAction: "cancel" | "retry" | "delete" | "pause" | "resume";
+        BulkAction: "cancel" | "retry" | "delete" | "pause" | "resume" | "upgrade";
         /**
          * @description Which runs a bulk operation acts on: the filters of `GET /v1/runs`
          *     (at least one).
@@ -1157,6 +1174,26 @@ export interface components {
             run_status?: components["schemas"]["RunStatus"] | null;
         };
         /**
+         * @description `POST /v1/runs/{run_id}/fork`: where the fork starts over (a step, or
+         *     a journal position: one of them), on which build and with which input.
+         */
+        ForkRequest: {
+            /**
+             * Format: uint64
+             * @description The journal position it starts over from, instead of a step.
+             */
+            at?: number | null;
+            /** @description The step whose first scheduling it starts over from. */
+            from_step?: string | null;
+            /** @description The fork's input (the source's if absent). */
+            input?: unknown;
+            /**
+             * @description A deployment name (its current build) or a build's hash to run on;
+             *     refused unless the journal carried replays there.
+             */
+            on?: string | null;
+        } & (unknown | unknown);
+        /**
          * @description `POST /v1/deployments/{name}/grants`: capabilities added to (or, with
          *     `replace`, set on) every build of a deployment name, or the one build
          *     of a hash.
@@ -1282,7 +1319,10 @@ export interface components {
             counts: components["schemas"]["JobCounts"];
             /** Format: uint64 */
             created_at_ms: number;
-            /** @description The first runs the action failed on. */
+            /**
+             * @description The first runs the action failed on (an upgrade: every run it
+             *     left pinned, with its first divergence).
+             */
             errors: components["schemas"]["RunFailure"][];
             /**
              * @description The filter, bounded to the runs admitted before the job was
@@ -1297,6 +1337,8 @@ export interface components {
             state: components["schemas"]["JobState"];
             /** Format: uint64 */
             updated_at_ms: number;
+            /** @description An upgrade's deployment and build, share and dry run. */
+            upgrade?: components["schemas"]["Upgrade"] | null;
             /** @description The worker carrying it out, while one does. */
             worker?: string | null;
         };
@@ -1477,8 +1519,8 @@ export interface components {
             token: string;
         };
         /**
-         * @description `POST /v1/runs/{run_id}/restart` and `/fork`: where the run starts
-         *     over (a step, or a journal position), and on which build.
+         * @description `POST /v1/runs/{run_id}/restart`: where the ended run starts over (a
+         *     step, or a journal position: one of them), and on which build.
          */
         RestartRequest: {
             /**
@@ -1488,14 +1530,12 @@ export interface components {
             at?: number | null;
             /** @description The step whose first scheduling it starts over from. */
             from_step?: string | null;
-            /** @description A fork's input (the source's if absent); a restart keeps its own. */
-            input?: unknown;
             /**
              * @description A deployment name (its current build) or a build's hash to run on;
              *     refused unless the journal kept replays there.
              */
             on?: string | null;
-        };
+        } & (unknown | unknown);
         /** @description One command of the run. */
         Row: {
             /**
@@ -2012,6 +2052,40 @@ export interface components {
             scope: components["schemas"]["Scope"];
             /** @description The token, to send as `Authorization: Bearer TOKEN`. */
             token: string;
+        };
+        /** @description The upgrade of a deployment's live runs to a build. */
+        Upgrade: {
+            /** @description Only judge each run (would it replay there?); move none. */
+            dry_run: boolean;
+            /** @description The deployment name whose older builds' runs move. */
+            name: string;
+            /**
+             * Format: uint8
+             * @description Move only this percentage of the runs (chosen by run ID, the same
+             *     every time: a later upgrade with a larger share moves the rest).
+             */
+            ramp?: number | null;
+            /** @description The hash of the build they move to. */
+            to: string;
+        };
+        /**
+         * @description `POST /v1/deployments/{name}/upgrade`: the build a deployment's live
+         *     runs move to, where their journals replay.
+         */
+        UpgradeRequest: {
+            /**
+             * @description Judge each run (would it replay there?) and move none.
+             * @default false
+             */
+            dry_run?: boolean;
+            /**
+             * Format: uint8
+             * @description Move only this share of the runs, in percent (the same runs each
+             *     time; a later upgrade with a larger share, or none, moves the rest).
+             */
+            ramp?: number | null;
+            /** @description The build: a deployment name (its current build) or a build's hash. */
+            to: string;
         };
         /**
          * @description Ends the row of `command` as completed at `at`.
@@ -2731,6 +2805,87 @@ export interface operations {
             };
             /** @description An error */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    upgradeDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The deployment's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["UpgradeRequest"];
+            };
+        };
+        responses: {
+            /** @description The job, submitted (its Location is its URL) */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description The request is malformed (kind `invalid_request`, `invalid_input`, ...) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A token is required and was missing, wrong or expired (kind `unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A scoped token used outside its scope (kind `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run, hook, workflow or deployment */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4236,7 +4391,7 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["RestartRequest"];
+                "application/json": components["schemas"]["ForkRequest"];
             };
         };
         responses: {

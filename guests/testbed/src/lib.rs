@@ -112,6 +112,19 @@ async fn two_steps(x: i64) -> Result<Vec<i64>, Error> {
     }
 }
 
+/// A step, then a sleep of `ms`: a run that waits after its first step.
+/// Built with the `reordered` feature its first step is another, so a run
+/// of one build does not replay on the other.
+#[workflow]
+async fn step_then_sleep((x, ms): (i64, u64)) -> Result<i64, Error> {
+    let first = match cfg!(feature = "reordered") {
+        true => mul(x, 2).await?,
+        false => add(x, 1).await?,
+    };
+    keel_sdk::sleep(Duration::from_millis(ms)).await;
+    Ok(first)
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -1072,6 +1085,7 @@ keel_sdk::component!(
         replier,
         hook_then_compute,
         inbox,
+        step_then_sleep,
     ],
     steps = [
         call,

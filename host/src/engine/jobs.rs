@@ -178,7 +178,8 @@ impl Keel {
                 BulkAction::Cancel
                 | BulkAction::Delete
                 | BulkAction::Pause
-                | BulkAction::Resume => 0,
+                | BulkAction::Resume
+                | BulkAction::Upgrade => 0,
             };
             runs.push(InFlight {
                 run_id: run.run_id,
@@ -268,7 +269,10 @@ impl Keel {
                     Err(e) => return RunOutcome::Failed(e.to_string()),
                 },
                 BulkAction::Cancel => record.status == keel_core::RunStatus::Cancelled,
-                BulkAction::Delete | BulkAction::Pause | BulkAction::Resume => false,
+                BulkAction::Delete
+                | BulkAction::Pause
+                | BulkAction::Resume
+                | BulkAction::Upgrade => false,
             };
             if landed {
                 return RunOutcome::Done;
@@ -282,6 +286,9 @@ impl Keel {
             return RunOutcome::Skipped;
         }
         let by = format!("job {}", job.job_id);
+        if let Some(upgrade) = &request.upgrade {
+            return self.move_run(&run.run_id, upgrade, &by).await;
+        }
         let acted = match request.action {
             BulkAction::Cancel if request.force => self.terminate(&run.run_id).await.map(drop),
             BulkAction::Cancel => {
@@ -291,6 +298,10 @@ impl Keel {
             BulkAction::Retry => self.retry(&run.run_id).await.map(drop),
             BulkAction::Pause => self.pause_run(&run.run_id, &by).await.map(drop),
             BulkAction::Resume => self.resume_run(&run.run_id, &by).await.map(drop),
+            // Submitted with its upgrade (`submit_upgrade`), taken above.
+            BulkAction::Upgrade => Err(Error::InvalidInput {
+                reason: "an upgrade job names no upgrade".into(),
+            }),
             BulkAction::Delete => self
                 .delete_runs(std::slice::from_ref(&run.run_id), request.force)
                 .await

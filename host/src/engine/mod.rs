@@ -38,6 +38,7 @@ mod restarts;
 mod retention;
 mod schedules;
 mod streams;
+mod upgrades;
 mod watch;
 mod worker;
 

@@ -77,6 +77,23 @@ pub struct BulkRequestBody {
     pub dry_run: bool,
 }
 
+/// `POST /v1/deployments/{name}/upgrade`: the build a deployment's live
+/// runs move to, where their journals replay.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeRequest {
+    /// The build: a deployment name (its current build) or a build's hash.
+    pub to: String,
+    /// Judge each run (would it replay there?) and move none.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Move only this share of the runs, in percent (the same runs each
+    /// time; a later upgrade with a larger share, or none, moves the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub ramp: Option<u8>,
+}
+
 /// What a bulk operation would do (`dry_run`).
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct BulkPreviewView {
@@ -98,9 +115,13 @@ pub struct JobView {
     pub filter: BulkFilter,
     pub reason: Option<String>,
     pub force: bool,
+    /// An upgrade's deployment and build, share and dry run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<keel_core::bulk::Upgrade>,
     pub state: JobState,
     pub counts: JobCounts,
-    /// The first runs the action failed on.
+    /// The first runs the action failed on (an upgrade: every run it
+    /// left pinned, with its first divergence).
     pub errors: Vec<RunFailure>,
     /// The worker carrying it out, while one does.
     pub worker: Option<String>,
@@ -117,6 +138,7 @@ impl From<&JobRecord> for JobView {
             filter: BulkFilter::from(&job.request.filter),
             reason: job.request.reason.clone(),
             force: job.request.force,
+            upgrade: job.request.upgrade.clone(),
             state: job.state,
             counts: job.counts,
             errors: job.errors.clone(),

@@ -199,10 +199,11 @@ impl JournalEntry {
     }
 }
 
-/// `POST /v1/runs/{run_id}/restart` and `/fork`: where the run starts
-/// over (a step, or a journal position), and on which build.
+/// `POST /v1/runs/{run_id}/restart`: where the ended run starts over (a
+/// step, or a journal position: one of them), and on which build.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["from_step"]}, {"required": ["at"]}]))]
 pub struct RestartRequest {
     /// The step whose first scheduling it starts over from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,9 +215,6 @@ pub struct RestartRequest {
     /// refused unless the journal kept replays there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on: Option<String>,
-    /// A fork's input (the source's if absent); a restart keeps its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<Value>,
 }
 
 impl RestartRequest {
@@ -229,6 +227,38 @@ impl RestartRequest {
             _ => Err(
                 "give `from_step` (a step's name) or `at` (a journal position), one of them".into(),
             ),
+        }
+    }
+}
+
+/// `POST /v1/runs/{run_id}/fork`: where the fork starts over (a step, or
+/// a journal position: one of them), on which build and with which input.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["from_step"]}, {"required": ["at"]}]))]
+pub struct ForkRequest {
+    /// The step whose first scheduling it starts over from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_step: Option<String>,
+    /// The journal position it starts over from, instead of a step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
+    /// A deployment name (its current build) or a build's hash to run on;
+    /// refused unless the journal carried replays there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<String>,
+    /// The fork's input (the source's if absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+}
+
+impl ForkRequest {
+    /// Where it starts over, as a restart's request says it.
+    pub fn restart(&self) -> RestartRequest {
+        RestartRequest {
+            from_step: self.from_step.clone(),
+            at: self.at,
+            on: self.on.clone(),
         }
     }
 }

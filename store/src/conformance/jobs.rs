@@ -2,7 +2,7 @@
 //! compare-and-set on the revision, listed newest first, running ones
 //! found by any worker.
 
-use keel_core::bulk::{BulkAction, BulkRequest, InFlight, JobRecord, JobState};
+use keel_core::bulk::{BulkAction, BulkRequest, InFlight, JobRecord, JobState, Upgrade};
 use keel_core::query::RunFilter;
 
 use super::*;
@@ -16,6 +16,13 @@ fn job(id: &str, at_ms: u64) -> JobRecord {
         },
         reason: None,
         force: false,
+        // Kept with the job, as an upgrade's is.
+        upgrade: Some(Upgrade {
+            name: "order".into(),
+            to: "0123abcd".into(),
+            dry_run: true,
+            ramp: Some(10),
+        }),
     };
     JobRecord::new(id.into(), request, at_ms)
 }

@@ -35,6 +35,7 @@ fn request(action: BulkAction, filter: RunFilter) -> BulkRequest {
         filter,
         reason: None,
         force: false,
+        upgrade: None,
     }
 }
 

@@ -21,3 +21,4 @@ mod restarts;
 mod retention;
 mod schedules;
 mod streams;
+mod upgrades;
