@@ -200,7 +200,7 @@ pub(crate) fn json_object<T: DeserializeOwned + Default>(body: Body<MAX_BODY>) -
 }
 
 /// The whole-number fields of the request bodies (times and durations in
-/// milliseconds).
+/// milliseconds, priorities, limits, journal positions, shares).
 pub(crate) const INTEGRAL_FIELDS: &[&str] = &[
     "wait_ms",
     "ttl_ms",
@@ -215,6 +215,8 @@ pub(crate) const INTEGRAL_FIELDS: &[&str] = &[
     "to_ms",
     "priority",
     "limit",
+    "at",
+    "ramp",
 ];
 
 /// Turns `fields` of `object` holding whole numbers written as floats

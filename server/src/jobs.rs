@@ -65,20 +65,18 @@ pub async fn submit(State(s): State<AppState>, body: Body<MAX_BODY>) -> ApiResul
 
 /// `POST /v1/deployments/{name}/upgrade`: 202 with the upgrade's job (and
 /// its `Location`), which moves the name's live runs to the build asked
-/// where their journals replay (judges them only, with `dry_run`).
+/// (its current one if none) where their journals replay (judges them
+/// only, with `dry_run`).
 pub async fn upgrade(
     State(s): State<AppState>,
     Param(name): Param,
     body: Body<MAX_BODY>,
 ) -> ApiResult<Response> {
-    let Some(body): Option<UpgradeRequest> = json_object(body)? else {
-        return Err(ApiError::invalid(
-            "the request body must be {\"to\": BUILD}; see /openapi.json",
-        ));
-    };
+    let body: UpgradeRequest = json_object(body)?;
+    let to = body.to.as_deref().unwrap_or(&name);
     let job = s
         .keel
-        .submit_upgrade(&name, &body.to, body.dry_run, body.ramp)
+        .submit_upgrade(&name, to, body.dry_run, body.ramp)
         .await?;
     s.keel.spawn_job(job.job_id.clone());
     let location = format!("/v1/jobs/{}", job.job_id);

@@ -346,6 +346,10 @@ pub fn document() -> Value {
     paths["/v1/runs/{run_id}/fork"] = json!({"post": op("forkRun", "Fork a run from a step or a journal position into a new run of the same workflow, whose journal carries the source's up to there (the steps before keep their results, under the fork's own step IDs), on another build or with another input if asked; refused (409 not_retryable) when that part does not replay there or holds a hook, a child run or a stream",
             vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], Some(("application/json", &fork)),
             &[("201", "The new run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503", "507"])});
+    // A restart or a fork names its point: the body is required.
+    for path in ["/v1/runs/{run_id}/restart", "/v1/runs/{run_id}/fork"] {
+        paths[path]["post"]["requestBody"]["required"] = json!(true);
+    }
     paths["/v1/runs/{run_id}/pause"] = json!({"post": op("pauseRun", "Pause a live run: no step, timer or payload reaches its code until it is resumed (payloads queue), and it holds no instance; a step attempt it has running ends first. A paused run stays paused across workers and restarts",
             vec![run_id(), wait.clone()], None,
             &[("200", "The run is paused", Some(&run)),

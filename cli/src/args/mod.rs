@@ -459,7 +459,8 @@ pub enum DeploymentsCommand {
         #[arg(long)]
         replace: bool,
     },
-    /// Move the live runs of NAME's older builds to build --to, each only
+    /// Move the live runs of NAME's older builds to build --to (NAME's
+    /// current build if not given), each only
     /// if its journal replays there (the others stay pinned, listed with
     /// their first divergence), as a job any worker carries out and takes
     /// over after a crash; waits for its end unless --detach.
@@ -467,9 +468,9 @@ pub enum DeploymentsCommand {
         /// The deployment name whose runs move.
         name: String,
         /// The build they move to: a deployment name (its current build)
-        /// or a build's hash.
+        /// or a build's hash; NAME's current build if not given.
         #[arg(long, value_name = "BUILD")]
-        to: String,
+        to: Option<String>,
         /// Judge each run (would it replay there?) and move none.
         #[arg(long)]
         dry_run: bool,

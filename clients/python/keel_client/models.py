@@ -55,15 +55,15 @@ FireOutcome: TypeAlias = Literal[
 
 
 class ForkRequest1(TypedDict, closed=True):
-    at: NotRequired[int | None]
-    from_step: str | None
+    at: NotRequired[None]
+    from_step: str
     input: NotRequired[Any]
     on: NotRequired[str | None]
 
 
 class ForkRequest2(TypedDict, closed=True):
-    at: int | None
-    from_step: NotRequired[str | None]
+    at: int
+    from_step: NotRequired[None]
     input: NotRequired[Any]
     on: NotRequired[str | None]
 
@@ -182,14 +182,14 @@ class ReplyView(TypedDict):
 
 
 class RestartRequest1(TypedDict, closed=True):
-    at: NotRequired[int | None]
-    from_step: str | None
+    at: NotRequired[None]
+    from_step: str
     on: NotRequired[str | None]
 
 
 class RestartRequest2(TypedDict, closed=True):
-    at: int | None
-    from_step: NotRequired[str | None]
+    at: int
+    from_step: NotRequired[None]
     on: NotRequired[str | None]
 
 
@@ -355,7 +355,7 @@ class Upgrade(TypedDict):
 class UpgradeRequest(TypedDict, closed=True):
     dry_run: NotRequired[bool]
     ramp: NotRequired[int | None]
-    to: str
+    to: NotRequired[str | None]
 
 
 class WaitingOn1(TypedDict):

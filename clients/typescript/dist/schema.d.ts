@@ -1190,7 +1190,13 @@ export interface components {
              *     refused unless the journal carried replays there.
              */
             on?: string | null;
-        } & (unknown | unknown);
+        } & ({
+            at?: null;
+            from_step: string;
+        } | {
+            at: number;
+            from_step?: null;
+        });
         /**
          * @description `POST /v1/deployments/{name}/grants`: capabilities added to (or, with
          *     `replace`, set on) every build of a deployment name, or the one build
@@ -1533,7 +1539,13 @@ export interface components {
              *     refused unless the journal kept replays there.
              */
             on?: string | null;
-        } & (unknown | unknown);
+        } & ({
+            at?: null;
+            from_step: string;
+        } | {
+            at: number;
+            from_step?: null;
+        });
         /** @description One command of the run. */
         Row: {
             /**
@@ -2082,8 +2094,11 @@ export interface components {
              *     time; a later upgrade with a larger share, or none, moves the rest).
              */
             ramp?: number | null;
-            /** @description The build: a deployment name (its current build) or a build's hash. */
-            to: string;
+            /**
+             * @description The build: a deployment name (its current build) or a build's hash;
+             *     the deployment's own current build if absent.
+             */
+            to?: string | null;
         };
         /**
          * @description Ends the row of `command` as completed at `at`.
@@ -4387,7 +4402,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: {
+        requestBody: {
             content: {
                 "application/json": components["schemas"]["ForkRequest"];
             };
@@ -4672,7 +4687,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: {
+        requestBody: {
             content: {
                 "application/json": components["schemas"]["RestartRequest"];
             };

@@ -82,8 +82,10 @@ pub struct BulkRequestBody {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpgradeRequest {
-    /// The build: a deployment name (its current build) or a build's hash.
-    pub to: String,
+    /// The build: a deployment name (its current build) or a build's hash;
+    /// the deployment's own current build if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
     /// Judge each run (would it replay there?) and move none.
     #[serde(default)]
     pub dry_run: bool,

@@ -203,7 +203,10 @@ impl JournalEntry {
 /// step, or a journal position: one of them), and on which build.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(extend("oneOf" = [{"required": ["from_step"]}, {"required": ["at"]}]))]
+#[schemars(extend("oneOf" = [
+    {"required": ["from_step"], "properties": {"from_step": {"type": "string"}, "at": {"type": "null"}}},
+    {"required": ["at"], "properties": {"at": {"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991_u64}, "from_step": {"type": "null"}}}
+]))]
 pub struct RestartRequest {
     /// The step whose first scheduling it starts over from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,7 +238,10 @@ impl RestartRequest {
 /// a journal position: one of them), on which build and with which input.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(extend("oneOf" = [{"required": ["from_step"]}, {"required": ["at"]}]))]
+#[schemars(extend("oneOf" = [
+    {"required": ["from_step"], "properties": {"from_step": {"type": "string"}, "at": {"type": "null"}}},
+    {"required": ["at"], "properties": {"at": {"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991_u64}, "from_step": {"type": "null"}}}
+]))]
 pub struct ForkRequest {
     /// The step whose first scheduling it starts over from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
