@@ -1180,7 +1180,8 @@ export interface components {
         ForkRequest: {
             /**
              * Format: uint64
-             * @description The journal position it starts over from, instead of a step.
+             * @description The journal position it starts over from, instead of a step (a
+             *     journal holds far fewer than 2^32 entries).
              */
             at?: number | null;
             /** @description The step whose first scheduling it starts over from. */
@@ -1531,7 +1532,8 @@ export interface components {
         RestartRequest: {
             /**
              * Format: uint64
-             * @description The journal position it starts over from, instead of a step.
+             * @description The journal position it starts over from, instead of a step (a
+             *     journal holds far fewer than 2^32 entries).
              */
             at?: number | null;
             /** @description The step whose first scheduling it starts over from. */

@@ -205,13 +205,14 @@ impl JournalEntry {
 #[serde(deny_unknown_fields)]
 #[schemars(extend("oneOf" = [
     {"required": ["from_step"], "properties": {"from_step": {"type": "string"}, "at": {"type": "null"}}},
-    {"required": ["at"], "properties": {"at": {"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991_u64}, "from_step": {"type": "null"}}}
+    {"required": ["at"], "properties": {"at": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64}, "from_step": {"type": "null"}}}
 ]))]
 pub struct RestartRequest {
     /// The step whose first scheduling it starts over from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_step: Option<String>,
-    /// The journal position it starts over from, instead of a step.
+    /// The journal position it starts over from, instead of a step (a
+    /// journal holds far fewer than 2^32 entries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<u64>,
     /// A deployment name (its current build) or a build's hash to run on;
@@ -240,13 +241,14 @@ impl RestartRequest {
 #[serde(deny_unknown_fields)]
 #[schemars(extend("oneOf" = [
     {"required": ["from_step"], "properties": {"from_step": {"type": "string"}, "at": {"type": "null"}}},
-    {"required": ["at"], "properties": {"at": {"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991_u64}, "from_step": {"type": "null"}}}
+    {"required": ["at"], "properties": {"at": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64}, "from_step": {"type": "null"}}}
 ]))]
 pub struct ForkRequest {
     /// The step whose first scheduling it starts over from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_step: Option<String>,
-    /// The journal position it starts over from, instead of a step.
+    /// The journal position it starts over from, instead of a step (a
+    /// journal holds far fewer than 2^32 entries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<u64>,
     /// A deployment name (its current build) or a build's hash to run on;
