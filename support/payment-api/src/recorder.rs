@@ -2,6 +2,9 @@
 //! tests: `POST /call/TENANT?hold_ms=N` counts the calls of `TENANT` in
 //! flight (and the most it saw at once), takes `N` ms to answer, and
 //! records when each call arrived and in which order calls finished.
+//! Made with [`Recorder::meeting`], it holds each tenant's first calls
+//! until that many are in flight at once, so a test sees a limit reached
+//! whatever the machine's speed.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,13 +26,20 @@ struct Calls {
     arrivals: Vec<(String, u64)>,
     /// Tenants in the order their calls finished.
     finished: Vec<String>,
+    /// Calls of a tenant held until this many were in flight at once.
+    meet: Option<usize>,
 }
+
+/// How long a call waits for the others of its meeting before it answers
+/// anyway (the test then sees fewer at once than it asked for).
+const MEETING_BOUND: Duration = Duration::from_secs(10);
 
 /// A running recorder; stops when dropped.
 pub struct Recorder {
     pub addr: SocketAddr,
     started: Instant,
     calls: Arc<Mutex<Calls>>,
+    met: Arc<tokio::sync::Notify>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -42,17 +52,35 @@ impl Drop for Recorder {
 impl Recorder {
     /// Starts the recorder on an ephemeral port of 127.0.0.1.
     pub async fn start() -> std::io::Result<Recorder> {
+        Self::with(Calls::default()).await
+    }
+
+    /// Starts a recorder that holds the calls of each tenant, before their
+    /// own latency, until `at_once` of them have been in flight together
+    /// (or ten seconds have passed); after that, calls of the tenant are
+    /// answered as they come.
+    pub async fn meeting(at_once: usize) -> std::io::Result<Recorder> {
+        Self::with(Calls {
+            meet: Some(at_once),
+            ..Calls::default()
+        })
+        .await
+    }
+
+    async fn with(calls: Calls) -> std::io::Result<Recorder> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let calls = Arc::new(Mutex::new(Calls::default()));
+        let calls = Arc::new(Mutex::new(calls));
+        let met = Arc::new(tokio::sync::Notify::new());
         let started = Instant::now();
-        let c = calls.clone();
+        let (c, m) = (calls.clone(), met.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let c = c.clone();
+                let (c, m) = (c.clone(), m.clone());
                 tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |req| call(req, c.clone(), started));
+                    let service = hyper::service::service_fn(move |req| {
+                        call(req, c.clone(), m.clone(), started)
+                    });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
@@ -63,6 +91,7 @@ impl Recorder {
             addr,
             started,
             calls,
+            met,
             task,
         })
     }
@@ -121,6 +150,7 @@ impl Drop for InFlight {
 async fn call(
     req: Request<Incoming>,
     calls: Arc<Mutex<Calls>>,
+    met: Arc<tokio::sync::Notify>,
     started: Instant,
 ) -> Result<Response<Full<Bytes>>, hyper::Error> {
     let tenant = req
@@ -146,12 +176,14 @@ async fn call(
         let most = c.most_at_once.entry(tenant.clone()).or_default();
         *most = (*most).max(n);
     }
+    met.notify_waiters();
     // A call whose client goes away (its connection closed) is no longer
     // in flight: the guard counts it out however the handler ends.
     let in_flight = InFlight {
         calls: calls.clone(),
         tenant: tenant.clone(),
     };
+    meet(&calls, &met, &tenant).await;
     // The service's own latency: what makes overlapping calls visible.
     tokio::time::sleep(Duration::from_millis(hold_ms)).await;
     drop(in_flight);
@@ -160,4 +192,25 @@ async fn call(
         .status(200)
         .body(Full::new(Bytes::from_static(b"{}")))
         .expect("a valid response"))
+}
+
+/// Waits, if the recorder holds meetings, until `tenant` has had as many
+/// calls in flight at once as it asks (or [`MEETING_BOUND`] has passed).
+async fn meet(calls: &Mutex<Calls>, met: &tokio::sync::Notify, tenant: &str) {
+    let bound = tokio::time::Instant::now() + MEETING_BOUND;
+    loop {
+        let woken = met.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        {
+            let c = calls.lock().expect("calls");
+            let most = c.most_at_once.get(tenant).copied().unwrap_or(0);
+            if c.meet.is_none_or(|n| most >= n) {
+                return;
+            }
+        }
+        if tokio::time::timeout_at(bound, woken).await.is_err() {
+            return;
+        }
+    }
 }
