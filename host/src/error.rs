@@ -152,6 +152,15 @@ pub enum Error {
         payload_id: String,
     },
 
+    #[error(
+        "the payload with ID `{payload_id}` was delivered to hook `{token}` before, to run {run_id}, which is no longer stored (it was deleted); nothing was delivered now"
+    )]
+    DeliveredToDeletedRun {
+        token: HookToken,
+        payload_id: String,
+        run_id: RunId,
+    },
+
     #[error("no schedule `{name}`")]
     ScheduleNotFound { name: String },
 
@@ -397,6 +406,7 @@ impl Error {
             Error::HookConflict { .. } => ErrorKind::HookConflict,
             Error::HookNotFound { .. } => ErrorKind::HookNotFound,
             Error::PayloadNotFound { .. } => ErrorKind::PayloadNotFound,
+            Error::DeliveredToDeletedRun { .. } => ErrorKind::RunNotFound,
             Error::ScheduleNotFound { .. } => ErrorKind::ScheduleNotFound,
             Error::ScheduleExists { .. } => ErrorKind::ScheduleExists,
             Error::WebhookNotFound { .. } => ErrorKind::WebhookNotFound,
@@ -493,6 +503,15 @@ impl Error {
             }
             Error::PayloadNotFound { token, payload_id } => vec![
                 ("payload_id", payload_id.clone()),
+                ("token", token.to_string()),
+            ],
+            Error::DeliveredToDeletedRun {
+                token,
+                payload_id,
+                run_id,
+            } => vec![
+                ("payload_id", payload_id.clone()),
+                ("run_id", run_id.to_string()),
                 ("token", token.to_string()),
             ],
             Error::InvalidName(e) => vec![("field", e.what.to_string())],

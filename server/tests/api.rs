@@ -2206,6 +2206,26 @@ async fn a_resume_gets_the_workflows_reply_and_a_retry_with_its_payload_id_the_s
             .is_some_and(|id| !id.is_empty())
     );
     assert!(plain.get("reply").is_none());
+    // Its run deleted, a retry of a payload it took is refused as such:
+    // nothing is delivered, and the answer says where the payload went.
+    let run_id = run["run_id"].as_str().unwrap();
+    let (status, _) = s
+        .call("DELETE", &format!("/v1/runs/{run_id}?cancel=true"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = s.post(resume, json!({"q": "hello"})).await;
+    assert_eq!(
+        (status, error_kind(&body)),
+        (StatusCode::NOT_FOUND, "run_not_found"),
+        "{body}"
+    );
+    assert_eq!(body["error"]["ids"]["run_id"], run_id);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deleted")
+    );
 
     // A run that ends on the payload without replying ends the wait: the
     // payload was delivered (202, the run as it ended), not an error.

@@ -187,6 +187,16 @@ impl Keel {
         let run_id = &resumed.run_id;
         if resumed.duplicate {
             tracing::info!(%run_id, token, payload_id, "payload delivered before; not again");
+            // Payload IDs are remembered past their run, which may be gone.
+            if let Err(keel_store::StoreError::RunNotFound { .. }) =
+                self.store().get_run(run_id).await
+            {
+                return Err(Error::DeliveredToDeletedRun {
+                    token: token.into(),
+                    payload_id: payload_id.unwrap_or_default().into(),
+                    run_id: run_id.clone(),
+                });
+            }
         } else {
             tracing::info!(%run_id, token, "hook resumed");
             self.poke(run_id);
