@@ -161,6 +161,9 @@ pub struct Trace {
     pub issued: u32,
     /// Commands the journal held.
     pub recorded: u32,
+    /// The queries the code had set when it stopped, by name
+    /// ([`crate::run_query`]).
+    pub queries: std::collections::BTreeMap<String, String>,
 }
 
 /// The verdict of an offline activation over `entries`.
@@ -282,6 +285,7 @@ mod tests {
             divergence: None,
             issued,
             recorded,
+            ..Trace::default()
         }
     }
 
@@ -368,6 +372,7 @@ mod tests {
                 divergence: Some(d),
                 issued: 2,
                 recorded: 3,
+                ..Trace::default()
             },
         );
         assert!(matches!(v, Verdict::Diverged(_)));

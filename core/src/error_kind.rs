@@ -104,6 +104,8 @@ kinds! {
     StreamRefused = "stream_refused",
     /// No payload of that ID was delivered to the hook.
     PayloadNotFound = "payload_not_found",
+    /// The run's workflow set no query of that name.
+    QueryNotFound = "query_not_found",
 
     // Schedules.
     /// No such schedule.

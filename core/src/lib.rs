@@ -28,6 +28,7 @@ pub mod query;
 pub mod records;
 pub mod restart;
 pub mod retention;
+pub mod run_query;
 pub mod schedule;
 pub mod stream;
 pub mod testing;

@@ -45,6 +45,23 @@ pub fn set_attribute(key: &str, value: &str) -> Result<(), crate::Error> {
         .map_err(|reason| crate::Error::Custom(format!("setting attribute `{key}`: {reason}")))
 }
 
+/// Sets the run's query `name` to `value`: what `keel runs query RUN
+/// NAME` (or `GET /v1/runs/{id}/queries/{name}`) answers for the run as
+/// its journal stands, read by replaying it. Never journaled: call it
+/// whenever the state it shows changes, from workflow code only (a step's
+/// own state is not the run's). Names are as attributes'; values are JSON
+/// of at most 64 KiB; a workflow sets at most 32 queries.
+///
+/// ```ignore
+/// keel_sdk::set_query("total", &total)?;
+/// ```
+pub fn set_query<T: serde::Serialize + ?Sized>(name: &str, value: &T) -> Result<(), crate::Error> {
+    let json = serde_json::to_string(value)
+        .map_err(|e| crate::Error::Custom(format!("setting query `{name}`: {e}")))?;
+    workflow_context::set_query(name, &json)
+        .map_err(|reason| crate::Error::Custom(format!("setting query `{name}`: {reason}")))
+}
+
 /// The running workflow's metadata. Only callable inside a workflow.
 pub fn workflow_metadata() -> WorkflowMetadata {
     let m = workflow_context::metadata();

@@ -161,6 +161,22 @@ pub enum Error {
         run_id: RunId,
     },
 
+    #[error(
+        "run {run_id} has no query `{name}`: its workflow set {}",
+        if set.is_empty() { "none (a workflow sets one with set_query)".to_string() } else { set.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ") }
+    )]
+    QueryNotFound {
+        run_id: RunId,
+        name: String,
+        /// The queries it set, by name.
+        set: Vec<String>,
+    },
+
+    #[error(
+        "run {run_id}'s journal does not replay on its build ({verdict}), so no query of it can be answered"
+    )]
+    QueryReplay { run_id: RunId, verdict: String },
+
     #[error("no schedule `{name}`")]
     ScheduleNotFound { name: String },
 
@@ -407,6 +423,8 @@ impl Error {
             Error::HookNotFound { .. } => ErrorKind::HookNotFound,
             Error::PayloadNotFound { .. } => ErrorKind::PayloadNotFound,
             Error::DeliveredToDeletedRun { .. } => ErrorKind::RunNotFound,
+            Error::QueryNotFound { .. } => ErrorKind::QueryNotFound,
+            Error::QueryReplay { .. } => ErrorKind::NonDeterminism,
             Error::ScheduleNotFound { .. } => ErrorKind::ScheduleNotFound,
             Error::ScheduleExists { .. } => ErrorKind::ScheduleExists,
             Error::WebhookNotFound { .. } => ErrorKind::WebhookNotFound,
@@ -476,6 +494,7 @@ impl Error {
             | Error::RunEnded { run_id, .. }
             | Error::NotRetryable { run_id, .. }
             | Error::NotRestartable { run_id, .. }
+            | Error::QueryReplay { run_id, .. }
             | Error::WorkflowFailed { run_id, .. } => vec![("run_id", run_id.to_string())],
             Error::NonDeterminism {
                 run_id, position, ..
@@ -505,6 +524,9 @@ impl Error {
                 ("payload_id", payload_id.clone()),
                 ("token", token.to_string()),
             ],
+            Error::QueryNotFound { run_id, name, .. } => {
+                vec![("query", name.clone()), ("run_id", run_id.to_string())]
+            }
             Error::DeliveredToDeletedRun {
                 token,
                 payload_id,

@@ -3,7 +3,7 @@
 //! workflow over a journal. It needs no store: an offline replay is a
 //! runtime, a component and a journal.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -224,13 +224,28 @@ impl Runtime {
         run: &RunRecord,
         entries: Vec<Entry>,
     ) -> Result<Verdict> {
+        Ok(self.replay_queries(loaded, run, entries).await?.0)
+    }
+
+    /// [`Runtime::replay`], with the queries the code had set when the
+    /// replay stopped ([`keel_core::run_query`]).
+    pub async fn replay_queries(
+        &self,
+        loaded: &Arc<Loaded>,
+        run: &RunRecord,
+        entries: Vec<Entry>,
+    ) -> Result<(Verdict, BTreeMap<String, String>)> {
         // What a retry voided is not the run's history.
         let effective = keel_core::index::effective_entries(&entries);
         let clock = self.config.clock.clone();
         let journal = Arc::new(RunJournal::new(None, clock.clone(), &run.run_id, entries)?);
         let offline: Arc<dyn Outside> = Arc::new(Offline { clock });
-        let (ended, trace) = self.activate(offline, loaded, run, journal).await;
-        Ok(divergence::verdict(&effective, ended.outcome(), trace))
+        let (ended, mut trace) = self.activate(offline, loaded, run, journal).await;
+        let queries = std::mem::take(&mut trace.queries);
+        Ok((
+            divergence::verdict(&effective, ended.outcome(), trace),
+            queries,
+        ))
     }
 }
 

@@ -974,6 +974,27 @@ async fn inbox((url, token): (String, String)) -> Result<Vec<u32>, Error> {
     }
 }
 
+/// Adds up the numbers it takes from hook `token` until a 0, showing the
+/// total and how many it took as queries (`total`, `count`) as it goes;
+/// returns the total. A step adds each (so the journal grows per number).
+#[workflow]
+async fn running_total(token: String) -> Result<u64, Error> {
+    let mut numbers = keel_sdk::create_hook::<u64>(token)?;
+    let (mut total, mut count) = (0u64, 0u64);
+    keel_sdk::set_query("total", &total)?;
+    keel_sdk::set_query("count", &count)?;
+    loop {
+        let n = numbers.next().await?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total = add(total as i64, n as i64).await? as u64;
+        count += 1;
+        keel_sdk::set_query("total", &total)?;
+        keel_sdk::set_query("count", &count)?;
+    }
+}
+
 /// A text that is not blank: its schema is a string's, but it refuses to
 /// decode from a blank one, so a payload can fit the hook's schema and
 /// still be refused by the run.
@@ -1086,6 +1107,7 @@ keel_sdk::component!(
         hook_then_compute,
         inbox,
         step_then_sleep,
+        running_total,
     ],
     steps = [
         call,

@@ -96,6 +96,8 @@ pub struct Activation {
     hooks: HashMap<u32, OpenHook>,
     /// The payloads a retry skipped, as `(token, index)`.
     skipped: HashSet<(String, u64)>,
+    /// The queries the workflow set, by name (never journaled).
+    queries: std::collections::BTreeMap<String, String>,
     tasks: Vec<JoinHandle<()>>,
     /// How many tasks were live when completed commands were last
     /// forgotten.
@@ -163,6 +165,7 @@ impl Activation {
             external: HashMap::new(),
             hooks: HashMap::new(),
             skipped,
+            queries: std::collections::BTreeMap::new(),
             tasks: Vec::new(),
             live_after_forget: 0,
             grace,
@@ -191,6 +194,7 @@ impl Activation {
             divergence: self.divergence.take(),
             issued: self.next_command,
             recorded: self.recorded_commands,
+            queries: std::mem::take(&mut self.queries),
         }
     }
 
@@ -850,6 +854,12 @@ impl WorkflowCalls for Activation {
         value: String,
     ) -> wasmtime::Result<Result<(), String>> {
         Activation::set_attribute(self, key, value)
+    }
+
+    fn set_query(&mut self, name: String, value: String) -> Result<(), String> {
+        keel_core::run_query::check_query(&name, &value, &self.queries)?;
+        self.queries.insert(name, value);
+        Ok(())
     }
 
     async fn stream_write(

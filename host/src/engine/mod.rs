@@ -34,6 +34,7 @@ mod integrations;
 mod jobs;
 mod limits;
 mod pauses;
+mod queries;
 mod restarts;
 mod retention;
 mod schedules;

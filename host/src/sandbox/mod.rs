@@ -86,6 +86,8 @@ pub trait WorkflowCalls: Send {
         key: String,
         value: String,
     ) -> wasmtime::Result<Result<(), String>>;
+    /// Sets one of the run's queries (never journaled).
+    fn set_query(&mut self, name: String, value: String) -> Result<(), String>;
     /// Writes a chunk to one of the run's streams.
     async fn stream_write(
         &mut self,
@@ -569,6 +571,15 @@ impl keel::workflow::workflow_context::Host for HostState {
     ) -> wasmtime::Result<Result<(), String>> {
         let _call = self.pulse.keel_call();
         self.calls()?.set_attribute(key, value).await
+    }
+
+    async fn set_query(
+        &mut self,
+        name: String,
+        value: String,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let _call = self.pulse.keel_call();
+        Ok(self.calls()?.set_query(name, value))
     }
 
     async fn stream_write(

@@ -16,6 +16,7 @@ mod idempotency;
 mod lifecycle;
 mod pauses;
 mod python;
+mod queries;
 mod replay;
 mod restarts;
 mod retention;
