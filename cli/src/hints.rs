@@ -160,6 +160,10 @@ pub fn hint(error: &ErrorReport) -> Option<String> {
             "raise the bound with --max-stream-mib, and `keel runs retry` the run".into()
         }
         K::StreamRefused => "`keel runs streams RUN_ID` lists the run's streams and which are closed".into(),
+        K::QueryNotFound => format!(
+            "`keel runs query {}` lists the queries its workflow set",
+            id("run_id")
+        ),
         K::PayloadNotFound => format!(
             "resume the hook with --payload-id {} to deliver it; `keel hooks get {}` shows the hook",
             id("payload_id"),

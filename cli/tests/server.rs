@@ -1181,7 +1181,7 @@ fn normalized(value: &Value) -> Value {
             // IDs inside messages (`run 0190...`).
             let words: Vec<String> = s
                 .split(' ')
-                .map(|w| match uuid(w.trim_end_matches([',', '.', ':', ';'])) {
+                .map(|w| match uuid(w.trim_matches([',', '.', ':', ';', '`'])) {
                     true => "<run id>".to_string(),
                     false => w.to_string(),
                 })
@@ -1285,6 +1285,39 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
         assert_eq!(listed["runs"][0]["run_id"], json!(waiting_id), "{door}");
         let resumed = ask("resume it", &["runs", "resume", &waiting_id]);
         assert_eq!(resumed["status"], "waiting", "{door}: {resumed}");
+        // Its state read through its queries: a replay, nothing written.
+        let totalling = ask(
+            "start a running total",
+            &[
+                "start",
+                "testbed",
+                "running_total",
+                "--input",
+                "\"total:doors\"",
+            ],
+        );
+        let total_id = totalling["run_id"].as_str().unwrap().to_string();
+        let added = ask(
+            "add to it",
+            &["hooks", "resume", "total:doors", "--payload", "5"],
+        );
+        assert_eq!(added["status"], "waiting", "{door}: {added}");
+        let queries = ask("its queries", &["runs", "query", &total_id]);
+        assert_eq!(
+            queries["queries"],
+            json!({"count": 1, "total": 5}),
+            "{door}: {queries}"
+        );
+        let total = ask("its total", &["runs", "query", &total_id, "total"]);
+        assert_eq!(total["value"], json!(5), "{door}: {total}");
+        let unknown = ask(
+            "a query it never set",
+            &["runs", "query", &total_id, "balance"],
+        );
+        assert_eq!(
+            unknown["error"]["kind"], "query_not_found",
+            "{door}: {unknown}"
+        );
         // Judged for an upgrade to the build it is on: nothing to move.
         let judged = ask(
             "an upgrade's dry run",
@@ -1371,7 +1404,7 @@ fn the_same_commands_answer_the_same_in_process_through_a_worker_and_through_a_s
         let listed = ask("the runs", &["runs", "list"]);
         assert_eq!(
             listed["runs"].as_array().unwrap().len(),
-            6,
+            7,
             "{door}: {listed}"
         );
         answers.push(said);

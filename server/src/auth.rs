@@ -276,6 +276,8 @@ fn permits<'a>(
                         | "/v1/runs/{run_id}/events"
                         | "/v1/runs/{run_id}/streams"
                         | "/v1/runs/{run_id}/streams/{name}"
+                        | "/v1/runs/{run_id}/queries"
+                        | "/v1/runs/{run_id}/queries/{name}"
                 );
             allowed && param("run_id") == Some(run_id.as_str())
         }

@@ -52,6 +52,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         K::CrossOrigin => StatusCode::FORBIDDEN,
         K::RunNotFound
         | K::HookNotFound
+        | K::QueryNotFound
         | K::UnknownWorkflow
         | K::DeploymentNotFound
         | K::ComponentNotFound

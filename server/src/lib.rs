@@ -31,6 +31,7 @@ pub mod listen;
 pub mod metrics;
 pub mod openapi;
 mod operations;
+mod queries;
 mod routes;
 mod runs;
 pub mod schedules;

@@ -58,6 +58,8 @@ pub fn document() -> Value {
     let jobs = of::<JobList>(&mut g);
     let streams = of::<StreamList>(&mut g);
     let chunk = of::<ChunkView>(&mut g);
+    let queries = of::<QueriesView>(&mut g);
+    let query_view = of::<QueryView>(&mut g);
     let reply = of::<ReplyView>(&mut g);
     let token_request = of::<TokenRequest>(&mut g);
     let webhook_request = of::<WebhookRequest>(&mut g);
@@ -359,6 +361,12 @@ pub fn document() -> Value {
             vec![run_id(), wait.clone(), query("return_on_wait", "With wait_ms: answer as soon as the run waits", json!({"type": "boolean"}))], None,
             &[("200", "The run (ended if it did within wait_ms)", Some(&run))], &["400", "404", "409", "503"])});
     paths["/v1/runs/{run_id}/streams/{name}"] = json!({"get": follow_stream});
+    paths["/v1/runs/{run_id}/queries"] = json!({"get": op("listQueries", "Every query the run's workflow set (set_query), as a replay of its journal on its build left them: the run as it stands, live or ended; nothing is written",
+            vec![run_id()], None,
+            &[("200", "The queries, with the journal position the replay reached", Some(&queries))], &["400", "404", "409", "503"])});
+    paths["/v1/runs/{run_id}/queries/{name}"] = json!({"get": op("queryRun", "One query of the run's state, as a replay of its journal left it; 404 query_not_found names the queries the workflow set",
+            vec![run_id(), path_param("name", "The query's name")], None,
+            &[("200", "The query's value", Some(&query_view))], &["400", "404", "409", "503"])});
     let webhook_id = || path_param("id", "The webhook's ID");
     paths["/v1/webhooks"] = json!({
         "get": op("listWebhooks", "The webhooks, by ID (without their secrets)", vec![], None,

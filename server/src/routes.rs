@@ -201,6 +201,18 @@ pub fn table() -> Vec<Route> {
             post(runs::resume),
         ),
         route(
+            "/v1/runs/{run_id}/queries",
+            Method::GET,
+            "listQueries",
+            get(crate::queries::list),
+        ),
+        route(
+            "/v1/runs/{run_id}/queries/{name}",
+            Method::GET,
+            "queryRun",
+            get(crate::queries::get),
+        ),
+        route(
             "/v1/runs/{run_id}/events",
             Method::GET,
             "runEvents",

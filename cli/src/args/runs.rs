@@ -112,6 +112,16 @@ pub enum RunsCommand {
         /// The run's ID.
         run_id: String,
     },
+    /// Read a run's state through the queries its workflow sets
+    /// (`set_query`): every query, or the value of one. Answered by a
+    /// replay of its journal as it stands, live or ended; nothing is
+    /// written.
+    Query {
+        /// The run's ID.
+        run_id: String,
+        /// The query's name; every query if not given.
+        name: Option<String>,
+    },
     /// Delete ended runs with everything stored for them (their journal
     /// archived first with --archive): for data that must be erased.
     Delete {

@@ -12,8 +12,8 @@ use keel_host::core::journal::Entry;
 use keel_host::core::timeline::WaitingOn;
 use keel_host::core::{Clock, ErrorKind, RunFilter, RunRecord, RunStatus};
 use keel_server::wire::{
-    BulkPreviewView, ChildView, ChunkView, JobView, RunDetail, RunList, RunView, StartHookRequest,
-    StartRequest, StreamList,
+    BulkPreviewView, ChildView, ChunkView, JobView, QueriesView, QueryView, RunDetail, RunList,
+    RunView, StartHookRequest, StartRequest, StreamList,
 };
 use reqwest::Method;
 use serde_json::Value;
@@ -499,6 +499,22 @@ pub async fn runs(cli: &Cli, command: &RunsCommand) -> anyhow::Result<ExitCode> 
             let answer = client.until_it_waits(forked).await?;
             print::print_run_answer(&answer.run, &answer.waiting_on, false, json);
             Ok(print::exit_for(&answer.run))
+        }
+        RunsCommand::Query { run_id, name } => {
+            match name {
+                Some(name) => {
+                    let answer: QueryView = client
+                        .get(&["v1", "runs", run_id, "queries", name], &[])
+                        .await?;
+                    print::print_query(&answer, json);
+                }
+                None => {
+                    let queries: QueriesView =
+                        client.get(&["v1", "runs", run_id, "queries"], &[]).await?;
+                    print::print_queries(&queries, json);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Pause { run_id, detach } => {
             let query = [("wait_ms", if *detach { 0 } else { WAIT_MS }.to_string())];

@@ -22,7 +22,9 @@ pub(crate) use operations::{
     inspect, print_deleted, print_deployment, print_deployments, print_job, print_jobs,
     print_limits, print_preview, print_pruned, print_stats, workers,
 };
-pub(crate) use runs::{print_result, print_run_page, show_run, stream_runs};
+pub(crate) use runs::{
+    print_queries, print_query, print_result, print_run_page, show_run, stream_runs,
+};
 use runs::{print_run, print_run_head, print_waits, run_json};
 pub(crate) use schedules::{print_fires, print_schedule, print_schedules};
 

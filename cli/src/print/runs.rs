@@ -381,3 +381,34 @@ fn since_admission(run: &RunRecord, now: u64) -> String {
         ),
     }
 }
+
+/// A run's queries: one line a query, `NAME  VALUE` (compact JSON), and
+/// the journal position they hold at.
+pub(crate) fn print_queries(view: &keel_server::wire::QueriesView, json: bool) {
+    if json {
+        println!("{}", serde_json::json!(view));
+        return;
+    }
+    if view.queries.is_empty() {
+        println!(
+            "run {} sets no query (its workflow calls set_query to set one)",
+            view.run_id
+        );
+        return;
+    }
+    let rows = view
+        .queries
+        .iter()
+        .map(|(name, value)| vec![name.clone(), value.to_string()])
+        .collect();
+    super::table::print_table(&["query", "value"], &[], rows);
+    println!("as of journal position {}", view.position);
+}
+
+/// One query's value: its JSON alone, for scripts.
+pub(crate) fn print_query(view: &keel_server::wire::QueryView, json: bool) {
+    match json {
+        true => println!("{}", serde_json::json!(view)),
+        false => println!("{}", view.value),
+    }
+}

@@ -39,7 +39,6 @@ pub struct Recorder {
     pub addr: SocketAddr,
     started: Instant,
     calls: Arc<Mutex<Calls>>,
-    met: Arc<tokio::sync::Notify>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -73,7 +72,7 @@ impl Recorder {
         let calls = Arc::new(Mutex::new(calls));
         let met = Arc::new(tokio::sync::Notify::new());
         let started = Instant::now();
-        let (c, m) = (calls.clone(), met.clone());
+        let (c, m) = (calls.clone(), met);
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (c, m) = (c.clone(), m.clone());
@@ -91,7 +90,6 @@ impl Recorder {
             addr,
             started,
             calls,
-            met,
             task,
         })
     }
