@@ -2420,11 +2420,13 @@ async fn scoped_tokens_grant_one_thing_each_until_they_expire() {
         format!("/v1/runs/{r1}"),
         format!("/v1/runs/{r1}/journal"),
         format!("/v1/runs/{r1}/detail"),
+        format!("/v1/runs/{r1}/queries"),
     ] {
         let (status, got) = s.call_as(Some(&read), "GET", &path, &[], None).await;
         assert_eq!(status, StatusCode::OK, "{path}: {got}");
     }
     forbidden(read.clone(), "GET", format!("/v1/runs/{r2}"), None).await;
+    forbidden(read.clone(), "GET", format!("/v1/runs/{r2}/queries"), None).await;
     forbidden(read.clone(), "POST", format!("/v1/runs/{r1}/cancel"), None).await;
     forbidden(
         read.clone(),

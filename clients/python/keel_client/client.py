@@ -23,7 +23,17 @@ from .errors import (
     StartOutcomeUnknown,
     error_of,
 )
-from .models import ChunkView, HookView, JournalEntry, ReplyView, RunView, Scope, StreamView, TokenView
+from .models import (
+    ChunkView,
+    HookView,
+    JournalEntry,
+    QueriesView,
+    ReplyView,
+    RunView,
+    Scope,
+    StreamView,
+    TokenView,
+)
 
 __all__ = ["Answer", "AsyncKeel", "RunEvent", "RunHandle"]
 
@@ -280,6 +290,21 @@ class RunHandle:
         return await self._keel.request(
             "POST", f"/v1/runs/{_segment(self.id)}/pause", params={"wait_ms": wait_ms}
         )
+
+    async def queries(self) -> QueriesView:
+        """The run's state as its workflow's queries show it (`set_query`):
+        read by replaying its journal as it stands, live or ended; nothing
+        is written. `position` is the journal position the values hold
+        at."""
+        return await self._keel.request("GET", f"/v1/runs/{_segment(self.id)}/queries")
+
+    async def query(self, name: str) -> Any:
+        """The value of the run's query `name`; `KeelError` with kind
+        `query_not_found` names the queries it set."""
+        answer = await self._keel.request(
+            "GET", f"/v1/runs/{_segment(self.id)}/queries/{_segment(name)}"
+        )
+        return answer["value"]
 
     async def resume(self, *, wait_ms: int = 10_000) -> RunView:
         """Resumes the paused run where it stood; answers once it waits or

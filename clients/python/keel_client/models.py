@@ -173,6 +173,19 @@ class PushEventRequest(TypedDict, closed=True):
     payload: NotRequired[Any]
 
 
+class QueriesView(TypedDict):
+    position: int
+    queries: dict[str, Any]
+    run_id: str
+
+
+class QueryView(TypedDict):
+    name: str
+    position: int
+    run_id: str
+    value: Any
+
+
 class ReplyView(TypedDict):
     index: int
     payload_id: str

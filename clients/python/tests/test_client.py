@@ -13,6 +13,7 @@ from keel_client import (
     HookConflict,
     IdempotencyCollision,
     InvalidInput,
+    KeelError,
     RunExists,
     RunFailed,
     Unauthorized,
@@ -172,6 +173,21 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual((await run.get())["status"], "paused", "the payload queues")
         await run.resume()
         self.assertEqual(await run.result(), ["placed", "sent"])
+
+    async def test_a_runs_queries_read_its_state_and_a_name_it_never_set_is_refused(self):
+        token = f"total:py-{uuid.uuid4()}"
+        run = await self.keel.start("running_total", token, wait_ms=10_000, return_on_wait=True)
+        self.assertEqual((await run.queries())["queries"], {"count": 0, "total": 0})
+        await self.keel.resume(token, 5)
+        await self.keel.resume(token, 0)
+        self.assertEqual(await run.result(), 5)
+        queries = await run.queries()
+        self.assertEqual(queries["queries"], {"count": 1, "total": 5})
+        self.assertGreater(queries["position"], 0)
+        self.assertEqual(await run.query("total"), 5)
+        with self.assertRaises(KeelError) as refused:
+            await run.query("balance")
+        self.assertEqual(refused.exception.kind, "query_not_found")
 
     async def test_an_ended_run_restarts_and_a_fork_starts_with_its_own_ids(self):
         run = await self.keel.start("two_steps", 5, wait_ms=10_000)

@@ -2,6 +2,8 @@ import type { components } from "./schema.js";
 type Schemas = components["schemas"];
 /** A run, as the server shows it. */
 export type Run = Schemas["RunView"];
+/** Every query a run's workflow set, as a replay of its journal left them. */
+export type Queries = Schemas["QueriesView"];
 /** A journal entry. */
 export type JournalEntry = Schemas["JournalEntry"];
 /** A hook. */
@@ -237,6 +239,14 @@ export declare class RunHandle {
     pause(options?: {
         waitMs?: number;
     }): Promise<Run>;
+    /**
+     * The run's state as its workflow's queries show it (`set_query`): read
+     * by replaying its journal as it stands, live or ended; nothing is
+     * written. `position` is the journal position the values hold at.
+     */
+    queries(): Promise<Queries>;
+    /** The value of the run's query `name`; `query_not_found` names those it set. */
+    query(name: string): Promise<unknown>;
     /** Resumes the paused run where it stood; answers once it waits or ends. */
     resume(options?: {
         waitMs?: number;

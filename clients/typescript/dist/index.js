@@ -306,6 +306,19 @@ export class RunHandle {
     pause(options = {}) {
         return this.keel.request("POST", `/v1/runs/${encodeURIComponent(this.id)}/pause${query({ wait_ms: options.waitMs ?? 10_000 })}`);
     }
+    /**
+     * The run's state as its workflow's queries show it (`set_query`): read
+     * by replaying its journal as it stands, live or ended; nothing is
+     * written. `position` is the journal position the values hold at.
+     */
+    queries() {
+        return this.keel.request("GET", `/v1/runs/${encodeURIComponent(this.id)}/queries`);
+    }
+    /** The value of the run's query `name`; `query_not_found` names those it set. */
+    async query(name) {
+        const answer = (await this.keel.request("GET", `/v1/runs/${encodeURIComponent(this.id)}/queries/${encodeURIComponent(name)}`));
+        return answer.value;
+    }
     /** Resumes the paused run where it stood; answers once it waits or ends. */
     resume(options = {}) {
         return this.keel.request("POST", `/v1/runs/${encodeURIComponent(this.id)}/resume${query({ wait_ms: options.waitMs ?? 10_000, return_on_wait: true })}`);

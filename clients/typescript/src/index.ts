@@ -8,6 +8,8 @@ import type { components } from "./schema.js";
 type Schemas = components["schemas"];
 /** A run, as the server shows it. */
 export type Run = Schemas["RunView"];
+/** Every query a run's workflow set, as a replay of its journal left them. */
+export type Queries = Schemas["QueriesView"];
 /** A journal entry. */
 export type JournalEntry = Schemas["JournalEntry"];
 /** A hook. */
@@ -440,6 +442,24 @@ export class RunHandle {
       "POST",
       `/v1/runs/${encodeURIComponent(this.id)}/pause${query({ wait_ms: options.waitMs ?? 10_000 })}`,
     ) as Promise<Run>;
+  }
+
+  /**
+   * The run's state as its workflow's queries show it (`set_query`): read
+   * by replaying its journal as it stands, live or ended; nothing is
+   * written. `position` is the journal position the values hold at.
+   */
+  queries(): Promise<Queries> {
+    return this.keel.request("GET", `/v1/runs/${encodeURIComponent(this.id)}/queries`) as Promise<Queries>;
+  }
+
+  /** The value of the run's query `name`; `query_not_found` names those it set. */
+  async query(name: string): Promise<unknown> {
+    const answer = (await this.keel.request(
+      "GET",
+      `/v1/runs/${encodeURIComponent(this.id)}/queries/${encodeURIComponent(name)}`,
+    )) as Schemas["QueryView"];
+    return answer.value;
   }
 
   /** Resumes the paused run where it stood; answers once it waits or ends. */

@@ -517,6 +517,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{run_id}/queries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every query the run's workflow set (set_query), as a replay of its journal on its build left them: the run as it stands, live or ended; nothing is written */
+        get: operations["listQueries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{run_id}/queries/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One query of the run's state, as a replay of its journal left it; 404 query_not_found names the queries the workflow set */
+        get: operations["queryRun"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{run_id}/restart": {
         parameters: {
             query?: never;
@@ -1511,6 +1545,34 @@ export interface components {
             metadata?: unknown;
             /** @default null */
             payload?: unknown;
+        };
+        /**
+         * @description Every query a run's workflow had set when a replay of its journal
+         *     reached the end.
+         */
+        QueriesView: {
+            /**
+             * Format: uint64
+             * @description The journal position the replay reached: the values hold for the
+             *     run as it stood there.
+             */
+            position: number;
+            /** @description Each query's value, by name. */
+            queries: {
+                [key: string]: unknown;
+            };
+            run_id: string;
+        };
+        /** @description One query's value, as a replay of the run's journal left it. */
+        QueryView: {
+            name: string;
+            /**
+             * Format: uint64
+             * @description The journal position the replay reached.
+             */
+            position: number;
+            run_id: string;
+            value: unknown;
         };
         /** @description A reply to a payload delivered with an ID. */
         ReplyView: {
@@ -4609,6 +4671,180 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RunView"];
+                };
+            };
+            /** @description The request is malformed (kind `invalid_request`, `invalid_input`, ...) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A token is required and was missing, wrong or expired (kind `unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A scoped token used outside its scope (kind `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run, hook, workflow or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Refused: `hook_conflict` or `idempotency_collision` (naming the run that holds the token or key), or `not_retryable` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listQueries: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run's ID */
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queries, with the journal position the replay reached */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QueriesView"];
+                };
+            };
+            /** @description The request is malformed (kind `invalid_request`, `invalid_input`, ...) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A token is required and was missing, wrong or expired (kind `unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A scoped token used outside its scope (kind `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run, hook, workflow or deployment */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Refused: `hook_conflict` or `idempotency_collision` (naming the run that holds the token or key), or `not_retryable` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The store is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description An error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    queryRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run's ID */
+                run_id: string;
+                /** @description The query's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The query's value */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QueryView"];
                 };
             };
             /** @description The request is malformed (kind `invalid_request`, `invalid_input`, ...) */

@@ -108,6 +108,20 @@ test("a paused run takes no payload until it is resumed", async () => {
   assert.deepEqual(await run.result(), ["placed", "sent"]);
 });
 
+test("a run's queries read its state, and a name it never set is refused", async () => {
+  const token = `total:ts-${unique()}`;
+  const run = await keel.start("running_total", token, { waitMs: 10_000, returnOnWait: true });
+  assert.deepEqual((await run.queries()).queries, { count: 0, total: 0 });
+  await keel.hooks.resume(token, 5);
+  await keel.hooks.resume(token, 0);
+  assert.equal(await run.result(), 5);
+  const queries = await run.queries();
+  assert.deepEqual(queries.queries, { count: 1, total: 5 });
+  assert.ok(queries.position > 0);
+  assert.equal(await run.query("total"), 5);
+  await assert.rejects(run.query("balance"), (e) => e.kind === "query_not_found");
+});
+
 test("an ended run restarts from a step, and a fork starts from one with its own IDs", async () => {
   const run = await keel.start("two_steps", 5, { waitMs: 10_000 });
   assert.deepEqual(await run.result(), [6, 10]);

@@ -77,8 +77,10 @@ async def tagged(tenant: str) -> dict:
     patch: the journaled calls besides steps, timers and hooks."""
     keel.log(f"tagging {tenant}", level="warn")
     keel.set_attribute("tenant", tenant)
+    keel.set_query("tenant", {"name": tenant, "stage": "tagging"})
     for i in range(3):
         keel.stream_write("progress", {"i": i})
     keel.stream_close("progress")
     await noop(1)
+    keel.set_query("stage", "tagged")
     return {"patched": keel.patched("v2"), "workflow": keel.workflow_metadata().workflow_name}

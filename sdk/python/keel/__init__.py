@@ -68,6 +68,7 @@ __all__ = [
     "resume_hook",
     "select",
     "set_attribute",
+    "set_query",
     "shield",
     "sleep",
     "sleep_until",
@@ -331,6 +332,17 @@ def set_attribute(key: str, value: str) -> None:
     """Sets the run's searchable attribute ``key`` (journaled)."""
     current()
     _raising(lambda: _host.workflow().set_attribute(key, value))
+
+
+def set_query(name: str, value: Any) -> None:
+    """Sets the run's query ``name`` to ``value`` (JSON-encodable): what
+    ``keel runs query RUN NAME`` answers for the run as its journal stands,
+    read by replaying it. Never journaled: call it from workflow code
+    whenever the state it shows changes. Names are as attributes'; values
+    at most 64 KiB of JSON; a workflow sets at most 32 queries."""
+    current()
+    text = _json.dumps(_codec.encode(value))
+    _raising(lambda: _host.workflow().set_query(name, text))
 
 
 def _json_or_none(value: Any) -> Optional[str]:

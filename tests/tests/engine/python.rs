@@ -438,7 +438,7 @@ async fn a_python_step_reaches_only_the_hosts_its_deployment_granted() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn python_attributes_streams_logs_and_patches_are_journaled_and_replay() {
+async fn python_attributes_streams_logs_patches_and_queries_work_and_replay() {
     use keel_host::core::stream::ChunkBody;
     let store = TestStore::new();
     let (keel, probes) = python_engine(&store, None, keel_tests::PYTHON_PROBES).await;
@@ -461,6 +461,15 @@ async fn python_attributes_streams_logs_and_patches_are_journaled_and_replay() {
         .collect();
     assert_eq!(data, [json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]);
     assert!(matches!(chunks.last().unwrap().body, ChunkBody::Closed));
+    // Its queries, read by a replay, journal nothing.
+    let before = keel.journal(&run.run_id).await.unwrap().len();
+    let queries = keel.queries(&run.run_id).await.unwrap();
+    assert_eq!(
+        json(&queries.values["tenant"]),
+        json!({"name": "acme", "stage": "tagging"})
+    );
+    assert_eq!(queries.values["stage"], "\"tagged\"");
+    assert_eq!(keel.journal(&run.run_id).await.unwrap().len(), before);
     assert_eq!(
         keel.replay(&run.run_id, None).await.unwrap(),
         Verdict::Ok {
