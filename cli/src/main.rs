@@ -200,6 +200,8 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             resume,
             cancel_when_waiting,
             pause_when_waiting,
+            restart_from_step,
+            fork_from_step,
         } => {
             let script = crashtest::Script {
                 resumes: resume.clone(),
@@ -242,6 +244,12 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 script: steps,
                 cancel_at_start: cancel.clone(),
                 start_at_ms,
+                restart_from: restart_from_step
+                    .clone()
+                    .map(keel_host::core::restart::RestartPoint::Step),
+                fork_from: fork_from_step
+                    .clone()
+                    .map(keel_host::core::restart::RestartPoint::Step),
             };
             crashtest::run(&test, expected.as_ref(), json).await
         }

@@ -1370,6 +1370,55 @@ fn crashtest_covers_the_cancel_path_and_scripted_hooks() {
 }
 
 #[test]
+fn crashtest_covers_a_restart_and_a_fork_of_an_ended_run() {
+    // Restarted from its second step once it ended, it ends as the clean
+    // run did whichever write of the restart (or of the steps it runs
+    // again) a crash takes, and no step counts twice.
+    let (out, report) = crashtest(&[
+        "crashtest",
+        keel_tests::TESTBED,
+        "two_steps",
+        "--input",
+        "5",
+        "--restart-from-step",
+        "mul",
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["clean"]["output"], "[6,10]", "{report}");
+    let ends: Vec<&str> = report["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["journal_ends_with"].as_str().unwrap())
+        .collect();
+    assert!(
+        ends.contains(&"run_restarted"),
+        "a crash at the restart's write: {ends:?}"
+    );
+    // Forked from its second step, the fork (what is compared) ends as
+    // the clean run's fork did whichever write a crash takes, the fork's
+    // admission with its carried journal among them.
+    let (out, report) = crashtest(&[
+        "crashtest",
+        keel_tests::TESTBED,
+        "two_steps",
+        "--input",
+        "5",
+        "--fork-from-step",
+        "mul",
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["clean"]["output"], "[6,10]", "{report}");
+    let steps = report["clean"]["steps"].as_array().unwrap();
+    assert!(
+        steps
+            .iter()
+            .all(|s| s[1].as_str().unwrap().starts_with("{fork_id}")),
+        "the fork's own step IDs: {report}"
+    );
+}
+
+#[test]
 fn crashtest_names_the_crash_point_where_a_step_repeats_its_effect() {
     let files = tempfile::tempdir().unwrap();
     let dir = files.path().to_str().unwrap();

@@ -29,13 +29,14 @@ use keel_core::Clock;
 use keel_core::clock::ManualClock;
 use keel_core::index::effective_entries;
 use keel_core::journal::{Entry, Fact};
+use keel_core::restart::RestartPoint;
 use keel_core::{RunError, RunStatus};
 use keel_store::faulty::{Crash, CrashWhen, FaultyStore};
 use keel_store::sled::SledStore;
 
 pub use crate::script::Scripted;
 use crate::script::{Driven, describe_waits, drive_scripted};
-use crate::{Config, Error, Keel, Result, StartOptions};
+use crate::{Config, Error, ForkOptions, Keel, Result, StartOptions};
 
 /// What to crash-test.
 #[derive(Clone)]
@@ -55,6 +56,13 @@ pub struct CrashTest {
     pub script: Vec<Scripted>,
     /// The run's clock when it starts, in ms since the epoch [default: now].
     pub start_at_ms: Option<u64>,
+    /// Once the run has ended, restart it from this point and drive it to
+    /// its end again, so that a restart's writes are crash-tested too.
+    pub restart_from: Option<RestartPoint>,
+    /// Once the run has ended (and been restarted, if asked), fork it from
+    /// this point and drive the fork to its end: the fork is then the run
+    /// whose ending, steps and journal the checks compare.
+    pub fork_from: Option<RestartPoint>,
 }
 
 /// How a run ended, as the checks compare it.
@@ -251,8 +259,23 @@ impl Trial {
         Ok(())
     }
 
+    /// The fork's run ID, the same in every trial (so are its step IDs).
+    fn fork_id(&self) -> String {
+        format!("{}-fork", self.run_id)
+    }
+
+    /// The run the checks compare: the fork, if the test forks, else the
+    /// run it started.
+    fn subject(&self, test: &CrashTest) -> String {
+        match test.fork_from {
+            Some(_) => self.fork_id(),
+            None => self.run_id.clone(),
+        }
+    }
+
     fn anonymous(&self, text: &str) -> String {
-        text.replace(&self.run_id, "{run_id}")
+        text.replace(&self.fork_id(), "{fork_id}")
+            .replace(&self.run_id, "{run_id}")
     }
 }
 
@@ -268,14 +291,14 @@ async fn clean_run(
     let keel = Keel::open(trial.config.clone(), store.clone())?;
     trial.start(&keel, test).await?;
     let run = run_to_end(&keel, &trial, test).await?;
-    let journal = keel.journal(&trial.run_id).await?;
+    let journal = keel.journal(&trial.subject(test)).await?;
     let clean = CleanRun {
         ending: ending(&trial, &run),
         error: run.error.clone(),
         journal_writes: store.journal_writes(),
         steps: steps(&trial, &journal),
         outputs: outputs(&trial, &journal),
-        streams: workflow_streams(&keel, &trial).await?,
+        streams: workflow_streams(&keel, &trial, test).await?,
     };
     Ok((clean, keel))
 }
@@ -303,13 +326,18 @@ async fn crash_point(
     };
     // Recovery: the store reopened by a new engine, as after a restart.
     let (keel, _) = trial.engine(base, None)?;
-    let durable = keel.journal(&trial.run_id).await?;
+    let subject = trial.subject(test);
+    // A fork not yet made when it crashed: the run it forks from wrote last.
+    let durable = match keel.journal(&subject).await {
+        Err(Error::RunNotFound { .. }) => keel.journal(&trial.run_id).await?,
+        durable => durable?,
+    };
     let durable_last = durable
         .last()
         .map_or("nothing", |e| e.fact.name())
         .to_string();
     let run = run_to_end(&keel, trial, test).await?;
-    let journal = keel.journal(&trial.run_id).await?;
+    let journal = keel.journal(&subject).await?;
     let mut violations = Vec::new();
     let got = ending(trial, &run);
     if got != clean.ending {
@@ -335,7 +363,7 @@ async fn crash_point(
         ));
     }
     violations.extend(outputs_differ(clean, &got_steps, &outputs(trial, &journal)));
-    let streams = workflow_streams(&keel, trial).await?;
+    let streams = workflow_streams(&keel, trial, test).await?;
     if streams != clean.streams {
         violations.push(Violation::new(
             "the workflow's stream writes",
@@ -345,7 +373,7 @@ async fn crash_point(
             ),
         ));
     }
-    let verdict = keel.replay(&trial.run_id, None).await?;
+    let verdict = keel.replay(&subject, None).await?;
     if !verdict.is_ok() {
         violations.push(Violation::new(
             "the journal's replay",
@@ -395,19 +423,49 @@ fn ending_difference(was: &Ending, got: &Ending) -> String {
     }
 }
 
-/// Drives the run until it ends; a run left waiting for something outside
-/// it (a hook, an event, another run) with nothing left in the script
-/// cannot be crash-tested alone.
+/// Drives the run until it ends (and, with a restart asked, restarts it
+/// once and drives it to its end again; with a fork asked, forks it and
+/// drives the fork to its end, which it returns); a run left waiting for
+/// something outside it (a hook, an event, another run) with nothing left
+/// in the script cannot be crash-tested alone. Whether a restart or a fork
+/// happened is read from the store, as an operator whose request went
+/// unanswered would: a write that landed unheard is not made twice.
 async fn run_to_end(keel: &Keel, trial: &Trial, test: &CrashTest) -> Result<keel_core::RunRecord> {
-    match drive_scripted(
-        keel,
-        &trial.clock,
-        &trial.run_id,
-        &test.script,
-        &trial.taken,
-    )
-    .await?
-    {
+    let mut run = drive_to_end(keel, trial, test, &trial.run_id).await?;
+    if let Some(point) = &test.restart_from {
+        let journal = keel.journal(&trial.run_id).await?;
+        let restarted = journal
+            .iter()
+            .any(|e| matches!(e.fact, Fact::RunRestarted { .. }));
+        if !restarted {
+            keel.restart_run(&trial.run_id, point, None, "crashtest")
+                .await?;
+        }
+        run = drive_to_end(keel, trial, test, &trial.run_id).await?;
+    }
+    let Some(point) = &test.fork_from else {
+        return Ok(run);
+    };
+    let fork_id = trial.fork_id();
+    if let Err(Error::RunNotFound { .. }) = keel.get_run(&fork_id).await {
+        let options = ForkOptions {
+            run_id: Some(fork_id.as_str().into()),
+            ..ForkOptions::default()
+        };
+        keel.fork_run(&trial.run_id, point, &options, "crashtest")
+            .await?;
+    }
+    drive_to_end(keel, trial, test, &fork_id).await
+}
+
+/// Drives run `run_id` until it ends, by the test's script.
+async fn drive_to_end(
+    keel: &Keel,
+    trial: &Trial,
+    test: &CrashTest,
+    run_id: &str,
+) -> Result<keel_core::RunRecord> {
+    match drive_scripted(keel, &trial.clock, run_id, &test.script, &trial.taken).await? {
         Driven::Ended(run) => Ok(run),
         Driven::Stuck { run, waits } => Err(Error::NotCrashTestable {
             run_id: run.run_id,
@@ -453,13 +511,13 @@ fn steps(trial: &Trial, journal: &[Entry]) -> Vec<(String, String)> {
 async fn workflow_streams(
     keel: &Keel,
     trial: &Trial,
+    test: &CrashTest,
 ) -> Result<std::collections::BTreeMap<String, Vec<String>>> {
     use keel_core::stream::{ChunkBody, Origin};
+    let subject = trial.subject(test);
     let mut streams = std::collections::BTreeMap::new();
-    for stream in keel.streams(&trial.run_id).await? {
-        let chunks = keel
-            .chunks(&trial.run_id, &stream.name, 0, usize::MAX)
-            .await?;
+    for stream in keel.streams(&subject).await? {
+        let chunks = keel.chunks(&subject, &stream.name, 0, usize::MAX).await?;
         let written = chunks
             .iter()
             .filter(|c| matches!(c.origin, Origin::Workflow { .. }))

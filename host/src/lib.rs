@@ -35,9 +35,9 @@ pub use clock::SystemClock;
 pub use component::Loaded;
 pub use config::{Config, RetentionConfig, RunLimits, defaults, user_cache_dir};
 pub use engine::{
-    BulkPreview, CHUNK_PAGE, ChildRun, DeploySpec, FORGET_GONE_AFTER_MS, GONE_AFTER_LEASES, Keel,
-    MAX_BACKFILL, MAX_PAYLOAD_ID, PURGE_BATCH, Purge, Received, Reply, SCAN_BUDGET, StartHook,
-    StartOptions, Until, Watched, WorkSummary, WorkerState, archive_path,
+    BulkPreview, CHUNK_PAGE, ChildRun, DeploySpec, FORGET_GONE_AFTER_MS, ForkOptions,
+    GONE_AFTER_LEASES, Keel, MAX_BACKFILL, MAX_PAYLOAD_ID, PURGE_BATCH, Purge, Received, Reply,
+    SCAN_BUDGET, StartHook, StartOptions, Until, Watched, WorkSummary, WorkerState, archive_path,
 };
 pub use error::{Error, Result};
 pub use observer::{AttemptOutcome, Observer};

@@ -449,11 +449,17 @@ pub async fn fork(
     };
     let request: ForkRequest = json_object(body)?;
     let point = request.restart().point().map_err(ApiError::invalid)?;
-    let input = request.input.as_ref().map(Value::to_string);
-    let run = s
-        .keel
-        .fork_run(&run_id, &point, request.on.as_deref(), input.as_deref(), by)
-        .await?;
+    let options = keel_host::ForkOptions {
+        on: request.on.clone(),
+        input: request.input.as_ref().map(Value::to_string),
+        run_id: request
+            .run_id
+            .as_deref()
+            .map(RunId::parse)
+            .transpose()
+            .map_err(keel_host::Error::from)?,
+    };
+    let run = s.keel.fork_run(&run_id, &point, &options, by).await?;
     let run = drive_and_wait(&s.keel, run, wait).await?;
     Ok((StatusCode::CREATED, Json(moved_on(&s.keel, &run).await)))
 }

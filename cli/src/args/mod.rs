@@ -403,6 +403,16 @@ pub enum Command {
         /// crash-tested too.
         #[arg(long)]
         pause_when_waiting: bool,
+        /// Once the run has ended, restart it from the step of this name
+        /// and drive it to its end again, so that a restart is
+        /// crash-tested too.
+        #[arg(long, value_name = "STEP")]
+        restart_from_step: Option<String>,
+        /// Once the run has ended, fork it from the step of this name and
+        /// drive the fork to its end: the fork's writes are crash-tested,
+        /// and the fork is what the checks compare.
+        #[arg(long, value_name = "STEP")]
+        fork_from_step: Option<String>,
     },
     /// Print a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
     Completions {

@@ -717,5 +717,6 @@ fn restart_body(
         input: input
             .map(|i| crate::request::json_text_arg("--input", i))
             .transpose()?,
+        run_id: None,
     })
 }

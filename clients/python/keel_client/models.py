@@ -59,6 +59,7 @@ class ForkRequest1(TypedDict, closed=True):
     from_step: str
     input: NotRequired[Any]
     on: NotRequired[str | None]
+    run_id: NotRequired[str | None]
 
 
 class ForkRequest2(TypedDict, closed=True):
@@ -66,6 +67,7 @@ class ForkRequest2(TypedDict, closed=True):
     from_step: NotRequired[None]
     input: NotRequired[Any]
     on: NotRequired[str | None]
+    run_id: NotRequired[str | None]
 
 
 ForkRequest: TypeAlias = ForkRequest1 | ForkRequest2

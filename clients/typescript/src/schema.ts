@@ -1227,6 +1227,12 @@ export interface components {
              *     refused unless the journal carried replays there.
              */
             on?: string | null;
+            /**
+             * @description The fork's run ID, chosen by the client so that a fork whose answer
+             *     was lost is asked again into the same run (409 `run_exists` then,
+             *     naming it); a new one if absent.
+             */
+            run_id?: string | null;
         } & ({
             at?: null;
             from_step: string;

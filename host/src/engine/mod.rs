@@ -49,6 +49,7 @@ pub use deployments::DeploySpec;
 pub use drive::Until;
 pub use integrations::Received;
 pub use jobs::BulkPreview;
+pub use restarts::ForkOptions;
 pub use retention::{PURGE_BATCH, Purge, archive_path};
 pub use schedules::MAX_BACKFILL;
 pub use streams::{CHUNK_PAGE, MAX_PAYLOAD_ID, Reply};

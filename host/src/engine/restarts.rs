@@ -18,6 +18,20 @@ use crate::{Error, Result, StartOptions};
 /// The attribute a fork is given: the run it was forked from.
 pub const FORKED_FROM: &str = "forked_from";
 
+/// What a fork takes besides its source, its point and who asks.
+#[derive(Clone, Debug, Default)]
+pub struct ForkOptions {
+    /// A deployment name or a build's hash to run on (the source's if
+    /// absent).
+    pub on: Option<String>,
+    /// The fork's input, as JSON (the source's if absent).
+    pub input: Option<String>,
+    /// The fork's run ID, chosen by the caller so that a fork whose answer
+    /// was lost is asked again into the same run (then refused as
+    /// `run_exists`, naming it); a new one if absent.
+    pub run_id: Option<RunId>,
+}
+
 impl Keel {
     /// Restarts an ended run from `point` (a step's first scheduling, or a
     /// journal position), by `by`: the journal records the restart
@@ -77,8 +91,7 @@ impl Keel {
     /// Forks a run from `point` into a new run of the same workflow, by
     /// `by`: its journal carries the source's commands and completions
     /// before the point (steps keep their results; their step IDs are the
-    /// fork's own), on build `on` if given (else the source's), with
-    /// `input` if given (else the source's). It is admitted as any start
+    /// fork's own), as `options` say (its build, input and run ID). It is admitted as any start
     /// (its input checked, its idempotency key and concurrency slot
     /// claimed), with the source's attributes and `forked_from=SOURCE`.
     /// Refused ([`Error::NotRestartable`]) for a point the journal does not
@@ -90,10 +103,10 @@ impl Keel {
         &self,
         run_id: &str,
         point: &RestartPoint,
-        on: Option<&str>,
-        input: Option<&str>,
+        options: &ForkOptions,
         by: &str,
     ) -> Result<RunRecord> {
+        let (on, input) = (options.on.as_deref(), options.input.as_deref());
         let source = self.get_run(run_id).await?;
         let refuse = |reason: String| Error::NotRestartable {
             run_id: source.run_id.clone(),
@@ -101,7 +114,10 @@ impl Keel {
             reason,
         };
         let (index, from_seq) = self.point_of(&source, point).await?.map_err(&refuse)?;
-        let fork_id = RunId::from(uuid::Uuid::now_v7().to_string());
+        let fork_id = options
+            .run_id
+            .clone()
+            .unwrap_or_else(|| RunId::from(uuid::Uuid::now_v7().to_string()));
         let carried = restart::fork_prefix(&index, from_seq, &fork_id).map_err(&refuse)?;
         let (loaded, _) = self.target_of(&source, on).await?;
         let input = match input {

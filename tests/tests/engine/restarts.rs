@@ -7,7 +7,7 @@
 use keel_host::core::RunStatus;
 use keel_host::core::journal::{Entry, Fact};
 use keel_host::core::restart::RestartPoint;
-use keel_host::{DeploySpec, Grants, Keel};
+use keel_host::{DeploySpec, ForkOptions, Grants, Keel};
 use keel_payment_api::PaymentApi;
 
 use crate::common::{self, TestStore, json, step_ids};
@@ -122,7 +122,12 @@ async fn a_fork_runs_again_only_the_steps_from_its_point_under_its_own_ids() {
     let from = scheduled_at(&journal, 2);
 
     let fork = keel
-        .fork_run(source_id, &RestartPoint::Seq(from), None, None, "test")
+        .fork_run(
+            source_id,
+            &RestartPoint::Seq(from),
+            &ForkOptions::default(),
+            "test",
+        )
         .await
         .unwrap();
     assert_ne!(fork.run_id, source.run_id, "a fork is a run of its own");
@@ -151,6 +156,18 @@ async fn a_fork_runs_again_only_the_steps_from_its_point_under_its_own_ids() {
             .is_ok()
     );
 
+    // A fork asked again with the run ID its caller chose is refused as
+    // existing, naming it: a lost answer never makes a second fork.
+    let chosen = ForkOptions {
+        run_id: Some(fork.run_id.clone()),
+        ..ForkOptions::default()
+    };
+    let again = keel
+        .fork_run(source_id, &RestartPoint::Seq(from), &chosen, "test")
+        .await
+        .unwrap_err();
+    assert_eq!(again.kind().as_str(), "run_exists", "{again}");
+
     // Another input, which the part carried does not replay with: refused,
     // naming the command where the code asks for something else.
     let other = serde_json::json!([api.url("/elsewhere"), 3]).to_string();
@@ -158,8 +175,10 @@ async fn a_fork_runs_again_only_the_steps_from_its_point_under_its_own_ids() {
         .fork_run(
             source_id,
             &RestartPoint::Seq(from),
-            None,
-            Some(&other),
+            &ForkOptions {
+                input: Some(other),
+                ..ForkOptions::default()
+            },
             "test",
         )
         .await
@@ -192,7 +211,15 @@ async fn a_fork_or_restart_onto_a_build_that_does_not_replay_is_refused_naming_t
     let id = run.run_id.as_str();
     let point = RestartPoint::Step("mul".into());
     let e = keel
-        .fork_run(id, &point, Some("reordered"), None, "test")
+        .fork_run(
+            id,
+            &point,
+            &ForkOptions {
+                on: Some("reordered".into()),
+                ..ForkOptions::default()
+            },
+            "test",
+        )
         .await
         .unwrap_err();
     let text = e.to_string();
@@ -238,7 +265,7 @@ async fn a_fork_refuses_a_hook_and_a_restart_a_stream_it_cannot_take_along() {
     assert_eq!(keel.drive(id).await.unwrap().status, RunStatus::Completed);
     let end = keel.journal(id).await.unwrap().len() as u64 - 1;
     let e = keel
-        .fork_run(id, &RestartPoint::Seq(end), None, None, "test")
+        .fork_run(id, &RestartPoint::Seq(end), &ForkOptions::default(), "test")
         .await
         .unwrap_err();
     assert!(e.to_string().contains("created hook `decide:f1`"), "{e}");
