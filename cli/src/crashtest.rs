@@ -16,13 +16,18 @@ pub struct Script {
     pub cancel_when_waiting: Option<String>,
     /// `--pause-when-waiting`.
     pub pause_when_waiting: bool,
+    /// `--upgrade-to BUILD`.
+    pub upgrade_to: Option<std::path::PathBuf>,
 }
 
 impl Script {
-    /// The steps the flags script: the resumes (each after a pause and
-    /// its resume, with `--pause-when-waiting`), then the cancel.
+    /// The steps the flags script: the upgrade, the resumes (each after a
+    /// pause and its resume, with `--pause-when-waiting`), then the cancel.
     pub fn steps(&self) -> anyhow::Result<Vec<Scripted>> {
         let mut steps = Vec::new();
+        if let Some(to) = &self.upgrade_to {
+            steps.push(Scripted::Upgrade { to: to.clone() });
+        }
         for r in &self.resumes {
             let Some((token, payload)) = r.split_once('=') else {
                 anyhow::bail!("--resume {r}: expected TOKEN=PAYLOAD");
@@ -147,6 +152,7 @@ fn as_json(report: &CrashReport) -> serde_json::Value {
         "clean": {
             "status": clean.ending.status.as_str(),
             "output": clean.ending.output,
+            "build": clean.ending.build,
             "error": clean.error.as_ref().map(|e| json!({"kind": e.kind, "message": e.message})),
             "journal_writes": clean.journal_writes,
             "steps": clean.steps,

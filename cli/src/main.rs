@@ -202,11 +202,13 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             pause_when_waiting,
             restart_from_step,
             fork_from_step,
+            upgrade_to,
         } => {
             let script = crashtest::Script {
                 resumes: resume.clone(),
                 cancel_when_waiting: cancel_when_waiting.clone(),
                 pause_when_waiting: *pause_when_waiting,
+                upgrade_to: upgrade_to.clone(),
             };
             let mut config = config(&cli)?;
             let mut start_at_ms = None;

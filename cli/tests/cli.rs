@@ -1370,7 +1370,7 @@ fn crashtest_covers_the_cancel_path_and_scripted_hooks() {
 }
 
 #[test]
-fn crashtest_covers_a_restart_and_a_fork_of_an_ended_run() {
+fn crashtest_covers_a_restart_a_fork_and_an_upgrade() {
     // Restarted from its second step once it ended, it ends as the clean
     // run did whichever write of the restart (or of the steps it runs
     // again) a crash takes, and no step counts twice.

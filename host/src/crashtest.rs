@@ -73,6 +73,9 @@ pub struct Ending {
     pub output: Option<String>,
     /// The error's kind, if it failed.
     pub error_kind: Option<String>,
+    /// The build it ended on (its component's hash): an upgrade moved it
+    /// or did not.
+    pub build: String,
 }
 
 /// The clean run every crash point is compared with.
@@ -246,7 +249,25 @@ impl Trial {
 
     /// Starts the run; with a crash armed the drive may end in an error.
     async fn start(&self, keel: &Keel, test: &CrashTest) -> Result<()> {
-        let component = keel.load(&test.component).await?;
+        let upgrades = test
+            .script
+            .iter()
+            .any(|s| matches!(s, Scripted::Upgrade { .. }));
+        // A run to be upgraded belongs to a deployment the upgrade moves.
+        let component = match upgrades {
+            true => {
+                let bytes = std::fs::read(&test.component).map_err(|source| Error::Io {
+                    path: test.component.clone(),
+                    source,
+                })?;
+                let spec = crate::DeploySpec {
+                    name: Some(crate::script::UPGRADED_NAME.into()),
+                    ..crate::DeploySpec::default()
+                };
+                keel.deploy(&test.component, &bytes, spec).await?.1
+            }
+            false => keel.load(&test.component).await?,
+        };
         let options = StartOptions {
             run_id: Some(self.run_id.as_str().into()),
             ..StartOptions::default()
@@ -415,12 +436,22 @@ fn ending_difference(was: &Ending, got: &Ending) -> String {
             "its output differs at {} (clean -> this run)",
             field_difference(w, g).unwrap_or_default()
         ),
+        _ if was.build != got.build => format!(
+            "on build {}, the clean run on build {}",
+            short(&got.build),
+            short(&was.build)
+        ),
         _ => format!(
             "with {}, the clean run with {}",
             describe(got),
             describe(was)
         ),
     }
+}
+
+/// A build's hash, short.
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(12)]
 }
 
 /// Drives the run until it ends (and, with a restart asked, restarts it
@@ -482,6 +513,7 @@ fn ending(trial: &Trial, run: &keel_core::RunRecord) -> Ending {
         status: run.status,
         output: run.output.as_deref().map(|o| trial.anonymous(o)),
         error_kind: run.error.as_ref().map(|e| e.kind.clone()),
+        build: run.component_hash.to_string(),
     }
 }
 

@@ -39,7 +39,14 @@ pub enum Scripted {
     Pause,
     /// Resume the paused run.
     Unpause,
+    /// As soon as the run waits, deploy the component at `to` as the
+    /// next build of [`UPGRADED_NAME`] (the run's own deployment) and
+    /// upgrade that deployment's live runs to it, carrying the job out.
+    Upgrade { to: std::path::PathBuf },
 }
+
+/// The deployment name a scripted upgrade moves runs within.
+pub const UPGRADED_NAME: &str = "scripted";
 
 /// How a scripted drive ended.
 #[derive(Debug)]
@@ -88,7 +95,7 @@ pub async fn drive_scripted(
                 (awaited || due.is_none()).then_some(at)
             }
             Scripted::Cancel { .. } => due.is_none().then_some(since),
-            Scripted::Pause | Scripted::Unpause => Some(since),
+            Scripted::Pause | Scripted::Unpause | Scripted::Upgrade { .. } => Some(since),
         });
         match (comes_at, due) {
             (Some(at), due) if due.is_none_or(|d| at < d) => {
@@ -121,6 +128,21 @@ async fn take(keel: &Keel, run_id: &str, step: &Scripted) -> Result<()> {
         }
         Scripted::Unpause => {
             keel.resume_run(run_id, "script").await?;
+        }
+        Scripted::Upgrade { to } => {
+            let bytes = std::fs::read(to).map_err(|source| crate::Error::Io {
+                path: to.clone(),
+                source,
+            })?;
+            let spec = crate::DeploySpec {
+                name: Some(UPGRADED_NAME.into()),
+                ..crate::DeploySpec::default()
+            };
+            keel.deploy(to, &bytes, spec).await?;
+            let job = keel
+                .submit_upgrade(UPGRADED_NAME, UPGRADED_NAME, false, None)
+                .await?;
+            keel.run_job(&job.job_id).await?;
         }
     }
     Ok(())

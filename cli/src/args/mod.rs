@@ -413,6 +413,13 @@ pub enum Command {
         /// and the fork is what the checks compare.
         #[arg(long, value_name = "STEP")]
         fork_from_step: Option<String>,
+        /// The first time the run waits, upgrade it to this build (a
+        /// `.wasm` of the same workflow): the run's own build is deployed
+        /// under one name, this one as its next build, and an upgrade job
+        /// moves the run if its journal replays there. The run must end on
+        /// the build the clean run ended on, whichever write a crash takes.
+        #[arg(long, value_name = "BUILD")]
+        upgrade_to: Option<std::path::PathBuf>,
     },
     /// Print a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
     Completions {
