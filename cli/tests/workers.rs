@@ -1088,3 +1088,84 @@ async fn a_parent_cancelled_across_two_workers_closes_each_child_by_its_policy()
     }
     all_replay(&keel, keel_tests::TESTBED).await;
 }
+
+/// Polls job `job_id` (up to two minutes) until `done` says it is far
+/// enough.
+async fn job_until(
+    keel: &Keel,
+    job_id: &str,
+    done: impl Fn(&keel_host::core::bulk::JobRecord) -> bool,
+) -> keel_host::core::bulk::JobRecord {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let job = keel.job(job_id).await.unwrap();
+        if done(&job) {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "job {job_id} stalled: {job:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_whose_worker_is_killed_is_finished_by_another_moving_each_run_once() {
+    use keel_host::core::bulk::JobState;
+    let schema = schema("upgrade");
+    let keel = engine(&schema).await;
+    let deploy = |path: &'static str| {
+        let keel = keel.clone();
+        async move {
+            let bytes = std::fs::read(path).unwrap();
+            let spec = keel_host::DeploySpec {
+                name: Some("testbed".into()),
+                ..keel_host::DeploySpec::default()
+            };
+            keel.deploy(Path::new(path), &bytes, spec).await.unwrap().1
+        }
+    };
+    let old = deploy(keel_tests::TESTBED).await;
+    // Runs asleep for an hour, each of which replays on the new build.
+    const RUNS: usize = 600;
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        runs.push(keel.start(&old, "sleeper", "3600000").await.unwrap().run_id);
+    }
+    keel.work(true).await.unwrap();
+    let new = deploy(keel_tests::TESTBED_REORDERED).await;
+    let job = keel
+        .submit_upgrade("testbed", "testbed", false, None)
+        .await
+        .unwrap();
+
+    // The first worker moves some, and is killed -9 in the middle.
+    let logs = tempfile::tempdir().unwrap();
+    let first = worker(&schema, &logs.path().join("first.log"));
+    let midway = job_until(&keel, &job.job_id, |j| j.counts.done >= 20).await;
+    drop(first);
+    assert_eq!(
+        midway.state,
+        JobState::Running,
+        "the job ended before the kill: {midway:?}"
+    );
+    // Another finishes it once the dead one's claim has lapsed.
+    let second = worker(&schema, &logs.path().join("second.log"));
+    let finished = job_until(&keel, &job.job_id, |j| j.state != JobState::Running).await;
+    drop(second);
+    assert_eq!(finished.state, JobState::Completed, "{finished:?}");
+    let counts = &finished.counts;
+    assert_eq!(counts.failed, 0, "{finished:?}");
+    // A run the first moved but did not record is found moved (skipped).
+    assert_eq!(counts.done + counts.skipped, RUNS as u64, "{counts:?}");
+    for run_id in &runs {
+        let run = keel.get_run(run_id).await.unwrap();
+        assert_eq!(run.component_hash, new.hash, "{run:?}");
+        let moves = keel
+            .journal(run_id)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e.fact, Fact::RunMoved { .. }))
+            .count();
+        assert_eq!(moves, 1, "run {run_id} moved {moves} times");
+    }
+}
