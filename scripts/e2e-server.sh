@@ -29,6 +29,9 @@ KEEL=$(binary keel)
 export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$(dirname "$KEEL")/../tmp/keel-compiled}"
 # One path a line, in the order asked; fails naming a missing or stale guest.
 GUEST_PATHS=$("$(binary guests)" testbed order-hooks)
+# A build of the testbed whose step_then_sleep differs: the console test
+# judges an upgrade to it.
+REORDERED=$("$(binary guests)" testbed_reordered)
 work=$(mktemp -d)
 # The embedded store by default; KEEL_E2E_STORE=postgres serves from a
 # fresh schema of the test database (KEEL_TEST_POSTGRES) instead.
@@ -81,7 +84,7 @@ until curl -fsS "$url/healthz" >/dev/null 2>&1; do
 done
 
 echo "== console in headless Chromium" >&2
-KEEL_URL="$url" KEEL_LOST_RUN="$lost" SCREENSHOT="${SCREENSHOT:-$work/console.png}" node "$here/tests/browser/console.test.mjs"
+KEEL_URL="$url" KEEL_LOST_RUN="$lost" KEEL_REORDERED="$REORDERED" SCREENSHOT="${SCREENSHOT:-$work/console.png}" node "$here/tests/browser/console.test.mjs"
 
 echo "== webhooks signed by stripe and @octokit/webhooks-methods" >&2
 KEEL_URL="$url" node "$here/tests/browser/webhooks.test.mjs"

@@ -1077,6 +1077,17 @@ fn violated(report: &Value) -> Vec<&Value> {
 }
 
 /// `keel crashtest`, with grants, on the runtime of the test.
+/// What the journal ended with at each crash point of a crash test's
+/// report.
+fn journal_ends(report: &Value) -> Vec<&str> {
+    report["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["journal_ends_with"].as_str().unwrap())
+        .collect()
+}
+
 fn crashtest(args: &[&str]) -> (Output, Value) {
     let db = tempfile::tempdir().unwrap();
     keel(db.path(), args)
@@ -1326,12 +1337,7 @@ fn crashtest_covers_the_cancel_path_and_scripted_hooks() {
     ]);
     assert!(out.status.success(), "{report}");
     assert_eq!(report["clean"]["status"], "completed", "{report}");
-    let ends: Vec<&str> = report["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["journal_ends_with"].as_str().unwrap())
-        .collect();
+    let ends = journal_ends(&report);
     for written in ["run_paused", "run_resumed"] {
         assert!(
             ends.contains(&written),
@@ -1357,12 +1363,7 @@ fn crashtest_covers_the_cancel_path_and_scripted_hooks() {
     );
     // The refusal is written with the next payload's request: a crash
     // before that write loses both, and the recovered run refuses again.
-    let ends: Vec<&str> = report["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["journal_ends_with"].as_str().unwrap())
-        .collect();
+    let ends = journal_ends(&report);
     assert!(
         ends.iter().filter(|e| **e == "hook_received").count() >= 2,
         "crashes after each payload: {ends:?}"
@@ -1385,12 +1386,7 @@ fn crashtest_covers_a_restart_a_fork_and_an_upgrade() {
     ]);
     assert!(out.status.success(), "{report}");
     assert_eq!(report["clean"]["output"], "[6,10]", "{report}");
-    let ends: Vec<&str> = report["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["journal_ends_with"].as_str().unwrap())
-        .collect();
+    let ends = journal_ends(&report);
     assert!(
         ends.contains(&"run_restarted"),
         "a crash at the restart's write: {ends:?}"

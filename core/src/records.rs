@@ -55,6 +55,12 @@ impl RunStatus {
         self.into()
     }
 
+    /// Every status a run lives in (none of them final), in order.
+    pub fn live() -> Vec<RunStatus> {
+        use strum::IntoEnumIterator;
+        RunStatus::iter().filter(|s| !s.is_final()).collect()
+    }
+
     /// The status named by [`RunStatus::as_str`].
     pub fn parse(s: &str) -> Option<RunStatus> {
         s.parse().ok()
@@ -155,20 +161,27 @@ pub fn check_attribute(key: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Why `name` cannot name one of a run's attributes or queries (`what`),
+/// if it cannot: 1 to 64 letters, digits, `_`, `.` and `-`.
+pub fn check_key_name(what: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    match ok {
+        true => Ok(()),
+        false => Err(format!(
+            "{what} name `{name}` is not 1 to 64 characters of letters, digits, `_`, `.` and `-`"
+        )),
+    }
+}
+
 /// Why `key = value` cannot filter runs by attribute, if it cannot: a
 /// name or a size no attribute has. A value no attribute can hold (a NUL)
 /// is a filter that matches no run ([`can_hold`]).
 pub fn check_attribute_filter(key: &str, value: &str) -> Result<(), String> {
-    let name_ok = !key.is_empty()
-        && key.len() <= 64
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if !name_ok {
-        return Err(format!(
-            "attribute name `{key}` is not 1 to 64 characters of letters, digits, `_`, `.` and `-`"
-        ));
-    }
+    check_key_name("attribute", key)?;
     if value.len() > MAX_ATTRIBUTE_VALUE {
         return Err(format!(
             "attribute `{key}` has a value of {} bytes, over the limit of {MAX_ATTRIBUTE_VALUE}",

@@ -21,16 +21,7 @@ pub const MAX_QUERY_VALUE: usize = 64 * 1024;
 /// digits, `_`, `.`, `-`), a value that is no JSON or over
 /// [`MAX_QUERY_VALUE`], or one query over [`MAX_QUERIES`].
 pub fn check_query(name: &str, value: &str, set: &BTreeMap<String, String>) -> Result<(), String> {
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if !name_ok {
-        return Err(format!(
-            "query name `{name}` is not 1 to 64 characters of letters, digits, `_`, `.` and `-`"
-        ));
-    }
+    crate::records::check_key_name("query", name)?;
     if value.len() > MAX_QUERY_VALUE {
         return Err(format!(
             "query `{name}`'s value is {} bytes, over the bound of {MAX_QUERY_VALUE}",

@@ -654,10 +654,19 @@ mod tests {
             status: RunStatus::Completed,
             output: Some(output.into()),
             error_kind: None,
+            build: "aaaaaaaaaaaaaaaa".into(),
         };
         assert_eq!(
             ending_difference(&ending("1"), &ending("2")),
             "with output 2, the clean run with output 1"
+        );
+        let moved = Ending {
+            build: "bbbbbbbbbbbbbbbb".into(),
+            ..ending("1")
+        };
+        assert_eq!(
+            ending_difference(&ending("1"), &moved),
+            "on build bbbbbbbbbbbb, the clean run on build aaaaaaaaaaaa"
         );
         assert!(
             ending_difference(&ending(was), &ending(got))

@@ -216,11 +216,25 @@ function deploymentPage(target) {
             <input data-testid="grant-value" class="mono" placeholder="api.example.com"> <button data-testid="grant">Grant</button></p>
             <p class="muted">Runs pinned to this build get a grant at their next activation; retry a run that failed for want of one.</p></div>
           <div class="card"><strong>Steps</strong><ul>${c.steps.map((st) => `<li class="mono">${esc(st.name)}</li>`).join("")}</ul></div>
+          <div class="card"><strong>Upgrade</strong>
+            <p class="muted">Move the live runs of ${esc(d.name)}'s older builds to this build, each only if its journal replays here; the others stay pinned, listed with their first divergence.</p>
+            <p><button data-testid="upgrade-dry-run">Judge (dry run)</button> <button data-testid="upgrade">Upgrade live runs</button></p></div>
         </div>
         <h2>Workflows</h2>
         <table data-testid="workflows"><thead><tr><th>Workflow</th><th>Input</th><th>Output</th></tr></thead><tbody>
           ${c.workflows.map((w) => `<tr data-testid="workflow-row" data-workflow="${esc(w.name)}"><td><strong>${esc(w.name)}</strong></td><td>${schema(w.input_schema)}</td><td>${schema(w.output_schema)}</td></tr>`).join("")}
         </tbody></table>`;
+      for (const dryRun of [true, false]) {
+        document.querySelector(`[data-testid=${dryRun ? "upgrade-dry-run" : "upgrade"}]`).onclick = async () => {
+          if (!dryRun && !confirm(`Move every live run of ${d.name}'s older builds that replays to build ${d.hash.slice(0, 12)}?`)) return;
+          try {
+            const job = await api(`/v1/deployments/${encodeURIComponent(d.name)}/upgrade`, {
+              method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ to: d.hash, dry_run: dryRun }),
+            });
+            location.hash = `#/jobs/${encodeURIComponent(job.job_id)}`;
+          } catch (e) { toast(e.message, true); }
+        };
+      }
       document.querySelector("[data-testid=grant]").onclick = async () => {
         const kind = document.querySelector("[data-testid=grant-kind]").value;
         const value = document.querySelector("[data-testid=grant-value]").value.trim();
@@ -239,6 +253,22 @@ function deploymentPage(target) {
   return () => {};
 }
 
+// An upgrade job's deployment, build and mode, and its verdict in numbers.
+function upgradeRows(j) {
+  const u = j.upgrade, c = j.counts;
+  const mode = `${u.dry_run ? "dry run: judged, none moved" : "runs moved"}${u.ramp ? `, ${u.ramp}% of them (by run ID)` : ""}`;
+  return `<dt>Upgrade</dt><dd>the live runs of <strong>${esc(u.name)}</strong> to build <span class="mono" title="${esc(u.to)}">${esc(u.to.slice(0, 12))}</span> (${mode})</dd>
+    <dt>Verdict</dt><dd data-testid="upgrade-verdict">${c.done} ${u.dry_run ? "would move" : "moved"}, ${c.failed} stay pinned, ${c.skipped} not concerned</dd>`;
+}
+
+// The runs an upgrade leaves pinned, each with its first divergence.
+function upgradeVerdicts(j) {
+  if (!j.errors.length) return `<p class="muted" data-testid="upgrade-pinned">Every run judged replays on the new build.</p>`;
+  return `<h2>Stay pinned: their journal does not replay on the new build</h2>
+    <table data-testid="upgrade-pinned"><thead><tr><th>Run</th><th>First divergence</th></tr></thead><tbody>
+    ${j.errors.map((e) => `<tr data-testid="pinned-row"><td>${runLink(e.run_id)}</td><td class="error wrap">${esc(e.error)}</td></tr>`).join("")}</tbody></table>`;
+}
+
 function jobPage(jobId) {
   main.innerHTML = `<h1>Job <span class="mono">${esc(jobId)}</span></h1><div id="job"><p class="muted">Loading…</p></div>`;
   return every(1000, async () => {
@@ -248,13 +278,14 @@ function jobPage(jobId) {
         <div class="card"><dl>
           <dt>Action</dt><dd>${esc(j.action)}${j.force ? " (force)" : ""}${j.reason ? ` <span class="muted">${esc(j.reason)}</span>` : ""}</dd>
           <dt>Runs</dt><dd class="mono">${filterText(j.filter)}, admitted before ${time(j.filter.until_ms)}</dd>
+          ${j.upgrade ? upgradeRows(j) : ""}
           <dt>State</dt><dd data-testid="job-state">${badge(j.state)} ${j.state === "running" ? '<button data-testid="job-cancel" id="job-cancel">Stop</button>' : ""}</dd>
           <dt>Progress</dt><dd>${jobProgress(j)}</dd>
           <dt>Submitted</dt><dd>${time(j.created_at_ms)}</dd>
           ${j.finished_at_ms ? `<dt>Ended</dt><dd>${time(j.finished_at_ms)} (${duration(j.finished_at_ms - j.created_at_ms)})</dd>` : ""}
           ${j.worker ? `<dt>Worker</dt><dd class="mono">${esc(j.worker)}</dd>` : ""}
         </dl></div>
-        ${j.errors.length ? `<h2>Failed</h2><table data-testid="job-errors"><tbody>${j.errors.map((e) => `<tr><td>${runLink(e.run_id)}</td><td class="error wrap">${esc(e.error)}</td></tr>`).join("")}</tbody></table>` : ""}`;
+        ${j.upgrade ? upgradeVerdicts(j) : j.errors.length ? `<h2>Failed</h2><table data-testid="job-errors"><tbody>${j.errors.map((e) => `<tr><td>${runLink(e.run_id)}</td><td class="error wrap">${esc(e.error)}</td></tr>`).join("")}</tbody></table>` : ""}`;
       const cancel = document.getElementById("job-cancel");
       if (cancel) cancel.onclick = async () => {
         try { await api(`/v1/jobs/${encodeURIComponent(jobId)}/cancel`, { method: "POST" }); toast("Job stopped"); } catch (e) { toast(e.message, true); }

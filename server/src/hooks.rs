@@ -47,10 +47,7 @@ pub async fn resume(
     body: Body<MAX_BODY>,
 ) -> ApiResult<axum::response::Response> {
     let q = Query::parse(raw);
-    let wait = Wait {
-        ms: wait_ms(q.number("wait_ms")?)?,
-        until: Wait::settled(q.flag("return_on_wait")?),
-    };
+    let wait = Wait::from_query(&q)?;
     let wait_reply = q
         .number("wait_reply_ms")?
         .map(|ms| wait_ms(Some(ms)))

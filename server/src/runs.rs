@@ -99,6 +99,15 @@ pub(crate) struct Wait {
 }
 
 impl Wait {
+    /// The wait a request's query asks for: `wait_ms` (bounded) and
+    /// `return_on_wait`.
+    pub(crate) fn from_query(q: &Query) -> ApiResult<Wait> {
+        Ok(Wait {
+            ms: wait_ms(q.number("wait_ms")?)?,
+            until: Wait::settled(q.flag("return_on_wait")?),
+        })
+    }
+
     /// Until the run waits (`return_on_wait`), or else until it ends.
     pub(crate) fn settled(return_on_wait: bool) -> Until {
         match return_on_wait {
@@ -324,10 +333,7 @@ pub async fn retry(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<RunView>> {
     let q = Query::parse(raw);
-    let wait = Wait {
-        ms: wait_ms(q.number("wait_ms")?)?,
-        until: Wait::settled(q.flag("return_on_wait")?),
-    };
+    let wait = Wait::from_query(&q)?;
     let run = match q.one("on") {
         Some(target) => s.keel.retry_on(&run_id, &target).await?,
         None => s.keel.retry(&run_id).await?,
@@ -394,10 +400,7 @@ pub async fn resume(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<RunView>> {
     let q = Query::parse(raw);
-    let wait = Wait {
-        ms: wait_ms(q.number("wait_ms")?)?,
-        until: Wait::settled(q.flag("return_on_wait")?),
-    };
+    let wait = Wait::from_query(&q)?;
     let run = s.keel.resume_run(&run_id, by).await?;
     let run = match run.status.is_final() {
         true => run,
@@ -417,10 +420,7 @@ pub async fn restart(
     body: Body<MAX_BODY>,
 ) -> ApiResult<Json<RunView>> {
     let q = Query::parse(raw);
-    let wait = Wait {
-        ms: wait_ms(q.number("wait_ms")?)?,
-        until: Wait::settled(q.flag("return_on_wait")?),
-    };
+    let wait = Wait::from_query(&q)?;
     let request: RestartRequest = json_object(body)?;
     let point = request.point().map_err(ApiError::invalid)?;
     let run = s
@@ -443,10 +443,7 @@ pub async fn fork(
     body: Body<MAX_BODY>,
 ) -> ApiResult<(StatusCode, Json<RunView>)> {
     let q = Query::parse(raw);
-    let wait = Wait {
-        ms: wait_ms(q.number("wait_ms")?)?,
-        until: Wait::settled(q.flag("return_on_wait")?),
-    };
+    let wait = Wait::from_query(&q)?;
     let request: ForkRequest = json_object(body)?;
     let point = request.restart().point().map_err(ApiError::invalid)?;
     let options = keel_host::ForkOptions {

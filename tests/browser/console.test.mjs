@@ -415,6 +415,33 @@ try {
   assert.match(await lostAttempt.innerText(), /lost with its worker:\s+lost with worker \S+, which stopped while the attempt ran; worker \S+ took the run over/);
   assert.match(await lostAttempts.locator('[data-testid=attempt-row][data-attempt="2"]').innerText(), /succeeded/);
 
+  // An upgrade judged from the console: a build whose step_then_sleep
+  // starts with another step is deployed as the testbed's next; its dry
+  // run lists the waiting run of step_then_sleep as pinned, naming where
+  // its journal and the new code part, and moves nothing.
+  const reorderedPath = process.env.KEEL_REORDERED;
+  assert.ok(reorderedPath, "set KEEL_REORDERED to the testbed's reordered build");
+  const pinnedRun = await api("/v1/workflows/step_then_sleep/runs", { input: [5, 3600000], wait_ms: 10000, return_on_wait: true });
+  assert.equal(pinnedRun.status, "waiting");
+  const { readFile } = await import("node:fs/promises");
+  const deployed = await fetch(`${base}/v1/deployments?name=testbed`, {
+    method: "POST", headers: { "content-type": "application/wasm" }, body: await readFile(reorderedPath),
+  });
+  const deployedText = await deployed.text();
+  assert.equal(deployed.status, 201, deployedText);
+  const reordered = JSON.parse(deployedText);
+  await page.goto(`${base}/#/deployments/testbed`);
+  await page.locator("[data-testid=upgrade-dry-run]").click();
+  await page.waitForURL(/#\/jobs\//);
+  await page.locator("[data-testid=job-state]", { hasText: "completed" }).waitFor();
+  const verdict = await page.locator("[data-testid=upgrade-verdict]").innerText();
+  assert.match(verdict, /would move, [1-9]\d* stay pinned/, verdict);
+  const pinnedRow = page.locator("[data-testid=upgrade-pinned] [data-testid=pinned-row]", { hasText: pinnedRun.run_id });
+  await pinnedRow.waitFor();
+  assert.match(await pinnedRow.innerText(), /does not replay on build/);
+  assert.equal((await api(`/v1/runs/${pinnedRun.run_id}`)).component_hash, pinnedRun.component_hash, "a dry run moves nothing");
+  assert.notEqual(reordered.hash, pinnedRun.component_hash);
+
   assert.deepEqual(errors, [], "the console threw");
   console.log(`console test passed; screenshot in ${screenshot}`);
 } finally {

@@ -1228,9 +1228,10 @@ export interface components {
              */
             on?: string | null;
             /**
-             * @description The fork's run ID, chosen by the client so that a fork whose answer
-             *     was lost is asked again into the same run (409 `run_exists` then,
-             *     naming it); a new one if absent.
+             * @description The fork's run ID, chosen by the client (letters, digits, `-`,
+             *     `_`, `.`, `:`; at most 128) so that a fork whose answer was lost is
+             *     asked again into the same run (409 `run_exists` then, naming it); a
+             *     new one if absent.
              */
             run_id?: string | null;
         } & ({

@@ -14,16 +14,6 @@ use super::Keel;
 use super::drive::ActiveRun;
 use crate::{Error, Result};
 
-/// The statuses of the runs an upgrade looks at: every live one.
-const LIVE: [RunStatus; 6] = [
-    RunStatus::Pending,
-    RunStatus::Running,
-    RunStatus::Waiting,
-    RunStatus::Scheduled,
-    RunStatus::Queued,
-    RunStatus::Paused,
-];
-
 impl Keel {
     /// Submits the upgrade of deployment `name`'s live runs pinned to its
     /// older builds to build `to` (a deployment name, whose current build
@@ -49,7 +39,7 @@ impl Keel {
         let request = BulkRequest {
             action: BulkAction::Upgrade,
             filter: RunFilter {
-                statuses: LIVE.to_vec(),
+                statuses: RunStatus::live(),
                 ..RunFilter::default()
             },
             reason: None,

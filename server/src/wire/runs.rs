@@ -258,10 +258,12 @@ pub struct ForkRequest {
     /// The fork's input (the source's if absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
-    /// The fork's run ID, chosen by the client so that a fork whose answer
-    /// was lost is asked again into the same run (409 `run_exists` then,
-    /// naming it); a new one if absent.
+    /// The fork's run ID, chosen by the client (letters, digits, `-`,
+    /// `_`, `.`, `:`; at most 128) so that a fork whose answer was lost is
+    /// asked again into the same run (409 `run_exists` then, naming it); a
+    /// new one if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = keel_core::ids::NAME_PATTERN))]
     pub run_id: Option<String>,
 }
 
