@@ -385,8 +385,12 @@ impl JobRecord {
         self.cursor = next_cursor;
     }
 
-    /// Counts what became of `run_id`.
+    /// Counts what became of `run_id`, and takes it off the page's runs
+    /// in flight: a record written from here on (a claim renewed mid-page)
+    /// leaves it to no worker that resumes the page, so no run is acted
+    /// on or counted twice.
     pub fn record(&mut self, run_id: &RunId, outcome: RunOutcome) {
+        self.in_flight.retain(|r| r.run_id != *run_id);
         match outcome {
             RunOutcome::Done => self.counts.done += 1,
             RunOutcome::Skipped => self.counts.skipped += 1,
@@ -574,6 +578,8 @@ mod tests {
         };
         job.begin_page(vec![run("a"), run("b")], Some("9-b".into()));
         job.record(&"a".into(), RunOutcome::Done);
+        let left: Vec<&str> = job.in_flight.iter().map(|r| r.run_id.as_str()).collect();
+        assert_eq!(left, ["b"], "a run counted is left to no worker resuming the page");
         job.record(&"b".into(), RunOutcome::Failed("boom".into()));
         job.end_page(10);
         assert_eq!(job.state, JobState::Running);

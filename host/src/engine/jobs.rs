@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use keel_core::bulk::{
     BulkAction, BulkRequest, InFlight, JOB_PAGE, JobRecord, JobState, RunOutcome,
 };
+use keel_core::journal::Fact;
 use keel_core::query::MAX_PAGE;
 use keel_core::{RunCursor, RunRecord};
 use keel_store::StoreError;
@@ -269,10 +270,14 @@ impl Keel {
                     Err(e) => return RunOutcome::Failed(e.to_string()),
                 },
                 BulkAction::Cancel => record.status == keel_core::RunStatus::Cancelled,
-                BulkAction::Delete
-                | BulkAction::Pause
-                | BulkAction::Resume
-                | BulkAction::Upgrade => false,
+                // Moved by this job before its worker was lost.
+                BulkAction::Upgrade => match self.store().journal(&run.run_id).await {
+                    Ok(journal) => journal.iter().any(
+                        |e| matches!(&e.fact, Fact::RunMoved { by, .. } if *by == job_actor(job)),
+                    ),
+                    Err(e) => return RunOutcome::Failed(e.to_string()),
+                },
+                BulkAction::Delete | BulkAction::Pause | BulkAction::Resume => false,
             };
             if landed {
                 return RunOutcome::Done;
@@ -285,7 +290,7 @@ impl Keel {
         {
             return RunOutcome::Skipped;
         }
-        let by = format!("job {}", job.job_id);
+        let by = job_actor(job);
         if let Some(upgrade) = &request.upgrade {
             return self.move_run(&run.run_id, upgrade, &by).await;
         }
@@ -361,4 +366,9 @@ fn refuse_unfiltered(request: &BulkRequest) -> Result<()> {
         Some(reason) => Err(Error::InvalidRequest { reason }),
         None => Ok(()),
     }
+}
+
+/// Who a job's actions are journaled as being by.
+fn job_actor(job: &JobRecord) -> String {
+    format!("job {}", job.job_id)
 }
