@@ -579,7 +579,11 @@ mod tests {
         job.begin_page(vec![run("a"), run("b")], Some("9-b".into()));
         job.record(&"a".into(), RunOutcome::Done);
         let left: Vec<&str> = job.in_flight.iter().map(|r| r.run_id.as_str()).collect();
-        assert_eq!(left, ["b"], "a run counted is left to no worker resuming the page");
+        assert_eq!(
+            left,
+            ["b"],
+            "a run counted is left to no worker resuming the page"
+        );
         job.record(&"b".into(), RunOutcome::Failed("boom".into()));
         job.end_page(10);
         assert_eq!(job.state, JobState::Running);
