@@ -100,4 +100,4 @@ echo "== schemathesis against /openapi.json" >&2
 schemathesis --config-file "$here/tests/schemathesis.toml" run "$url/openapi.json" \
     --exclude-operation-id deploy \
     --max-examples "${SCHEMATHESIS_EXAMPLES:-25}" --seed 1 \
-    --request-timeout 70 --no-color
+    --no-color
