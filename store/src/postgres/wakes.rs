@@ -94,12 +94,15 @@ impl PauseStore for PgStore {
     }
 }
 
-/// Whether `run_id` has not ended, with its row locked shared (it cannot
-/// end until the transaction does); [`StoreError::RunNotFound`] without one.
+/// Whether `run_id` has not ended, with its row locked (it cannot end
+/// until the transaction does); [`StoreError::RunNotFound`] without one.
+/// The lock is the one the transaction's update of the row (its wake)
+/// takes, taken first: two requests at once queue on it, where shared
+/// locks each upgraded to update the row deadlock each other.
 async fn lock_live(tx: &Transaction<'_>, run_id: &str) -> Result<bool> {
     let live = tx
         .row(
-            "SELECT live FROM runs WHERE run_id = $1 FOR SHARE",
+            "SELECT live FROM runs WHERE run_id = $1 FOR NO KEY UPDATE",
             &[&run_id],
         )
         .await
