@@ -255,17 +255,7 @@ impl Trial {
             .any(|s| matches!(s, Scripted::Upgrade { .. }));
         // A run to be upgraded belongs to a deployment the upgrade moves.
         let component = match upgrades {
-            true => {
-                let bytes = std::fs::read(&test.component).map_err(|source| Error::Io {
-                    path: test.component.clone(),
-                    source,
-                })?;
-                let spec = crate::DeploySpec {
-                    name: Some(crate::script::UPGRADED_NAME.into()),
-                    ..crate::DeploySpec::default()
-                };
-                keel.deploy(&test.component, &bytes, spec).await?.1
-            }
+            true => crate::script::deploy_upgraded(keel, &test.component).await?,
             false => keel.load(&test.component).await?,
         };
         let options = StartOptions {

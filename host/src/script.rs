@@ -48,6 +48,23 @@ pub enum Scripted {
 /// The deployment name a scripted upgrade moves runs within.
 pub const UPGRADED_NAME: &str = "scripted";
 
+/// Deploys the component at `path` as the next build of
+/// [`UPGRADED_NAME`].
+pub(crate) async fn deploy_upgraded(
+    keel: &Keel,
+    path: &std::path::Path,
+) -> Result<std::sync::Arc<crate::component::Loaded>> {
+    let bytes = std::fs::read(path).map_err(|source| crate::Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let spec = crate::DeploySpec {
+        name: Some(UPGRADED_NAME.into()),
+        ..crate::DeploySpec::default()
+    };
+    Ok(keel.deploy(path, &bytes, spec).await?.1)
+}
+
 /// How a scripted drive ended.
 #[derive(Debug)]
 pub enum Driven {
@@ -130,15 +147,7 @@ async fn take(keel: &Keel, run_id: &str, step: &Scripted) -> Result<()> {
             keel.resume_run(run_id, "script").await?;
         }
         Scripted::Upgrade { to } => {
-            let bytes = std::fs::read(to).map_err(|source| crate::Error::Io {
-                path: to.clone(),
-                source,
-            })?;
-            let spec = crate::DeploySpec {
-                name: Some(UPGRADED_NAME.into()),
-                ..crate::DeploySpec::default()
-            };
-            keel.deploy(to, &bytes, spec).await?;
+            deploy_upgraded(keel, to).await?;
             let job = keel
                 .submit_upgrade(UPGRADED_NAME, UPGRADED_NAME, false, None)
                 .await?;
