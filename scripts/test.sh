@@ -68,9 +68,12 @@ postgres_lane=$!
 # (the workspace's test targets, so nothing is built again), with strict
 # durability for workflows that declare none: the tests written for
 # strict keep running under it, and PostgreSQL sees a write per step.
+# The 300,000-event entity runs on sled only (three minutes of a debug
+# build); what it relies on of a store, a continuation's handover, is a
+# conformance case on both.
 status=0
 KEEL_TEST_STORE=postgres KEEL_TEST_DURABILITY=strict \
-    timed postgres pass postgres --test engine --test api "$@" || status=$?
+    timed postgres pass postgres --test engine --test api -E 'not test(300_000)' "$@" || status=$?
 wait $sled_lane || status=$?
 wait $postgres_lane || status=$?
 echo "== the checks from outside on sled, then the clients (e2e-server.sh, clients.sh)" >&2

@@ -1415,6 +1415,46 @@ fn crashtest_covers_a_restart_a_fork_and_an_upgrade() {
 }
 
 #[test]
+fn crashtest_covers_a_workflow_that_continues_as_new() {
+    // Two continuations, then an end: whichever write a crash takes (a
+    // continuation's admission with its token's handover, the old run's
+    // end, a step), the chain ends as the clean one did, each run once.
+    let (out, report) = crashtest(&[
+        "crashtest",
+        keel_tests::TESTBED,
+        "countdown",
+        "--input",
+        "[2,0]",
+    ]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["clean"]["status"], "completed", "{report}");
+    assert_eq!(report["clean"]["output"], "3", "three runs: {report}");
+    let ends = journal_ends(&report);
+    assert!(
+        ends.contains(&"run_continued"),
+        "a crash at a continuation's end: {ends:?}"
+    );
+    // Every run's writes are crash points, and each continuation's
+    // admission is one more: three runs have more than three times the
+    // points of one.
+    let (out, single) = crashtest(&[
+        "crashtest",
+        keel_tests::TESTBED,
+        "countdown",
+        "--input",
+        "[0,0]",
+    ]);
+    assert!(out.status.success(), "{single}");
+    let points = |r: &Value| r["points"].as_array().unwrap().len();
+    assert!(
+        points(&report) > 3 * points(&single),
+        "{} crash points for three runs, {} for one",
+        points(&report),
+        points(&single)
+    );
+}
+
+#[test]
 fn crashtest_names_the_crash_point_where_a_step_repeats_its_effect() {
     let files = tempfile::tempdir().unwrap();
     let dir = files.path().to_str().unwrap();

@@ -150,6 +150,8 @@ pub enum Outcome {
     Failed { kind: String, message: String },
     /// The activation could not go on (the journal ended, or it waits).
     Suspended,
+    /// The workflow continued as new with this input.
+    Continued(String),
 }
 
 /// What an activation did, beside how it ended.
@@ -194,6 +196,14 @@ pub fn verdict(entries: &[Entry], outcome: Outcome, trace: Trace) -> Verdict {
             _ => Verdict::Ok {
                 output: Some(output),
             },
+        },
+        Outcome::Continued(_) if issued < recorded => ended_early("continued as new".into()),
+        Outcome::Continued(input) => match recorded_end {
+            Some(Fact::RunContinued { input: r, .. }) if *r != input => Verdict::OutputDiffers {
+                recorded: r.clone(),
+                replayed: input,
+            },
+            _ => Verdict::Ok { output: None },
         },
         Outcome::Suspended if recorded_end.is_some() => Verdict::WentFurther { issued, recorded },
         Outcome::Suspended => Verdict::Ok { output: None },

@@ -39,7 +39,8 @@ pub fn next_at(run: &RunRecord) -> Option<u64> {
         | RunStatus::Paused
         | RunStatus::Completed
         | RunStatus::Failed
-        | RunStatus::Cancelled => None,
+        | RunStatus::Cancelled
+        | RunStatus::Continued => None,
     }
 }
 

@@ -170,6 +170,7 @@ impl JournalFile {
             Some(Fact::RunCancelled | Fact::RunEndedCancelled { .. }) => {
                 (RunStatus::Cancelled, None, None)
             }
+            Some(Fact::RunContinued { .. }) => (RunStatus::Continued, None, None),
             _ => (RunStatus::Waiting, None, None),
         };
         let at = |e: Option<&Entry>| e.map_or(0, |e| e.at_ms);

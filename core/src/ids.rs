@@ -223,6 +223,30 @@ impl RunId {
     pub fn child(&self, command: u32) -> RunId {
         RunId(format!("{}.{command}", self.0))
     }
+
+    /// The ID of the run this run continues as when its workflow continues
+    /// as new: a UUID (version 8) of the SHA-256 of this ID, so that a
+    /// recovered run that continues again finds the run it started, and a
+    /// chain of continuations keeps IDs of one length.
+    pub fn continued(&self) -> RunId {
+        use sha2::Digest;
+        let digest = sha2::Sha256::new()
+            .chain_update(b"keel continue-as-new\0")
+            .chain_update(self.0.as_bytes())
+            .finalize();
+        let mut b: [u8; 16] = digest[..16].try_into().expect("a SHA-256 has 32 bytes");
+        b[6] = (b[6] & 0x0f) | 0x80;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        RunId(format!(
+            "{}-{}-{}-{}-{}",
+            &hex[..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..]
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -237,6 +261,12 @@ mod tests {
         assert_ne!(run.step_id(3), RunId::from("0192-b").step_id(3));
         assert_eq!(run.default_hook_token(1), "0192-a:hook:1");
         assert_eq!(run.child(2), "0192-a.2");
+        let next = run.continued();
+        assert_eq!(next, run.continued());
+        assert_ne!(next, RunId::from("0192-b").continued());
+        assert_eq!(next.continued().len(), 36, "{next}");
+        assert_eq!(RunId::parse(&next).unwrap(), next);
+        assert_eq!(&next[14..15], "8", "a version-8 UUID: {next}");
     }
 
     #[test]

@@ -217,6 +217,22 @@ impl JournalIndex {
             .unwrap_or(0)
     }
 
+    /// How many payloads of its start token the run took: those of the
+    /// hook its workflow bound to its start token (`BoundToStart`), none
+    /// if it never bound one. A continuation takes over the rest.
+    pub fn start_payloads_taken(&self) -> u64 {
+        self.effective()
+            .find_map(|e| match &e.fact {
+                Fact::HookCreated {
+                    token,
+                    registration: crate::journal::HookRegistration::BoundToStart,
+                    ..
+                } => Some(self.payloads_taken(token)),
+                _ => None,
+            })
+            .unwrap_or(0)
+    }
+
     /// The payloads a retry skipped, as `(token, index)`: a hook's
     /// `hook-next` is given the first payload after them.
     pub fn skipped_payloads(&self) -> HashSet<(String, u64)> {

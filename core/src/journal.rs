@@ -294,6 +294,13 @@ pub enum Fact {
         to: String,
         by: String,
     },
+    /// The workflow continued as new: the run ended here, and run
+    /// `next_run_id` (of the same workflow and build, with `input`) took
+    /// over its start token, its attributes and its parent.
+    RunContinued {
+        next_run_id: String,
+        input: String,
+    },
 }
 
 /// How the store answered a workflow's `create_hook`.
@@ -321,6 +328,7 @@ impl Fact {
                 | Fact::RunFailed { .. }
                 | Fact::RunCancelled
                 | Fact::RunEndedCancelled { .. }
+                | Fact::RunContinued { .. }
         )
     }
 

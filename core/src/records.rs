@@ -47,12 +47,21 @@ pub enum RunStatus {
     /// Paused by an operator (`keel runs pause`): no code of it runs until
     /// it is resumed; payloads sent to it queue.
     Paused,
+    /// Ended by continuing as new: a run of the same workflow took over
+    /// (its ID is [`crate::ids::continued_run_id`] of this one's).
+    Continued,
 }
 
 impl RunStatus {
     /// The status in snake case.
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+
+    /// Every status, in order.
+    pub fn all() -> Vec<RunStatus> {
+        use strum::IntoEnumIterator;
+        RunStatus::iter().collect()
     }
 
     /// Every status a run lives in (none of them final), in order.
@@ -86,7 +95,7 @@ impl RunStatus {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Continued
         )
     }
 }
@@ -464,7 +473,7 @@ mod tests {
         assert_eq!(
             err,
             "`sleeping` is not a run status; use pending, running, waiting, completed, \
-             failed, cancelled, scheduled, queued, paused"
+             failed, cancelled, scheduled, queued, paused, continued"
         );
     }
 
@@ -515,6 +524,7 @@ mod tests {
             RunStatus::Completed,
             RunStatus::Failed,
             RunStatus::Cancelled,
+            RunStatus::Continued,
         ] {
             assert_eq!(RunStatus::parse(s.as_str()), Some(s));
         }

@@ -316,6 +316,10 @@ pub fn every_fact() -> Vec<Fact> {
             to: s("c3d4"),
             by: s("job j-1"),
         },
+        Fact::RunContinued {
+            next_run_id: s("0190a5b8-7c2e-8d41-9f3a-5b6c7d8e9f01"),
+            input: s("{\"seen\":3}"),
+        },
     ]
 }
 

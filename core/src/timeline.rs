@@ -331,7 +331,8 @@ pub fn timeline(journal: &[Entry]) -> Vec<Row> {
             Fact::RunCompleted { .. }
             | Fact::RunFailed { .. }
             | Fact::RunCancelled
-            | Fact::RunEndedCancelled { .. } => {
+            | Fact::RunEndedCancelled { .. }
+            | Fact::RunContinued { .. } => {
                 for r in rows
                     .iter_mut()
                     .filter(|r| r.kind == RowKind::Hook && r.status == RowStatus::Open)

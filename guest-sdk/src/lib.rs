@@ -60,8 +60,8 @@ pub use hooks::{
 };
 pub use keel_sdk_macros::{component, step, workflow};
 pub use metadata::{
-    LogLevel, StepMetadata, WorkflowMetadata, log, patched, set_attribute, set_query,
-    step_metadata, workflow_metadata,
+    LogLevel, StepMetadata, WorkflowMetadata, continue_as_new, log, patched, set_attribute,
+    set_query, step_metadata, workflow_metadata,
 };
 pub use saga::Saga;
 pub use stream::{StreamWriter, stream};

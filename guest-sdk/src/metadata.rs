@@ -62,6 +62,31 @@ pub fn set_query<T: serde::Serialize + ?Sized>(name: &str, value: &T) -> Result<
         .map_err(|reason| crate::Error::Custom(format!("setting query `{name}`: {reason}")))
 }
 
+/// Ends this run and starts a run of the same workflow, on the same build,
+/// with `input` in its place (Temporal's continue-as-new): the new run
+/// takes over the start token, with the payloads this run did not take,
+/// its attributes and its parent, whose wait for this run follows the new
+/// one. A workflow that lives for months (an entity handling events)
+/// continues as new every few thousand events so that no journal grows
+/// past its bound. Never returns when it succeeds; the error it returns
+/// (an input that is no JSON, or over the payload bound) changed nothing.
+///
+/// ```ignore
+/// if seen % 1_000 == 0 {
+///     return Err(keel_sdk::continue_as_new(&state));
+/// }
+/// ```
+pub fn continue_as_new<T: serde::Serialize + ?Sized>(input: &T) -> crate::Error {
+    let json = match serde_json::to_string(input) {
+        Ok(json) => json,
+        Err(e) => return crate::Error::Custom(format!("continuing as new: {e}")),
+    };
+    match workflow_context::continue_as_new(&json) {
+        Ok(()) => crate::Error::Custom("continuing as new returned".into()),
+        Err(reason) => crate::Error::Custom(format!("continuing as new: {reason}")),
+    }
+}
+
 /// The running workflow's metadata. Only callable inside a workflow.
 pub fn workflow_metadata() -> WorkflowMetadata {
     let m = workflow_context::metadata();

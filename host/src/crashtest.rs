@@ -444,7 +444,8 @@ fn short(hash: &str) -> &str {
     &hash[..hash.len().min(12)]
 }
 
-/// Drives the run until it ends (and, with a restart asked, restarts it
+/// Drives the run until it ends, following the runs that continue it
+/// (and, with a restart asked, restarts it
 /// once and drives it to its end again; with a fork asked, forks it and
 /// drives the fork to its end, which it returns); a run left waiting for
 /// something outside it (a hook, an event, another run) with nothing left
@@ -453,6 +454,11 @@ fn short(hash: &str) -> &str {
 /// unanswered would: a write that landed unheard is not made twice.
 async fn run_to_end(keel: &Keel, trial: &Trial, test: &CrashTest) -> Result<keel_core::RunRecord> {
     let mut run = drive_to_end(keel, trial, test, &trial.run_id).await?;
+    // A workflow that continues as new ends with the last run of its
+    // chain, each driven in turn (their IDs derive from the first's).
+    while run.status == RunStatus::Continued {
+        run = drive_to_end(keel, trial, test, &run.run_id.continued()).await?;
+    }
     if let Some(point) = &test.restart_from {
         let journal = keel.journal(&trial.run_id).await?;
         let restarted = journal

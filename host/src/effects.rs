@@ -34,6 +34,9 @@ pub enum Effect {
     Hook,
     /// A run the workflow starts.
     ChildStart,
+    /// The run that continues this one (continue-as-new), whose input the
+    /// journal so far decided.
+    Continue,
     /// A child the run's end cancels (its close policy), whose cleanup
     /// then runs.
     ChildCancel,
@@ -60,6 +63,7 @@ impl Effect {
             Effect::StepHookResume => "step_hook_resume",
             Effect::Hook => "hook",
             Effect::ChildStart => "child_start",
+            Effect::Continue => "continue",
             Effect::ChildCancel => "child_cancel",
             Effect::HookReply => "hook_reply",
             Effect::Wait => "wait",

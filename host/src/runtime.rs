@@ -14,7 +14,7 @@ use wasmtime::component::Linker;
 
 use wasmtime::{CallHook, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::activation::{Activation, Offline, Outside, RunJournal, Suspend};
+use crate::activation::{Activation, ContinueAsNew, Offline, Outside, RunJournal, Suspend};
 use crate::component::{self, Loaded, describe_trap};
 use crate::config::Config;
 use crate::sandbox::{self, GuestLog, HostState, Pulse};
@@ -26,6 +26,8 @@ pub(crate) enum Ended {
     Completed(String),
     Failed(Error),
     Suspended(Suspend),
+    /// The workflow continued as new with this input.
+    Continued(String),
 }
 
 impl Ended {
@@ -38,6 +40,7 @@ impl Ended {
                 message: e.to_string(),
             },
             Ended::Suspended(_) => Outcome::Suspended,
+            Ended::Continued(input) => Outcome::Continued(input.clone()),
         }
     }
 }
@@ -191,6 +194,10 @@ impl Runtime {
     fn classify(&self, e: wasmtime::Error, run: &RunRecord, log: &GuestLog) -> Ended {
         let e = match e.downcast::<Suspend>() {
             Ok(suspend) => return Ended::Suspended(suspend),
+            Err(e) => e,
+        };
+        let e = match e.downcast::<ContinueAsNew>() {
+            Ok(next) => return Ended::Continued(next.input),
             Err(e) => e,
         };
         let e = match e.downcast::<Error>() {

@@ -57,7 +57,7 @@ function badge(status) {
   return `<span class="badge ${esc(status)}" data-testid="status">${esc(status)}</span>`;
 }
 
-const ended = (status) => ["completed", "failed", "cancelled"].includes(status);
+const ended = (status) => ["completed", "failed", "cancelled", "continued"].includes(status);
 
 function toast(message, bad = false) {
   const t = document.getElementById("toast");
@@ -84,7 +84,7 @@ function runsPage(params) {
     <h1>Runs</h1>
     <div class="toolbar">
       <select id="status" data-testid="status-filter">
-        ${["", "pending", "scheduled", "queued", "running", "waiting", "paused", "completed", "failed", "cancelled"]
+        ${["", "pending", "scheduled", "queued", "running", "waiting", "paused", "completed", "failed", "cancelled", "continued"]
           .map((s) => `<option value="${s}" ${s === status ? "selected" : ""}>${s || "any status"}</option>`).join("")}
       </select>
       <input id="search" type="search" placeholder="Run ID or workflow" value="${esc(search)}" data-testid="search">
@@ -507,6 +507,7 @@ function runPage(runId) {
           ${r.concurrency ? `<dt>Concurrency</dt><dd data-testid="concurrency">${slotText(r.concurrency)}</dd>` : ""}
           ${Object.keys(r.attributes || {}).length ? `<dt>Attributes</dt><dd data-testid="attributes">${Object.entries(r.attributes).map(([k, v]) => `<span class="mono">${esc(k)}=${esc(v)}</span>`).join(" ")}</dd>` : ""}
           ${traceOf(d) ? `<dt>Trace</dt><dd class="mono" data-testid="trace" title="OpenTelemetry trace ID: find the run's spans by it">${esc(traceOf(d))}</dd>` : ""}
+          ${r.continued_as ? `<dt>Continued as</dt><dd class="mono"><a data-testid="continued-as" href="#/runs/${encodeURIComponent(r.continued_as)}">${esc(r.continued_as)}</a></dd>` : ""}
           ${r.parent_run_id ? `<dt>Parent</dt><dd class="mono"><a data-testid="parent" href="#/runs/${encodeURIComponent(r.parent_run_id)}">${esc(r.parent_run_id)}</a></dd>` : ""}
         </dl>
         ${ended(r.status) ? `<p><button class="danger" id="delete" data-testid="delete">Delete run</button></p>` : `<p><button class="danger" id="cancel" data-testid="cancel">Cancel run</button></p>`}

@@ -298,16 +298,7 @@ impl Observer for Metrics {
                 })
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
         };
-        for status in [
-            RunStatus::Pending,
-            RunStatus::Scheduled,
-            RunStatus::Queued,
-            RunStatus::Running,
-            RunStatus::Waiting,
-            RunStatus::Completed,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-        ] {
+        for status in RunStatus::all() {
             let count = stats.runs_by_status.get(status.as_str()).copied();
             set("runs", status.as_str(), count.unwrap_or(0));
         }

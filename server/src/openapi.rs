@@ -210,7 +210,7 @@ pub fn document() -> Value {
             &[("201", "The run, admitted (ended if it did within wait_ms)", Some(&run))],
             &["400", "404", "409", "413", "503", "507"])},
         "/v1/runs": {"get": op("listRuns", "Runs, newest first, filtered and paged", vec![
-                query("status", "Only runs with these statuses (repeated, or comma-separated)", json!({"type": "array", "items": {"enum": ["pending", "scheduled", "running", "waiting", "completed", "failed", "cancelled"]}})),
+                query("status", "Only runs with these statuses (repeated, or comma-separated)", json!({"type": "array", "items": {"enum": keel_host::core::RunStatus::all().iter().map(|s| s.as_str()).collect::<Vec<_>>()}})),
                 query("workflow", "Only runs of this workflow", json!({"type": "string"})),
                 query("since_ms", "Only runs created at or after this time (ms since the epoch)", u64.clone()),
                 query("until_ms", "Only runs created before this time", u64.clone()),

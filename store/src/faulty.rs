@@ -247,6 +247,11 @@ impl<S: Store + ?Sized> RunStore for FaultyStore<S> {
         if self.lose_start_hooks.load(Ordering::SeqCst) {
             admission.start_hook = None;
         }
+        // A continuation's admission (continue-as-new) is a write of the
+        // run that continues: a crash point.
+        if admission.handover.is_some() {
+            return self.journal_write(self.inner.admit(admission)).await;
+        }
         self.confirm(self.inner.admit(admission).await)
     }
     async fn import(&self, run: &RunRecord, journal: &[Entry]) -> Result<()> {

@@ -38,11 +38,13 @@ use keel_core::{
 
 mod admission;
 pub mod conformance;
+mod continuation;
 mod error;
 pub mod faulty;
 pub mod postgres;
 pub mod sled;
 
+pub use continuation::latest_run;
 pub use error::{Result, StoreError};
 
 /// A run to admit, with everything that must be written with it.
@@ -65,6 +67,22 @@ pub struct Admission<'a> {
     /// drives it at once: no other worker claims it before the lease
     /// expires (or is released), and it is due when it does.
     pub lease: Option<AdmissionLease<'a>>,
+    /// The run this one continues (continue-as-new), whose start hook it
+    /// takes over in the same transaction.
+    pub handover: Option<Handover<'a>>,
+}
+
+/// A continuation's handover ([`Admission::handover`]): if run `from`
+/// still holds its start hook, the admitted run takes it over, with the
+/// payloads from index `taken` on (those `from` did not take), renumbered
+/// from 0, their payload IDs with them; a retried resume of one of them is
+/// a duplicate delivered to the admitted run.
+#[derive(Clone, Copy, Debug)]
+pub struct Handover<'a> {
+    /// The run that continues as the admitted one.
+    pub from: &'a RunId,
+    /// How many payloads of its start hook `from` took.
+    pub taken: u64,
 }
 
 /// The lease a run is admitted under ([`Admission::lease`]).

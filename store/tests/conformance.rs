@@ -402,6 +402,7 @@ mod postgres {
             flow: None,
             now_ms: 0,
             lease: None,
+            handover: None,
         })
         .await
         .unwrap();

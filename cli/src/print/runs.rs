@@ -116,6 +116,10 @@ pub(crate) fn print_run(run: &RunRecord, json: bool) {
             "paused: no code of it runs (payloads queue) until `keel runs resume {}`",
             run.run_id
         ),
+        (RunStatus::Continued, _) => {
+            let next = run.run_id.continued();
+            println!("continued as new: run {next} goes on (`keel runs show {next}`)");
+        }
         _ => {}
     }
 }

@@ -237,6 +237,7 @@ RunStatus: TypeAlias = Literal[
     'scheduled',
     'queued',
     'paused',
+    'continued',
 ]
 
 
@@ -552,6 +553,7 @@ class RunView(TypedDict):
     children: NotRequired[list[ChildView]]
     component_hash: str
     concurrency: NotRequired[RunSlot | None]
+    continued_as: NotRequired[str | None]
     created_at_ms: int
     error: NotRequired[RunError | None]
     input: Any

@@ -1732,7 +1732,7 @@ export interface components {
             state: components["schemas"]["SlotState"];
         };
         /** @description A run's status. */
-        RunStatus: "pending" | "running" | "waiting" | "completed" | "failed" | "cancelled" | "scheduled" | "queued" | "paused";
+        RunStatus: "pending" | "running" | "waiting" | "completed" | "failed" | "cancelled" | "scheduled" | "queued" | "paused" | "continued";
         /** @description A run. */
         RunView: {
             /** @description Its searchable attributes. */
@@ -1748,6 +1748,11 @@ export interface components {
              *     when its workflow declares a limit; given by single-run reads.
              */
             concurrency?: components["schemas"]["RunSlot"] | null;
+            /**
+             * @description The run that continues this one, when its workflow continued as new
+             *     (`status` is `continued`): its ID derives from this run's.
+             */
+            continued_as?: string | null;
             /** Format: uint64 */
             created_at_ms: number;
             /** @description Why it failed or was cancelled. */
@@ -3903,7 +3908,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Only runs with these statuses (repeated, or comma-separated) */
-                status?: ("pending" | "scheduled" | "running" | "waiting" | "completed" | "failed" | "cancelled")[];
+                status?: ("pending" | "running" | "waiting" | "completed" | "failed" | "cancelled" | "scheduled" | "queued" | "paused" | "continued")[];
                 /** @description Only runs of this workflow */
                 workflow?: string;
                 /** @description Only runs created at or after this time (ms since the epoch) */

@@ -72,6 +72,16 @@ async def ten_steps(n: int) -> int:
 
 
 @keel.workflow
+async def countdown(n: int) -> int:
+    """Counts down from `n`, a step and a new run per number
+    (continue_as_new); returns the number it reached, 0."""
+    if n > 0:
+        await noop(n)
+        keel.continue_as_new(n - 1)
+    return n
+
+
+@keel.workflow
 async def tagged(tenant: str) -> dict:
     """Logs, sets an attribute, writes and closes a stream and asks for a
     patch: the journaled calls besides steps, timers and hooks."""

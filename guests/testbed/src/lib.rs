@@ -995,6 +995,66 @@ async fn running_total(token: String) -> Result<u64, Error> {
     }
 }
 
+/// What an [`entity`] carries from one run of it to the next.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EntityState {
+    /// Its start token, where the numbers are resumed.
+    pub token: String,
+    /// The numbers taken so far, across runs, added up.
+    pub total: u64,
+    /// How many numbers were taken so far, across runs.
+    pub count: u64,
+    /// The runs before this one.
+    pub runs: u64,
+    /// How many numbers a run takes before it continues as new.
+    pub per_run: u64,
+}
+
+/// An entity that lives as long as it is sent numbers: adds up what it
+/// takes from its start token until a 0, continuing as new after every
+/// `per_run` numbers so that no journal holds more than that many;
+/// shows `total`, `count` and `runs` as queries; returns the total.
+#[workflow]
+async fn entity(mut state: EntityState) -> Result<u64, Error> {
+    let mut numbers = keel_sdk::create_hook::<u64>(state.token.clone())?;
+    let show = |s: &EntityState| {
+        keel_sdk::set_query("total", &s.total)?;
+        keel_sdk::set_query("count", &s.count)?;
+        keel_sdk::set_query("runs", &s.runs)
+    };
+    show(&state)?;
+    for _ in 0..state.per_run {
+        let n = numbers.next().await?;
+        if n == 0 {
+            return Ok(state.total);
+        }
+        state.total += n;
+        state.count += 1;
+        show(&state)?;
+    }
+    state.runs += 1;
+    Err(keel_sdk::continue_as_new(&state))
+}
+
+/// Counts down from `n`, a step and a new run per number (continue as
+/// new), and returns how many runs it took.
+#[workflow]
+async fn countdown((n, runs): (u32, u32)) -> Result<u32, Error> {
+    if n == 0 {
+        return Ok(runs + 1);
+    }
+    noop(n).await?;
+    Err(keel_sdk::continue_as_new(&(n - 1, runs + 1)))
+}
+
+/// Starts `countdown` from `n` as a child and returns its output: the
+/// output of the last run of the child's chain.
+#[workflow]
+async fn await_countdown(n: u32) -> Result<u32, Error> {
+    let child = keel_sdk::start("countdown", &(n, 0u32), keel_sdk::StartOptions::default()).await?;
+    child.return_value::<u32>().await
+}
+
 /// A text that is not blank: its schema is a string's, but it refuses to
 /// decode from a blank one, so a payload can fit the hook's schema and
 /// still be refused by the run.
@@ -1108,6 +1168,9 @@ keel_sdk::component!(
         inbox,
         step_then_sleep,
         running_total,
+        entity,
+        countdown,
+        await_countdown,
     ],
     steps = [
         call,

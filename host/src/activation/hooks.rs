@@ -261,7 +261,9 @@ impl Activation {
         let status = match recorded {
             Some(status) => status,
             None => {
-                let run = self.store()?.get_run(&run_id).await;
+                // A run that continued as new stands for the run that
+                // continues it.
+                let run = keel_store::latest_run(self.store()?.as_ref(), &run_id).await;
                 let status = run.map_err(crate::Error::from)?.status.as_str().to_string();
                 self.record_command(Fact::RunStatusRead {
                     command,
@@ -482,7 +484,23 @@ impl Activation {
                     }
                 }
                 Some(External::RunEnd { run_id }) => {
-                    let run = store.get_run(run_id).await.map_err(crate::Error::from)?;
+                    // A run that continued as new ends when the last run
+                    // of its chain does: that one is watched instead.
+                    let run = keel_store::latest_run(store.as_ref(), run_id).await;
+                    let run = run.map_err(crate::Error::from)?;
+                    if run.run_id != *run_id && !run.status.is_final() {
+                        store
+                            .watch(&run.run_id, &self.run_id)
+                            .await
+                            .map_err(crate::Error::from)?;
+                        self.external.insert(
+                            id,
+                            External::RunEnd {
+                                run_id: run.run_id.into_string(),
+                            },
+                        );
+                        continue;
+                    }
                     if !run.status.is_final() {
                         continue;
                     }
@@ -519,5 +537,8 @@ pub(super) fn wit_status(status: &str) -> wit::RunStatus {
         Some(RunStatus::Completed) => wit::RunStatus::Completed,
         Some(RunStatus::Failed) => wit::RunStatus::Failed,
         Some(RunStatus::Cancelled) => wit::RunStatus::Cancelled,
+        // Read through to the run that continues it; as recorded by no
+        // keel, the chain goes on.
+        Some(RunStatus::Continued) => wit::RunStatus::Running,
     }
 }

@@ -380,6 +380,12 @@ impl RunJournal {
         self.lock().index.attributes()
     }
 
+    /// How many payloads of its start token the run took
+    /// ([`keel_core::index::JournalIndex::start_payloads_taken`]).
+    pub fn start_payloads_taken(&self) -> u64 {
+        self.lock().index.start_payloads_taken()
+    }
+
     /// Makes every entry recorded so far (and a pending run record)
     /// durable before `effect`, which may depend on them.
     pub async fn gate(&self, effect: crate::effects::Effect) -> Result<()> {

@@ -55,6 +55,15 @@ pub enum Suspend {
     Paused { request: PauseRequest },
 }
 
+/// Raised out of the guest when its workflow continues as new with
+/// `input`: the activation ends, and the engine starts the run that
+/// continues it ([`crate::runtime::Ended::Continued`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the workflow continues as new")]
+pub struct ContinueAsNew {
+    pub input: String,
+}
+
 /// How often an activation waiting on something outside its run (a
 /// payload, another run's end) looks at the store in case a wake was lost.
 const EXTERNAL_POLL: Duration = Duration::from_secs(1);
@@ -860,6 +869,20 @@ impl WorkflowCalls for Activation {
         keel_core::run_query::check_query(&name, &value, &self.queries)?;
         self.queries.insert(name, value);
         Ok(())
+    }
+
+    fn continue_as_new(&mut self, input: String) -> wasmtime::Result<Result<(), String>> {
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&input) {
+            return Ok(Err(format!("the input is no JSON: {e}")));
+        }
+        let limit = self.outside.limits().max_payload_bytes;
+        if input.len() > limit {
+            return Ok(Err(format!(
+                "an input of {} bytes is over max_payload_bytes ({limit} bytes)",
+                input.len()
+            )));
+        }
+        Err(wasmtime::Error::new(ContinueAsNew { input }))
     }
 
     async fn stream_write(

@@ -9,7 +9,9 @@ use keel_core::file::JournalFile;
 use keel_core::flow;
 use keel_core::journal::{Fact, StartOutcome};
 use keel_core::{Entry, EventOutcome, EventRecord, HookRecord, RunId, RunRecord, RunStatus};
-use keel_store::{Admission, AdmissionLease, Admitted, FlowClaim, KeyClaim, Lease, StoreError};
+use keel_store::{
+    Admission, AdmissionLease, Admitted, FlowClaim, Handover, KeyClaim, Lease, StoreError,
+};
 
 use super::Keel;
 use crate::activation::ChildStart;
@@ -152,11 +154,15 @@ impl Keel {
             Some(id) => RunId::parse(id)?,
             None => RunId::from(uuid::Uuid::now_v7().to_string()),
         };
-        self.admit(component, workflow, input, options, run_id, None)
+        self.admit(component, workflow, input, options, run_id, None, None)
             .await
     }
 
-    async fn admit(
+    /// Admits run `run_id`, the child of `parent` if given, continuing the
+    /// run `handover` names if given (which claims no idempotency key: the
+    /// run it continues claimed it).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn admit(
         &self,
         component: &Loaded,
         workflow: &str,
@@ -164,6 +170,7 @@ impl Keel {
         options: &StartOptions,
         run_id: RunId,
         parent: Option<RunId>,
+        handover: Option<Handover<'_>>,
     ) -> Result<RunRecord> {
         component.check_workflow(workflow)?;
         self.check_capabilities(options)?;
@@ -185,6 +192,7 @@ impl Keel {
             .unwrap_or_else(|| serde_json::json!({}));
         let key = component
             .key(workflow)
+            .filter(|_| handover.is_none())
             .map(|k| Ok::<_, Error>((k.evaluate(&value, &metadata)?, k.ttl_ms)))
             .transpose()?;
         let priority = match options.priority {
@@ -298,6 +306,7 @@ impl Keel {
             }),
             now_ms: now,
             lease,
+            handover,
         };
         let admitted = match self.store().admit(admission).await {
             Ok(admitted) => admitted,
@@ -586,6 +595,7 @@ impl Keel {
                 &start,
                 run_id,
                 Some(child.parent),
+                None,
             )
             .await;
         match admitted {

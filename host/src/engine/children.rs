@@ -44,15 +44,22 @@ impl Keel {
         let mut waiting_on = Vec::new();
         if hold {
             for child in children.iter().filter(|c| c.close == ClosePolicy::Wait) {
-                if self.child_status(&child.run_id).await?.is_final() {
+                let Some(now) = self.child_now(&child.run_id).await? else {
+                    continue;
+                };
+                if now.status.is_final() {
                     continue;
                 }
                 // Watched, then read again, so that its end cannot slip
                 // between the read and the watch.
                 self.store()
-                    .watch(child.run_id.as_str(), run.run_id.as_str())
+                    .watch(now.run_id.as_str(), run.run_id.as_str())
                     .await?;
-                if !self.child_status(&child.run_id).await?.is_final() {
+                if self
+                    .child_now(&child.run_id)
+                    .await?
+                    .is_some_and(|c| !c.status.is_final())
+                {
                     waiting_on.push(child.run_id.clone());
                 }
             }
@@ -60,7 +67,10 @@ impl Keel {
         let mut cancelled = Vec::new();
         let mut gated = false;
         for child in children.iter().filter(|c| c.close == ClosePolicy::Cancel) {
-            if self.child_status(&child.run_id).await?.is_final() {
+            let Some(now) = self.child_now(&child.run_id).await? else {
+                continue;
+            };
+            if now.status.is_final() {
                 continue;
             }
             if !std::mem::replace(&mut gated, true) {
@@ -68,10 +78,10 @@ impl Keel {
             }
             let request = lifecycle::parent_closed(run, self.now_ms());
             // Boxed: cancelling a child may end it, which closes its own.
-            let asked = self.cancel(child.run_id.as_str(), &request.reason, &request.by);
+            let asked = self.cancel(now.run_id.as_str(), &request.reason, &request.by);
             let after = Box::pin(asked).await?;
             if !after.status.is_final() {
-                cancelled.push(child.run_id.clone());
+                cancelled.push(now.run_id.clone());
             }
         }
         Ok(Closing {
@@ -96,13 +106,14 @@ impl Keel {
         });
     }
 
-    /// The status of a child run (a child the store no longer holds is
-    /// taken as ended).
-    async fn child_status(&self, run_id: &RunId) -> Result<RunStatus> {
-        match self.get_run(run_id.as_str()).await {
-            Ok(run) => Ok(run.status),
-            Err(Error::RunNotFound { .. }) => Ok(RunStatus::Cancelled),
-            Err(e) => Err(e),
+    /// A child run as it stands now: the last run of its chain if it
+    /// continued as new; `None` if the store no longer holds it (taken as
+    /// ended).
+    async fn child_now(&self, run_id: &RunId) -> Result<Option<RunRecord>> {
+        match keel_store::latest_run(self.store().as_ref(), run_id.as_str()).await {
+            Ok(run) => Ok(Some(run)),
+            Err(keel_store::StoreError::RunNotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -705,16 +705,33 @@ impl Keel {
             other => other,
         };
         let ended = match (journal.cancel_request(), ended) {
-            (Some(cancel), ended @ (Ended::Completed(_) | Ended::Failed(_))) => {
-                match cancelled_cleanup(ended) {
-                    Ok(cleanup) => {
-                        let Fact::CancelRequested { reason, by } = cancel.fact else {
-                            unreachable!("indexed as a cancel request")
+            (
+                Some(cancel),
+                ended @ (Ended::Completed(_) | Ended::Failed(_) | Ended::Continued(_)),
+            ) => match cancelled_cleanup(ended) {
+                Ok(cleanup) => {
+                    let Fact::CancelRequested { reason, by } = cancel.fact else {
+                        unreachable!("indexed as a cancel request")
+                    };
+                    let fact = lifecycle::cancelled_end(&reason, &by, cleanup);
+                    return self.end_cancelled(run, fact, journal).await;
+                }
+                Err(ended) => ended,
+            },
+            (_, Ended::Continued(input)) => {
+                match self.admit_continuation(&run, &input, journal).await {
+                    Ok(next) => {
+                        run.status = RunStatus::Continued;
+                        let fact = Fact::RunContinued {
+                            next_run_id: next.into_string(),
+                            input,
                         };
-                        let fact = lifecycle::cancelled_end(&reason, &by, cleanup);
-                        return self.end_cancelled(run, fact, journal).await;
+                        return self.close(run, fact, journal).await;
                     }
-                    Err(ended) => ended,
+                    Err(e) if e.is_storage() || e.outcome_unknown() => return Err(e),
+                    Err(e @ Error::StartOutcomeUnknown { .. }) => return Err(e),
+                    // The new run's input is refused: the run fails.
+                    Err(e) => Ended::Failed(e),
                 }
             }
             (_, ended) => ended,
@@ -764,6 +781,7 @@ impl Keel {
                     "a live activation reached the journal's end".into(),
                 ));
             }
+            Ended::Continued(_) => unreachable!("a continuation ends above"),
         };
         self.close(run, fact, journal).await
     }
@@ -892,6 +910,11 @@ impl Keel {
 fn cancelled_cleanup(ended: Ended) -> std::result::Result<Cleanup, Ended> {
     match ended {
         Ended::Completed(output) => Ok(Cleanup::Returned(output)),
+        // A cancel ends the run: nothing continues it.
+        Ended::Continued(_) => Ok(Cleanup::Failed(
+            "the workflow continued as new after the run's cancel was requested; no run continues it"
+                .into(),
+        )),
         Ended::Failed(Error::CancelGrace { why, .. }) => Ok(Cleanup::OverGrace(why)),
         Ended::Failed(Error::WorkflowFailed { message, .. }) => Ok(Cleanup::Failed(message)),
         Ended::Failed(e @ (Error::Cancelled { .. } | Error::NonDeterminism { .. })) => {

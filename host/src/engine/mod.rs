@@ -28,6 +28,7 @@ use crate::{Error, Result};
 mod admission;
 mod cancels;
 mod children;
+mod continuation;
 mod deployments;
 mod drive;
 mod integrations;

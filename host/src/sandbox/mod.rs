@@ -88,6 +88,10 @@ pub trait WorkflowCalls: Send {
     ) -> wasmtime::Result<Result<(), String>>;
     /// Sets one of the run's queries (never journaled).
     fn set_query(&mut self, name: String, value: String) -> Result<(), String>;
+    /// Ends the run by continuing as new with `input`: raises
+    /// [`crate::activation::ContinueAsNew`] out of the guest, or answers
+    /// why the input cannot be a run's.
+    fn continue_as_new(&mut self, input: String) -> wasmtime::Result<Result<(), String>>;
     /// Writes a chunk to one of the run's streams.
     async fn stream_write(
         &mut self,
@@ -580,6 +584,11 @@ impl keel::workflow::workflow_context::Host for HostState {
     ) -> wasmtime::Result<Result<(), String>> {
         let _call = self.pulse.keel_call();
         Ok(self.calls()?.set_query(name, value))
+    }
+
+    async fn continue_as_new(&mut self, input: String) -> wasmtime::Result<Result<(), String>> {
+        let _call = self.pulse.keel_call();
+        self.calls()?.continue_as_new(input)
     }
 
     async fn stream_write(

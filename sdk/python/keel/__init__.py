@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 import json as _json
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generic, NoReturn, Optional, TypeVar, Union
 
 from . import _codec, _host, _registry, http
 from ._declare import Concurrency, RateLimit, Schedule
@@ -69,6 +69,7 @@ __all__ = [
     "select",
     "set_attribute",
     "set_query",
+    "continue_as_new",
     "shield",
     "sleep",
     "sleep_until",
@@ -343,6 +344,20 @@ def set_query(name: str, value: Any) -> None:
     current()
     text = _json.dumps(_codec.encode(value))
     _raising(lambda: _host.workflow().set_query(name, text))
+
+
+def continue_as_new(input: Any) -> NoReturn:
+    """Ends this run and starts a run of the same workflow, on the same
+    build, with ``input`` in its place (Temporal's continue-as-new): the new
+    run takes over the start token, with the payloads this run did not
+    take, its attributes and its parent. Call it from workflow code every
+    few thousand events so that a workflow that lives for months keeps its
+    journal bounded. Never returns when it succeeds; raises ``KeelError``,
+    changing nothing, on an input over the payload bound."""
+    current()
+    text = _json.dumps(_codec.encode(input))
+    _raising(lambda: _host.workflow().continue_as_new(text))
+    raise KeelError("continuing as new returned")
 
 
 def _json_or_none(value: Any) -> Optional[str]:

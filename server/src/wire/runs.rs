@@ -57,6 +57,10 @@ pub struct RunView {
     /// for it (`wait_reply_ms`) and it came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<Value>,
+    /// The run that continues this one, when its workflow continued as new
+    /// (`status` is `continued`): its ID derives from this run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_as: Option<String>,
 }
 
 /// A run that a run's workflow started.
@@ -130,6 +134,8 @@ impl From<&RunRecord> for RunView {
             waiting_on: Vec::new(),
             payload_id: None,
             reply: None,
+            continued_as: (r.status == RunStatus::Continued)
+                .then(|| r.run_id.continued().into_string()),
         }
     }
 }

@@ -29,6 +29,7 @@ async fn admit_at(
             flow: None,
             now_ms: at_ms,
             lease: None,
+            handover: None,
         })
         .await
         .map(|_| ())
@@ -136,6 +137,7 @@ pub(super) async fn a_run_admitted_under_a_lease_is_due_when_it_expires(
                 owner: "admitter",
                 expires_at_ms: 500,
             }),
+            handover: None,
         })
         .await
         .map_err(fail("admit"))?;
@@ -177,6 +179,7 @@ pub(super) async fn an_admission_lease_released_frees_its_run_and_nothing_else(
             flow: None,
             now_ms: 10,
             lease: Some(lease),
+            handover: None,
         })
         .await
         .map_err(fail("admit"))?;

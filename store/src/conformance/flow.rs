@@ -47,6 +47,7 @@ async fn enter_at(
             }),
             now_ms: 1,
             lease: None,
+            handover: None,
         })
         .await
 }

@@ -22,6 +22,7 @@ use keel_core::testing::{JournalBuilder, run_record, timer_entry};
 
 use crate::{Admission, HookPayload, KeyClaim, Lease, PayloadId, Store, StoreError};
 
+mod continuation;
 mod due;
 mod flow;
 mod integrations;
@@ -29,6 +30,7 @@ mod jobs;
 mod pauses;
 mod retention;
 mod streams;
+use continuation::*;
 use due::*;
 use flow::*;
 use integrations::*;
@@ -170,6 +172,8 @@ cases!(
     a_woken_run_is_due_at_once_and_a_wake_outlives_a_lease,
     a_release_asks_for_the_run_again_when_told,
     an_ended_run_leaves_the_index_and_the_counts,
+    a_continuation_takes_over_the_start_hook_with_its_untaken_payloads,
+    a_continuation_of_a_run_without_a_start_hook_hands_nothing_over,
 );
 
 /// Runs every case; returns `(name, outcome)` for each.
@@ -236,6 +240,7 @@ async fn admit(
             flow: None,
             now_ms,
             lease: None,
+            handover: None,
         })
         .await
         .map(|_| ())
@@ -711,6 +716,7 @@ async fn a_child_run_keeps_its_parent_and_wakes_it_when_it_ends(h: &dyn Harness)
             flow: None,
             now_ms: 0,
             lease: None,
+            handover: None,
         })
         .await
         .map_err(fail("admit the child"))?;
@@ -772,6 +778,7 @@ async fn runs_are_found_by_their_attributes_newest_first(h: &dyn Harness) -> Out
                 flow: None,
                 now_ms: *at,
                 lease: None,
+                handover: None,
             })
             .await
             .map_err(fail("admit"))?;

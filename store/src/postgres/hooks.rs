@@ -69,6 +69,53 @@ pub(super) async fn lock_hook(tx: &Transaction<'_>, token: &str) -> Result<Optio
     Ok(row.as_ref().map(hook_of))
 }
 
+/// Moves `handover.from`'s start hook, if it still holds it, to run `to`
+/// with the payloads it did not take, renumbered from 0, and their payload
+/// IDs ([`crate::Handover`]), in the caller's transaction.
+pub(super) async fn hand_over(
+    tx: &Transaction<'_>,
+    handover: crate::Handover<'_>,
+    to: &str,
+) -> Result<()> {
+    let from = handover.from.as_str();
+    let Some(row) = tx
+        .row(
+            "SELECT token, next_payload FROM hooks
+             WHERE run_id = $1 AND command IS NULL FOR UPDATE",
+            &[&from],
+        )
+        .await
+        .map_err(pg)?
+    else {
+        return Ok(());
+    };
+    let token: String = row.get(0);
+    let taken = i(handover.taken.min(u(row.get(1))));
+    tx.run(
+        "UPDATE remembered_payloads r SET run_id = $3, idx = r.idx - $4
+         FROM inbox p
+         WHERE p.run_id = $1 AND p.token = $2 AND p.idx >= $4 AND p.payload_id IS NOT NULL
+           AND r.token = $2 AND r.payload_id = p.payload_id AND r.run_id = $1 AND r.idx = p.idx",
+        &[&from, &token, &to, &taken],
+    )
+    .await
+    .map_err(pg)?;
+    tx.run(
+        "UPDATE inbox SET run_id = $3, idx = idx - $4
+         WHERE run_id = $1 AND token = $2 AND idx >= $4",
+        &[&from, &token, &to, &taken],
+    )
+    .await
+    .map_err(pg)?;
+    tx.run(
+        "UPDATE hooks SET run_id = $2, next_payload = next_payload - $3 WHERE token = $1",
+        &[&token, &to, &taken],
+    )
+    .await
+    .map_err(pg)?;
+    Ok(())
+}
+
 #[async_trait]
 impl HookStore for PgStore {
     async fn register_hook(

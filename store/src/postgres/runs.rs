@@ -370,6 +370,9 @@ impl RunStore for PgStore {
             {
                 return Ok(Attempt::Retry);
             }
+            if let Some(handover) = a.handover {
+                hooks::hand_over(tx, handover, &run.run_id).await?;
+            }
             insert_entries(tx, &run.run_id, a.journal).await?;
             // Delivered at commit.
             self.notify(tx, &Wake::Admitted).await?;

@@ -230,6 +230,112 @@ impl KeyStore for SledStore {
     }
 }
 
+/// How many times an admission reads a continuation's handover again
+/// when payloads arrive while it is admitted.
+pub(super) const HANDOVER_TRIES: usize = 16;
+
+/// The trees a continuation's handover writes, as one transaction's views.
+pub(super) struct HandoverTrees<'t> {
+    pub(super) hooks: &'t sled::transaction::TransactionalTree,
+    pub(super) run_hooks: &'t sled::transaction::TransactionalTree,
+    pub(super) inbox: &'t sled::transaction::TransactionalTree,
+    pub(super) ids: &'t sled::transaction::TransactionalTree,
+    pub(super) remembered: &'t sled::transaction::TransactionalTree,
+}
+
+/// A continuation's handover as read before its transaction
+/// ([`crate::Handover`]): the start hook it moves, as it was then, how
+/// many payloads its run took, and the payload IDs of those it did not.
+pub(super) struct HandoverPlan {
+    pub(super) start: HookRecord,
+    taken: u64,
+    /// `(payload ID, index)` of the payloads that move.
+    ids: Vec<(String, u64)>,
+}
+
+impl SledStore {
+    /// Reads what a continuation of `handover.from` moves: its start hook,
+    /// if it still holds one, and the payload IDs of its untaken payloads.
+    pub(super) fn handover_plan(
+        &self,
+        handover: crate::Handover<'_>,
+    ) -> Result<Option<HandoverPlan>> {
+        let i = &self.inner;
+        let from = handover.from.as_str();
+        let mut start = None;
+        for kv in i.run_hooks.scan_prefix(key_of(from, "")) {
+            let (key, _) = kv.map_err(backend)?;
+            let token = &key[from.len() + 1..];
+            let Some(bytes) = i.hooks.get(token).map_err(backend)? else {
+                continue;
+            };
+            let hook: HookRecord = codec::decode(&bytes, "hook")?;
+            if hook.run_id == from && hook.is_start_hook() {
+                start = Some(hook);
+                break;
+            }
+        }
+        let Some(start) = start else {
+            return Ok(None);
+        };
+        let taken = handover.taken.min(start.next_payload);
+        let mut prefix = key_of(from, &start.token);
+        prefix.push(0);
+        let mut ids = Vec::new();
+        for kv in i.payload_ids.scan_prefix(&prefix) {
+            let (key, index) = kv.map_err(backend)?;
+            let index = index_of(&index);
+            if index >= taken {
+                let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+                ids.push((id, index));
+            }
+        }
+        Ok(Some(HandoverPlan { start, taken, ids }))
+    }
+}
+
+/// Moves the start hook `plan` read, unchanged since (the caller checked),
+/// to run `to` with the payloads its run did not take, renumbered from 0,
+/// and their payload IDs.
+pub(super) fn hand_over(
+    t: &HandoverTrees<'_>,
+    plan: &HandoverPlan,
+    to: &str,
+) -> super::TxResult<()> {
+    let hook = &plan.start;
+    let (from, token, taken) = (hook.run_id.as_str(), hook.token.as_str(), plan.taken);
+    for index in taken..hook.next_payload {
+        if let Some(payload) = t.inbox.remove(inbox_key(from, token, index))? {
+            t.inbox
+                .insert(inbox_key(to, token, index - taken), payload)?;
+        }
+    }
+    for (payload_id, index) in &plan.ids {
+        let moved = index - taken;
+        t.ids.remove(payload_id_key(from, token, payload_id))?;
+        t.ids
+            .insert(payload_id_key(to, token, payload_id), &moved.to_be_bytes())?;
+        let remembered_key = key_of(token, payload_id);
+        if let Some(bytes) = t.remembered.get(&remembered_key)? {
+            let mut first: Remembered = codec::decode(&bytes, "remembered payload ID")
+                .map_err(|e| ConflictableTransactionError::Abort(e.into()))?;
+            if first.run_id == from && first.index == *index {
+                first.run_id = to.into();
+                first.index = moved;
+                t.remembered.insert(remembered_key, codec::encode(&first))?;
+            }
+        }
+    }
+    t.run_hooks.remove(key_of(from, token))?;
+    let moved = HookRecord {
+        run_id: to.into(),
+        next_payload: hook.next_payload - taken,
+        ..hook.clone()
+    };
+    write_hook(t.hooks, t.run_hooks, &moved)?;
+    Ok(())
+}
+
 /// A payload ID as `remembered_ids` keeps it: where the payload went, and
 /// until when a payload of the same ID for the token is a duplicate.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -102,72 +102,22 @@ impl SledStore {
 impl RunStore for SledStore {
     async fn admit(&self, a: Admission<'_>) -> Result<Admitted> {
         self.room()?;
-        let i = &self.inner;
-        let flow_guard = a.flow.is_some().then(|| self.flow_lock());
-        let plan = self.admission_plan(&a)?;
-        let run = &plan.run;
-        let key_bytes = a.key.map(|k| key_of(&run.workflow, k.key));
-        let extra = [
-            &i.keys,
-            &i.hooks,
-            &i.run_hooks,
-            &i.journal,
-            &i.slots,
-            &i.group_slots,
-            &i.groups,
-        ];
-        self.with_runs(&extra, |record_tx, t| {
-            let [keys, hooks, run_hooks, journal, slots, index, groups] = t else {
-                unreachable!("the trees asked for")
+        // A continuation's handover is read first (a transaction cannot
+        // scan) and checked unchanged inside the transaction: a delivery
+        // in between makes it read again.
+        for _ in 0..super::hooks::HANDOVER_TRIES {
+            let handover = match a.handover {
+                Some(h) => self.handover_plan(h)?,
+                None => None,
             };
-            if record_tx.runs.get(run.run_id.as_bytes())?.is_some() {
-                return abort(StoreError::RunExists {
-                    run_id: run.run_id.clone(),
-                });
+            if let Some(admitted) = self.admit_once(&a, handover.as_ref())? {
+                self.sync().await?;
+                return Ok(admitted);
             }
-            if let Some(hook) = a.start_hook
-                && let Some(held) = read_hook(hooks, &hook.token)?
-                && let Some(owner) = held.holder(a.now_ms)
-            {
-                return abort(StoreError::HookConflict {
-                    token: hook.token.clone(),
-                    conflicting_run_id: owner.clone(),
-                });
-            }
-            if let (Some(key_bytes), Some(claim)) = (&key_bytes, a.key) {
-                if let Some(held) = keys.get(key_bytes)? {
-                    let held: KeyHold = codec::decode(&held, "idempotency key")
-                        .map_err(|e| ConflictableTransactionError::Abort(e.into()))?;
-                    if held.expires_at_ms > a.now_ms {
-                        return abort(StoreError::IdempotencyCollision {
-                            workflow: run.workflow.clone(),
-                            key: claim.key.into(),
-                            existing_run_id: held.run_id,
-                        });
-                    }
-                }
-                let hold = KeyHold {
-                    run_id: run.run_id.clone(),
-                    expires_at_ms: a.now_ms.saturating_add(claim.ttl_ms),
-                };
-                keys.insert(key_bytes.as_slice(), codec::encode(&hold))?;
-            }
-            if let Some(hook) = &plan.start_hook {
-                write_hook(hooks, run_hooks, hook)?;
-            }
-            record_tx.put_run(run)?;
-            if let Some(lease) = a.lease {
-                record_tx
-                    .due
-                    .change(&run.run_id, |d| d.take(lease.owner, lease.expires_at_ms))?;
-            }
-            write_entries(journal, &run.run_id, &plan.journal)?;
-            plan.flow.apply(slots, index, groups)?;
-            Ok(())
-        })?;
-        drop(flow_guard);
-        self.sync().await?;
-        Ok(plan.admitted)
+        }
+        Err(StoreError::Backend {
+            reason: "the start hook a continuation takes over kept receiving payloads while it was admitted".into(),
+        })
     }
 
     async fn import(&self, run: &RunRecord, entries: &[Entry]) -> Result<()> {
@@ -380,4 +330,108 @@ pub(super) fn created_key(cursor: &keel_core::RunCursor) -> Vec<u8> {
     let mut key = cursor.created_at_ms.to_be_bytes().to_vec();
     key.extend_from_slice(cursor.run_id.as_bytes());
     key
+}
+
+impl SledStore {
+    /// One try at admitting `a` in one transaction, with the handover read
+    /// before it; `None` if the start hook it takes over changed since.
+    fn admit_once(
+        &self,
+        a: &Admission<'_>,
+        handover: Option<&super::hooks::HandoverPlan>,
+    ) -> Result<Option<Admitted>> {
+        let i = &self.inner;
+        let flow_guard = a.flow.is_some().then(|| self.flow_lock());
+        let plan = self.admission_plan(a)?;
+        let run = &plan.run;
+        let key_bytes = a.key.map(|k| key_of(&run.workflow, k.key));
+        let mut extra = vec![
+            &i.keys,
+            &i.hooks,
+            &i.run_hooks,
+            &i.journal,
+            &i.slots,
+            &i.group_slots,
+            &i.groups,
+        ];
+        if a.handover.is_some() {
+            extra.extend([&i.inbox, &i.payload_ids, &i.remembered_ids]);
+        }
+        let admitted = self.with_runs(&extra, |record_tx, t| {
+            let [
+                keys,
+                hooks,
+                run_hooks,
+                journal,
+                slots,
+                index,
+                groups,
+                moving @ ..,
+            ] = t
+            else {
+                unreachable!("the trees asked for")
+            };
+            if let Some(h) = handover
+                && read_hook(hooks, &h.start.token)?.as_ref() != Some(&h.start)
+            {
+                return Ok(false);
+            }
+            if record_tx.runs.get(run.run_id.as_bytes())?.is_some() {
+                return abort(StoreError::RunExists {
+                    run_id: run.run_id.clone(),
+                });
+            }
+            if let Some(hook) = a.start_hook
+                && let Some(held) = read_hook(hooks, &hook.token)?
+                && let Some(owner) = held.holder(a.now_ms)
+            {
+                return abort(StoreError::HookConflict {
+                    token: hook.token.clone(),
+                    conflicting_run_id: owner.clone(),
+                });
+            }
+            if let (Some(key_bytes), Some(claim)) = (&key_bytes, a.key) {
+                if let Some(held) = keys.get(key_bytes)? {
+                    let held: KeyHold = codec::decode(&held, "idempotency key")
+                        .map_err(|e| ConflictableTransactionError::Abort(e.into()))?;
+                    if held.expires_at_ms > a.now_ms {
+                        return abort(StoreError::IdempotencyCollision {
+                            workflow: run.workflow.clone(),
+                            key: claim.key.into(),
+                            existing_run_id: held.run_id,
+                        });
+                    }
+                }
+                let hold = KeyHold {
+                    run_id: run.run_id.clone(),
+                    expires_at_ms: a.now_ms.saturating_add(claim.ttl_ms),
+                };
+                keys.insert(key_bytes.as_slice(), codec::encode(&hold))?;
+            }
+            if let Some(hook) = &plan.start_hook {
+                write_hook(hooks, run_hooks, hook)?;
+            }
+            if let (Some(handover), [inbox, ids, remembered]) = (handover, moving) {
+                let trees = super::hooks::HandoverTrees {
+                    hooks,
+                    run_hooks,
+                    inbox,
+                    ids,
+                    remembered,
+                };
+                super::hooks::hand_over(&trees, handover, &run.run_id)?;
+            }
+            record_tx.put_run(run)?;
+            if let Some(lease) = a.lease {
+                record_tx
+                    .due
+                    .change(&run.run_id, |d| d.take(lease.owner, lease.expires_at_ms))?;
+            }
+            write_entries(journal, &run.run_id, &plan.journal)?;
+            plan.flow.apply(slots, index, groups)?;
+            Ok(true)
+        })?;
+        drop(flow_guard);
+        Ok(admitted.then_some(plan.admitted))
+    }
 }

@@ -8,6 +8,7 @@ mod attributes;
 mod bad_input;
 mod bulk;
 mod capacity;
+mod continuation;
 mod deployments;
 mod durability;
 mod flow;

@@ -479,6 +479,39 @@ async fn python_attributes_streams_logs_patches_and_queries_work_and_replay() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_python_workflow_continues_as_new_until_it_ends() {
+    let store = TestStore::new();
+    let (keel, probes) = python_engine(&store, None, keel_tests::PYTHON_PROBES).await;
+    let first = keel.run(&probes, "countdown", "2").await.unwrap();
+    assert_eq!(first.status, RunStatus::Continued, "{:?}", first.error);
+    let mut run = first.run_id.clone();
+    for input in ["1", "0"] {
+        run = run.continued();
+        let next = keel.result(&run, true).await.unwrap();
+        assert_eq!(next.input, input);
+        let done = input == "0";
+        assert_eq!(
+            next.status,
+            if done {
+                RunStatus::Completed
+            } else {
+                RunStatus::Continued
+            },
+            "{:?}",
+            next.error
+        );
+    }
+    assert_eq!(
+        keel.get_run(&run).await.unwrap().output.as_deref(),
+        Some("0")
+    );
+    for id in [first.run_id.clone(), first.run_id.continued(), run] {
+        let verdict = keel.replay(&id, None).await.unwrap();
+        assert!(verdict.is_ok(), "{id}: {verdict:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_python_order_lets_its_charge_finish_and_refunds_it_once() {
     let api = PaymentApi::start(false).await.unwrap();
     let store = TestStore::new();
