@@ -47,6 +47,12 @@ pub enum BulkAction {
     /// Move each live run of a deployment's older builds to its new build
     /// where its journal replays there ([`BulkRequest::upgrade`]).
     Upgrade,
+    /// Restart each ended run from a point ([`BulkRequest::restart`]).
+    Restart,
+    /// Fork each run from a point into a new run
+    /// ([`BulkRequest::restart`]), whose ID derives from the job's and the
+    /// source's ([`fork_id`]).
+    Fork,
 }
 
 impl BulkAction {
@@ -59,6 +65,8 @@ impl BulkAction {
             BulkAction::Pause => "pause",
             BulkAction::Resume => "resume",
             BulkAction::Upgrade => "upgrade",
+            BulkAction::Restart => "restart",
+            BulkAction::Fork => "fork",
         }
     }
 
@@ -71,6 +79,8 @@ impl BulkAction {
             BulkAction::Pause,
             BulkAction::Resume,
             BulkAction::Upgrade,
+            BulkAction::Restart,
+            BulkAction::Fork,
         ]
         .into_iter()
         .find(|a| a.as_str() == s)
@@ -85,6 +95,7 @@ impl BulkAction {
             }
             BulkAction::Resume if status != RunStatus::Paused => "only a paused run is resumed",
             BulkAction::Retry if status != RunStatus::Failed => "only a failed run is retried",
+            BulkAction::Restart if !status.is_final() => "only an ended run is restarted",
             BulkAction::Delete if !status.is_final() && !force => {
                 "it is live (delete with force to terminate it first)"
             }
@@ -95,13 +106,18 @@ impl BulkAction {
 
     /// Whether this action, taken on a run whose journal was `journal_len`
     /// entries long, has landed, judged from the run's journal since: a
-    /// retry journals `RunRetried`. Cancels, deletions, pauses and resumes
-    /// are idempotent and need no such check (`false`).
+    /// retry journals `RunRetried`, a restart `RunRestarted`. Cancels,
+    /// deletions, pauses and resumes are idempotent, and a fork's run
+    /// is found by its ID, so they need no such check (`false`).
     pub fn landed_since(self, journal_len: u64, journal: &[Entry]) -> bool {
-        self == BulkAction::Retry
-            && journal
-                .iter()
-                .any(|e| e.seq >= journal_len && matches!(e.fact, Fact::RunRetried { .. }))
+        journal.iter().any(|e| {
+            e.seq >= journal_len
+                && matches!(
+                    (self, &e.fact),
+                    (BulkAction::Retry, Fact::RunRetried { .. })
+                        | (BulkAction::Restart, Fact::RunRestarted { .. })
+                )
+        })
     }
 }
 
@@ -119,6 +135,25 @@ pub struct BulkRequest {
     pub force: bool,
     /// Upgrade: which deployment's runs go to which build.
     pub upgrade: Option<Upgrade>,
+    /// Restart and fork: where each run starts over, and on which build.
+    pub restart: Option<BulkRestart>,
+}
+
+/// Where each run of a bulk restart or fork starts over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct BulkRestart {
+    pub from: crate::restart::RestartPoint,
+    /// A deployment name (its current build when each run is acted on) or
+    /// a build's hash; the run's own build if `None`.
+    pub on: Option<String>,
+}
+
+/// The ID of the run a bulk fork job `job_id` makes of run `source`: the
+/// same on every try, so a worker that takes the job over finds the forks
+/// made before.
+pub fn fork_id(job_id: &str, source: &RunId) -> RunId {
+    source.derived(&format!("fork {job_id}"))
 }
 
 /// The upgrade of a deployment's live runs to a build.
@@ -155,6 +190,12 @@ impl BulkRequest {
     /// Why this request cannot be run, or `None`. A filter that selects
     /// every run is refused: acting on every run is said with a status.
     pub fn refusal(&self) -> Option<String> {
+        if matches!(self.action, BulkAction::Restart | BulkAction::Fork) && self.restart.is_none() {
+            return Some(format!(
+                "a bulk {} names where each run starts over: a step (`from_step`) or a journal position (`at`)",
+                self.action.as_str()
+            ));
+        }
         if self.action == BulkAction::Upgrade && self.upgrade.is_none() {
             return Some(
                 "an upgrade names its deployment and the build its runs move to: `keel deployments upgrade NAME --to BUILD` (POST /v1/deployments/{name}/upgrade)".into(),
@@ -274,11 +315,58 @@ pub struct JobRecord {
 }
 
 impl crate::codec::Stored for JobRecord {
-    /// 2: the request's `upgrade` was added.
-    const VERSION: u16 = 2;
+    /// 2: the request's `upgrade` was added; 3: its `restart`.
+    const VERSION: u16 = 3;
 
     fn decode_earlier(version: u16, bytes: &[u8]) -> Option<Result<Self, postcard::Error>> {
-        (version == 1).then(|| crate::codec::decode_layout::<JobRecordV1>(bytes).map(Into::into))
+        match version {
+            1 => Some(crate::codec::decode_layout::<JobRecordV1>(bytes).map(Into::into)),
+            2 => Some(crate::codec::decode_layout::<JobRecordV2>(bytes).map(Into::into)),
+            _ => None,
+        }
+    }
+}
+
+/// A job's record as keel wrote it before bulk restarts and forks
+/// (layout 2): its request had no `restart`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct JobRecordV2 {
+    job_id: String,
+    request: (BulkAction, RunFilter, Option<String>, bool, Option<Upgrade>),
+    state: JobState,
+    cursor: Option<String>,
+    last_page: bool,
+    in_flight: Vec<InFlight>,
+    counts: JobCounts,
+    errors: Vec<RunFailure>,
+    claim: Option<Claim>,
+    revision: u64,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+    finished_at_ms: Option<u64>,
+}
+
+impl From<JobRecordV2> for JobRecord {
+    fn from(v2: JobRecordV2) -> JobRecord {
+        let (action, filter, reason, force, upgrade) = v2.request;
+        let v1 = JobRecordV1 {
+            job_id: v2.job_id,
+            request: (action, filter, reason, force),
+            state: v2.state,
+            cursor: v2.cursor,
+            last_page: v2.last_page,
+            in_flight: v2.in_flight,
+            counts: v2.counts,
+            errors: v2.errors,
+            claim: v2.claim,
+            revision: v2.revision,
+            created_at_ms: v2.created_at_ms,
+            updated_at_ms: v2.updated_at_ms,
+            finished_at_ms: v2.finished_at_ms,
+        };
+        let mut record = JobRecord::from(v1);
+        record.request.upgrade = upgrade;
+        record
     }
 }
 
@@ -311,6 +399,7 @@ impl From<JobRecordV1> for JobRecord {
                 reason,
                 force,
                 upgrade: None,
+                restart: None,
             },
             state: v1.state,
             cursor: v1.cursor,
@@ -445,7 +534,62 @@ mod tests {
             reason: None,
             force: false,
             upgrade: None,
+            restart: None,
         }
+    }
+
+    #[test]
+    fn a_job_of_layout_2_is_read_with_its_upgrade_and_no_restart() {
+        let mut job = JobRecord::new("j".into(), request(BulkAction::Upgrade), 5);
+        job.request.upgrade = Some(Upgrade {
+            name: "order".into(),
+            to: "h".into(),
+            dry_run: true,
+            ramp: Some(10),
+        });
+        job.counts.failed = 2;
+        let r = &job.request;
+        let v2 = JobRecordV2 {
+            job_id: job.job_id.clone(),
+            request: (
+                r.action,
+                r.filter.clone(),
+                r.reason.clone(),
+                r.force,
+                r.upgrade.clone(),
+            ),
+            state: job.state,
+            cursor: None,
+            last_page: false,
+            in_flight: Vec::new(),
+            counts: job.counts,
+            errors: Vec::new(),
+            claim: None,
+            revision: 0,
+            created_at_ms: 5,
+            updated_at_ms: 5,
+            finished_at_ms: None,
+        };
+        let bytes = postcard::to_stdvec(&(2u16, v2)).unwrap();
+        let read: JobRecord = crate::codec::decode(&bytes, "job").unwrap();
+        assert_eq!(read, job);
+    }
+
+    #[test]
+    fn a_restart_or_fork_names_its_point_and_a_restart_passes_over_live_runs() {
+        for action in [BulkAction::Restart, BulkAction::Fork] {
+            let refusal = request(action).refusal().unwrap();
+            assert!(refusal.contains("`from_step`"), "{refusal}");
+        }
+        let live = BulkAction::Restart.passes_over(RunStatus::Waiting, false);
+        assert!(live.unwrap().contains("only an ended run is restarted"));
+        assert_eq!(
+            BulkAction::Fork.passes_over(RunStatus::Waiting, false),
+            None
+        );
+        let source = RunId::from("r-1");
+        assert_eq!(fork_id("j-1", &source), fork_id("j-1", &source));
+        assert_ne!(fork_id("j-1", &source), fork_id("j-2", &source));
     }
 
     #[test]

@@ -225,13 +225,21 @@ impl RunId {
     }
 
     /// The ID of the run this run continues as when its workflow continues
-    /// as new: a UUID (version 8) of the SHA-256 of this ID, so that a
-    /// recovered run that continues again finds the run it started, and a
-    /// chain of continuations keeps IDs of one length.
+    /// as new ([`RunId::derived`]), so that a recovered run that continues
+    /// again finds the run it started, and a chain of continuations keeps
+    /// IDs of one length.
     pub fn continued(&self) -> RunId {
+        self.derived("continue-as-new")
+    }
+
+    /// A run ID that derives from this one and `purpose` alone: a UUID
+    /// (version 8) of their SHA-256, the same every time it is asked for.
+    pub fn derived(&self, purpose: &str) -> RunId {
         use sha2::Digest;
         let digest = sha2::Sha256::new()
-            .chain_update(b"keel continue-as-new\0")
+            .chain_update(b"keel ")
+            .chain_update(purpose.as_bytes())
+            .chain_update(b"\0")
             .chain_update(self.0.as_bytes())
             .finalize();
         let mut b: [u8; 16] = digest[..16].try_into().expect("a SHA-256 has 32 bytes");
@@ -267,6 +275,7 @@ mod tests {
         assert_eq!(next.continued().len(), 36, "{next}");
         assert_eq!(RunId::parse(&next).unwrap(), next);
         assert_eq!(&next[14..15], "8", "a version-8 UUID: {next}");
+        assert_ne!(run.derived("fork j-1"), run.derived("fork j-2"));
     }
 
     #[test]

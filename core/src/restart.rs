@@ -14,6 +14,7 @@ use crate::journal::{Entry, Fact};
 
 /// Where a restart or a fork starts over.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RestartPoint {
     /// The first scheduling of the step of this name that counts.

@@ -36,12 +36,14 @@ pub async fn submit(State(s): State<AppState>, body: Body<MAX_BODY>) -> ApiResul
         )));
     }
     let dry_run = body.dry_run;
+    let restart = body.restart().map_err(ApiError::invalid)?;
     let request = BulkRequest {
         action: body.action,
         filter: body.filter.into(),
         reason: body.reason,
         force: body.force,
         upgrade: None,
+        restart,
     };
     if dry_run {
         let preview = s.keel.preview_bulk(&request, SAMPLE).await?;

@@ -1755,6 +1755,7 @@ async fn job_ended(s: &Server, job_id: &str) -> Value {
 async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
     let s = server(None).await;
     let mut acme = Vec::new();
+    let mut other = String::new();
     for tenant in ["acme", "acme", "acme", "other"] {
         let (_, run) = s
             .post(
@@ -1763,8 +1764,9 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
             )
             .await;
         assert_eq!(run["status"], "failed", "{run}");
-        if tenant == "acme" {
-            acme.push(run["run_id"].as_str().unwrap().to_string());
+        match tenant {
+            "acme" => acme.push(run["run_id"].as_str().unwrap().to_string()),
+            _ => other = run["run_id"].as_str().unwrap().to_string(),
         }
     }
     let body = |dry_run: bool| {
@@ -1811,6 +1813,66 @@ async fn failed_runs_are_retried_in_bulk_by_filter_over_http() {
         ended["state"], "completed",
         "an ended job stays as it ended"
     );
+
+    // Restarted in bulk from a position (the failed runs fail again), and
+    // forked in bulk into new runs whose sources they name.
+    let (status, job) = s
+        .post(
+            "/v1/runs/bulk",
+            json!({"action": "restart", "at": 1,
+                   "filter": {"status": ["failed"], "attributes": {"tenant": "other"}}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+    assert_eq!(
+        job["restart"],
+        json!({"from": {"seq": 1}, "on": null}),
+        "{job}"
+    );
+    let done = job_ended(&s, job["job_id"].as_str().unwrap()).await;
+    assert_eq!(done["counts"]["done"], 1, "{done}");
+    assert_eq!(entries_of_kind(&s, &other, "run_restarted").await, 1);
+    let (_, source) = s
+        .post(
+            "/v1/workflows/ten_steps/runs",
+            json!({"input": 2, "wait_ms": 10000, "attributes": {"tenant": "forked"}}),
+        )
+        .await;
+    assert_eq!(source["status"], "completed", "{source}");
+    let (status, job) = s
+        .post(
+            "/v1/runs/bulk",
+            json!({"action": "fork", "from_step": "noop",
+                   "filter": {"workflow": "ten_steps", "attributes": {"tenant": "forked"}}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+    let done = job_ended(&s, job["job_id"].as_str().unwrap()).await;
+    assert_eq!(done["counts"]["done"], 1, "{done}");
+    let source_id = source["run_id"].as_str().unwrap();
+    let (_, forks) = s
+        .get(&format!("/v1/runs?attr=forked_from%3D{source_id}"))
+        .await;
+    assert_eq!(forks["runs"].as_array().unwrap().len(), 1, "{forks}");
+    for (body, refusal) in [
+        (
+            json!({"action": "fork", "filter": {"workflow": "trap"}}),
+            "give `from_step` (a step's name) or `at` (a journal position)",
+        ),
+        (
+            json!({"action": "cancel", "from_step": "charge", "filter": {"workflow": "trap"}}),
+            "`from_step`, `at` and `on` are a bulk restart's or fork's",
+        ),
+        (
+            json!({"action": "restart", "from_step": "charge", "at": 2, "filter": {"workflow": "trap"}}),
+            "give `from_step` (a step's name) or `at` (a journal position), one of them",
+        ),
+    ] {
+        let (status, refused) = s.post("/v1/runs/bulk", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(refusal), "{message}");
+    }
 
     // Refusals name the problem.
     let (status, refused) = s

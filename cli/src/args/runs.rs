@@ -133,13 +133,15 @@ pub enum RunsCommand {
         #[arg(long)]
         cancel: bool,
     },
-    /// Cancel, retry, delete, pause or resume every run the filters select
-    /// (admitted until now), as a job that survives a worker's crash and
-    /// acts on each run once; waits for its end unless --detach (`keel
-    /// jobs`).
+    /// Cancel, retry, delete, pause, resume, restart or fork every run the
+    /// filters select (admitted until now), as a job that survives a
+    /// worker's crash and acts on each run once; waits for its end unless
+    /// --detach (`keel jobs`).
     Bulk {
         /// What to do to each run: cancel (live runs), retry (failed runs),
-        /// delete (ended runs), pause (live runs) or resume (paused runs).
+        /// delete (ended runs), pause (live runs), resume (paused runs),
+        /// restart (ended runs, from --from-step or --at) or fork (any run,
+        /// into a new one, from --from-step or --at).
         action: BulkActionArg,
         #[command(flatten)]
         filter: RunFilterArgs,
@@ -153,6 +155,14 @@ pub enum RunsCommand {
         /// live runs at once, then delete them.
         #[arg(long)]
         force: bool,
+        /// restart, fork: where each run starts over.
+        #[command(flatten)]
+        point: BulkPointArgs,
+        /// restart, fork: run on this deployment's current build (or a
+        /// build's hash): a run whose journal does not replay there is
+        /// listed with the first difference and left as it is.
+        #[arg(long, value_name = "DEPLOYMENT")]
+        on: Option<String>,
         /// Return once the job is submitted; a worker carries it out.
         #[arg(long)]
         detach: bool,
@@ -200,6 +210,21 @@ pub struct RestartPointArgs {
     pub at: Option<u64>,
 }
 
+/// Where each run of a bulk restart or fork starts over: one of the two
+/// (neither for other actions). [`RestartPointArgs`] requires one; a
+/// flattened `Option` of it is required all the same.
+#[derive(clap::Args, Clone, Debug)]
+#[group(required = false, multiple = false)]
+pub struct BulkPointArgs {
+    /// restart, fork: the step whose first scheduling each run starts
+    /// over from.
+    #[arg(long, value_name = "STEP")]
+    pub from_step: Option<String>,
+    /// restart, fork: the journal position each run starts over from.
+    #[arg(long, value_name = "SEQ")]
+    pub at: Option<u64>,
+}
+
 /// Which runs a command selects: the filters of `runs list` and `runs
 /// bulk`.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -229,6 +254,8 @@ pub enum BulkActionArg {
     Delete,
     Pause,
     Resume,
+    Restart,
+    Fork,
 }
 
 impl From<BulkActionArg> for keel_host::core::bulk::BulkAction {
@@ -240,6 +267,8 @@ impl From<BulkActionArg> for keel_host::core::bulk::BulkAction {
             BulkActionArg::Pause => BulkAction::Pause,
             BulkActionArg::Resume => BulkAction::Resume,
             BulkActionArg::Delete => BulkAction::Delete,
+            BulkActionArg::Restart => BulkAction::Restart,
+            BulkActionArg::Fork => BulkAction::Fork,
         }
     }
 }

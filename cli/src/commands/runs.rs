@@ -546,6 +546,8 @@ pub async fn runs(cli: &Cli, command: &RunsCommand) -> anyhow::Result<ExitCode> 
             dry_run,
             reason,
             force,
+            point,
+            on,
             detach,
         } => {
             let body = keel_server::wire::BulkRequestBody {
@@ -553,6 +555,9 @@ pub async fn runs(cli: &Cli, command: &RunsCommand) -> anyhow::Result<ExitCode> 
                 filter: (&run_filter(filter)).into(),
                 reason: reason.clone(),
                 force: *force,
+                from_step: point.from_step.clone(),
+                at: point.at,
+                on: on.clone(),
                 dry_run: *dry_run,
             };
             if *dry_run {

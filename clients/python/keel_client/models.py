@@ -22,7 +22,7 @@ class BackfillRequest(TypedDict, closed=True):
 
 
 BulkAction: TypeAlias = Literal[
-    'cancel', 'retry', 'delete', 'pause', 'resume', 'upgrade'
+    'cancel', 'retry', 'delete', 'pause', 'resume', 'upgrade', 'restart', 'fork'
 ]
 
 
@@ -194,6 +194,17 @@ class ReplyView(TypedDict):
     reply: NotRequired[Any]
     run_id: str
     token: str
+
+
+class RestartPoint1(TypedDict, closed=True):
+    step: str
+
+
+class RestartPoint2(TypedDict, closed=True):
+    seq: int
+
+
+RestartPoint: TypeAlias = RestartPoint1 | RestartPoint2
 
 
 class RestartRequest1(TypedDict, closed=True):
@@ -429,10 +440,22 @@ class BulkFilter(TypedDict, closed=True):
 
 class BulkRequestBody(TypedDict, closed=True):
     action: BulkAction
+    at: NotRequired[int | None]
     dry_run: NotRequired[bool]
     filter: BulkFilter
     force: NotRequired[bool]
+    from_step: NotRequired[str | None]
+    on: NotRequired[str | None]
     reason: NotRequired[str | None]
+
+
+BulkRestart = TypedDict(
+    'BulkRestart',
+    {
+        'from': RestartPoint,
+        'on': NotRequired[str | None],
+    },
+)
 
 
 class ChildView(TypedDict):
@@ -653,6 +676,7 @@ class JobView(TypedDict):
     force: bool
     job_id: str
     reason: NotRequired[str | None]
+    restart: NotRequired[BulkRestart | None]
     state: JobState
     updated_at_ms: int
     upgrade: NotRequired[Upgrade | None]

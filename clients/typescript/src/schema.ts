@@ -919,7 +919,7 @@ export interface components {
             to_ms: number;
         };
         /** @description What a bulk operation does to each run it selects. */
-        BulkAction: "cancel" | "retry" | "delete" | "pause" | "resume" | "upgrade";
+        BulkAction: "cancel" | "retry" | "delete" | "pause" | "resume" | "upgrade" | "restart" | "fork";
         /**
          * @description Which runs a bulk operation acts on: the filters of `GET /v1/runs`
          *     (at least one).
@@ -976,6 +976,12 @@ export interface components {
         BulkRequestBody: {
             action: components["schemas"]["BulkAction"];
             /**
+             * Format: uint64
+             * @description `restart` and `fork`: the journal position each run starts over
+             *     from, instead of a step.
+             */
+            at?: number | null;
+            /**
              * @description Count the runs it would act on and show a few; submit nothing.
              * @default false
              */
@@ -987,8 +993,29 @@ export interface components {
              * @default false
              */
             force?: boolean;
+            /**
+             * @description `restart` and `fork`: the step whose first scheduling each run
+             *     starts over from.
+             */
+            from_step?: string | null;
+            /**
+             * @description `restart` and `fork`: a deployment name (its current build as each
+             *     run is acted on) or a build's hash to run on; each run's own build
+             *     if absent. A run whose journal does not replay there is not acted
+             *     on, and the job lists it with the first difference.
+             */
+            on?: string | null;
             /** @description `cancel`: the reason each run's cleanup sees (at most 1024 bytes). */
             reason?: string | null;
+        };
+        /** @description Where each run of a bulk restart or fork starts over. */
+        BulkRestart: {
+            from: components["schemas"]["RestartPoint"];
+            /**
+             * @description A deployment name (its current build when each run is acted on) or
+             *     a build's hash; the run's own build if `None`.
+             */
+            on?: string | null;
         };
         /** @description A run that a run's workflow started. */
         ChildView: {
@@ -1382,6 +1409,8 @@ export interface components {
             force: boolean;
             job_id: string;
             reason?: string | null;
+            /** @description A restart's or fork's point and build. */
+            restart?: components["schemas"]["BulkRestart"] | null;
             state: components["schemas"]["JobState"];
             /** Format: uint64 */
             updated_at_ms: number;
@@ -1593,6 +1622,13 @@ export interface components {
             reply?: unknown;
             run_id: string;
             token: string;
+        };
+        /** @description Where a restart or a fork starts over. */
+        RestartPoint: {
+            step: string;
+        } | {
+            /** Format: uint64 */
+            seq: number;
         };
         /**
          * @description `POST /v1/runs/{run_id}/restart`: where the ended run starts over (a

@@ -10,14 +10,14 @@
 use std::collections::HashSet;
 
 use keel_core::bulk::{
-    BulkAction, BulkRequest, InFlight, JOB_PAGE, JobRecord, JobState, RunOutcome,
+    BulkAction, BulkRequest, InFlight, JOB_PAGE, JobRecord, JobState, RunOutcome, fork_id,
 };
 use keel_core::journal::Fact;
 use keel_core::query::MAX_PAGE;
 use keel_core::{RunCursor, RunRecord};
 use keel_store::StoreError;
 
-use super::{Keel, lock};
+use super::{ForkOptions, Keel, lock};
 use crate::{Error, Result};
 
 /// What a bulk operation would do, counted before it is submitted.
@@ -165,7 +165,7 @@ impl Keel {
     }
 
     /// Reads the job's next page of runs and writes them into its record
-    /// (with each run's journal length, for a retry) before any is acted
+    /// (with each run's journal length, for a retry or a restart) before any is acted
     /// on.
     async fn begin_page(&self, job: &mut JobRecord) -> Result<()> {
         let cursor = job.cursor.as_deref().and_then(RunCursor::decode);
@@ -175,12 +175,15 @@ impl Keel {
         let mut runs = Vec::with_capacity(page.runs.len());
         for run in page.runs {
             let journal_len = match job.request.action {
-                BulkAction::Retry => self.store().journal(&run.run_id).await?.len() as u64,
+                BulkAction::Retry | BulkAction::Restart => {
+                    self.store().journal(&run.run_id).await?.len() as u64
+                }
                 BulkAction::Cancel
                 | BulkAction::Delete
                 | BulkAction::Pause
                 | BulkAction::Resume
-                | BulkAction::Upgrade => 0,
+                | BulkAction::Upgrade
+                | BulkAction::Fork => 0,
             };
             runs.push(InFlight {
                 run_id: run.run_id,
@@ -265,10 +268,12 @@ impl Keel {
         };
         if resumed {
             let landed = match request.action {
-                BulkAction::Retry => match self.store().journal(&run.run_id).await {
-                    Ok(journal) => request.action.landed_since(run.journal_len, &journal),
-                    Err(e) => return RunOutcome::Failed(e.to_string()),
-                },
+                BulkAction::Retry | BulkAction::Restart => {
+                    match self.store().journal(&run.run_id).await {
+                        Ok(journal) => request.action.landed_since(run.journal_len, &journal),
+                        Err(e) => return RunOutcome::Failed(e.to_string()),
+                    }
+                }
                 BulkAction::Cancel => record.status == keel_core::RunStatus::Cancelled,
                 // Moved by this job before its worker was lost.
                 BulkAction::Upgrade => match self.store().journal(&run.run_id).await {
@@ -277,7 +282,10 @@ impl Keel {
                     ),
                     Err(e) => return RunOutcome::Failed(e.to_string()),
                 },
-                BulkAction::Delete | BulkAction::Pause | BulkAction::Resume => false,
+                // A fork made before is found by its ID (`run_exists`).
+                BulkAction::Delete | BulkAction::Pause | BulkAction::Resume | BulkAction::Fork => {
+                    false
+                }
             };
             if landed {
                 return RunOutcome::Done;
@@ -311,9 +319,12 @@ impl Keel {
                 .delete_runs(std::slice::from_ref(&run.run_id), request.force)
                 .await
                 .map(drop),
+            BulkAction::Restart | BulkAction::Fork => self.restart_or_fork(job, run, &by).await,
         };
         match acted {
             Ok(()) => RunOutcome::Done,
+            // Forked before this worker took the job over.
+            Err(Error::RunExists { .. }) if request.action == BulkAction::Fork => RunOutcome::Done,
             // The run changed since the page was read: the action no
             // longer applies.
             Err(
@@ -324,6 +335,31 @@ impl Keel {
             ) => RunOutcome::Skipped,
             Err(e) => RunOutcome::Failed(e.to_string()),
         }
+    }
+
+    /// Restarts `run` from the job's point, or forks it into the run
+    /// [`fork_id`] names, on the job's build if it names one.
+    async fn restart_or_fork(&self, job: &JobRecord, run: &InFlight, by: &str) -> Result<()> {
+        let Some(restart) = &job.request.restart else {
+            return Err(Error::InvalidInput {
+                reason: format!("a bulk {} names no point", job.request.action.as_str()),
+            });
+        };
+        if job.request.action == BulkAction::Restart {
+            let on = restart.on.as_deref();
+            return self
+                .restart_run(&run.run_id, &restart.from, on, by)
+                .await
+                .map(drop);
+        }
+        let options = ForkOptions {
+            on: restart.on.clone(),
+            input: None,
+            run_id: Some(fork_id(&job.job_id, &run.run_id)),
+        };
+        self.fork_run(&run.run_id, &restart.from, &options, by)
+            .await
+            .map(drop)
     }
 
     /// Starts, each in a task of its own, the running jobs no live claim

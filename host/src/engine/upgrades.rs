@@ -50,6 +50,7 @@ impl Keel {
                 dry_run,
                 ramp,
             }),
+            restart: None,
         };
         self.submit_bulk(request).await
     }

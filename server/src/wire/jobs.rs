@@ -72,9 +72,47 @@ pub struct BulkRequestBody {
     /// live runs at once, then delete them.
     #[serde(default)]
     pub force: bool,
+    /// `restart` and `fork`: the step whose first scheduling each run
+    /// starts over from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_step: Option<String>,
+    /// `restart` and `fork`: the journal position each run starts over
+    /// from, instead of a step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
+    /// `restart` and `fork`: a deployment name (its current build as each
+    /// run is acted on) or a build's hash to run on; each run's own build
+    /// if absent. A run whose journal does not replay there is not acted
+    /// on, and the job lists it with the first difference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<String>,
     /// Count the runs it would act on and show a few; submit nothing.
     #[serde(default)]
     pub dry_run: bool,
+}
+
+impl BulkRequestBody {
+    /// Where each run of a restart or a fork starts over, or why the body
+    /// says it wrongly (none for a restart or fork; one for another
+    /// action).
+    pub fn restart(&self) -> Result<Option<keel_core::bulk::BulkRestart>, String> {
+        let restart = super::RestartRequest {
+            from_step: self.from_step.clone(),
+            at: self.at,
+            on: self.on.clone(),
+        };
+        match self.action {
+            BulkAction::Restart | BulkAction::Fork => Ok(Some(keel_core::bulk::BulkRestart {
+                from: restart.point()?,
+                on: restart.on,
+            })),
+            _ if self.from_step.is_some() || self.at.is_some() || self.on.is_some() => Err(
+                "`from_step`, `at` and `on` are a bulk restart's or fork's; this action takes none"
+                    .into(),
+            ),
+            _ => Ok(None),
+        }
+    }
 }
 
 /// `POST /v1/deployments/{name}/upgrade`: the build a deployment's live
@@ -120,6 +158,9 @@ pub struct JobView {
     /// An upgrade's deployment and build, share and dry run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<keel_core::bulk::Upgrade>,
+    /// A restart's or fork's point and build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<keel_core::bulk::BulkRestart>,
     pub state: JobState,
     pub counts: JobCounts,
     /// The first runs the action failed on (an upgrade: every run it
@@ -141,6 +182,7 @@ impl From<&JobRecord> for JobView {
             reason: job.request.reason.clone(),
             force: job.request.force,
             upgrade: job.request.upgrade.clone(),
+            restart: job.request.restart.clone(),
             state: job.state,
             counts: job.counts,
             errors: job.errors.clone(),

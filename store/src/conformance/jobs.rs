@@ -23,6 +23,11 @@ fn job(id: &str, at_ms: u64) -> JobRecord {
             dry_run: true,
             ramp: Some(10),
         }),
+        // Kept with the job too, as a bulk restart's or fork's is.
+        restart: Some(keel_core::bulk::BulkRestart {
+            from: keel_core::restart::RestartPoint::Step("charge".into()),
+            on: Some("order".into()),
+        }),
     };
     JobRecord::new(id.into(), request, at_ms)
 }

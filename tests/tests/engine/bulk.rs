@@ -7,8 +7,9 @@
 use crate::common;
 
 use crate::common::{ManualClock, TestStore, json, open, open_backend, order_input};
-use keel_host::core::bulk::{BulkAction, BulkRequest, JobState};
+use keel_host::core::bulk::{BulkAction, BulkRequest, BulkRestart, JobState, fork_id};
 use keel_host::core::journal::Fact;
+use keel_host::core::restart::RestartPoint;
 use keel_host::core::{RunFilter, RunId, RunStatus};
 use keel_host::store::faulty::{Crash, CrashWhen};
 use keel_host::{Error, Keel, StartOptions};
@@ -36,6 +37,7 @@ fn request(action: BulkAction, filter: RunFilter) -> BulkRequest {
         reason: None,
         force: false,
         upgrade: None,
+        restart: None,
     }
 }
 
@@ -344,4 +346,158 @@ async fn two_workers_racing_for_a_job_retry_each_run_once() {
     for id in &failed {
         assert_eq!(retries(&keel, id).await, 1, "{id} was retried once");
     }
+}
+
+/// How many times `run_id`'s journal records a restart.
+async fn restarts(keel: &Keel, run_id: &RunId) -> usize {
+    keel.journal(run_id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e.fact, Fact::RunRestarted { .. }))
+        .count()
+}
+
+fn from_mul(action: BulkAction, filter: RunFilter, on: Option<String>) -> BulkRequest {
+    BulkRequest {
+        restart: Some(BulkRestart {
+            from: RestartPoint::Step("mul".into()),
+            on,
+        }),
+        ..request(action, filter)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bulk_restart_and_fork_act_on_each_selected_run_once_across_a_takeover() {
+    let store = TestStore::new();
+    let config = store.config();
+    let (keel, testbed, backend) = open_backend(config.clone(), keel_tests::TESTBED).await;
+    let mut acme = Vec::new();
+    for (name, x) in [("acme", 1), ("acme", 2), ("acme", 3), ("other", 4)] {
+        let run = keel
+            .start_with(&testbed, "two_steps", &x.to_string(), &tenant(name))
+            .await
+            .unwrap();
+        assert_eq!(
+            keel.drive(&run.run_id).await.unwrap().status,
+            RunStatus::Completed
+        );
+        if name == "acme" {
+            acme.push(run.run_id);
+        }
+    }
+    let completed = RunFilter {
+        statuses: vec![RunStatus::Completed],
+        attributes: [("tenant".to_string(), "acme".to_string())].into(),
+        ..RunFilter::default()
+    };
+    let refused = keel
+        .submit_bulk(request(BulkAction::Restart, completed.clone()))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("`from_step`"), "{refused}");
+
+    // The restart's worker dies after two restarts landed (the second
+    // unconfirmed); another takes the job over and restarts the rest.
+    let job = keel
+        .submit_bulk(from_mul(BulkAction::Restart, completed.clone(), None))
+        .await
+        .unwrap();
+    backend.crash_at(Crash {
+        at_write: backend.journal_writes() + 2,
+        when: CrashWhen::After,
+    });
+    backend.die_at_job_update(3);
+    assert!(keel.run_job(&job.job_id).await.is_err(), "the worker died");
+    drop((keel, testbed, backend));
+    let mut second = config.clone();
+    second.clock =
+        ManualClock::at(job.created_at_ms + config.lease_ttl.as_millis() as u64 + 60_000);
+    second.worker_id = "second-worker".into();
+    let (keel, testbed, backend) = open_backend(second, keel_tests::TESTBED).await;
+    let done = keel.run_job(&job.job_id).await.unwrap();
+    assert_eq!(
+        (
+            done.state,
+            done.counts.matched,
+            done.counts.done,
+            done.counts.failed
+        ),
+        (JobState::Completed, 3, 3, 0),
+        "{done:?}"
+    );
+    keel.work(true).await.unwrap();
+    for id in &acme {
+        assert_eq!(restarts(&keel, id).await, 1, "{id} was restarted once");
+        let run = keel.get_run(id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+    }
+
+    // A fork of each: its job's progress is lost after the forks were
+    // made, and the worker that takes it over finds them by their IDs.
+    let fork = keel
+        .submit_bulk(from_mul(BulkAction::Fork, completed.clone(), None))
+        .await
+        .unwrap();
+    backend.die_at_job_update(3);
+    assert!(keel.run_job(&fork.job_id).await.is_err(), "the worker died");
+    backend.die_at_job_update(u64::MAX);
+    drop((keel, testbed, backend));
+    let mut third = config.clone();
+    third.clock =
+        ManualClock::at(fork.created_at_ms + 2 * config.lease_ttl.as_millis() as u64 + 120_000);
+    third.worker_id = "third-worker".into();
+    let (keel, testbed, _backend) = open_backend(third, keel_tests::TESTBED).await;
+    let done = keel.run_job(&fork.job_id).await.unwrap();
+    assert_eq!(
+        (done.counts.matched, done.counts.done, done.counts.failed),
+        (3, 3, 0),
+        "{done:?}"
+    );
+    keel.work(true).await.unwrap();
+    for id in &acme {
+        let forked = keel.get_run(&fork_id(&fork.job_id, id)).await.unwrap();
+        let source = keel.get_run(id).await.unwrap();
+        assert_eq!(
+            (forked.status, forked.output.clone()),
+            (RunStatus::Completed, source.output.clone()),
+            "{forked:?}"
+        );
+        assert_eq!(forked.attributes["tenant"], "acme");
+        assert_eq!(forked.attributes["forked_from"], id.as_str());
+    }
+    let all = keel.list_runs().await.unwrap();
+    assert_eq!(all.len(), 4 + 3, "one fork per source, none twice: {all:?}");
+
+    // Onto a build whose code calls its steps the other way round, no
+    // fork is made: each run is listed with the command that differs.
+    let bytes = std::fs::read(keel_tests::TESTBED_REORDERED).unwrap();
+    let spec = keel_host::DeploySpec {
+        name: Some("reordered".into()),
+        ..keel_host::DeploySpec::default()
+    };
+    let path = std::path::Path::new(keel_tests::TESTBED_REORDERED);
+    keel.deploy(path, &bytes, spec).await.unwrap();
+    let _ = testbed;
+    let job = keel
+        .submit_bulk(from_mul(
+            BulkAction::Fork,
+            RunFilter {
+                // The sources, not their forks.
+                until_ms: Some(fork.created_at_ms),
+                ..completed
+            },
+            Some("reordered".into()),
+        ))
+        .await
+        .unwrap();
+    let done = keel.run_job(&job.job_id).await.unwrap();
+    assert_eq!((done.counts.done, done.counts.failed), (0, 3), "{done:?}");
+    assert!(
+        done.errors.iter().all(|e| e.error.contains("add")),
+        "{:?}",
+        done.errors
+    );
+    assert_eq!(keel.list_runs().await.unwrap().len(), 7, "no fork made");
 }
