@@ -99,6 +99,13 @@ pub enum StoreError {
     #[error("storage failed: {reason}")]
     Backend { reason: String },
 
+    /// A statement of a transaction lost a race with another transaction
+    /// (a deadlock, a serialization failure): the transaction was rolled
+    /// back, nothing of it committed. A store tries such a transaction
+    /// again; callers see this only from a store that does not.
+    #[error("the transaction lost a race with another and was rolled back ({reason})")]
+    Race { reason: String },
+
     #[error(
         "the disk holding the store is full ({reason}); the write was refused, nothing committed is lost, and writes go on once space is freed"
     )]
@@ -130,7 +137,7 @@ impl StoreError {
             StoreError::StreamRefused { .. } => ErrorKind::StreamRefused,
             StoreError::Corrupt(_) => ErrorKind::CorruptRecord,
             StoreError::Unconfirmed { .. } => ErrorKind::StoreUnconfirmed,
-            StoreError::Backend { .. } => ErrorKind::Storage,
+            StoreError::Backend { .. } | StoreError::Race { .. } => ErrorKind::Storage,
             StoreError::StorageFull { .. } => ErrorKind::StorageFull,
         }
     }

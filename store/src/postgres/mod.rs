@@ -154,6 +154,17 @@ pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
             reason: describe(&e),
         };
     }
+    // A deadlock or a serialization failure aborted the transaction
+    // before its commit: `transact!` tries it again.
+    if matches!(
+        e.code(),
+        Some(c) if *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+            || *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+    ) {
+        return StoreError::Race {
+            reason: describe(&e),
+        };
+    }
     StoreError::Backend {
         reason: describe(&e),
     }
@@ -464,6 +475,62 @@ mod tests {
             redact("postgresql:///keel?host=/run"),
             "postgresql:///keel?host=/run"
         );
+    }
+
+    /// Locks row `first` then row `second` of `pair` in one transaction,
+    /// meeting the other locker at `meet` between the two on its first try
+    /// only; the tries it took.
+    async fn lock_both(
+        store: &PgStore,
+        (first, second): (i32, i32),
+        meet: &tokio::sync::Barrier,
+        tries: &std::sync::atomic::AtomicUsize,
+    ) -> Result<usize> {
+        use std::sync::atomic::Ordering;
+        transact!(store, |tx| {
+            let try_number = tries.fetch_add(1, Ordering::SeqCst);
+            let lock = "SELECT k FROM pair WHERE k = $1 FOR UPDATE";
+            tx.row(lock, &[&first]).await.map_err(pg)?;
+            if try_number == 0 {
+                meet.wait().await;
+            }
+            tx.row(lock, &[&second]).await.map_err(pg)?;
+            Ok(Attempt::Done(try_number + 1))
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_transaction_a_deadlock_aborts_before_its_commit_is_tried_again() {
+        let url = std::env::var("KEEL_TEST_POSTGRES")
+            .expect("KEEL_TEST_POSTGRES is not set: run scripts/test.sh, which starts PostgreSQL");
+        let mut options = PgOptions::new(url);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        options.schema = format!("keel_deadlock_{}_{nanos}", std::process::id());
+        options.pool_size = 4;
+        let store = PgStore::open(options).await.unwrap();
+        let client = store.client().await.unwrap();
+        client
+            .batch_execute(
+                "CREATE TABLE pair (k int PRIMARY KEY); INSERT INTO pair VALUES (1), (2)",
+            )
+            .await
+            .unwrap();
+        drop(client);
+        // Each holds one row and asks for the other's: PostgreSQL aborts
+        // one of them with a deadlock at its second statement.
+        let meet = tokio::sync::Barrier::new(2);
+        let (a_tries, b_tries) = Default::default();
+        let (a, b) = tokio::join!(
+            lock_both(&store, (1, 2), &meet, &a_tries),
+            lock_both(&store, (2, 1), &meet, &b_tries),
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let mut tries = [a, b];
+        tries.sort();
+        assert_eq!(tries, [1, 2], "the aborted one was tried again, once");
     }
 
     #[tokio::test]

@@ -24,6 +24,13 @@ macro_rules! transact {
                 let $tx = &txn;
                 async { $body }.await
             };
+            // A statement that lost a race (a deadlock, a serialization
+            // failure) aborted the transaction: it is tried again, as a
+            // commit that lost one is.
+            let attempt = match attempt {
+                Err(StoreError::Race { .. }) => Ok(Attempt::Retry),
+                attempt => attempt,
+            };
             match attempt? {
                 Attempt::Retry => {
                     let _ = txn.rollback().await;
