@@ -3,6 +3,7 @@
 //! renumbered from 0 and their payload IDs, in the admission's one
 //! transaction; a predecessor without a start hook hands nothing over.
 
+use super::streams::id_at;
 use super::*;
 
 /// Admits `run_id` continuing `from`, which took `taken` payloads.
@@ -27,14 +28,6 @@ async fn admit_continuing(
         })
         .await
         .map(|_| ())
-}
-
-fn id_at(id: &str, now_ms: u64) -> Option<PayloadId<'_>> {
-    Some(PayloadId {
-        id,
-        now_ms,
-        remembered_until_ms: now_ms + 10_000,
-    })
 }
 
 pub(super) async fn a_continuation_takes_over_the_start_hook_with_its_untaken_payloads(

@@ -260,7 +260,8 @@ pub(super) async fn a_runs_streams_are_deleted_with_it(h: &dyn Harness) -> Outco
 }
 
 /// A payload ID delivered at `now_ms`, remembered for 10,000 ms.
-fn id_at(id: &str, now_ms: u64) -> Option<PayloadId<'_>> {
+/// A payload ID `id` given at `now_ms`, remembered for 10 s.
+pub(super) fn id_at(id: &str, now_ms: u64) -> Option<PayloadId<'_>> {
     Some(PayloadId {
         id,
         now_ms,
