@@ -129,6 +129,11 @@ fn every_answer_a_start_gave_holds_after_database_restarts() {
     let listed = json_of(&listed);
     let mut runs_of: HashMap<i64, Vec<&Value>> = HashMap::new();
     for run in listed["runs"].as_array().expect("a list of runs") {
+        // The testbed's hourly schedule fires when the test crosses the
+        // turn of an hour (its input is not a start's number).
+        if run["attributes"]["schedule"].is_string() {
+            continue;
+        }
         // two_steps takes the start's number; concurrent has it second.
         let input = run["input"]
             .as_i64()
