@@ -7,8 +7,9 @@
 # checks a real `keel serve` from outside, on sled and on PostgreSQL: its
 # OpenAPI document with schemathesis and its console in headless Chromium
 # (scripts/e2e-server.sh, which installs Chromium, playwright-core and
-# schemathesis if missing), and the TypeScript and Python clients' suites
-# against a real server (scripts/clients.sh).
+# schemathesis if missing), the TypeScript and Python clients' suites
+# against a real server (scripts/clients.sh), and its MCP endpoint with the
+# official MCP SDKs (scripts/mcp.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # timed NAME COMMAND...: runs COMMAND, then says on stderr how long it took.
@@ -60,6 +61,7 @@ lanes=$(mktemp -d)
 (
     timed "outside, sled" scripts/e2e-server.sh
     timed clients scripts/clients.sh
+    timed mcp scripts/mcp.sh
 ) >"$lanes/sled" 2>&1 &
 sled_lane=$!
 KEEL_E2E_STORE=postgres timed "outside, postgres" scripts/e2e-server.sh >"$lanes/postgres" 2>&1 &
@@ -76,7 +78,7 @@ KEEL_TEST_STORE=postgres KEEL_TEST_DURABILITY=strict \
     timed postgres pass postgres --test engine --test api -E 'not test(300_000)' "$@" || status=$?
 wait $sled_lane || status=$?
 wait $postgres_lane || status=$?
-echo "== the checks from outside on sled, then the clients (e2e-server.sh, clients.sh)" >&2
+echo "== the checks from outside on sled, then the clients and MCP (e2e-server.sh, clients.sh, mcp.sh)" >&2
 cat "$lanes/sled" >&2
 echo "== the checks from outside on PostgreSQL (KEEL_E2E_STORE=postgres e2e-server.sh)" >&2
 cat "$lanes/postgres" >&2

@@ -630,6 +630,7 @@ async fn worker(
                 anyhow::anyhow!("{e}{hint}")
             })?;
             eprintln!("keel: serving the API and console on http://{addr}/");
+            eprintln!("keel: serving MCP (docs/mcp.md) on http://{addr}/mcp");
             let keel = keel.clone();
             Some(tokio::spawn(async move {
                 keel_server::serve(

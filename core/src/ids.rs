@@ -232,6 +232,14 @@ impl RunId {
         self.derived("continue-as-new")
     }
 
+    /// The run ID a caller's key names for `purpose` (an MCP tool call's
+    /// idempotency key, say): [`RunId::derived`] of the key, so a call
+    /// retried with the key finds the run the first one made, and keys of
+    /// any characters and length give IDs of the safe set.
+    pub fn keyed(purpose: &str, key: &str) -> RunId {
+        RunId(key.to_string()).derived(purpose)
+    }
+
     /// A run ID that derives from this one and `purpose` alone: a UUID
     /// (version 8) of their SHA-256, the same every time it is asked for.
     pub fn derived(&self, purpose: &str) -> RunId {

@@ -83,6 +83,11 @@ pub struct WorkflowInfo {
     /// `None` if it declares none: the worker's default then applies.
     #[serde(default)]
     pub durability: Option<Durability>,
+    /// What it does, in the author's words: the Rust function's doc
+    /// comment or the Python function's docstring. An MCP client shows it
+    /// as the workflow's tool description.
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 /// When a workflow's step attempts and results become durable

@@ -35,6 +35,8 @@ pub struct WorkflowDef {
     /// `durability = "..."`, if declared (else the worker's default,
     /// `effect_gated` unless its operator chose another).
     pub durability: Option<&'static str>,
+    /// Its doc comment, if it has one.
+    pub description: Option<&'static str>,
     pub run: fn(&str) -> Result<String, String>,
     /// The JSON Schemas of its input and output, for types that derive
     /// `schemars::JsonSchema`.
@@ -140,6 +142,7 @@ fn schemas(workflows: &[WorkflowDef], steps: &[StepDef]) -> String {
                     "schedule": schedule, "concurrency": concurrency,
                     "timeout_ms": w.timeout_ms,
                     "durability": w.durability,
+                    "description": w.description,
                 }),
             )
         })

@@ -446,6 +446,9 @@ async fn read_manifest(
                 durability: schema(&w.name, "durability")
                     .and_then(|d| serde_json::from_value(d).ok())
                     .unwrap_or_default(),
+                description: schema(&w.name, "description")
+                    .and_then(|d| d.as_str().map(str::to_string))
+                    .filter(|d| !d.trim().is_empty()),
                 name: w.name,
                 idempotency: w.idempotency.map(|i| Idempotency {
                     key: i.key,

@@ -255,6 +255,10 @@ fn permits<'a>(
     let Some(route) = matched else {
         return false;
     };
+    // The MCP endpoint checks each tool call and read against the scope.
+    if route == crate::MCP_PATH {
+        return true;
+    }
     match scope {
         Scope::ResumeHook { token } => {
             let allowed = matches!(

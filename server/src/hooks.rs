@@ -47,15 +47,64 @@ pub async fn resume(
     body: Body<MAX_BODY>,
 ) -> ApiResult<axum::response::Response> {
     let q = Query::parse(raw);
-    let wait = Wait::from_query(&q)?;
-    let wait_reply = q
-        .number("wait_reply_ms")?
-        .map(|ms| wait_ms(Some(ms)))
-        .transpose()?;
-    let payload_id = q
-        .one("payload_id")
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let payload = json_body(body)?.unwrap_or(serde_json::Value::Null);
+    let resume = Resume {
+        wait: Wait::from_query(&q)?,
+        wait_reply: q
+            .number("wait_reply_ms")?
+            .map(|ms| wait_ms(Some(ms)))
+            .transpose()?,
+        payload_id: q
+            .one("payload_id")
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        payload: json_body(body)?.unwrap_or(serde_json::Value::Null),
+        token,
+    };
+    let (token, payload_id, asked_reply) = (
+        resume.token.clone(),
+        resume.payload_id.clone(),
+        resume.wait_reply.is_some(),
+    );
+    let view = resume_and_wait(&s, resume).await?;
+    if asked_reply && view.reply.is_none() {
+        let location = format!(
+            "/v1/hooks/{}/replies/{}",
+            encode_path(&token),
+            encode_path(&payload_id)
+        );
+        return Ok((
+            StatusCode::ACCEPTED,
+            [(axum::http::header::LOCATION, location)],
+            Json(view),
+        )
+            .into_response());
+    }
+    Ok(Json(view).into_response())
+}
+
+/// A resume: a payload for the hook holding `token`, and what to wait for.
+pub(crate) struct Resume {
+    pub(crate) token: String,
+    pub(crate) payload: serde_json::Value,
+    /// A resume retried with it delivers nothing twice.
+    pub(crate) payload_id: String,
+    /// How long to wait for the run to move on, when no reply is awaited.
+    pub(crate) wait: Wait,
+    /// How long to wait for the workflow's reply (ms), if at all.
+    pub(crate) wait_reply: Option<u64>,
+}
+
+/// Delivers a resume's payload and waits as it asks: the run as it then
+/// is, with the payload ID, and the workflow's reply when one was awaited
+/// and came. A failure after the delivery is `drive_interrupted` naming
+/// the run, never a refusal.
+pub(crate) async fn resume_and_wait(s: &AppState, resume: Resume) -> ApiResult<RunView> {
+    let Resume {
+        token,
+        payload,
+        payload_id,
+        wait,
+        wait_reply,
+    } = resume;
     let resumed = s
         .keel
         .deliver(&token, &payload.to_string(), Some(&payload_id))
@@ -94,22 +143,9 @@ pub async fn resume(
         None => drive_and_wait(&s.keel, run, wait).await?,
     };
     let mut view = moved_on(&s.keel, &run).await;
-    view.payload_id = Some(payload_id.clone());
+    view.payload_id = Some(payload_id);
     view.reply = reply.as_deref().map(crate::wire::value_of);
-    if wait_reply.is_some() && reply.is_none() {
-        let location = format!(
-            "/v1/hooks/{}/replies/{}",
-            encode_path(&token),
-            encode_path(&payload_id)
-        );
-        return Ok((
-            StatusCode::ACCEPTED,
-            [(axum::http::header::LOCATION, location)],
-            Json(view),
-        )
-            .into_response());
-    }
-    Ok(Json(view).into_response())
+    Ok(view)
 }
 
 /// A path segment, percent-encoded.

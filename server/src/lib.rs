@@ -28,6 +28,7 @@ mod hooks;
 pub mod jobs;
 pub mod limits;
 pub mod listen;
+pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 mod operations;
@@ -49,6 +50,8 @@ pub use metrics::Metrics;
 
 /// The largest JSON body (inputs, payloads) a request may carry.
 pub const MAX_BODY: usize = 1 << 20;
+/// The path the MCP endpoint is served at ([`mcp`]).
+pub const MCP_PATH: &str = "/mcp";
 /// The largest component a deployment may upload.
 pub const MAX_COMPONENT: usize = 64 << 20;
 
@@ -120,6 +123,7 @@ pub fn router(keel: Keel, metrics: Arc<Metrics>, guard: Guard, auth: Auth) -> Ro
         metrics,
         auth: auth.clone(),
     };
+    let mcp = mcp::service(state.clone());
     let table = routes::table();
     let public = auth::PublicRoutes::new(
         table
@@ -133,6 +137,7 @@ pub fn router(keel: Keel, metrics: Arc<Metrics>, guard: Guard, auth: Auth) -> Ro
         .fold(Router::new(), |api, route| {
             api.route(route.path, route.handler)
         })
+        .route_service(MCP_PATH, mcp)
         .merge(console::routes())
         .fallback(routes::not_found)
         .method_not_allowed_fallback(console::method_not_allowed)

@@ -11,7 +11,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use keel_core::deployment::Target;
-use keel_core::timeline::timeline;
 use keel_core::{RunCursor, RunFilter, RunId, RunRecord, RunStatus};
 use keel_host::{Keel, StartHook, StartOptions, Until};
 use serde_json::Value;
@@ -230,13 +229,7 @@ pub async fn run_detail(
     RunIdParam(run_id): RunIdParam,
 ) -> ApiResult<Json<RunDetail>> {
     let run = s.keel.get_run(&run_id).await?;
-    let journal = s.keel.journal(&run_id).await?;
-    Ok(Json(RunDetail {
-        run: RunView::read(&s.keel, &run).await?,
-        timeline: timeline(&journal),
-        journal: journal.iter().map(JournalEntry::of).collect(),
-        now_ms: s.keel.clock_ms(),
-    }))
+    Ok(Json(RunDetail::read(&s.keel, &run).await?))
 }
 
 /// `GET /v1/runs/{run_id}/journal?format=entries|file`: the entries, or

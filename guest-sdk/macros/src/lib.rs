@@ -399,6 +399,10 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
         Some(d) => quote! { Some(#d) },
         None => quote! { None },
     };
+    let description = match doc_text(&func.attrs) {
+        Some(text) => quote! { Some(#text) },
+        None => quote! { None },
+    };
     let input_ty = match args.first() {
         Some((_, ty)) => quote! { #ty },
         None => quote! { () },
@@ -422,6 +426,7 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
             concurrency: #concurrency,
             timeout_ms: #timeout_ms,
             durability: #durability,
+            description: #description,
             run: |input: &str| ::keel_sdk::__private::run_workflow(input, #call),
             schemas: || {
                 #[allow(unused_imports)]
@@ -433,6 +438,33 @@ fn expand_workflow(func: &ItemFn, settings: &WorkflowSettings) -> syn::Result<To
             },
         };
     })
+}
+
+/// The text of an item's doc comment (`///` lines or `#[doc = "..."]`),
+/// its lines joined, or `None` without one.
+fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            Meta::NameValue(kv) => match &kv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .map(|line| {
+            line.strip_prefix(' ')
+                .unwrap_or(&line)
+                .trim_end()
+                .to_string()
+        })
+        .collect();
+    let text = lines.join("\n").trim().to_string();
+    (!text.is_empty()).then_some(text)
 }
 
 struct StepSettings {

@@ -3,11 +3,13 @@
 //! deployment exporting it, a name or a pinned hash); and the settings the
 //! steps of a run get from the deployment of the component it is pinned to.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use keel_core::deployment::{self, Target};
+use keel_core::manifest::WorkflowInfo;
 use keel_core::{Deployment, GrantSpec, RunRecord, StepLimits};
 
 use super::{Keel, StartOptions, lock};
@@ -226,6 +228,28 @@ impl Keel {
                 }
                 .into()
             })
+    }
+
+    /// The workflows a start that names no deployment reaches: for each
+    /// workflow some deployment exports, what the latest deployment
+    /// exporting it declares of it (its schemas, its description), with
+    /// that deployment's name; by workflow name. Reads each deployment's
+    /// component once (compiled on first use, as a start would).
+    pub async fn workflows(&self) -> Result<Vec<(String, WorkflowInfo)>> {
+        let all = self.deployments().await?;
+        let names: BTreeSet<&str> = all
+            .iter()
+            .flat_map(|d| d.workflows.iter().map(String::as_str))
+            .collect();
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            let latest = deployment::resolve(&all, name, Target::Latest)?;
+            let loaded = self.component_by_hash(&latest.hash).await?;
+            if let Some(info) = loaded.manifest.workflow(name) {
+                found.push((latest.name.clone(), info.clone()));
+            }
+        }
+        Ok(found)
     }
 
     /// Admits a run of `workflow` on the deployment `target` names;

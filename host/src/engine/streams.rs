@@ -2,7 +2,7 @@
 //! page or followed as they grow, and the replies its workflow journals to
 //! payloads delivered with an ID (request/reply on hooks).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use futures::Stream;
@@ -34,42 +34,155 @@ pub struct Reply {
     pub reply: Option<String>,
 }
 
-/// A follower's place in a stream.
-struct Follower {
-    keel: Keel,
-    run_id: RunId,
-    stream: String,
-    next: u64,
-    pending: VecDeque<Chunk>,
-    /// The stream was closed, or the run ended with nothing more written.
-    done: bool,
-    changes: Changes,
+/// Where a follower stands in what a run writes: reads on from there.
+trait Place: Send + 'static {
+    type Item: Send + 'static;
+
+    /// Queues what is new onto `pending`; whether nothing more can come.
+    fn look<'a>(
+        &'a mut self,
+        keel: &'a Keel,
+        run_id: &'a RunId,
+        pending: &'a mut VecDeque<Self::Item>,
+    ) -> impl Future<Output = Result<bool>> + Send + 'a;
 }
 
-impl Follower {
-    /// Reads what is new; at the stream's end, decides whether more can come.
-    async fn look(&mut self) -> Result<()> {
-        let store = self.keel.store();
+/// The items of `place` in `run_id`, each once stored, until nothing more
+/// can come; an error (the run unknown, the store failing) is the last.
+fn follow<P: Place>(
+    keel: &Keel,
+    run_id: &RunId,
+    place: P,
+) -> impl Stream<Item = Result<P::Item>> + Send + use<P> {
+    struct Follower<P: Place> {
+        keel: Keel,
+        run_id: RunId,
+        place: P,
+        pending: VecDeque<P::Item>,
+        done: bool,
+        changes: Changes,
+    }
+    let follower = Follower {
+        keel: keel.clone(),
+        run_id: run_id.clone(),
+        place,
+        pending: VecDeque::new(),
+        done: false,
+        changes: Changes::of(keel, run_id),
+    };
+    futures::stream::unfold(follower, |mut f| async move {
+        loop {
+            if let Some(item) = f.pending.pop_front() {
+                return Some((Ok(item), f));
+            }
+            if f.done {
+                return None;
+            }
+            match f.place.look(&f.keel, &f.run_id, &mut f.pending).await {
+                Ok(done) => f.done = done,
+                Err(e) => {
+                    f.done = true;
+                    return Some((Err(e), f));
+                }
+            }
+            if f.pending.is_empty() && !f.done {
+                f.changes.next().await;
+            }
+        }
+    })
+}
+
+/// A place in one stream: the next index to read. Done at the stream's
+/// close, or when the run ended with nothing more written.
+struct StreamPlace {
+    stream: String,
+    next: u64,
+}
+
+impl Place for StreamPlace {
+    type Item = Chunk;
+
+    async fn look(
+        &mut self,
+        keel: &Keel,
+        run_id: &RunId,
+        pending: &mut VecDeque<Chunk>,
+    ) -> Result<bool> {
+        let store = keel.store();
         let mut chunks = store
-            .chunks(&self.run_id, &self.stream, self.next, CHUNK_PAGE)
+            .chunks(run_id, &self.stream, self.next, CHUNK_PAGE)
             .await?;
+        let mut done = false;
         if chunks.is_empty() {
             // The run's end comes after its last write: a write before
             // the end read here is found by the second read.
-            if !self.keel.get_run(&self.run_id).await?.status.is_final() {
-                return Ok(());
+            if !keel.get_run(run_id).await?.status.is_final() {
+                return Ok(false);
             }
             chunks = store
-                .chunks(&self.run_id, &self.stream, self.next, CHUNK_PAGE)
+                .chunks(run_id, &self.stream, self.next, CHUNK_PAGE)
                 .await?;
-            self.done = chunks.is_empty();
+            done = chunks.is_empty();
         }
         if let Some(last) = chunks.last() {
             self.next = last.index + 1;
-            self.done = last.body == ChunkBody::Closed;
+            done = last.body == ChunkBody::Closed;
         }
-        self.pending.extend(chunks);
-        Ok(())
+        pending.extend(chunks);
+        Ok(done)
+    }
+}
+
+/// A place in every stream of a run: the next index to read, by stream
+/// (a stream not named from 0). Done when the run ended with nothing more
+/// written.
+struct RunPlace {
+    next: BTreeMap<String, u64>,
+}
+
+impl Place for RunPlace {
+    type Item = (String, Chunk);
+
+    async fn look(
+        &mut self,
+        keel: &Keel,
+        run_id: &RunId,
+        pending: &mut VecDeque<(String, Chunk)>,
+    ) -> Result<bool> {
+        if self.read_new(keel, run_id, pending).await? > 0 {
+            return Ok(false);
+        }
+        // As for one stream: the end comes after the last write.
+        if !keel.get_run(run_id).await?.status.is_final() {
+            return Ok(false);
+        }
+        Ok(self.read_new(keel, run_id, pending).await? == 0)
+    }
+}
+
+impl RunPlace {
+    /// Queues the chunks written since the last read; how many.
+    async fn read_new(
+        &mut self,
+        keel: &Keel,
+        run_id: &RunId,
+        pending: &mut VecDeque<(String, Chunk)>,
+    ) -> Result<usize> {
+        let store = keel.store();
+        let mut read = 0;
+        for info in store.streams(run_id).await? {
+            let from = self.next.get(&info.name).copied().unwrap_or(0);
+            if from >= info.chunks {
+                continue;
+            }
+            let chunks = store.chunks(run_id, &info.name, from, CHUNK_PAGE).await?;
+            if let Some(last) = chunks.last() {
+                self.next.insert(info.name.clone(), last.index + 1);
+            }
+            read += chunks.len();
+            pending.extend(chunks.into_iter().map(|c| (info.name.clone(), c)));
+        }
+        Ok(read)
     }
 }
 
@@ -114,32 +227,24 @@ impl Keel {
         stream: &str,
         from: u64,
     ) -> impl Stream<Item = Result<Chunk>> + Send + use<> {
-        let follower = Follower {
-            keel: self.clone(),
-            run_id: run_id.clone(),
+        let place = StreamPlace {
             stream: stream.to_string(),
             next: from,
-            pending: VecDeque::new(),
-            done: false,
-            changes: Changes::of(self, run_id),
         };
-        futures::stream::unfold(follower, |mut f| async move {
-            loop {
-                if let Some(chunk) = f.pending.pop_front() {
-                    return Some((Ok(chunk), f));
-                }
-                if f.done {
-                    return None;
-                }
-                if let Err(e) = f.look().await {
-                    f.done = true;
-                    return Some((Err(e), f));
-                }
-                if f.pending.is_empty() && !f.done {
-                    f.changes.next().await;
-                }
-            }
-        })
+        follow(self, run_id, place)
+    }
+
+    /// The chunks of every stream of `run_id`, each with its stream's name,
+    /// once stored, from the index `from` gives for its stream (0 for a
+    /// stream it does not name, or that is new), until the run has ended
+    /// and all it wrote is read. Chunks of one stream come in order; an
+    /// error is the last item.
+    pub fn follow_streams(
+        &self,
+        run_id: &RunId,
+        from: BTreeMap<String, u64>,
+    ) -> impl Stream<Item = Result<(String, Chunk)>> + Send + use<> {
+        follow(self, run_id, RunPlace { next: from })
     }
 
     /// Delivers `payload` to the active hook holding `token`, as

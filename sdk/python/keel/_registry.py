@@ -135,6 +135,7 @@ def schemas() -> str:
             "concurrency": w.concurrency,
             "timeout_ms": w.timeout_ms,
             "durability": w.durability,
+            "description": inspect.getdoc(w.fn),
         }
     out["keel:steps"] = {
         s.name: {"rate_limit": s.rate_limit, "concurrency": s.concurrency, "retry_budget_ms": s.retry_budget_ms}

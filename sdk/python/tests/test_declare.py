@@ -18,6 +18,9 @@ class DeclarationsTest(unittest.TestCase):
             durability="relaxed",
         )
         async def orders(order: dict) -> int:
+            """Takes an order.
+
+            Charges it once."""
             return 0
 
         @keel.workflow(name="declared_hourly", schedule=keel.Schedule(every="1h", catchup_window="1d"))
@@ -37,6 +40,9 @@ class DeclarationsTest(unittest.TestCase):
             "catchup_window_ms": None, "input": '{"n": 1}',
         })
         self.assertEqual(manifest["declared_orders"]["durability"], "relaxed")
+        # The docstring, as an MCP client shows the workflow's tool.
+        self.assertEqual(manifest["declared_orders"]["description"], "Takes an order.\n\nCharges it once.")
+        self.assertIsNone(manifest["declared_hourly"]["description"])
         self.assertEqual(manifest["declared_hourly"]["schedule"]["every_ms"], 3_600_000)
         self.assertEqual(manifest["declared_hourly"]["schedule"]["catchup_window_ms"], 86_400_000)
         self.assertIsNone(manifest["declared_hourly"]["schedule"]["input"])

@@ -180,6 +180,20 @@ pub struct RunDetail {
     pub now_ms: u64,
 }
 
+impl RunDetail {
+    /// The detail of `run`: as single-run reads give it, with its timeline
+    /// and journal as read now.
+    pub async fn read(keel: &keel_host::Keel, run: &RunRecord) -> keel_host::Result<Self> {
+        let journal = keel.journal(&run.run_id).await?;
+        Ok(RunDetail {
+            run: RunView::read(keel, run).await?,
+            timeline: keel_core::timeline::timeline(&journal),
+            journal: journal.iter().map(JournalEntry::of).collect(),
+            now_ms: keel.clock_ms(),
+        })
+    }
+}
+
 /// A journal entry: `seq`, `at_ms`, `kind` and the fields of its kind.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct JournalEntry {

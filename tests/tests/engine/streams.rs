@@ -78,6 +78,35 @@ async fn a_workflows_stream_survives_a_crash_as_the_same_chunks_and_replays_with
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_runs_streams_are_followed_together_from_the_places_given() {
+    let store = TestStore::new();
+    let (keel, testbed) = open(store.config()).await;
+    let run = keel.start(&testbed, "step_stream", "null").await.unwrap();
+    // Started before anything is written: every stream, from 0.
+    let follower = keel.follow_streams(&run.run_id, Default::default());
+    let ended = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+    let followed: Vec<(String, u64)> = tokio::time::timeout(
+        Duration::from_secs(30),
+        follower
+            .map(|c| c.map(|(name, chunk)| (name, chunk.index)).unwrap())
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the follower ends with the run");
+    let all: Vec<(String, u64)> = (0..7).map(|i| ("tokens".to_string(), i)).collect();
+    assert_eq!(followed, all, "each chunk once, in order, to the close");
+    // From the places given: only what follows them.
+    let from = [("tokens".to_string(), 5)].into_iter().collect();
+    let rest: Vec<u64> = keel
+        .follow_streams(&run.run_id, from)
+        .map(|c| c.unwrap().1.index)
+        .collect()
+        .await;
+    assert_eq!(rest, [5, 6]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_retried_steps_stream_is_marked_where_its_second_attempt_begins() {
     let store = TestStore::new();
     let (keel, testbed) = open(store.config()).await;
