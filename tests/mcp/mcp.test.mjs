@@ -7,6 +7,7 @@ import { randomUUID } from "node:crypto";
 import { test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ResourceUpdatedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const URL_ = process.env.KEEL_URL;
 const TOKEN = process.env.KEEL_TOKEN;
@@ -77,6 +78,28 @@ test("a waiting run is answered through the resume tool and read as a resource",
   assert.equal(runOf(done).output, 1);
   const read = await client.readResource({ uri: `keel://runs/${runOf(waiting).run_id}` });
   assert.equal(JSON.parse(read.contents[0].text).run.status, "completed");
+  await client.close();
+});
+
+test("a subscriber hears a run change to its end", { timeout: 30_000 }, async () => {
+  const client = await connect();
+  const token = `mcp-ts:${randomUUID()}`;
+  const waiting = await client.callTool({ name: "replier", arguments: { input: token } });
+  const uri = `keel://runs/${runOf(waiting).run_id}`;
+  let heard = 0;
+  let completed;
+  const done = new Promise((resolve) => (completed = resolve));
+  client.setNotificationHandler(ResourceUpdatedNotificationSchema, async (n) => {
+    assert.equal(n.params.uri, uri);
+    heard += 1;
+    const read = await client.readResource({ uri });
+    if (JSON.parse(read.contents[0].text).run.status === "completed") completed();
+  });
+  await client.subscribeResource({ uri });
+  await client.callTool({ name: "keel-resume-hook", arguments: { token, payload: "stop" } });
+  await done; // node:test's own timeout bounds the wait
+  assert.ok(heard >= 1);
+  await client.unsubscribeResource({ uri });
   await client.close();
 });
 

@@ -3,6 +3,7 @@ PyPI) against a real `keel serve`: scripts/mcp.sh starts it with the
 testbed and the chat agent deployed, and sets KEEL_URL, KEEL_TOKEN and
 MODEL_URL."""
 
+import asyncio
 import contextlib
 import json
 import os
@@ -113,6 +114,25 @@ class McpTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(detail["run"]["status"], "completed")
         self.assertEqual(detail["run"]["output"], 2)
         self.assertTrue(any(row["kind"] == "hook" for row in detail["timeline"]), detail["timeline"])
+
+    async def test_a_listener_hears_a_run_change_until_it_ends(self):
+        token = f"mcp-py:{uuid.uuid4()}"
+        async with client() as c:
+            waiting = await c.call_tool("replier", {"input": token})
+            uri = f"keel://runs/{run_of(waiting)['run_id']}"
+            async with c.listen(resource_subscriptions=[uri]) as changes:
+                self.assertEqual(changes.honored.resource_subscriptions, [uri])
+                await c.call_tool("keel-resume-hook", {"token": token, "payload": "stop"})
+                # The server closes the stream once the run has ended.
+                heard = await asyncio.wait_for(self._uris(changes), timeout=30)
+            self.assertGreater(len(heard), 0)
+            self.assertEqual(set(heard), {uri})
+            read = await c.read_resource(uri)
+        self.assertEqual(json.loads(read.contents[0].text)["run"]["status"], "completed")
+
+    @staticmethod
+    async def _uris(changes):
+        return [event.uri async for event in changes]
 
     async def test_a_call_retried_with_its_key_starts_one_run(self):
         key = str(uuid.uuid4())

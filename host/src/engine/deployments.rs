@@ -100,7 +100,12 @@ impl Keel {
             grants,
             limits: spec.limits,
             size_bytes: bytes.len() as u64,
-            deployed_at_ms: self.now_ms(),
+            // Newer than every build of its name, even within one
+            // millisecond (or under a stopped clock): the latest is the
+            // last deployed.
+            deployed_at_ms: self
+                .now_ms()
+                .max(named.first().map_or(0, |d| d.deployed_at_ms + 1)),
             retention_ms: None,
         };
         let deployment = self.set_retention(deployment, spec.retention_ms).await?;

@@ -10,7 +10,8 @@
 //!   streams get meanwhile come as progress notifications ([`calls`]).
 //! - `keel-resume-hook` answers a run's hook and waits for the reply;
 //!   `keel-await-run` waits for a run.
-//! - Runs and their streams are resources ([`resources`]).
+//! - Runs and their streams are resources ([`resources`]), which a
+//!   client reads and subscribes to.
 //! - A scoped token reaches what its scope names and nothing else: one
 //!   workflow's tool, one hook, one run.
 
@@ -18,18 +19,23 @@ mod calls;
 mod catalog;
 mod resources;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use keel_core::access::Scope;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, ErrorData, Implementation,
     ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    ReadResourceRequestParams, ReadResourceResponse, ResourceUpdatedNotification,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, ServerNotification,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler};
+use tokio::task::AbortHandle;
 
 use crate::auth::Scoped;
 use crate::state::AppState;
@@ -52,15 +58,55 @@ pub(crate) fn service(state: AppState) -> StreamableHttpService<KeelMcp, LocalSe
     )
 }
 
-/// The MCP server of one connection (or one request, when stateless).
+/// The MCP server of one session (or one request, when stateless).
 #[derive(Clone)]
 pub(crate) struct KeelMcp {
     state: AppState,
+    /// The session's `resources/subscribe` subscriptions.
+    subscriptions: Arc<Subscriptions>,
 }
 
 impl KeelMcp {
     fn new(state: AppState) -> Self {
-        KeelMcp { state }
+        KeelMcp {
+            state,
+            subscriptions: Arc::default(),
+        }
+    }
+}
+
+/// A session's subscriptions, by URI: each a task telling the client of
+/// the resource's changes. They stop with the session.
+#[derive(Default)]
+struct Subscriptions(Mutex<HashMap<String, AbortHandle>>);
+
+impl Subscriptions {
+    /// Keeps `task` as `uri`'s subscription, stopping the one it replaces.
+    fn insert(&self, uri: String, task: AbortHandle) {
+        if let Some(old) = self.lock().insert(uri, task) {
+            old.abort();
+        }
+    }
+
+    /// Stops `uri`'s subscription, if any.
+    fn remove(&self, uri: &str) {
+        if let Some(task) = self.lock().remove(uri) {
+            task.abort();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AbortHandle>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Drop for Subscriptions {
+    fn drop(&mut self) {
+        for task in self.lock().values() {
+            task.abort();
+        }
     }
 }
 
@@ -70,6 +116,7 @@ impl ServerHandler for KeelMcp {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_resources_subscribe()
                 .build(),
         )
         .with_server_info(Implementation::new("keel", env!("CARGO_PKG_VERSION")))
@@ -114,6 +161,89 @@ impl ServerHandler for KeelMcp {
             .await
             .map(Into::into)
     }
+
+    /// `subscriptions/listen` (2026-07-28): the keel resources asked for.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let asked = requested
+            .resource_subscriptions
+            .as_deref()
+            .unwrap_or_default();
+        Some(
+            SubscriptionFilter::builder()
+                .resource_subscriptions(resources::known(asked))
+                .build(),
+        )
+    }
+
+    /// Tells the client of each change of the resources it listens to,
+    /// until it stops listening or none can change again.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let scope = scope(context.request_context());
+        for uri in &uris {
+            resources::check(uri, scope.as_ref())?;
+        }
+        let mut changes = std::pin::pin!(resources::changes(&self.state.keel, &uris).await?);
+        loop {
+            tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                changed = changes.next() => {
+                    let Some(uri) = changed else { return Ok(()) };
+                    if context.sink().send(updated(uri)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// `resources/subscribe` (sessions before 2026-07-28).
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        resources::check(&request.uri, scope(&context).as_ref())?;
+        let uris = [request.uri.clone()];
+        let changes = resources::changes(&self.state.keel, &uris).await?;
+        let peer = context.peer.clone();
+        let task = tokio::spawn(async move {
+            let mut changes = std::pin::pin!(changes);
+            while let Some(uri) = changes.next().await {
+                let param = ResourceUpdatedNotificationParam::new(uri);
+                if peer.notify_resource_updated(param).await.is_err() {
+                    return;
+                }
+            }
+        });
+        self.subscriptions.insert(request.uri, task.abort_handle());
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.remove(&request.uri);
+        Ok(())
+    }
+}
+
+/// The notification that `uri` changed.
+fn updated(uri: String) -> ServerNotification {
+    ServerNotification::ResourceUpdatedNotification(ResourceUpdatedNotification::new(
+        ResourceUpdatedNotificationParam::new(uri),
+    ))
 }
 
 /// The scope of the token the request came with (`None`: the server's

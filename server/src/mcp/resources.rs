@@ -2,9 +2,13 @@
 //! (as `GET /v1/runs/{run_id}/detail` gives it: its record, output and
 //! timeline), `keel://runs/{run_id}/streams/{name}` a stream's chunks so
 //! far. Nothing lists them: a list of all runs is an operator's command.
+//! A client subscribes to them (`resources/subscribe` on a session,
+//! `subscriptions/listen` on 2026-07-28) and hears each change.
 
+use futures::{Stream, StreamExt};
 use keel_core::RunId;
 use keel_core::access::Scope;
+use keel_host::{Keel, Watched};
 use rmcp::model::{ErrorData, ReadResourceResult, ResourceContents, ResourceTemplate};
 
 use super::{forbidden, internal};
@@ -110,4 +114,63 @@ pub(super) async fn read(
     Ok(ReadResourceResult::new(vec![
         ResourceContents::text(json, uri).with_mime_type("application/json"),
     ]))
+}
+
+/// The URIs in `uris` that name keel resources, the rest left out.
+pub(super) fn known(uris: &[String]) -> Vec<String> {
+    uris.iter().filter(|u| parse(u).is_ok()).cloned().collect()
+}
+
+/// Refuses `uri` unless it names a keel resource that a token of `scope`
+/// may read.
+pub(super) fn check(uri: &str, scope: Option<&Scope>) -> Result<(), ErrorData> {
+    let (Named::Run(run_id) | Named::Stream(run_id, _)) = parse(uri)?;
+    match scope.filter(|s| !may_read(s, run_id.as_str())) {
+        Some(scope) => Err(forbidden(scope, &format!("reading run {run_id}"))),
+        None => Ok(()),
+    }
+}
+
+/// Each time one of `uris` changes, its URI: a run's when its record
+/// changes (its status, what it waits on), a stream's when it gets a
+/// chunk. Ends once none of them can change again (their runs ended).
+pub(super) async fn changes(
+    keel: &Keel,
+    uris: &[String],
+) -> Result<impl Stream<Item = String> + Send + use<>, ErrorData> {
+    let mut each = Vec::with_capacity(uris.len());
+    for uri in uris {
+        let told = uri.clone();
+        let tell = move || std::future::ready(told.clone());
+        each.push(match parse(uri)? {
+            Named::Run(run_id) => {
+                let now = keel.get_run(&run_id).await.map_err(internal)?;
+                if now.status.is_final() {
+                    // It ended before the subscription was read: told
+                    // once, as nothing comes after.
+                    futures::stream::once(tell()).boxed()
+                } else {
+                    // Every record unlike the one read now is a change.
+                    keel.watch(&run_id)
+                        .filter(move |w| {
+                            std::future::ready(matches!(w, Ok(Watched::Run(r)) if *r != now))
+                        })
+                        .then(move |_| tell())
+                        .boxed()
+                }
+            }
+            // From the chunk after those it holds now.
+            Named::Stream(run_id, name) => {
+                let streams = keel.streams(&run_id).await.map_err(internal)?;
+                let held = streams
+                    .iter()
+                    .find(|s| s.name == name)
+                    .map_or(0, |s| s.chunks);
+                keel.follow_stream(&run_id, &name, held)
+                    .then(move |_| tell())
+                    .boxed()
+            }
+        });
+    }
+    Ok(futures::stream::select_all(each))
 }

@@ -336,3 +336,22 @@ async fn a_refused_deploy_changes_nothing() {
     let testbed = keel.deployment("testbed").await.unwrap();
     assert_eq!(testbed.grants, granted);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deploy_within_the_same_millisecond_is_still_the_latest() {
+    // A stopped clock: every deploy happens in the same millisecond.
+    let store = TestStore::new();
+    let mut config = store.config();
+    config.clock = crate::common::ManualClock::at(1_796_083_200_000);
+    let (keel, _) = open_with(config, keel_tests::ORDER).await;
+    for (path, other) in [
+        (keel_tests::ORDER, keel_tests::ORDER_V2_COMPATIBLE),
+        (keel_tests::ORDER_V2_COMPATIBLE, keel_tests::ORDER),
+    ] {
+        let first = deploy(&keel, path, None, true).await.unwrap();
+        let second = deploy(&keel, other, None, true).await.unwrap();
+        assert!(second.deployed_at_ms > first.deployed_at_ms);
+        // Whichever hash sorts first, the name is the last build deployed.
+        assert_eq!(keel.deployment("order").await.unwrap().hash, second.hash);
+    }
+}
