@@ -53,17 +53,18 @@ timed restart pass restart -E 'binary(pg_restart)' "$@"
 timed doc cargo test --workspace --doc "$@"
 # The checks from outside (each against a server of its own, on a port
 # and a store of its own) run beside the PostgreSQL pass, which waits on the
-# database more than on the CPU, in two lanes: on sled then the clients, and
-# on PostgreSQL. Their tools are installed first, once. Their output follows
+# database more than on the CPU, in three lanes: on sled, the clients then
+# MCP, and on PostgreSQL. Their tools are installed first, once. Their output follows
 # the pass's.
 scripts/e2e-tools.sh
 lanes=$(mktemp -d)
+timed "outside, sled" scripts/e2e-server.sh >"$lanes/sled" 2>&1 &
+sled_lane=$!
 (
-    timed "outside, sled" scripts/e2e-server.sh
     timed clients scripts/clients.sh
     timed mcp scripts/mcp.sh
-) >"$lanes/sled" 2>&1 &
-sled_lane=$!
+) >"$lanes/clients" 2>&1 &
+clients_lane=$!
 KEEL_E2E_STORE=postgres timed "outside, postgres" scripts/e2e-server.sh >"$lanes/postgres" 2>&1 &
 postgres_lane=$!
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
@@ -77,9 +78,12 @@ status=0
 KEEL_TEST_STORE=postgres KEEL_TEST_DURABILITY=strict \
     timed postgres pass postgres --test engine --test api -E 'not test(300_000)' "$@" || status=$?
 wait $sled_lane || status=$?
+wait $clients_lane || status=$?
 wait $postgres_lane || status=$?
-echo "== the checks from outside on sled, then the clients and MCP (e2e-server.sh, clients.sh, mcp.sh)" >&2
+echo "== the checks from outside on sled (e2e-server.sh)" >&2
 cat "$lanes/sled" >&2
+echo "== the clients, then MCP (clients.sh, mcp.sh)" >&2
+cat "$lanes/clients" >&2
 echo "== the checks from outside on PostgreSQL (KEEL_E2E_STORE=postgres e2e-server.sh)" >&2
 cat "$lanes/postgres" >&2
 rm -rf "$lanes"
