@@ -248,13 +248,32 @@ impl Keel {
             .collect();
         let mut found = Vec::with_capacity(names.len());
         for name in names {
-            let latest = deployment::resolve(&all, name, Target::Latest)?;
-            let loaded = self.component_by_hash(&latest.hash).await?;
-            if let Some(info) = loaded.manifest.workflow(name) {
-                found.push((latest.name.clone(), info.clone()));
-            }
+            found.extend(self.declared(&all, name).await?);
         }
         Ok(found)
+    }
+
+    /// What a start of `workflow` that names no deployment reaches, as
+    /// [`Keel::workflows`] gives it; `None` if no deployment exports it.
+    pub async fn workflow(&self, workflow: &str) -> Result<Option<(String, WorkflowInfo)>> {
+        let all = self.deployments().await?;
+        self.declared(&all, workflow).await
+    }
+
+    /// What the latest of `all` exporting `workflow` declares of it.
+    async fn declared(
+        &self,
+        all: &[Deployment],
+        workflow: &str,
+    ) -> Result<Option<(String, WorkflowInfo)>> {
+        let Ok(latest) = deployment::resolve(all, workflow, Target::Latest) else {
+            return Ok(None);
+        };
+        let loaded = self.component_by_hash(&latest.hash).await?;
+        Ok(loaded
+            .manifest
+            .workflow(workflow)
+            .map(|info| (latest.name.clone(), info.clone())))
     }
 
     /// Admits a run of `workflow` on the deployment `target` names;

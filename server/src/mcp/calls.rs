@@ -21,7 +21,7 @@ use rmcp::service::RequestContext;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::catalog::{AWAIT_RUN, RESUME_HOOK, input_schema, may_start};
+use super::catalog::{AWAIT_RUN, RESUME_HOOK, may_start, takes_object};
 use super::{forbidden, internal, resources, scope};
 use crate::error::ApiError;
 use crate::hooks::{Resume, resume_and_wait};
@@ -132,23 +132,20 @@ async fn start(
     key: Option<String>,
     context: &RequestContext<RoleServer>,
 ) -> Result<CallToolResult, ErrorData> {
-    let info = s
+    let (_, info) = s
         .keel
-        .workflows()
+        .workflow(workflow)
         .await
         .map_err(internal)?
-        .into_iter()
-        .find(|(_, info)| info.name == workflow)
-        .map(|(_, info)| info)
         .ok_or_else(|| {
             ErrorData::invalid_params(
                 format!("no tool is named `{workflow}`; `tools/list` names them"),
                 None,
             )
         })?;
-    let input = match input_schema(&info) {
-        (_, true) => args.remove("input").unwrap_or(Value::Null),
-        (_, false) => Value::Object(args),
+    let input = match takes_object(&info) {
+        false => args.remove("input").unwrap_or(Value::Null),
+        true => Value::Object(args),
     };
     let run_id = key.map(|key| RunId::keyed(&format!("mcp {workflow}"), &key));
     let options = StartOptions {

@@ -63,7 +63,7 @@ fn workflow_tool(deployment: &str, info: &WorkflowInfo) -> Option<Tool> {
             info.name
         )
     });
-    let (mut schema, _) = input_schema(info);
+    let mut schema = input_schema(info);
     drop_number_formats(&mut schema);
     Some(
         Tool::new(info.name.clone(), description, Arc::new(schema))
@@ -80,17 +80,20 @@ fn is_tool_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-/// The input schema of a workflow's tool, and whether the input is its
-/// argument `input` (`true`) or the arguments object itself. A tool takes
-/// an object: a workflow whose input is an object's takes its schema as
-/// is; any other input (a number, a tuple, one without a schema) is the
+/// Whether a workflow's tool takes the workflow's input as its arguments
+/// object (its input is an object's); otherwise the input is the
 /// argument `input`, whose absence is `null`.
-pub(super) fn input_schema(info: &WorkflowInfo) -> (JsonObject, bool) {
+pub(super) fn takes_object(info: &WorkflowInfo) -> bool {
+    matches!(&info.input_schema, Some(Value::Object(schema)) if schema.get("type") == Some(&json!("object")))
+}
+
+/// The input schema of a workflow's tool: an object's schema as is; any
+/// other input (a number, a tuple, one without a schema) as the argument
+/// `input` ([`takes_object`]).
+fn input_schema(info: &WorkflowInfo) -> JsonObject {
     match &info.input_schema {
-        Some(Value::Object(schema)) if schema.get("type") == Some(&json!("object")) => {
-            (schema.clone(), false)
-        }
-        other => (wrapped(other.clone().unwrap_or(json!({}))), true),
+        Some(Value::Object(schema)) if takes_object(info) => schema.clone(),
+        other => wrapped(other.clone().unwrap_or(json!({}))),
     }
 }
 
@@ -167,8 +170,9 @@ mod tests {
     #[test]
     fn an_object_input_is_the_arguments_and_any_other_is_argument_input() {
         let object = json!({"type": "object", "properties": {"id": {"type": "string"}}});
-        let (schema, wrapped) = input_schema(&workflow(Some(object.clone())));
-        assert_eq!((Value::Object(schema), wrapped), (object, false));
+        let info = workflow(Some(object.clone()));
+        assert!(takes_object(&info));
+        assert_eq!(Value::Object(input_schema(&info)), object);
 
         let tuple = json!({
             "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -176,10 +180,10 @@ mod tests {
             "prefixItems": [{"$ref": "#/$defs/Call"}, {"type": "integer"}],
             "$defs": {"Call": {"type": "string"}},
         });
-        let (schema, wrapped) = input_schema(&workflow(Some(tuple)));
-        assert!(wrapped);
+        let info = workflow(Some(tuple));
+        assert!(!takes_object(&info));
         assert_eq!(
-            Value::Object(schema),
+            Value::Object(input_schema(&info)),
             json!({
                 "type": "object",
                 "properties": {"input": {
@@ -190,9 +194,9 @@ mod tests {
                 "$defs": {"Call": {"type": "string"}},
             })
         );
-        let (schema, wrapped) = input_schema(&workflow(None));
-        assert!(wrapped);
-        assert_eq!(schema["properties"], json!({"input": {}}));
+        let info = workflow(None);
+        assert!(!takes_object(&info));
+        assert_eq!(input_schema(&info)["properties"], json!({"input": {}}));
     }
 
     #[test]
