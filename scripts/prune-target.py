@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Bounds the target directory a warm CI keeps: deletes from debug/deps
-and debug/build whatever the builds of this run did not use.
+and debug/build whatever the builds of this run did not use, and
+debug/incremental, which no build of CI's uses.
 
 `scripts/prune-target.py STAMP LIST...`: each LIST is the JSON that cargo
 printed with `--message-format=json-render-diagnostics` for a build of
@@ -79,4 +80,9 @@ for entry in (debug / "build").iterdir() if (debug / "build").is_dir() else []:
         continue
     freed += size(entry)
     shutil.rmtree(entry)
+# Builds with CARGO_INCREMENTAL=0 (all of CI's) neither read nor write
+# these; a build without it (the test command before it set it) left them.
+if (debug / "incremental").is_dir():
+    freed += size(debug / "incremental")
+    shutil.rmtree(debug / "incremental")
 print(f"pruned {freed / 2**30:.1f} GiB left by earlier builds")
