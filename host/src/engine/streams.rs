@@ -168,20 +168,9 @@ impl RunPlace {
         run_id: &RunId,
         pending: &mut VecDeque<(String, Chunk)>,
     ) -> Result<usize> {
-        let store = keel.store();
-        let mut read = 0;
-        for info in store.streams(run_id).await? {
-            let from = self.next.get(&info.name).copied().unwrap_or(0);
-            if from >= info.chunks {
-                continue;
-            }
-            let chunks = store.chunks(run_id, &info.name, from, CHUNK_PAGE).await?;
-            if let Some(last) = chunks.last() {
-                self.next.insert(info.name.clone(), last.index + 1);
-            }
-            read += chunks.len();
-            pending.extend(chunks.into_iter().map(|c| (info.name.clone(), c)));
-        }
+        let chunks = keel.new_chunks(run_id, &mut self.next).await?;
+        let read = chunks.len();
+        pending.extend(chunks);
         Ok(read)
     }
 }
@@ -245,6 +234,31 @@ impl Keel {
         from: BTreeMap<String, u64>,
     ) -> impl Stream<Item = Result<(String, Chunk)>> + Send + use<> {
         follow(self, run_id, RunPlace { next: from })
+    }
+
+    /// The chunks of `run_id`'s streams from the indexes `next` gives (0
+    /// for a stream it does not name), at most a page of each stream, each
+    /// with its stream's name; `next` moves past them. Called until it
+    /// returns none, it has read all the run has written so far.
+    pub async fn new_chunks(
+        &self,
+        run_id: &RunId,
+        next: &mut BTreeMap<String, u64>,
+    ) -> Result<Vec<(String, Chunk)>> {
+        let store = self.store();
+        let mut read = Vec::new();
+        for info in store.streams(run_id).await? {
+            let from = next.get(&info.name).copied().unwrap_or(0);
+            if from >= info.chunks {
+                continue;
+            }
+            let chunks = store.chunks(run_id, &info.name, from, CHUNK_PAGE).await?;
+            if let Some(last) = chunks.last() {
+                next.insert(info.name.clone(), last.index + 1);
+            }
+            read.extend(chunks.into_iter().map(|c| (info.name.clone(), c)));
+        }
+        Ok(read)
     }
 
     /// Delivers `payload` to the active hook holding `token`, as

@@ -143,9 +143,10 @@ async fn start(
                 None,
             )
         })?;
-    let input = match takes_object(&info) {
-        false => args.remove("input").unwrap_or(Value::Null),
-        true => Value::Object(args),
+    let input = if takes_object(&info) {
+        Value::Object(args)
+    } else {
+        args.remove("input").unwrap_or(Value::Null)
     };
     let run_id = key.map(|key| RunId::keyed(&format!("mcp {workflow}"), &key));
     let options = StartOptions {
@@ -325,25 +326,16 @@ impl Progress {
         context: &RequestContext<RoleServer>,
         token: &rmcp::model::ProgressToken,
     ) {
-        let Ok(streams) = s.keel.streams(&self.run_id).await else {
-            return;
-        };
-        for info in streams {
-            loop {
-                let from = self.next.get(&info.name).copied().unwrap_or(0);
-                if from >= info.chunks {
-                    break;
-                }
-                let page = keel_host::CHUNK_PAGE;
-                let Ok(chunks) = s.keel.chunks(&self.run_id, &info.name, from, page).await else {
-                    return;
-                };
-                if chunks.is_empty() {
-                    break;
-                }
-                for chunk in &chunks {
-                    self.send(context, token, &info.name, chunk).await;
-                }
+        let mut next = self.next.clone();
+        loop {
+            let Ok(chunks) = s.keel.new_chunks(&self.run_id, &mut next).await else {
+                return;
+            };
+            if chunks.is_empty() {
+                return;
+            }
+            for (stream, chunk) in &chunks {
+                self.send(context, token, stream, chunk).await;
             }
         }
     }
