@@ -52,7 +52,10 @@ port=$(free_port)
 export KEEL_URL="http://127.0.0.1:$port"
 KEEL_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 export KEEL_TOKEN
-KEEL_API_TOKEN=$KEEL_TOKEN keel serve --http "127.0.0.1:$port" >"$work/server.log" 2>&1 &
+# Started as itself, not through the function: the PID kept is then the
+# server's, and the trap's kill reaches it (a backgrounded function is a
+# subshell, whose kill left the server running).
+KEEL_API_TOKEN=$KEEL_TOKEN "$bin/keel" --db "$work/db" serve --http "127.0.0.1:$port" >"$work/server.log" 2>&1 &
 pids+=($!)
 up "keel serve" "$KEEL_URL/healthz" "${pids[-1]}" "$work/server.log"
 
