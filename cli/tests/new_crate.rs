@@ -142,7 +142,8 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
     assert_eq!(report["points"].as_array().unwrap().len(), 2, "{report}");
 
     // The first `keel test` records the scenario's journal; the next replays it.
-    records_then_replays(&dir);
+    let component = target_dir().join("wasm32-wasip2/release/hello_keel.wasm");
+    records_then_replays(&dir, Some(&component));
 
     // A scenario naming a workflow the crate does not export is told so.
     let typo = dir.join("tests/runs/typo.json");
@@ -169,7 +170,9 @@ fn a_new_crate_builds_runs_and_passes_its_replay_test() {
 
 /// The first `keel test` in `dir` records the `greet` scenario's journal;
 /// the next replays it.
-fn records_then_replays(dir: &Path) {
+/// With `component` (the build's output), the second `keel test` finds it
+/// up to date and does not write it again.
+fn records_then_replays(dir: &Path, component: Option<&Path>) {
     let first = keel(dir, &["test"]);
     assert!(first.status.success(), "{}", text(&first));
     assert!(
@@ -178,7 +181,14 @@ fn records_then_replays(dir: &Path) {
         text(&first)
     );
     assert!(dir.join("journals/greet.journal").is_file());
+    let modified = |c: &Path| std::fs::metadata(c).and_then(|m| m.modified()).unwrap();
+    let built = component.map(modified);
     let second = keel(dir, &["test"]);
+    assert_eq!(
+        component.map(modified),
+        built,
+        "an unchanged project is not built again"
+    );
     assert!(second.status.success(), "{}", text(&second));
     assert!(
         text(&second).contains("ok    ./journals/greet.journal"),
@@ -448,8 +458,9 @@ fn a_new_python_project_passes_keel_test_and_catches_a_breaking_change() {
         .unwrap();
     assert!(pip.status.success(), "{}", text(&pip));
 
-    records_then_replays(&dir);
-    assert!(dir.join("build/hello_py.wasm").is_file());
+    let component = dir.join("build/hello_py.wasm");
+    records_then_replays(&dir, Some(&component));
+    assert!(dir.join("build/hello_py.wasm.inputs").is_file());
 
     let app = dir.join("app.py");
     let code = std::fs::read_to_string(&app).unwrap().replace(

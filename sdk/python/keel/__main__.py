@@ -1,10 +1,19 @@
-"""``python -m keel build MODULE [-o OUT.wasm] [-p PATH]...``: builds the
-workflows and steps that MODULE (and what it imports) declares into a keel
-component with componentize-py."""
+"""``python -m keel build MODULE [-o OUT.wasm] [-p PATH]... [--force]``:
+builds the workflows and steps that MODULE (and what it imports) declares
+into a keel component with componentize-py.
+
+A build is skipped when its inputs are those of the component already at
+OUT: the files under each PATH and of this SDK (as they would be staged),
+the module's name and the distributions installed beside this Python
+(componentize-py's version among them). Their digest is kept beside the
+component, in ``OUT.inputs``. ``--force`` builds regardless, for inputs the
+digest cannot see (a package installed in editable mode from elsewhere)."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -29,11 +38,13 @@ def componentize_py() -> str:
 
 def _ignored(directory: str, names: list) -> set:
     """What a staged copy leaves out: hidden entries, virtualenvs,
-    bytecode caches, builds and components."""
+    bytecode caches, builds, components and their inputs' digests."""
     return {
         n
         for n in names
-        if n.startswith(".") or n in ("__pycache__", "build", "node_modules") or n.endswith(".wasm")
+        if n.startswith(".")
+        or n in ("__pycache__", "build", "node_modules")
+        or n.endswith((".wasm", ".wasm.inputs"))
     }
 
 
@@ -53,7 +64,52 @@ def stage(paths: list, staging: Path) -> list:
     return copies
 
 
-def build(module: str, out: Path, paths: list) -> None:
+def _staged_files(root: Path):
+    """The files under ``root`` that a staged copy holds, in a fixed order."""
+    for directory, dirs, files in os.walk(root, followlinks=True):
+        skip = _ignored(directory, dirs + files)
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        for name in sorted(files):
+            if name not in skip:
+                yield Path(directory, name)
+
+
+def inputs_digest(module: str, paths: list) -> str:
+    """The digest of what a build of ``module`` from ``paths`` reads: the
+    staged files of each path and of this SDK, by place and content, the
+    module's name, and the installed distributions with their versions."""
+    digest = hashlib.sha256(f"keel build 1\0{WORLD}\0{module}\0".encode())
+    installed = sorted(
+        f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
+    )
+    for line in installed:
+        digest.update(line.encode() + b"\0")
+    roots = [Path(p) for p in paths] + [Path(__file__).resolve().parent]
+    for i, root in enumerate(roots):
+        for file in _staged_files(root):
+            place = f"{i}/{file.relative_to(root).as_posix()}"
+            digest.update(place.encode() + b"\0")
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _stamp(out: Path) -> Path:
+    """Where the digest of the inputs of the component at ``out`` is kept."""
+    return out.with_name(out.name + ".inputs")
+
+
+def up_to_date(out: Path, digest: str) -> bool:
+    """Whether the component at ``out`` was built from inputs of ``digest``."""
+    stamp = _stamp(out)
+    return out.is_file() and stamp.is_file() and stamp.read_text().strip() == digest
+
+
+def build(module: str, out: Path, paths: list, force: bool = False) -> None:
+    digest = inputs_digest(module, paths)
+    if not force and up_to_date(out, digest):
+        print(f"{out} is up to date")
+        return
+    _stamp(out).unlink(missing_ok=True)
     wit = Path(__file__).resolve().parent / "wit"
     with tempfile.TemporaryDirectory(prefix="keel-build-") as staging:
         entry_dir = Path(staging, "entry")
@@ -70,6 +126,7 @@ def build(module: str, out: Path, paths: list) -> None:
         done = subprocess.run(command, env=env)
         if done.returncode != 0:
             sys.exit(f"error: componentize-py failed ({done.returncode}) building `{module}`")
+    _stamp(out).write_text(digest + "\n")
     print(f"built {out} ({out.stat().st_size // 1024} KiB)")
 
 
@@ -81,9 +138,11 @@ def main() -> None:
     b.add_argument("-o", "--output", default=None, help="the .wasm to write (default: MODULE.wasm)")
     b.add_argument("-p", "--path", action="append", default=None,
                    help="a directory to find modules in (default: the current directory)")
+    b.add_argument("--force", action="store_true",
+                   help="build even if the component's inputs are unchanged")
     args = parser.parse_args()
     out = Path(args.output or f"{args.module}.wasm").resolve()
-    build(args.module, out, args.path or [os.getcwd()])
+    build(args.module, out, args.path or [os.getcwd()], args.force)
 
 
 if __name__ == "__main__":
