@@ -13,7 +13,7 @@ work=$(mktemp -d)
 server=
 trap '[ -n "$server" ] && kill $server 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-echo "== installing the clients' tools" >&2
+echo "== installing the clients' tools (at $SECONDS s)" >&2
 (cd clients/typescript && npm ci --no-audit --no-fund --ignore-scripts --silent)
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q -r clients/python/requirements-generate.txt
@@ -33,7 +33,7 @@ if [ "${1:-}" = generate ]; then
     echo "generated clients/typescript/src/schema.ts and clients/python/keel_client/models.py" >&2
     exit 0
 fi
-echo "== the clients' types are current" >&2
+echo "== the clients' types are current (at $SECONDS s)" >&2
 generate "$work/schema.ts" "$work/models.py"
 cmp clients/typescript/src/schema.ts "$work/schema.ts" \
     || { echo "clients/typescript/src/schema.ts is stale: run scripts/clients.sh generate" >&2; exit 1; }
@@ -49,7 +49,7 @@ diff -r clients/typescript/dist "$work/dist" >/dev/null \
 # keel as the README installs it, into a directory of its own; --debug
 # (the tests' profile, so the dependencies the tests built serve it) where
 # the README's command builds in release.
-echo "== installing keel (cargo install --path cli --locked --debug)" >&2
+echo "== installing keel (cargo install --path cli --locked --debug) (at $SECONDS s)" >&2
 # Its build is listed for .ci/run's prune when it asks (KEEL_BUILD_LISTINGS).
 cargo install -q --path cli --locked --debug --root "$work/keel" \
     --message-format=json-render-diagnostics >"${KEEL_BUILD_LISTINGS:-$work}/install.json"
@@ -61,7 +61,7 @@ guests() {
 # Compiled guests are shared with the tests of this build.
 export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-${CARGO_TARGET_DIR:-$here/target}/debug/tmp/keel-compiled}"
 
-echo "== the demo, by the installed keel in an empty directory" >&2
+echo "== the demo, by the installed keel in an empty directory (at $SECONDS s)" >&2
 order=$(guests order)
 mkdir "$work/demo"
 demo=$(cd "$work/demo" && "$KEEL" --db .keel-demo demo --json --component "$order")
@@ -86,15 +86,15 @@ until curl -fsS "$KEEL_URL/healthz" >/dev/null 2>&1; do
     sleep 0.2
 done
 
-echo "== the TypeScript client" >&2
+echo "== the TypeScript client (at $SECONDS s)" >&2
 (cd clients/typescript && npm test --silent)
-echo "== the Python client" >&2
+echo "== the Python client (at $SECONDS s)" >&2
 # From outside the checkout, so the installed package is what is tested.
 (cd "$work" && "$work/venv/bin/python" -m unittest discover -s "$here/clients/python/tests" -t "$here/clients/python/tests")
 
 # What users install: each package built as it would be published, then
 # installed from that file alone in a directory of its own, and used.
-echo "== the packages, installed from their files in clean directories" >&2
+echo "== the packages, installed from their files in clean directories (at $SECONDS s)" >&2
 mkdir -p "$work/packages"
 (cd clients/typescript && npm pack --silent --pack-destination "$work/packages" >/dev/null)
 "$work/venv/bin/pip" install -q build
@@ -139,7 +139,7 @@ PY
 # The READMEs' install commands, as a newcomer runs them: from a fresh
 # clone of this checkout (its commits alone, no build output but what is
 # committed), each into a clean directory.
-echo "== the README install commands, from a fresh clone" >&2
+echo "== the README install commands, from a fresh clone (at $SECONDS s)" >&2
 git clone -q "$here" "$work/clone"
 mkdir -p "$work/readme-ts"
 (cd "$work/readme-ts" && npm init -y >/dev/null \
@@ -164,5 +164,5 @@ PY
 
 # The Rust SDK crates as `cargo publish` would upload them, built from
 # those packages alone.
-echo "== the Rust SDK crates package and build as published" >&2
+echo "== the Rust SDK crates package and build as published (at $SECONDS s)" >&2
 cargo publish --dry-run --quiet -p keel-sdk-macros -p keel-sdk --allow-dirty

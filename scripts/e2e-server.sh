@@ -42,7 +42,7 @@ case "${KEEL_E2E_STORE:-sled}" in
         store=(--db "$KEEL_TEST_POSTGRES" --pg-schema "keel_e2e_$$_$(date +%s)") ;;
     *) echo "KEEL_E2E_STORE is sled or postgres, not $KEEL_E2E_STORE" >&2; exit 2 ;;
 esac
-echo "== keel serve on ${KEEL_E2E_STORE:-sled}" >&2
+echo "== keel serve on ${KEEL_E2E_STORE:-sled} (at $SECONDS s)" >&2
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url="http://127.0.0.1:$port"
 while read -r guest; do
@@ -83,17 +83,17 @@ until curl -fsS "$url/healthz" >/dev/null 2>&1; do
     sleep 0.2
 done
 
-echo "== console in headless Chromium" >&2
+echo "== console in headless Chromium (at $SECONDS s)" >&2
 KEEL_URL="$url" KEEL_LOST_RUN="$lost" KEEL_REORDERED="$REORDERED" SCREENSHOT="${SCREENSHOT:-$work/console.png}" node "$here/tests/browser/console.test.mjs"
 
-echo "== webhooks signed by stripe and @octokit/webhooks-methods" >&2
+echo "== webhooks signed by stripe and @octokit/webhooks-methods (at $SECONDS s)" >&2
 KEEL_URL="$url" node "$here/tests/browser/webhooks.test.mjs"
 
-echo "== promtool check metrics on /metrics, in both formats" >&2
+echo "== promtool check metrics on /metrics, in both formats (at $SECONDS s)" >&2
 curl -fsS "$url/metrics" | promtool check metrics
 curl -fsS -H 'Accept: application/openmetrics-text; version=1.0.0' "$url/metrics" | grep -q '^# EOF$'
 
-echo "== schemathesis against /openapi.json" >&2
+echo "== schemathesis against /openapi.json (at $SECONDS s)" >&2
 # Every check, but as tests/schemathesis.toml says. Deploying is left out:
 # random bytes are never a component, so its positive cases cannot pass;
 # tests/api.rs covers it.

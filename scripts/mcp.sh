@@ -13,7 +13,7 @@ work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-echo "== installing the MCP SDKs" >&2
+echo "== installing the MCP SDKs (at $SECONDS s)" >&2
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q -r tests/mcp/requirements.txt
 (cd tests/mcp && npm ci --no-audit --no-fund --ignore-scripts --silent)
@@ -60,12 +60,12 @@ pids+=($!)
 up "keel serve" "$KEEL_URL/healthz" "${pids[-1]}" "$work/server.log"
 
 status=0
-echo "== MCP: the Python SDK" >&2
+echo "== MCP: the Python SDK (at $SECONDS s)" >&2
 (cd "$work" && "$work/venv/bin/python" "$here/tests/mcp/test_mcp.py" -v) || status=$?
-echo "== MCP: the TypeScript SDK" >&2
+echo "== MCP: the TypeScript SDK (at $SECONDS s)" >&2
 (cd tests/mcp && npm test --silent) || status=$?
 if [ $status -ne 0 ]; then
-    echo "== the server's log" >&2
+    echo "== the server's log (at $SECONDS s)" >&2
     tail -50 "$work/server.log" >&2
 fi
 exit $status

@@ -50,24 +50,30 @@ listing=/dev/null
 [ -z "${KEEL_BUILD_LISTINGS:-}" ] || listing=$KEEL_BUILD_LISTINGS/test.json
 timed build cargo test --workspace --no-run --message-format=json-render-diagnostics "$@" >"$listing"
 timed "sled pass" pass sled -E 'not binary(pg_restart)' "$@"
-# pg_restart restarts the PostgreSQL server under load: it runs alone, in a
-# pass of its own, since nextest runs test binaries side by side.
-timed restart pass restart -E 'binary(pg_restart)' "$@"
-timed doc cargo test --workspace --doc "$@"
-# The checks from outside (each against a server of its own, on a port
-# and a store of its own) run beside the PostgreSQL pass, which waits on the
-# database more than on the CPU, in three lanes: on sled, the clients then
-# MCP, and on PostgreSQL. Their tools are installed first, once. Their output follows
-# the pass's.
+# What is left runs in lanes beside each other, each against a server (or
+# database) of its own, since the machine's cores are idle while a test
+# waits on a server. Their tools are installed first, once; their output
+# follows. On sled, from the start: the checks from outside (schemathesis,
+# the console, webhooks, metrics) then MCP, and the clients.
 scripts/e2e-tools.sh
 lanes=$(mktemp -d)
-timed "outside, sled" scripts/e2e-server.sh >"$lanes/sled" 2>&1 &
-sled_lane=$!
 (
-    timed clients scripts/clients.sh
+    timed "outside, sled" scripts/e2e-server.sh
     timed mcp scripts/mcp.sh
-) >"$lanes/clients" 2>&1 &
+) >"$lanes/sled" 2>&1 &
+sled_lane=$!
+timed clients scripts/clients.sh >"$lanes/clients" 2>&1 &
 clients_lane=$!
+# pg_restart restarts the PostgreSQL server under load: it runs alone on
+# the database, in a pass of its own (nextest runs test binaries side by
+# side), beside the doc tests and the lanes on sled; the lanes on
+# PostgreSQL start after it.
+timed doc cargo test --workspace --doc "$@" >"$lanes/doc" 2>&1 &
+doc=$!
+status=0
+timed restart pass restart -E 'binary(pg_restart)' "$@" || status=$?
+wait $doc || status=$?
+cat "$lanes/doc" >&2
 KEEL_E2E_STORE=postgres timed "outside, postgres" scripts/e2e-server.sh >"$lanes/postgres" 2>&1 &
 postgres_lane=$!
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
@@ -77,15 +83,14 @@ postgres_lane=$!
 # The 300,000-event entity runs on sled only (three minutes of a debug
 # build); what it relies on of a store, a continuation's handover, is a
 # conformance case on both.
-status=0
 KEEL_TEST_STORE=postgres KEEL_TEST_DURABILITY=strict \
     timed postgres pass postgres --test engine --test api -E 'not test(300_000)' "$@" || status=$?
 wait $sled_lane || status=$?
 wait $clients_lane || status=$?
 wait $postgres_lane || status=$?
-echo "== the checks from outside on sled (e2e-server.sh)" >&2
+echo "== the checks from outside on sled, then MCP (e2e-server.sh, mcp.sh)" >&2
 cat "$lanes/sled" >&2
-echo "== the clients, then MCP (clients.sh, mcp.sh)" >&2
+echo "== the clients (clients.sh)" >&2
 cat "$lanes/clients" >&2
 echo "== the checks from outside on PostgreSQL (KEEL_E2E_STORE=postgres e2e-server.sh)" >&2
 cat "$lanes/postgres" >&2
