@@ -38,13 +38,14 @@ def componentize_py() -> str:
 
 def _ignored(directory: str, names: list) -> set:
     """What a staged copy leaves out: hidden entries, virtualenvs,
-    bytecode caches, builds, components and their inputs' digests."""
+    bytecode caches, builds, components and their inputs' digests, and
+    the journals ``keel test`` records."""
     return {
         n
         for n in names
         if n.startswith(".")
         or n in ("__pycache__", "build", "node_modules")
-        or n.endswith((".wasm", ".wasm.inputs"))
+        or n.endswith((".wasm", ".wasm.inputs", ".journal"))
     }
 
 
