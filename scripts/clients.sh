@@ -163,6 +163,9 @@ PY
 )
 
 # The Rust SDK crates as `cargo publish` would upload them, built from
-# those packages alone.
+# those packages alone, in a target directory of their own: the build
+# lists nothing for .ci/run's prune, which would delete its artifacts,
+# and it does not hold the lock of the one the other lanes build in.
 echo "== the Rust SDK crates package and build as published (at $SECONDS s)" >&2
-cargo publish --dry-run --quiet -p keel-sdk-macros -p keel-sdk --allow-dirty
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$here/target}/publish" \
+    cargo publish --dry-run --quiet -p keel-sdk-macros -p keel-sdk --allow-dirty

@@ -50,11 +50,22 @@ listing=/dev/null
 [ -z "${KEEL_BUILD_LISTINGS:-}" ] || listing=$KEEL_BUILD_LISTINGS/test.json
 timed build cargo test --workspace --no-run --message-format=json-render-diagnostics "$@" >"$listing"
 timed "sled pass" pass sled -E 'not binary(pg_restart)' "$@"
-# What is left runs in lanes beside each other, each against a server (or
+# pg_restart restarts the PostgreSQL server under load: it runs alone on
+# the database, in a pass of its own (nextest runs test binaries side by
+# side), with the doc tests beside it.
+doc_log=$(mktemp)
+timed doc cargo test --workspace --doc "$@" >"$doc_log" 2>&1 &
+doc=$!
+timed restart pass restart -E 'binary(pg_restart)' "$@"
+wait $doc || { cat "$doc_log" >&2; exit 1; }
+cat "$doc_log" >&2
+rm -f "$doc_log"
+# The rest runs in lanes beside each other, each against a server (or a
 # database) of its own, since the machine's cores are idle while a test
 # waits on a server. Their tools are installed first, once; their output
-# follows. On sled, from the start: the checks from outside (schemathesis,
-# the console, webhooks, metrics) then MCP, and the clients.
+# follows the pass's: the checks from outside on sled (schemathesis, the
+# console, webhooks, metrics) then MCP, the clients, the checks from
+# outside on PostgreSQL, and the pass on PostgreSQL.
 scripts/e2e-tools.sh
 lanes=$(mktemp -d)
 (
@@ -64,16 +75,6 @@ lanes=$(mktemp -d)
 sled_lane=$!
 timed clients scripts/clients.sh >"$lanes/clients" 2>&1 &
 clients_lane=$!
-# pg_restart restarts the PostgreSQL server under load: it runs alone on
-# the database, in a pass of its own (nextest runs test binaries side by
-# side), beside the doc tests and the lanes on sled; the lanes on
-# PostgreSQL start after it.
-timed doc cargo test --workspace --doc "$@" >"$lanes/doc" 2>&1 &
-doc=$!
-status=0
-timed restart pass restart -E 'binary(pg_restart)' "$@" || status=$?
-wait $doc || status=$?
-cat "$lanes/doc" >&2
 KEEL_E2E_STORE=postgres timed "outside, postgres" scripts/e2e-server.sh >"$lanes/postgres" 2>&1 &
 postgres_lane=$!
 # The engine's end-to-end suite and the API tests again, on PostgreSQL
@@ -83,6 +84,7 @@ postgres_lane=$!
 # The 300,000-event entity runs on sled only (three minutes of a debug
 # build); what it relies on of a store, a continuation's handover, is a
 # conformance case on both.
+status=0
 KEEL_TEST_STORE=postgres KEEL_TEST_DURABILITY=strict \
     timed postgres pass postgres --test engine --test api -E 'not test(300_000)' "$@" || status=$?
 wait $sled_lane || status=$?
