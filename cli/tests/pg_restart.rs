@@ -5,11 +5,10 @@
 //! refusal left no run, an unknown outcome names a run that either exists
 //! and completes or never existed, and no start made two runs.
 //!
-//! It restarts the server `KEEL_TEST_POSTGRES` points at with
-//! `KEEL_TEST_POSTGRES_RESTART` (both set by `scripts/test.sh`); without
-//! them it fails, never skips. It is a test binary of its own, which
-//! `scripts/test.sh` runs in a nextest pass of its own, so no other test
-//! shares the database while it restarts.
+//! It restarts the server `KEEL_TEST_POSTGRES_RESTART_URL` points at with
+//! `KEEL_TEST_POSTGRES_RESTART` (both set by `scripts/test.sh`, for a
+//! server of this test's own, so that the other tests run beside it);
+//! without them it fails, never skips.
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
@@ -17,7 +16,18 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 mod common;
-use common::pg::{cli, json_of, schema};
+use common::pg::{cli_on, json_of, schema};
+
+/// `keel` on the database server this test restarts.
+fn cli(schema: &str, args: &[&str]) -> Command {
+    let url = std::env::var("KEEL_TEST_POSTGRES_RESTART_URL").unwrap_or_else(|_| {
+        panic!(
+            "KEEL_TEST_POSTGRES_RESTART_URL is not set: this test restarts a database server \
+             of its own. Run scripts/test.sh, which starts one and sets it"
+        )
+    });
+    cli_on(&url, schema, args)
+}
 
 const STARTS: usize = 20;
 const ROUNDS_PER_MODE: usize = 3;
@@ -27,8 +37,8 @@ const ROUNDS_PER_MODE: usize = 3;
 fn restart(mode: &str) {
     let command = std::env::var("KEEL_TEST_POSTGRES_RESTART").unwrap_or_else(|_| {
         panic!(
-            "KEEL_TEST_POSTGRES_RESTART is not set: this test restarts the test database. \
-             Run scripts/test.sh, which sets it"
+            "KEEL_TEST_POSTGRES_RESTART is not set: this test restarts a database server \
+             of its own. Run scripts/test.sh, which starts one and sets it"
         )
     });
     let status = Command::new("sh")

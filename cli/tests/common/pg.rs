@@ -25,12 +25,18 @@ pub fn schema(test: &str) -> String {
     format!("keel_workers_{test}_{}_{nanos}", std::process::id())
 }
 
-/// `keel --db URL --pg-schema SCHEMA --json ARGS...`, with the tests' cache.
+/// `keel --db URL --pg-schema SCHEMA --json ARGS...` on the test
+/// database, with the tests' cache.
 pub fn cli(schema: &str, args: &[&str]) -> Command {
+    cli_on(&url(), schema, args)
+}
+
+/// [`cli`] on the database at `url`.
+pub fn cli_on(url: &str, schema: &str, args: &[&str]) -> Command {
     let mut cmd = super::keel_command();
     cmd.args([
         "--db",
-        &url(),
+        url,
         "--pg-schema",
         schema,
         "--pg-pool-size",
