@@ -59,7 +59,7 @@ guests() {
     cargo run -q -p keel-tests --bin guests -- "$@"
 }
 # Compiled guests are shared with the tests of this build.
-export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-${CARGO_TARGET_DIR:-$here/target}/debug/tmp/keel-compiled}"
+export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-${CARGO_TARGET_DIR:-$here/target}/tmp/keel-compiled}"
 
 echo "== the demo, by the installed keel in an empty directory (at $SECONDS s)" >&2
 order=$(guests order)

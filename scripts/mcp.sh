@@ -22,7 +22,7 @@ python3 -m venv "$work/venv"
 cargo build -q -p keel-cli -p keel-model-api \
     --message-format=json-render-diagnostics >"${KEEL_BUILD_LISTINGS:-$work}/mcp.json"
 bin=${CARGO_TARGET_DIR:-$here/target}/debug
-export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-${CARGO_TARGET_DIR:-$here/target}/debug/tmp/keel-compiled}"
+export KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-${CARGO_TARGET_DIR:-$here/target}/tmp/keel-compiled}"
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }

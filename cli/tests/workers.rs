@@ -23,7 +23,6 @@ use keel_payment_api::recorder::Recorder;
 use serde_json::{Value, json};
 
 mod common;
-use common::cache;
 use common::pg::{cli, json_of, schema, url};
 
 /// A child process killed when dropped.
@@ -64,7 +63,7 @@ async fn engine(schema: &str) -> Keel {
     options.schema = schema.into();
     options.pool_size = 4;
     let store = PgStore::open(options).await.expect("opening the store");
-    let mut config = Config::caching_in(cache());
+    let mut config = Config::caching_in(keel_tests::compiled_cache());
     config.max_instances = 50;
     Keel::open(config, Arc::new(store)).expect("opening the engine")
 }
@@ -87,7 +86,9 @@ async fn ended(keel: &Keel, run_id: &str) -> keel_host::core::RunRecord {
 
 /// Every journal of the schema replays offline against `component`.
 async fn all_replay(keel: &Keel, component: &str) {
-    let replayer = Replayer::new(component, cache()).await.unwrap();
+    let replayer = Replayer::new(component, keel_tests::compiled_cache())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     for run in keel.list_runs().await.unwrap() {
         let file =

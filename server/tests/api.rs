@@ -38,7 +38,7 @@ async fn server_with(
     let dir = tempfile::tempdir().unwrap();
     let metrics = Arc::new(Metrics::default());
     let db = dir.path().join("db");
-    let mut config = Config::caching_in(db.join("compiled"));
+    let mut config = Config::caching_in(keel_tests::compiled_cache());
     config.observer = metrics.clone();
     config.default_durability = keel_tests::default_durability();
     let mut server_config =

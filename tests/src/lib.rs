@@ -35,6 +35,18 @@ pub fn verified(name: &str) -> Result<&'static str, String> {
     Ok(path)
 }
 
+/// Compiled components, shared by every test of this build and kept
+/// between runs: `tmp/keel-compiled` in the target directory (the folder
+/// cargo gives integration tests as `CARGO_TARGET_TMPDIR`). Each guest is
+/// compiled once per build, not once per test's store.
+pub fn compiled_cache() -> std::path::PathBuf {
+    std::path::Path::new(env!("OUT_DIR"))
+        .ancestors()
+        .nth(4)
+        .expect("OUT_DIR is <target>/<profile>/build/<package>/out")
+        .join("tmp/keel-compiled")
+}
+
 /// The durability the tests' engines give workflows that declare none:
 /// `KEEL_TEST_DURABILITY` (`effect_gated`, `strict` or `relaxed`), else
 /// the engine's own default. scripts/test.sh runs the PostgreSQL pass

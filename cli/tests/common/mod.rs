@@ -8,17 +8,11 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// The compiled-component cache the tests share (so each guest is
-/// compiled once per build, not once per test store).
-pub fn cache() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("keel-compiled")
-}
-
 /// A `keel` command of this build, with the tests' shared cache of
 /// compiled components.
 pub fn keel_command() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
-    command.env("KEEL_CACHE_DIR", cache());
+    command.env("KEEL_CACHE_DIR", keel_tests::compiled_cache());
     command
 }
 

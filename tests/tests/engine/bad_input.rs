@@ -135,7 +135,7 @@ async fn traps_loops_and_memory_bombs_fail_the_run_naming_the_bound() {
 fn lock_child() {
     let db = std::env::var("KEEL_LOCK_DB").unwrap();
     match Keel::open_sled(
-        keel_host::Config::caching_in(common::shared_cache()),
+        keel_host::Config::caching_in(keel_tests::compiled_cache()),
         &keel_host::store::sled::SledOptions::new(db),
     ) {
         Ok(_) => println!("KIND=opened"),

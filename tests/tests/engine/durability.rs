@@ -353,7 +353,7 @@ async fn crash_child() {
     let db = std::env::var("KEEL_CRASH_DB").unwrap();
     let url = std::env::var("KEEL_CRASH_URL").unwrap();
     let host = std::env::var("KEEL_CRASH_HOST").unwrap();
-    let mut config = keel_host::Config::caching_in(common::shared_cache());
+    let mut config = keel_host::Config::caching_in(keel_tests::compiled_cache());
     config.grants.http = vec![host];
     let sled = keel_host::store::sled::SledOptions::new(&db);
     let keel = Keel::open_sled(config, &sled).unwrap();

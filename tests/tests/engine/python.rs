@@ -113,7 +113,7 @@ async fn a_python_journal_diverges_readably_against_a_build_that_charges_first()
 async fn python_crash_child() {
     let db = std::env::var("KEEL_CRASH_DB").unwrap();
     let input = std::env::var("KEEL_CRASH_INPUT").unwrap();
-    let mut config = keel_host::Config::caching_in(common::shared_cache());
+    let mut config = keel_host::Config::caching_in(keel_tests::compiled_cache());
     config.grants.http = vec![std::env::var("KEEL_CRASH_HOST").unwrap()];
     let sled = keel_host::store::sled::SledOptions::new(&db);
     let keel = Keel::open_sled(config, &sled).unwrap();

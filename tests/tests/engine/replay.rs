@@ -4,8 +4,6 @@
 //! regenerate them with
 //! `cargo test -p keel-tests --test engine -- --ignored replay::regenerate_journal_fixtures`.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 
 use crate::common::{TestStore, json, order_input, order_keel};
@@ -76,7 +74,7 @@ async fn regenerate_journal_fixtures() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn recorded_hook_journals_replay_cleanly() {
-    let replayer = Replayer::new(keel_tests::ORDER_HOOKS, common::shared_cache())
+    let replayer = Replayer::new(keel_tests::ORDER_HOOKS, keel_tests::compiled_cache())
         .await
         .unwrap();
     let reports = replayer
@@ -104,7 +102,7 @@ async fn recorded_hook_journals_replay_cleanly() {
 #[tokio::test(flavor = "multi_thread")]
 async fn v1_journals_replay_cleanly_against_v1_and_the_compatible_v2() {
     for component in [keel_tests::ORDER, keel_tests::ORDER_V2_COMPATIBLE] {
-        let replayer = Replayer::new(component, common::shared_cache())
+        let replayer = Replayer::new(component, keel_tests::compiled_cache())
             .await
             .unwrap();
         let reports = replayer.replay_paths(&[journals("order")]).await.unwrap();
@@ -129,9 +127,12 @@ async fn v1_journals_replay_cleanly_against_v1_and_the_compatible_v2() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_incompatible_v2_diverges_at_its_first_command_with_both_sides_shown() {
-    let replayer = Replayer::new(keel_tests::ORDER_V2_INCOMPATIBLE, common::shared_cache())
-        .await
-        .unwrap();
+    let replayer = Replayer::new(
+        keel_tests::ORDER_V2_INCOMPATIBLE,
+        keel_tests::compiled_cache(),
+    )
+    .await
+    .unwrap();
     let reports = replayer.replay_paths(&[journals("order")]).await.unwrap();
     for report in &reports {
         let Verdict::Diverged(d) = &report.verdict else {
@@ -204,7 +205,7 @@ async fn patched_is_true_for_new_runs_journaled_and_false_for_old_history() {
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_steps_replay_in_their_recorded_delivery_order() {
     let path = journals("testbed").join("concurrent.json");
-    let replayer = Replayer::new(keel_tests::TESTBED, common::shared_cache())
+    let replayer = Replayer::new(keel_tests::TESTBED, keel_tests::compiled_cache())
         .await
         .unwrap();
     let report = replayer.replay_file(&path).await.unwrap();

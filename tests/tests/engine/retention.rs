@@ -161,7 +161,7 @@ async fn an_archived_run_replays_and_imports_back() {
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions());
     assert_eq!(mode & 0o077, 0, "the archive is private to this user");
-    let replayer = Replayer::new(keel_tests::TESTBED, common::shared_cache())
+    let replayer = Replayer::new(keel_tests::TESTBED, keel_tests::compiled_cache())
         .await
         .unwrap();
     let report = replayer.replay_file(&file).await.unwrap();

@@ -27,7 +27,7 @@ impl TestStore {
 
     /// The engine's settings for this store (changed as a `Config`).
     pub fn config(&self) -> TestConfig {
-        let mut engine = Config::caching_in(shared_cache());
+        let mut engine = Config::caching_in(keel_tests::compiled_cache());
         engine.max_instances = 50;
         engine.default_durability = keel_tests::default_durability();
         TestConfig {
@@ -68,12 +68,6 @@ impl TestConfig {
     pub fn open_sled(self) -> keel_host::Result<Keel> {
         Keel::open_sled(self.engine, &SledOptions::new(&self.dir))
     }
-}
-
-/// Compiled components, shared by the tests of this build in a private
-/// folder of the target directory.
-pub fn shared_cache() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("keel-compiled")
 }
 
 pub async fn open(config: TestConfig) -> (Keel, Arc<Loaded>) {
