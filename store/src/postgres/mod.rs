@@ -520,7 +520,10 @@ mod tests {
             .unwrap();
         drop(client);
         // Each holds one row and asks for the other's: PostgreSQL aborts
-        // one of them with a deadlock at its second statement.
+        // one of them with a deadlock at its second statement. Its second
+        // try may lock its first row again before the survivor, woken, takes
+        // it (PostgreSQL does not queue row locks in order), and deadlock
+        // with it once more: then both are tried twice.
         let meet = tokio::sync::Barrier::new(2);
         let (a_tries, b_tries) = Default::default();
         let (a, b) = tokio::join!(
@@ -528,9 +531,11 @@ mod tests {
             lock_both(&store, (2, 1), &meet, &b_tries),
         );
         let (a, b) = (a.unwrap(), b.unwrap());
-        let mut tries = [a, b];
-        tries.sort();
-        assert_eq!(tries, [1, 2], "the aborted one was tried again, once");
+        let tries = [a, b];
+        assert!(
+            tries.iter().any(|&t| t >= 2),
+            "each deadlock's loser was tried again, and both completed: {tries:?}"
+        );
     }
 
     #[tokio::test]
