@@ -878,7 +878,7 @@ pub(in crate::pagecache) fn make_stable(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
 ) -> Result<usize> {
-    make_stable_inner(iobufs, lsn, false)
+    make_stable_inner(iobufs, lsn, false, false)
 }
 
 /// Blocks until the specified log sequence number
@@ -894,13 +894,14 @@ pub(in crate::pagecache) fn make_durable(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
 ) -> Result<usize> {
-    make_stable_inner(iobufs, lsn, true)
+    make_stable_inner(iobufs, lsn, true, false)
 }
 
 pub(in crate::pagecache) fn make_stable_inner(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
     partial_durability: bool,
+    write_here: bool,
 ) -> Result<usize> {
     let _measure = Measure::new(&M.make_stable);
 
@@ -933,7 +934,7 @@ pub(in crate::pagecache) fn make_stable_inner(
             // nothing to write, don't bother sealing
             // current IO buffer.
         } else {
-            maybe_seal_and_write_iobuf(iobufs, &iobuf, header, false)?;
+            seal_and_write(iobufs, &iobuf, header, false, write_here)?;
             stable = iobufs.stable();
             // NB we have to continue here to possibly clear
             // the next io buffer, which may have dirty
@@ -1011,7 +1012,9 @@ pub(in crate::pagecache) fn make_stable_inner(
 pub(in crate::pagecache) fn flush(iobufs: &Arc<IoBufs>) -> Result<usize> {
     let _cc = concurrency_control::read();
     let max_reserved_lsn = iobufs.max_reserved_lsn.load(Acquire);
-    make_stable(iobufs, max_reserved_lsn)
+    // keel: the flushing thread writes the buffer it seals itself; it
+    // would block waiting for that write anyway (third_party/README.md).
+    make_stable_inner(iobufs, max_reserved_lsn, false, true)
 }
 
 /// Attempt to seal the current IO buffer, possibly
@@ -1022,6 +1025,18 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
     iobuf: &Arc<IoBuf>,
     header: Header,
     from_reserve: bool,
+) -> Result<()> {
+    seal_and_write(iobufs, iobuf, header, from_reserve, false)
+}
+
+/// `maybe_seal_and_write_iobuf`, writing the sealed buffer on this thread
+/// when `write_here` (keel) instead of on the I/O pool.
+fn seal_and_write(
+    iobufs: &Arc<IoBufs>,
+    iobuf: &Arc<IoBuf>,
+    header: Header,
+    from_reserve: bool,
+    write_here: bool,
 ) -> Result<()> {
     if header::is_sealed(header) {
         // this buffer is already sealed. nothing to do here.
@@ -1174,6 +1189,21 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
     // if writers is 0, it's our responsibility to write the buffer.
     if header::n_writers(sealed) == 0 {
         iobufs.config.global_error()?;
+        if write_here {
+            trace!("writing iobuf with lsn {} to log from make_stable", lsn);
+            if let Err(e) = iobufs.write_to_log(iobuf) {
+                error!(
+                    "hit error while writing iobuf with lsn {}: {:?}",
+                    lsn, e
+                );
+                iobufs.config.set_global_error(e.clone());
+                let intervals = iobufs.intervals.lock();
+                drop(intervals);
+                let _notified = iobufs.interval_updated.notify_all();
+                return Err(e);
+            }
+            return Ok(());
+        }
         trace!(
             "asynchronously writing iobuf with lsn {} to log from maybe_seal",
             lsn
