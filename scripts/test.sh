@@ -75,8 +75,8 @@ postgres_lane=$!
 # strict keep running under it, and PostgreSQL sees a write per step.
 # The 300,000-event entity runs on sled only (three minutes of a debug
 # build); what it relies on of a store, a continuation's handover, is a
-# conformance case on both. It is the longest lane, and its tests wait on
-# the database: three at a time rather than one per core.
+# conformance case on both. Its tests wait on the database: three at a
+# time rather than one per core.
 status=0
 KEEL_TEST_STORE=postgres KEEL_TEST_DURABILITY=strict \
     timed postgres pass postgres --test engine --test api -E 'not test(300_000)' \
