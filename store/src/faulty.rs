@@ -33,6 +33,8 @@ pub struct FaultyStore<S: ?Sized> {
     capabilities: Mutex<Option<Capabilities>>,
     /// Journal writes (appends and run ends) made so far.
     journal_writes: AtomicU64,
+    /// Leases asked for by `acquire_lease` so far.
+    lease_takes: AtomicU64,
     /// The crash armed, if any: at which journal write, and how.
     crash: Mutex<Option<Crash>>,
     /// The crash happened: every journal write fails from then on.
@@ -97,6 +99,7 @@ impl<S: Store> FaultyStore<S> {
             lose_start_hooks: AtomicBool::new(false),
             capabilities: Mutex::new(None),
             journal_writes: AtomicU64::new(0),
+            lease_takes: AtomicU64::new(0),
             crash: Mutex::new(None),
             crashed: AtomicBool::new(false),
             hold: Hold::default(),
@@ -123,6 +126,11 @@ impl<S: Store + ?Sized> FaultyStore<S> {
     /// Journal writes made (or attempted) so far.
     pub fn journal_writes(&self) -> u64 {
         self.journal_writes.load(Ordering::SeqCst)
+    }
+
+    /// Leases asked for with `acquire_lease` so far.
+    pub fn lease_takes(&self) -> u64 {
+        self.lease_takes.load(Ordering::SeqCst)
     }
 
     /// Whether the armed crash has happened.
@@ -326,6 +334,7 @@ impl<S: Store + ?Sized> LeaseStore for FaultyStore<S> {
         ttl_ms: u64,
         now_ms: u64,
     ) -> Result<Option<Lease>> {
+        self.lease_takes.fetch_add(1, Ordering::SeqCst);
         self.inner
             .acquire_lease(run_id, owner, ttl_ms, now_ms)
             .await

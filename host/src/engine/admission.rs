@@ -2,7 +2,8 @@
 //! callers, events and workflows), importing them, and resuming hooks from
 //! outside a run. Each admission is one atomic store operation.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use keel_core::file::JournalFile;
@@ -13,7 +14,7 @@ use keel_store::{
     Admission, AdmissionLease, Admitted, FlowClaim, Handover, KeyClaim, Lease, StoreError,
 };
 
-use super::Keel;
+use super::{Keel, lock};
 use crate::activation::ChildStart;
 use crate::component::Loaded;
 use crate::{Error, Result};
@@ -120,6 +121,43 @@ impl From<StartHook> for StartOptions {
             hook: Some(hook),
             ..StartOptions::default()
         }
+    }
+}
+
+/// The leases this process's admissions took for the runs it drives at
+/// once ([`StartOptions::driven_here`]): a run's first drive here starts
+/// under the lease its admission took instead of taking it again, which
+/// saves a store write per run started by a caller that waits for it.
+#[derive(Default)]
+pub(super) struct AdmittedLeases(Mutex<HashMap<String, Lease>>);
+
+impl AdmittedLeases {
+    /// Leases held before expired ones are dropped (those of runs admitted
+    /// to be driven here that no drive took up).
+    const PRUNE_AT: usize = 1024;
+
+    /// Keeps the lease an admission took.
+    fn insert(&self, lease: Lease, now_ms: u64) {
+        let mut leases = lock(&self.0);
+        if leases.len() >= Self::PRUNE_AT {
+            leases.retain(|_, l| l.expires_at_ms > now_ms);
+        }
+        leases.insert(lease.run_id.to_string(), lease);
+    }
+
+    /// Voids the lease `run_id`'s admission took here: the run's lease is
+    /// being taken again, which makes it stale.
+    pub(super) fn forget(&self, run_id: &str) {
+        lock(&self.0).remove(run_id);
+    }
+
+    /// The lease `run_id`'s admission took here, if it has at least
+    /// `margin_ms` left at `now_ms` (else the drive takes the lease anew).
+    /// Taken once: a later drive takes the lease from the store.
+    pub(super) fn take(&self, run_id: &str, now_ms: u64, margin_ms: u64) -> Option<Lease> {
+        lock(&self.0)
+            .remove(run_id)
+            .filter(|l| l.expires_at_ms > now_ms.saturating_add(margin_ms))
     }
 }
 
@@ -330,6 +368,9 @@ impl Keel {
                 });
             }
         };
+        if let Some(lease) = lease {
+            self.inner.admitted_leases.insert(lease.lease(&run_id), now);
+        }
         let run = self.admitted(
             run,
             &journal,
@@ -655,4 +696,52 @@ pub(super) fn parse_json(s: &str, what: &str) -> Result<serde_json::Value> {
     serde_json::from_str(s).map_err(|e| Error::InvalidInput {
         reason: format!("{what} is not valid JSON: {e}. Pass a JSON value"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(run_id: &str, expires_at_ms: u64) -> Lease {
+        AdmissionLease {
+            owner: "worker",
+            expires_at_ms,
+        }
+        .lease(run_id)
+    }
+
+    #[test]
+    fn an_admitted_lease_is_taken_once_while_enough_of_it_is_left() {
+        let leases = AdmittedLeases::default();
+        leases.insert(lease("a", 10_000), 0);
+        assert_eq!(leases.take("a", 4_000, 5_000).map(|l| l.epoch), Some(1));
+        assert!(leases.take("a", 4_000, 5_000).is_none(), "taken once");
+
+        leases.insert(lease("b", 10_000), 0);
+        assert!(
+            leases.take("b", 6_000, 5_000).is_none(),
+            "less than the margin left: the drive takes the lease anew"
+        );
+        assert!(leases.take("b", 0, 0).is_none(), "and it is gone");
+    }
+
+    #[test]
+    fn taking_the_lease_again_voids_the_admitted_one() {
+        let leases = AdmittedLeases::default();
+        leases.insert(lease("a", 10_000), 0);
+        leases.forget("a");
+        assert!(leases.take("a", 0, 0).is_none());
+    }
+
+    #[test]
+    fn leases_no_drive_took_up_are_dropped_once_expired() {
+        let leases = AdmittedLeases::default();
+        for i in 0..AdmittedLeases::PRUNE_AT {
+            leases.insert(lease(&format!("old-{i}"), 1_000), 0);
+        }
+        leases.insert(lease("live", 60_000), 1_000);
+        leases.insert(lease("newer", 60_000), 2_000);
+        assert_eq!(lock(&leases.0).len(), 2, "the expired ones are gone");
+        assert!(leases.take("live", 2_000, 0).is_some());
+    }
 }

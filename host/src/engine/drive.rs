@@ -98,8 +98,9 @@ impl Keel {
     }
 
     /// Takes the run's lease for this worker, or `None` if another worker
-    /// holds it.
+    /// holds it. A lease the run's admission took here is void from then on.
     pub(super) async fn lease(&self, run_id: &str) -> Result<Option<Lease>> {
+        self.inner.admitted_leases.forget(run_id);
         let config = &self.inner.config;
         let ttl = config.lease_ttl.as_millis() as u64;
         Ok(self
@@ -485,6 +486,7 @@ impl Keel {
     }
 
     async fn drive_inner(&self, run_id: &str) -> Result<RunRecord> {
+        let admitted = self.admitted_lease(run_id);
         let Some(active) = ActiveRun::claim(&self.inner, run_id) else {
             self.until_not_active(run_id).await;
             return self.get_run(run_id).await;
@@ -497,11 +499,27 @@ impl Keel {
         if run.status == RunStatus::Scheduled && !self.is_due(&run).await? {
             return Ok(run);
         }
-        let Some(lease) = self.lease(run_id).await? else {
-            tracing::debug!("another worker drives the run");
-            return Ok(run);
+        let lease = match admitted {
+            Some(lease) => lease,
+            None => match self.lease(run_id).await? {
+                Some(lease) => lease,
+                None => {
+                    tracing::debug!("another worker drives the run");
+                    return Ok(run);
+                }
+            },
         };
         self.drive_with(lease, &active).await
+    }
+
+    /// The lease `run_id`'s admission here took, while at least half its
+    /// time to live is left: the run's first drive here starts under it
+    /// instead of taking the lease again.
+    fn admitted_lease(&self, run_id: &str) -> Option<Lease> {
+        let margin = self.inner.config.lease_ttl.as_millis() as u64 / 2;
+        self.inner
+            .admitted_leases
+            .take(run_id, self.now_ms(), margin)
     }
 
     /// Drives a run whose lease a worker's claim took

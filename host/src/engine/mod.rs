@@ -66,6 +66,8 @@ pub(crate) struct Inner {
     steps: Arc<StepRunner>,
     /// Runs being driven in this process; a run has one activation at a time.
     active: Mutex<HashSet<RunId>>,
+    /// Leases admissions here took for runs driven here at once.
+    admitted_leases: admission::AdmittedLeases,
     /// The journals of the activations in this process, to wake them.
     live: Mutex<HashMap<RunId, Arc<RunJournal>>>,
     /// Notified when a run may have become due (a start, a payload, a
@@ -161,6 +163,7 @@ impl Keel {
                 config,
                 steps,
                 active: Mutex::default(),
+                admitted_leases: Default::default(),
                 live: Mutex::default(),
                 progress: Notify::new(),
                 due_changed: Notify::new(),

@@ -729,6 +729,55 @@ async fn effect_gated_steps_are_durable_before_their_http_request_leaves() {
     );
 }
 
+/// A run admitted to be driven here at once (as the API admits one for a
+/// caller that waits for it) is driven under the lease its admission took:
+/// the drive asks the store for no lease of its own, which saves a store
+/// write per such run. A run admitted without one takes its lease when it
+/// is driven, as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_admitted_to_be_driven_here_is_driven_under_its_admissions_lease() {
+    let store = TestStore::new();
+    let (keel, testbed, backend) = open_backend(store.config(), keel_tests::TESTBED).await;
+    let here = keel_host::StartOptions {
+        driven_here: true,
+        ..Default::default()
+    };
+    let run = keel
+        .start_with(&testbed, "ten_steps", "3", &here)
+        .await
+        .unwrap();
+    let ended = keel.drive(&run.run_id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+    assert_eq!(ended.output.as_deref(), Some("3"));
+    assert_eq!(
+        backend.lease_takes(),
+        0,
+        "driven under the admission's lease"
+    );
+
+    let other = keel.start(&testbed, "ten_steps", "3").await.unwrap();
+    let ended = keel.drive(&other.run_id).await.unwrap();
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+    assert_eq!(
+        backend.lease_takes(),
+        1,
+        "a run admitted without a lease takes one"
+    );
+
+    // The admission's lease is used once: a second drive of a run that
+    // waits takes the lease from the store.
+    let waits = keel
+        .start_with(&testbed, "step_then_sleep", "[5, 3600000]", &here)
+        .await
+        .unwrap();
+    let parked = keel.drive(&waits.run_id).await.unwrap();
+    assert_eq!(parked.status, RunStatus::Waiting, "{parked:?}");
+    assert_eq!(backend.lease_takes(), 1);
+    let parked = keel.drive(&waits.run_id).await.unwrap();
+    assert_eq!(parked.status, RunStatus::Waiting, "{parked:?}");
+    assert_eq!(backend.lease_takes(), 2, "the second drive takes its own");
+}
+
 /// A run that kills its worker each time before anything of it is
 /// durable (here: its end's write is lost, again and again) is counted by
 /// its takeovers, each durable, and fails once they pass `max_takeovers`
