@@ -70,9 +70,13 @@ async fn sleeping_runs_beyond_the_pool_give_their_slots_up_and_complete() {
     let mut config = pooled(&store);
     config.observer = suspensions.clone();
     let (keel, _) = open(config).await;
-    let runs = all_at_once(&keel, "sleeper", "300", 30).await;
-    // 300 ms is far under the park limit: a sleeper suspends only to give
-    // its slot to the runs queued behind it (four activations fit).
+    // Three seconds is far under the park limit: a sleeper suspends only
+    // to give its slot to the runs queued behind it. It is long beside the
+    // time the 30 drives take to ask for slots: with 300 ms, a loaded
+    // machine on PostgreSQL once started them so slowly (over about a
+    // second) that no more runs than the pool holds ever wanted a slot at
+    // once, and no sleeper had a reason to give its slot up.
+    let runs = all_at_once(&keel, "sleeper", "3000", 30).await;
     let suspended = suspensions.0.load(std::sync::atomic::Ordering::SeqCst);
     assert!(suspended > 0, "no sleeping run gave its slot up");
     for run in &runs {
