@@ -500,14 +500,12 @@ impl Keel {
             return Ok(run);
         }
         let lease = match admitted {
-            Some(lease) => lease,
-            None => match self.lease(run_id).await? {
-                Some(lease) => lease,
-                None => {
-                    tracing::debug!("another worker drives the run");
-                    return Ok(run);
-                }
-            },
+            Some(lease) => Some(lease),
+            None => self.lease(run_id).await?,
+        };
+        let Some(lease) = lease else {
+            tracing::debug!("another worker drives the run");
+            return Ok(run);
         };
         self.drive_with(lease, &active).await
     }
