@@ -205,6 +205,17 @@ pub fn verdict(entries: &[Entry], outcome: Outcome, trace: Trace) -> Verdict {
             },
             _ => Verdict::Ok { output: None },
         },
+        // The host ended the run where its code stood: a hard stop, or a
+        // cleanup cut off at its cancel grace (time or steps). What the code
+        // would do after that was never done.
+        Outcome::Suspended
+            if matches!(
+                recorded_end,
+                Some(Fact::RunCancelled | Fact::RunEndedCancelled { .. })
+            ) =>
+        {
+            Verdict::Ok { output: None }
+        }
         Outcome::Suspended if recorded_end.is_some() => Verdict::WentFurther { issued, recorded },
         Outcome::Suspended => Verdict::Ok { output: None },
         Outcome::Failed { message, .. } if issued < recorded => {
@@ -212,11 +223,21 @@ pub fn verdict(entries: &[Entry], outcome: Outcome, trace: Trace) -> Verdict {
         }
         Outcome::Failed { kind, message } => match recorded_end {
             Some(Fact::RunFailed { kind: k, .. }) if *k == kind => Verdict::Ok { output: None },
-            // A cancelled workflow's code ends with its error.
+            // A cancelled workflow's code ends with its error; a run whose
+            // cancel was asked for and whose end is not journaled yet (a
+            // step attempt that was running still ends first) ends so too.
             Some(Fact::RunEndedCancelled { output: None, .. }) => Verdict::Ok { output: None },
+            None if cancel_requested(entries) => Verdict::Ok { output: None },
             _ => Verdict::Failed { kind, message },
         },
     }
+}
+
+/// The journal holds a cancel request that counts.
+fn cancel_requested(entries: &[Entry]) -> bool {
+    crate::index::effective_entries(entries)
+        .iter()
+        .any(|e| matches!(e.fact, Fact::CancelRequested { .. }))
 }
 
 /// Views of the commands of `entries` in `range`.
@@ -346,6 +367,44 @@ mod tests {
         );
         let open = entries(vec![step(0, "a")]);
         assert!(verdict(&open, Outcome::Suspended, trace(1, 1)).is_ok());
+    }
+
+    #[test]
+    fn code_cut_off_by_a_hard_stop_or_its_cancel_grace_replays() {
+        // The cleanup would dispose of its hook; the grace had passed when
+        // the run was next driven, so the host ended it first.
+        let over_grace = entries(vec![
+            step(0, "a"),
+            Fact::CancelRequested {
+                reason: "r".into(),
+                by: "b".into(),
+            },
+            Fact::RunEndedCancelled {
+                kind: "cancelled".into(),
+                error: "its cleanup did not end within the cancel grace of 60000 ms".into(),
+                output: None,
+            },
+        ]);
+        assert!(verdict(&over_grace, Outcome::Suspended, trace(2, 1)).is_ok());
+        let stopped = entries(vec![step(0, "a"), Fact::RunCancelled]);
+        assert!(verdict(&stopped, Outcome::Suspended, trace(2, 1)).is_ok());
+        // Its code ended with the cancel while a step attempt it had
+        // running goes on: the end is not journaled yet.
+        let ending = entries(vec![
+            step(0, "a"),
+            Fact::CancelRequested {
+                reason: "r".into(),
+                by: "b".into(),
+            },
+        ]);
+        let cancelled = Outcome::Failed {
+            kind: "workflow_failed".into(),
+            message: "cancelled by b: r".into(),
+        };
+        assert!(verdict(&ending, cancelled.clone(), trace(1, 1)).is_ok());
+        // Without the cancel, the same failure is the replay's.
+        let open = entries(vec![step(0, "a")]);
+        assert!(!verdict(&open, cancelled, trace(1, 1)).is_ok());
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! Typed identifiers, and the one place where IDs derive from each other.
 //!
-//! A step's ID, the default token of a hook and the ID of a run a workflow
-//! starts all derive from the run ID and the position of the command that
-//! made them, so they are the same on every attempt and every replay.
+//! A step's ID derives from the run ID, the step's name and how many steps
+//! of that name the run scheduled before it (its *occurrence*), so that it
+//! is the same on every attempt, every replay and every operation that runs
+//! the step again, whatever other commands a new build adds before it (a
+//! patch marker, another step). The default token of a hook and the ID of a
+//! run a workflow starts derive from the run ID and the position of the
+//! command that made them.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -208,8 +212,17 @@ impl RunId {
         s.parse()
     }
 
-    /// The ID of the step scheduled by this run's command `command`.
-    pub fn step_id(&self, command: u32) -> StepId {
+    /// The ID of the `occurrence`-th step named `name` this run schedules
+    /// (from 0, counting the schedulings that count: a retry or a restart
+    /// voids those it runs again, which then get the same IDs).
+    pub fn step_id(&self, name: &str, occurrence: u32) -> StepId {
+        StepId(format!("{}-{name}-{occurrence}", self.0))
+    }
+
+    /// The ID the step scheduled by command `command` had in runs admitted
+    /// before step IDs were named ([`RunId::step_id`]): their journals keep
+    /// these, and a step of theirs that runs again keeps its own.
+    pub fn positional_step_id(&self, command: u32) -> StepId {
         StepId(format!("{}-{command}", self.0))
     }
 
@@ -270,11 +283,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn derived_ids_depend_only_on_the_run_and_the_command() {
+    fn derived_ids_depend_only_on_what_names_them() {
         let run = RunId::from("0192-a");
-        assert_eq!(run.step_id(3), "0192-a-3");
-        assert_eq!(run.step_id(3), run.step_id(3));
-        assert_ne!(run.step_id(3), RunId::from("0192-b").step_id(3));
+        assert_eq!(run.step_id("charge", 0), "0192-a-charge-0");
+        assert_eq!(run.step_id("charge", 1), run.step_id("charge", 1));
+        assert_ne!(run.step_id("charge", 0), run.step_id("charge", 1));
+        assert_ne!(run.step_id("charge", 0), run.step_id("verify", 0));
+        assert_ne!(
+            run.step_id("charge", 0),
+            RunId::from("0192-b").step_id("charge", 0)
+        );
+        assert_eq!(run.positional_step_id(3), "0192-a-3");
         assert_eq!(run.default_hook_token(1), "0192-a:hook:1");
         assert_eq!(run.child(2), "0192-a.2");
         let next = run.continued();

@@ -5,8 +5,9 @@
 //! Pure: the activation keeps one per run in memory and appends to it as
 //! it records; replay matching and completion delivery are decided here.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
+use crate::ids::{RunId, StepId};
 use crate::journal::{Entry, Fact, StartOutcome};
 use crate::lifecycle::{Child, ClosePolicy};
 
@@ -31,6 +32,12 @@ pub struct JournalIndex {
     traced: Option<usize>,
     /// Entry index of the pause the run is under, if one holds it.
     paused: Option<usize>,
+    /// How many steps of each name the run scheduled that count: the
+    /// occurrence of the next one ([`JournalIndex::step_id_for`]).
+    step_counts: HashMap<String, u32>,
+    /// The ID each logical step (name, occurrence) was first issued under,
+    /// voided schedulings included: a step that runs again keeps it.
+    step_ids: HashMap<(String, u32), String>,
 }
 
 /// The attempts of a step, as the journal records them.
@@ -91,6 +98,13 @@ impl JournalIndex {
             }
             self.commands.push(idx);
         }
+        if let Fact::StepScheduled { name, step_id, .. } = &entry.fact {
+            let count = self.step_counts.entry(name.clone()).or_default();
+            self.step_ids
+                .entry((name.clone(), *count))
+                .or_insert_with(|| step_id.clone());
+            *count += 1;
+        }
         if let Some(c) = entry.fact.completes() {
             self.completions.push(idx);
             self.completed.insert(c);
@@ -125,7 +139,28 @@ impl JournalIndex {
         if self.cancel.is_some_and(|c| range.contains(&c)) {
             self.cancel = None;
         }
+        self.step_counts.clear();
+        for &i in &self.commands {
+            if let Fact::StepScheduled { name, .. } = &self.entries[i].fact {
+                *self.step_counts.entry(name.clone()).or_default() += 1;
+            }
+        }
         self.voided.push(range);
+    }
+
+    /// The ID of the step named `name` that run `run` schedules next: the
+    /// ID its logical step (the name and how many steps of that name count
+    /// before it) was issued under if the journal holds one (a retry or a
+    /// restart voided it, or the run predates named IDs and kept its
+    /// positional one), else [`RunId::step_id`]. So a step that runs again
+    /// is issued under one ID for the life of the run, whatever a new
+    /// build adds before it.
+    pub fn step_id_for(&self, run: &RunId, name: &str) -> StepId {
+        let occurrence = self.step_counts.get(name).copied().unwrap_or(0);
+        match self.step_ids.get(&(name.to_string(), occurrence)) {
+            Some(id) => StepId::from(id.as_str()),
+            None => run.step_id(name, occurrence),
+        }
     }
 
     /// Whether the entry at `idx` counts (a retry did not void it).
@@ -573,6 +608,52 @@ mod tests {
 
     fn step(command: u32) -> Fact {
         testing::step(command, "s", "null")
+    }
+
+    /// Step `command` named `name`, scheduled under `id`.
+    fn named(command: u32, name: &str, id: &str) -> Fact {
+        Fact::StepScheduled {
+            command,
+            name: name.into(),
+            input: "null".into(),
+            step_id: id.into(),
+            digest: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_step_id_names_the_step_and_survives_what_a_new_build_adds_before_it() {
+        let run = RunId::from("r");
+        let index = journal(vec![named(0, "prepare", "r-prepare-0")]);
+        assert_eq!(index.step_id_for(&run, "charge"), "r-charge-0");
+        assert_eq!(index.step_id_for(&run, "prepare"), "r-prepare-1");
+        // charge ran, then the run was restarted from it (position 2) and
+        // a patched build put a marker and another step before it: charge
+        // is issued again under the ID it had.
+        let mut facts = vec![
+            named(0, "prepare", "r-prepare-0"),
+            testing::completed(0, "1"),
+            named(1, "charge", "r-charge-0"),
+            testing::completed(1, "1"),
+            Fact::RunCompleted { output: "1".into() },
+            Fact::RunRestarted {
+                from_seq: 2,
+                by: "t".into(),
+            },
+            Fact::PatchMarker {
+                command: 1,
+                change_id: "verify".into(),
+            },
+        ];
+        let index = journal(facts.clone());
+        assert_eq!(index.step_id_for(&run, "verify"), "r-verify-0");
+        assert_eq!(index.step_id_for(&run, "charge"), "r-charge-0");
+        // A run from before named IDs keeps its positional one for the
+        // step that runs again; a new logical step gets a named one.
+        facts[2] = named(1, "charge", "r-1");
+        let index = journal(facts);
+        assert_eq!(index.step_id_for(&run, "charge"), "r-1");
+        assert_eq!(index.step_id_for(&run, "verify"), "r-verify-0");
     }
 
     fn done(command: u32) -> Fact {

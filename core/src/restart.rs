@@ -98,6 +98,49 @@ pub fn restart_refusal(index: &JournalIndex, from_seq: u64) -> Option<String> {
         })
 }
 
+/// Why a retry or a restart that voids `index` from `from_seq` would run
+/// again past work that was undone, if it would: a step (a saga's
+/// compensation, a fallback) that ran after a step failed for good or a
+/// cancel was asked for, in the part voided. What it did outside stands,
+/// while the run would go on from before the failure as if it had not
+/// happened (a retry that then succeeds would complete on a booking the
+/// compensation released). So such a run is not run again in place;
+/// fork it from before the undone work, whose steps then get the fork's
+/// own IDs, or restart it from after the cleanup.
+pub fn undone_work_refusal(index: &JournalIndex, from_seq: u64) -> Option<String> {
+    let voided: Vec<&Entry> = index.effective().filter(|e| e.seq >= from_seq).collect();
+    let failure = voided.iter().position(|e| {
+        matches!(
+            e.fact,
+            Fact::StepFailed { .. } | Fact::CancelRequested { .. }
+        )
+    })?;
+    let started: std::collections::HashSet<u32> = voided
+        .iter()
+        .filter_map(|e| match e.fact {
+            Fact::StepAttemptStarted { command, .. } => Some(command),
+            _ => None,
+        })
+        .collect();
+    let cleanup = voided[failure + 1..].iter().find_map(|e| match &e.fact {
+        Fact::StepScheduled {
+            command,
+            name,
+            step_id,
+            ..
+        } if started.contains(command) => Some((name, step_id)),
+        _ => None,
+    })?;
+    let cause = match &voided[failure].fact {
+        Fact::StepFailed { command, .. } => format!("command {command} failed for good"),
+        _ => "a cancel was asked for".to_string(),
+    };
+    Some(format!(
+        "{cause} at position {} and then step `{}` ({}) ran to undo or work around it; running the run again from before that would build on work that was undone. Fork the run from before the work that was undone (the fork's steps get their own IDs), or restart it from a position after the cleanup",
+        voided[failure].seq, cleanup.0, cleanup.1,
+    ))
+}
+
 /// What a command of the workflow left outside its journal, in words.
 fn outside_effect(fact: &Fact) -> Option<String> {
     match fact {
@@ -133,6 +176,8 @@ pub fn fork_prefix(
     let completed: std::collections::HashSet<u32> =
         before.iter().filter_map(|e| e.fact.completes()).collect();
     let mut carried = Vec::new();
+    // The fork's own IDs, by the rule of its own schedulings.
+    let mut occurrences: std::collections::HashMap<&str, u32> = Default::default();
     for entry in before {
         if let Some(what) = outside_effect(&entry.fact).or_else(|| hook_of(&entry.fact)) {
             return Err(format!(
@@ -148,7 +193,11 @@ pub fn fork_prefix(
                 ..
             } => Fact::StepScheduled {
                 command: *command,
-                step_id: fork.step_id(*command).into_string(),
+                step_id: {
+                    let k = occurrences.entry(name.as_str()).or_default();
+                    *k += 1;
+                    fork.step_id(name, *k - 1).into_string()
+                },
                 name: name.clone(),
                 input: input.clone(),
                 digest: digest.clone(),
@@ -247,7 +296,7 @@ mod tests {
         let facts: Vec<&Fact> = carried.iter().map(|e| &e.fact).collect();
         assert_eq!(facts.len(), 3, "{facts:?}");
         assert!(
-            matches!(facts[0], Fact::StepScheduled { step_id, .. } if step_id == "fork-1-0"),
+            matches!(facts[0], Fact::StepScheduled { step_id, .. } if step_id == "fork-1-reserve-0"),
             "{facts:?}"
         );
         assert_eq!(facts[2], &completed(0, "10"));
@@ -255,6 +304,51 @@ mod tests {
         let carried = fork_prefix(&run(), 6, &fork).unwrap();
         assert_eq!(carried.len(), 4, "no attempt of charge: {carried:?}");
         assert!(carried.iter().all(|e| !e.fact.is_end()));
+    }
+
+    #[test]
+    fn running_again_past_a_compensation_is_refused_naming_it() {
+        // reserve, then publish fails for good, then the saga releases.
+        let index = JournalBuilder::started("w", "1")
+            .then(step(0, "reserve", "1"))
+            .then(Fact::StepAttemptStarted {
+                command: 0,
+                attempt: 1,
+            })
+            .then(completed(0, "10"))
+            .then(step(1, "publish", "10"))
+            .then(Fact::StepAttemptStarted {
+                command: 1,
+                attempt: 1,
+            })
+            .then(Fact::StepFailed {
+                command: 1,
+                error: "refused".into(),
+                fatal: true,
+                attempts: 1,
+            })
+            .then(step(2, "release", "10"))
+            .then(Fact::StepAttemptStarted {
+                command: 2,
+                attempt: 1,
+            })
+            .then(completed(2, "null"))
+            .then(Fact::RunFailed {
+                kind: "step_failed".into(),
+                error: "refused".into(),
+            })
+            .index();
+        let retry = index.retry_plan().unwrap().from_seq;
+        assert_eq!(retry, 6);
+        let refused = undone_work_refusal(&index, retry).unwrap();
+        assert!(refused.contains("step `release`"), "{refused}");
+        assert!(refused.contains("Fork the run"), "{refused}");
+        // From the failure's scheduling, the same.
+        assert!(undone_work_refusal(&index, 4).is_some());
+        // From after the cleanup nothing undone is voided; nor in a run
+        // whose failure had no cleanup after it.
+        assert_eq!(undone_work_refusal(&index, 10), None);
+        assert_eq!(undone_work_refusal(&run(), 4), None);
     }
 
     #[test]

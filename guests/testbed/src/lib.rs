@@ -1104,6 +1104,109 @@ async fn decide_patiently(id: String) -> Result<Decision, Error> {
     }
 }
 
+/// Posts a charge to `url` (a payment API's `/charge`); the SDK sends the
+/// step ID as its `Idempotency-Key`, so the API charges once per step ID.
+#[step(max_retries = 2, initial_backoff = "10ms")]
+async fn charge(url: String) -> Result<String, StepError> {
+    let answer: Value = keel_sdk::http::post(&url)
+        .send(&json!({"amount": 100}))
+        .await?
+        .ok()?
+        .json()?;
+    Ok(answer["charge_id"].as_str().unwrap_or_default().to_string())
+}
+
+/// Prepares, charges through `url`, then waits on hook `token` for a note.
+/// Its next build (feature `reordered`) verifies before it charges, behind
+/// a patch marker, as docs/guide.md recommends for a compatible change: a
+/// run moved there and run again from its charge must charge under the
+/// step ID it charged under before.
+#[workflow]
+async fn billing((url, token): (String, String)) -> Result<String, Error> {
+    noop(0).await?;
+    if cfg!(feature = "reordered") && keel_sdk::patched("verify-before-charge") {
+        noop(1).await?;
+    }
+    let charge_id = charge(url).await?;
+    let note = keel_sdk::create_hook::<String>(token)?.next().await?;
+    Ok(format!("{charge_id}: {note}"))
+}
+
+/// Charges through `url` and returns the charge's ID: a run with an
+/// effect and no compensation, which a retry takes on from its charge.
+#[workflow]
+async fn charge_once(url: String) -> Result<String, Error> {
+    Ok(charge(url).await?)
+}
+
+/// A note a sender posts to a tally, with the sender's ID for it.
+#[derive(Clone, Debug, Deserialize, Serialize, schemars::JsonSchema)]
+struct TallyNote {
+    id: String,
+    text: String,
+}
+
+/// Records a note (its effect, say, a row in a ledger); returns its text.
+#[step(max_retries = 0)]
+async fn record_note(text: String) -> Result<String, StepError> {
+    Ok(text)
+}
+
+/// Takes two notes from hook `token` and records each as it comes: a note
+/// its sender sends twice is recorded twice. The planted bug `keel
+/// simulate` finds; `tally_notes_once` is its fix.
+#[workflow]
+async fn tally_notes(token: String) -> Result<Vec<String>, Error> {
+    let mut notes = keel_sdk::create_hook::<TallyNote>(token)?;
+    let mut recorded = Vec::new();
+    for _ in 0..2 {
+        let note = notes.next().await?;
+        recorded.push(record_note(note.text).await?);
+    }
+    Ok(recorded)
+}
+
+/// `tally_notes`, recording each note once by its sender's ID: a note sent
+/// twice is taken and passed over.
+#[workflow]
+async fn tally_notes_once(token: String) -> Result<Vec<String>, Error> {
+    let mut notes = keel_sdk::create_hook::<TallyNote>(token)?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut recorded = Vec::new();
+    while recorded.len() < 2 {
+        let note = notes.next().await?;
+        if seen.insert(note.id) {
+            recorded.push(record_note(note.text).await?);
+        }
+    }
+    Ok(recorded)
+}
+
+/// Reserves `amount` of a budget.
+#[step(max_retries = 0)]
+async fn reserve_budget(amount: u64) -> Result<u64, StepError> {
+    Ok(amount)
+}
+
+/// Releases what `reserve_budget` reserved: its compensation.
+#[step(max_retries = 0)]
+async fn release_budget(amount: u64) -> Result<u64, StepError> {
+    Ok(amount)
+}
+
+/// Reserves a budget, then publishes by charging through `url`; when the
+/// charge fails for good (the API refuses) the saga releases the budget.
+#[workflow]
+async fn publish_on_budget(url: String) -> Result<String, Error> {
+    let saga = keel_sdk::Saga::new();
+    saga.run(async {
+        saga.step(reserve_budget(100), |amount| release_budget(*amount))
+            .await?;
+        Ok(charge(url.clone()).await?)
+    })
+    .await
+}
+
 keel_sdk::component!(
     workflows = [
         decide,
@@ -1171,9 +1274,18 @@ keel_sdk::component!(
         entity,
         countdown,
         await_countdown,
+        billing,
+        publish_on_budget,
+        charge_once,
+        tally_notes,
+        tally_notes_once,
     ],
     steps = [
         call,
+        charge,
+        reserve_budget,
+        release_budget,
+        record_note,
         tokens,
         out_of_budget,
         call_limited,

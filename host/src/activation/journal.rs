@@ -505,6 +505,13 @@ impl RunJournal {
         self.lock().index.command(command).cloned()
     }
 
+    /// The ID of the step named `name` the run schedules next
+    /// (`JournalIndex::step_id_for`).
+    pub(super) fn step_id_for(&self, name: &str) -> keel_core::StepId {
+        let state = self.lock();
+        state.index.step_id_for(&self.run_id, name)
+    }
+
     /// A retry was recorded after `command`.
     pub(super) fn retried_after(&self, command: u32) -> bool {
         self.lock().index.retried_after(command)

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use keel_core::RunId;
 use keel_core::divergence::{Divergence, Trace};
 use keel_core::index::Delivered;
 use keel_core::journal::{Entry, Fact, step_digest};
 use keel_core::lifecycle::{CancelRequest, ChildOptions, Grace, PauseRequest};
 use keel_core::patch::{self, Patch};
+use keel_core::{RunId, StepId};
 use tokio::task::JoinHandle;
 
 mod hooks;
@@ -582,7 +582,7 @@ impl Activation {
             } => {
                 let (step_name, step_id) = match self.journal.command(command).map(|e| e.fact) {
                     Some(Fact::StepScheduled { name, step_id, .. }) => (name, step_id),
-                    _ => (String::new(), self.run_id.step_id(command).into_string()),
+                    _ => (String::new(), String::new()),
                 };
                 (
                     command,
@@ -674,16 +674,22 @@ impl WorkflowCalls for Activation {
                 Some(&run_id),
             )?;
         }
+        // Read before the command is recorded: the occurrence of this name
+        // that counts next. A replayed command keeps the ID it recorded.
+        let fresh_id = self.journal.step_id_for(&name);
         let (command, replayed) = self.command(
             |f| match f {
                 Fact::StepScheduled {
-                    name: n, input: i, ..
-                } => (*n == name && *i == input).then_some(()),
+                    name: n,
+                    input: i,
+                    step_id,
+                    ..
+                } => (*n == name && *i == input).then(|| StepId::from(step_id.as_str())),
                 _ => None,
             },
             |command| Fact::StepScheduled {
                 command,
-                step_id: run_id.step_id(command).into_string(),
+                step_id: fresh_id.as_str().to_string(),
                 digest: step_digest(&name, &input),
                 name: name.clone(),
                 input: input.clone(),
@@ -692,16 +698,16 @@ impl WorkflowCalls for Activation {
         if self.offline || self.journal.is_completed(command) {
             return Ok(command);
         }
-        let attempts = match replayed {
-            Some(()) => self.journal.attempts(command),
-            None => Default::default(),
+        let (step_id, attempts) = match replayed {
+            Some(step_id) => (step_id, self.journal.attempts(command)),
+            None => (fresh_id, Default::default()),
         };
         let task = self.outside.spawn_step(StepCall {
             journal: self.journal.clone(),
             component: self.loaded.clone(),
             run_id: self.run_id.clone(),
             command,
-            step_id: self.run_id.step_id(command),
+            step_id,
             name,
             input,
             retry,

@@ -230,6 +230,9 @@ impl Keel {
             .retry_plan()
             .ok_or_else(|| refuse("its journal records no failure".into()))?;
         let from_seq = plan.from_seq;
+        if let Some(why) = keel_core::restart::undone_work_refusal(&index, from_seq) {
+            return Err(refuse(why));
+        }
         let entry = index.next_entry(Fact::RunRetried { from_seq }, self.now_ms());
         // A retry from a payload the run refused skips it, or the run
         // would be handed it again and fail again.
@@ -272,11 +275,16 @@ impl Keel {
         let run_id = run.run_id.clone();
         let run_id = run_id.as_str();
         let at_ms = entries.first().map_or(self.now_ms(), |e| e.at_ms);
+        // What an unconfirmed write's answer names as the operation.
+        let operation = match entries.first().map(|e| &e.fact) {
+            Some(Fact::RunRestarted { .. }) => "restart",
+            _ => "retry",
+        };
         let deferred = self
             .store()
             .rearm_slot(run_id)
             .await
-            .map_err(|e| unconfirmed(e.into(), run_id, "retry"))?;
+            .map_err(|e| unconfirmed(e.into(), run_id, operation))?;
         if !deferred && run.status != RunStatus::Failed && self.limited(&run).await? {
             return Ok(None);
         }
@@ -293,7 +301,7 @@ impl Keel {
         self.store()
             .append(run_id, &entries, Some(&run), None)
             .await
-            .map_err(|e| unconfirmed(e.into(), run_id, "retry"))?;
+            .map_err(|e| unconfirmed(e.into(), run_id, operation))?;
         let _ = self.inner.journaled.send(run.run_id.clone());
         self.store().announce(&Wake::Admitted).await?;
         self.inner.progress.notify_waiters();
@@ -597,7 +605,9 @@ impl Keel {
             }
         }
         if run.status == RunStatus::Queued {
-            return Ok(run);
+            // Woken or released early (an upgrade judged it): its record
+            // makes it due never again until promoted.
+            return self.settle(lease, run).await;
         }
         // A delayed start of a workflow with a concurrency limit asks for
         // its slot now; without one it waits in its group's queue.

@@ -208,7 +208,11 @@ impl Keel {
             {
                 return Ok(Some(ended));
             }
-            let outcome = self.act_on(job, &run, resumed).await;
+            // The store failed under the action (`Err`): whether it landed
+            // is unknown, so the run is reported neither way. The job stops
+            // with its page in flight; whoever carries it on next finds
+            // what landed (`act_on` on a resumed page).
+            let outcome = self.act_on(job, &run, resumed).await?;
             if let RunOutcome::Failed(error) = &outcome {
                 tracing::warn!(run_id = %run.run_id, "the bulk action failed: {error}");
             }
@@ -256,22 +260,22 @@ impl Keel {
     /// Takes the job's action on one run. On a resumed page, a run whose
     /// action has landed (a retry journaled since the page began, a run
     /// cancelled or deleted) counts as done and is not acted on again.
-    async fn act_on(&self, job: &JobRecord, run: &InFlight, resumed: bool) -> RunOutcome {
+    async fn act_on(&self, job: &JobRecord, run: &InFlight, resumed: bool) -> Result<RunOutcome> {
         let request = &job.request;
         let record = match self.get_run(&run.run_id).await {
             Ok(record) => record,
             Err(Error::RunNotFound { .. }) if resumed && request.action == BulkAction::Delete => {
-                return RunOutcome::Done;
+                return Ok(RunOutcome::Done);
             }
-            Err(Error::RunNotFound { .. }) => return RunOutcome::Skipped,
-            Err(e) => return RunOutcome::Failed(e.to_string()),
+            Err(Error::RunNotFound { .. }) => return Ok(RunOutcome::Skipped),
+            Err(e) => return failed(e),
         };
         if resumed {
             let landed = match request.action {
                 BulkAction::Retry | BulkAction::Restart => {
                     match self.store().journal(&run.run_id).await {
                         Ok(journal) => request.action.landed_since(run.journal_len, &journal),
-                        Err(e) => return RunOutcome::Failed(e.to_string()),
+                        Err(e) => return failed(e.into()),
                     }
                 }
                 BulkAction::Cancel => record.status == keel_core::RunStatus::Cancelled,
@@ -280,7 +284,7 @@ impl Keel {
                     Ok(journal) => journal.iter().any(
                         |e| matches!(&e.fact, Fact::RunMoved { by, .. } if *by == job_actor(job)),
                     ),
-                    Err(e) => return RunOutcome::Failed(e.to_string()),
+                    Err(e) => return failed(e.into()),
                 },
                 // A fork made before is found by its ID (`run_exists`).
                 BulkAction::Delete | BulkAction::Pause | BulkAction::Resume | BulkAction::Fork => {
@@ -288,7 +292,7 @@ impl Keel {
                 }
             };
             if landed {
-                return RunOutcome::Done;
+                return Ok(RunOutcome::Done);
             }
         }
         if request
@@ -296,11 +300,14 @@ impl Keel {
             .passes_over(record.status, request.force)
             .is_some()
         {
-            return RunOutcome::Skipped;
+            return Ok(RunOutcome::Skipped);
         }
         let by = job_actor(job);
         if let Some(upgrade) = &request.upgrade {
-            return self.move_run(&run.run_id, upgrade, &by).await;
+            return self
+                .move_run(&run.run_id, upgrade, &by)
+                .await
+                .or_else(failed);
         }
         let acted = match request.action {
             BulkAction::Cancel if request.force => self.terminate(&run.run_id).await.map(drop),
@@ -322,9 +329,11 @@ impl Keel {
             BulkAction::Restart | BulkAction::Fork => self.restart_or_fork(job, run, &by).await,
         };
         match acted {
-            Ok(()) => RunOutcome::Done,
+            Ok(()) => Ok(RunOutcome::Done),
             // Forked before this worker took the job over.
-            Err(Error::RunExists { .. }) if request.action == BulkAction::Fork => RunOutcome::Done,
+            Err(Error::RunExists { .. }) if request.action == BulkAction::Fork => {
+                Ok(RunOutcome::Done)
+            }
             // The run changed since the page was read: the action no
             // longer applies.
             Err(
@@ -332,8 +341,8 @@ impl Keel {
                 | Error::RunLive { .. }
                 | Error::RunNotFound { .. }
                 | Error::RunEnded { .. },
-            ) => RunOutcome::Skipped,
-            Err(e) => RunOutcome::Failed(e.to_string()),
+            ) => Ok(RunOutcome::Skipped),
+            Err(e) => failed(e),
         }
     }
 
@@ -402,6 +411,16 @@ fn refuse_unfiltered(request: &BulkRequest) -> Result<()> {
         Some(reason) => Err(Error::InvalidRequest { reason }),
         None => Ok(()),
     }
+}
+
+/// A run's action that failed with `e`: reported failed, unless the store
+/// failed under it (the action may have landed or not), which stops the
+/// job instead (`Err`).
+fn failed(e: Error) -> Result<RunOutcome> {
+    if e.is_storage() || e.outcome_unknown() || matches!(e, Error::OutcomeUnknown { .. }) {
+        return Err(e);
+    }
+    Ok(RunOutcome::Failed(e.to_string()))
 }
 
 /// Who a job's actions are journaled as being by.

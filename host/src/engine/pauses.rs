@@ -105,7 +105,7 @@ impl Keel {
         pause: Option<PauseRequest>,
     ) -> Result<Held> {
         if pause.is_some() && run.status == RunStatus::Paused {
-            return Ok(Held::Stopped(run));
+            return self.settle(lease, run).await.map(Held::Stopped);
         }
         let entries = self.store().journal(run.run_id.as_str()).await?;
         let journal = Arc::new(self.journal_of(lease, entries)?);
@@ -135,6 +135,18 @@ impl Keel {
         journal.set_run(run.clone());
         journal.gate(Effect::Pause).await?;
         Ok(Held::Stopped(run))
+    }
+
+    /// Stores `run`'s record again, unchanged, under `lease`, for a drive
+    /// that stops without running code (a paused or queued run someone
+    /// woke, or released due at once): the store makes the run due as the
+    /// record says (never, for these) rather than as the release that made
+    /// it due asked, so it is not claimed again on every pass.
+    pub(super) async fn settle(&self, lease: &Lease, run: RunRecord) -> Result<RunRecord> {
+        self.store()
+            .append(run.run_id.as_str(), &[], Some(&run), Some(lease))
+            .await?;
+        Ok(run)
     }
 
     /// Stores `run` paused with what `journal` recorded (its pause).

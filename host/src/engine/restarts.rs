@@ -63,7 +63,9 @@ impl Keel {
             )));
         }
         let (index, from_seq) = self.point_of(&run, point).await?.map_err(&refuse)?;
-        if let Some(why) = restart::restart_refusal(&index, from_seq) {
+        if let Some(why) = restart::restart_refusal(&index, from_seq)
+            .or_else(|| restart::undone_work_refusal(&index, from_seq))
+        {
             return Err(refuse(why));
         }
         let (loaded, moved) = self.target_of(&run, on).await?;

@@ -58,15 +58,9 @@ impl Keel {
     /// Judges `run_id` for `upgrade` and, unless it is a dry run, moves it:
     /// `Done` when it moved (or would), `Skipped` when the upgrade is not
     /// about it (another deployment's, on the build already, outside the
-    /// ramp, ended), `Failed` naming why it stays pinned.
-    pub(super) async fn move_run(&self, run_id: &RunId, upgrade: &Upgrade, by: &str) -> RunOutcome {
-        match self.move_run_inner(run_id, upgrade, by).await {
-            Ok(outcome) => outcome,
-            Err(e) => RunOutcome::Failed(e.to_string()),
-        }
-    }
-
-    async fn move_run_inner(
+    /// ramp, ended), `Failed` naming why it stays pinned; an error when it
+    /// could not be judged (the caller says how it reports that).
+    pub(super) async fn move_run(
         &self,
         run_id: &RunId,
         upgrade: &Upgrade,
