@@ -80,6 +80,9 @@ pub async fn run(
     });
     if json {
         let mut value = as_json(&report);
+        if let Some(why) = &report.clean_unexpected {
+            value["clean_unexpected"] = why.as_str().into();
+        }
         if let Some(e) = &unexpected {
             value["passed"] = false.into();
             value["unexpected"] = format!("{e:#}").into();
@@ -87,6 +90,9 @@ pub async fn run(
         println!("{value}");
     } else {
         summary(&report);
+        if let Some(why) = &report.clean_unexpected {
+            println!("FAILED: {why}");
+        }
         if let Some(e) = &unexpected {
             println!("the clean run is not what the scenario expects: {e:#}");
         }

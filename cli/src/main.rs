@@ -26,6 +26,7 @@ mod progress;
 mod remote;
 mod request;
 mod scaffold;
+mod simulate;
 mod telemetry;
 
 use args::{Cli, Command, Format, JournalCommand, RunsCommand, StoreCommand, WorkersCommand};
@@ -203,6 +204,7 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             restart_from_step,
             fork_from_step,
             upgrade_to,
+            expect_failure,
         } => {
             let script = crashtest::Script {
                 resumes: resume.clone(),
@@ -252,9 +254,20 @@ async fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 fork_from: fork_from_step
                     .clone()
                     .map(keel_host::core::restart::RestartPoint::Step),
+                expected_failure: expected
+                    .as_ref()
+                    .and_then(|e| e.failure_kind())
+                    .or(expect_failure.as_deref())
+                    .map(str::to_string),
             };
             crashtest::run(&test, expected.as_ref(), json).await
         }
+        Command::Simulate {
+            component,
+            scenario,
+            seeds,
+            seed,
+        } => simulate::run(&cli, component, scenario, *seeds, *seed, json).await,
         Command::Bench(args) => keel_bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Replay {
             component,

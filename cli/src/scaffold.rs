@@ -8,7 +8,7 @@ use std::process::{Command, ExitCode};
 use anyhow::Context;
 use keel_host::core::clock::ManualClock;
 use keel_host::core::{Clock, GrantSpec, RunError, RunRecord, RunStatus};
-use keel_host::script::{Driven, Scripted, describe_waits, drive_scripted};
+use keel_host::script::{Driven, Scripted, describe_waits, drive_chain};
 use keel_host::{Config, Keel, Replayer};
 use serde::Deserialize;
 use serde_json::Value;
@@ -239,6 +239,11 @@ pub struct Scenario {
     output: Option<Value>,
     /// The error kind expected of a failed run.
     error_kind: Option<String>,
+    /// For a workflow that continues as new: the input each run that
+    /// continues the chain must be started with, in order. `output` and
+    /// `error_kind` are then the last run's.
+    #[serde(default)]
+    continues: Option<Vec<Value>>,
     /// What its steps may reach, besides the command line's `--allow-*`.
     #[serde(default)]
     pub grants: GrantSpec,
@@ -314,7 +319,7 @@ impl Scenario {
             .with_context(|| format!("reading the scenario {}", path.display()))?;
         serde_json::from_str(&text).with_context(|| {
             format!(
-                "{} is not a scenario ({{workflow, input, output | error_kind, grants, hooks: [{{token, payload, after}}], stubs: {{STEP: OUTPUT}}, start_at}})",
+                "{} is not a scenario ({{workflow, input, output | error_kind, continues: [INPUT], grants, hooks: [{{token, payload, after}}], stubs: {{STEP: OUTPUT}}, start_at}})",
                 path.display()
             )
         })
@@ -340,6 +345,32 @@ impl Scenario {
         )
     }
 
+    /// Fails, naming the link, unless the runs of `links` (the chain of
+    /// continuations its run made, the first first) continued with the
+    /// inputs `continues` lists; a scenario without `continues` takes any.
+    pub fn check_chain(&self, links: &[RunRecord]) -> anyhow::Result<()> {
+        let Some(inputs) = &self.continues else {
+            return Ok(());
+        };
+        let later = links.get(1..).unwrap_or_default();
+        for (n, (expected, link)) in inputs.iter().zip(later).enumerate() {
+            let got: Value = serde_json::from_str(&link.input)?;
+            anyhow::ensure!(
+                &got == expected,
+                "link {} of the chain (run {}) was started with input {got}, the scenario expects {expected}",
+                n + 2,
+                link.run_id
+            );
+        }
+        anyhow::ensure!(
+            later.len() == inputs.len(),
+            "the chain has {} link(s) after the first, the scenario's `continues` lists {}",
+            later.len(),
+            inputs.len()
+        );
+        Ok(())
+    }
+
     /// How its run must end.
     pub fn expected(&self) -> Expected {
         match (&self.output, &self.error_kind) {
@@ -361,6 +392,14 @@ pub enum Expected {
 }
 
 impl Expected {
+    /// The error kind of the failure it expects, if it expects one.
+    pub fn failure_kind(&self) -> Option<&str> {
+        match self {
+            Expected::ErrorKind(kind) => Some(kind),
+            _ => None,
+        }
+    }
+
     /// Fails, saying how, unless a run that ended `status` with `output`
     /// (JSON) and `error` is what it expects.
     pub fn check(
@@ -598,22 +637,29 @@ pub async fn test(
     })
 }
 
-/// Drives `run` to its end: while it waits, resumes the next scripted
-/// payload once the run waits on its token (`after` it, on `clock`), and
-/// fires timers by moving `clock` to when they are due.
+/// Drives `run` to its end, and each run that continues it as new to
+/// its own: while one waits, resumes the next scripted payload once it
+/// waits on its token (`after` it, on `clock`), and fires timers by moving
+/// `clock` to when they are due. Returns every link of the chain, the
+/// first first (one, for a run that does not continue).
 async fn play(
     keel: &Keel,
     clock: &ManualClock,
     run: RunRecord,
     script: &[Scripted],
-) -> anyhow::Result<RunRecord> {
+) -> anyhow::Result<Vec<RunRecord>> {
     let taken = std::sync::atomic::AtomicUsize::new(0);
-    let run = match drive_scripted(keel, clock, &run.run_id, script, &taken).await? {
+    let (driven, links) = drive_chain(keel, clock, &run.run_id, script, &taken).await?;
+    let run = match driven {
         Driven::Ended(run) => run,
-        Driven::Stuck { waits, .. } => {
+        Driven::Stuck { waits, run } => {
             let next = script.get(taken.load(std::sync::atomic::Ordering::SeqCst));
+            let link = match links.len() {
+                0 => String::new(),
+                n => format!(" (link {} of the chain, run {})", n + 1, run.run_id),
+            };
             anyhow::bail!(
-                "the run waits on {} and the scenario resumes nothing there{}; add a payload to its `hooks`",
+                "the run{link} waits on {} and the scenario resumes nothing there{}; add a payload to its `hooks`",
                 describe_waits(&waits),
                 match next {
                     Some(Scripted::Resume { token, .. }) =>
@@ -631,7 +677,7 @@ async fn play(
             run.status.as_str()
         );
     }
-    Ok(run)
+    Ok(links)
 }
 
 /// Runs one scenario on a scratch store; records its journal at `journal`
@@ -663,15 +709,33 @@ async fn run_scenario(
         let loaded = keel.load(wasm).await?;
         s.check(&loaded.manifest)?;
         let run = keel.run(&loaded, &s.workflow, &s.input.to_string()).await?;
-        let run = play(&keel, &clock, run, &s.script()).await?;
+        let links = play(&keel, &clock, run, &s.script()).await?;
+        let last = links.last().expect("a chain has a link");
+        s.check_chain(&links)?;
         s.expected()
-            .check(run.status, run.output.as_deref(), run.error.as_ref())?;
+            .check(last.status, last.output.as_deref(), last.error.as_ref())
+            .map_err(|e| match links.len() {
+                1 => e,
+                n => e.context(format!(
+                    "the chain's last run (link {n} of {n}, run {})",
+                    last.run_id
+                )),
+            })?;
         if journal.exists() {
             return Ok(String::new());
         }
-        let file = keel_host::core::file::JournalFile::new(&run, keel.journal(&run.run_id).await?);
+        // Every link's journal: each replays on its own (the first's
+        // continuation checked against the input the second started with).
         std::fs::create_dir_all(journal.parent().expect("journals/"))?;
-        std::fs::write(journal, file.to_bytes())?;
+        for (n, link) in links.iter().enumerate() {
+            let file =
+                keel_host::core::file::JournalFile::new(link, keel.journal(&link.run_id).await?);
+            let path = match n {
+                0 => journal.to_path_buf(),
+                n => journal.with_extension(format!("link{}.journal", n + 1)),
+            };
+            std::fs::write(path, file.to_bytes())?;
+        }
         Ok(format!(
             " (journal recorded in {}: commit it)",
             journal.display()
@@ -680,4 +744,55 @@ async fn run_scenario(
     .await;
     let _ = std::fs::remove_dir_all(&store);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs scenario `scenario` (JSON) of the testbed guest, its journals
+    /// recorded in `dir`.
+    async fn scenario(dir: &Path, scenario: Value) -> anyhow::Result<String> {
+        let path = dir.join("countdown.json");
+        std::fs::write(&path, scenario.to_string())?;
+        run_scenario(
+            Path::new(keel_tests::TESTBED),
+            &path,
+            &dir.join("journals/countdown.journal"),
+            &keel_tests::compiled_cache(),
+            &GrantSpec::default(),
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_scenario_tests_a_chain_of_continuations_and_names_the_link_that_differs() {
+        let dir = tempfile::tempdir().unwrap();
+        // 2, then 1, then 0: three runs, the last returns how many.
+        let chain = serde_json::json!({
+            "workflow": "countdown",
+            "input": [2, 0],
+            "continues": [[1, 1], [0, 2]],
+            "output": 3,
+        });
+        scenario(dir.path(), chain.clone()).await.unwrap();
+        for journal in ["countdown", "countdown.link2", "countdown.link3"] {
+            let path = dir.path().join(format!("journals/{journal}.journal"));
+            assert!(path.is_file(), "{} recorded", path.display());
+        }
+        let mut wrong_input = chain.clone();
+        wrong_input["continues"] = serde_json::json!([[1, 1], [0, 9]]);
+        let e = scenario(dir.path(), wrong_input).await.unwrap_err();
+        assert!(format!("{e:#}").contains("link 3 of the chain"), "{e:#}");
+        let mut wrong_output = chain;
+        wrong_output["output"] = 7.into();
+        let e = format!(
+            "{:#}",
+            scenario(dir.path(), wrong_output).await.unwrap_err()
+        );
+        assert!(
+            e.contains("link 3 of 3") && e.contains("expected output 7, got 3"),
+            "{e}"
+        );
+    }
 }

@@ -31,7 +31,7 @@ fn run_show_and_list_print_the_documented_json() {
         .collect();
     assert_eq!(steps.len(), 3);
     assert_eq!(steps[1]["step_name"], "noop");
-    assert_eq!(steps[1]["step_id"], format!("{run_id}-1"));
+    assert_eq!(steps[1]["step_id"], format!("{run_id}-noop-1"));
     assert_eq!(journal.last().unwrap()["kind"], "run_completed");
 
     let (_, list) = keel(db.path(), &["runs", "list"]);
@@ -1412,6 +1412,186 @@ fn crashtest_covers_a_restart_a_fork_and_an_upgrade() {
             .all(|s| s[1].as_str().unwrap().starts_with("{fork_id}")),
         "the fork's own step IDs: {report}"
     );
+}
+
+/// A crash test whose clean run fails for a reason it did not ask for
+/// checks nothing and fails, naming why; one that declares the failure
+/// passes; and `--upgrade-to` moves the run with the test's grants, so a
+/// run that charges through a payment API ends on the new build, with the
+/// move among the writes a crash takes.
+#[test]
+fn crashtest_fails_a_clean_run_it_did_not_expect_and_upgrades_with_its_grants() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(keel_payment_api::PaymentApi::start(false))
+        .unwrap();
+    let input = serde_json::json!([api.url("/charge"), "bill:c"]).to_string();
+    let host = api.addr.to_string();
+    let billing = |grant: bool, extra: &[&str]| {
+        let mut args = Vec::new();
+        if grant {
+            args.extend(["--allow-http", host.as_str()]);
+        }
+        args.extend([
+            "crashtest",
+            keel_tests::TESTBED,
+            "billing",
+            "--input",
+            input.as_str(),
+            "--resume",
+            r#"bill:c="paid""#,
+        ]);
+        args.extend(extra);
+        crashtest(&args)
+    };
+    // No grant: the charge is denied, the clean run fails, nothing is tried.
+    let (out, report) = billing(false, &[]);
+    assert!(!out.status.success(), "{report}");
+    assert_eq!(report["passed"], false, "{report}");
+    assert_eq!(report["clean"]["status"], "failed", "{report}");
+    let why = report["clean_unexpected"].as_str().unwrap();
+    assert!(why.contains("does not expect"), "{why}");
+    assert!(report["points"].as_array().unwrap().is_empty(), "{report}");
+    // Declared, the same failure is what the test checks at every point.
+    let kind = report["clean"]["error"]["kind"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (out, report) = billing(false, &["--expect-failure", &kind]);
+    assert!(out.status.success(), "{report}");
+    assert!(!report["points"].as_array().unwrap().is_empty(), "{report}");
+    // A failure of another kind than the one declared fails it.
+    let (out, report) = billing(true, &["--expect-failure", &kind]);
+    assert!(!out.status.success(), "{report}");
+    assert!(
+        report["clean_unexpected"]
+            .as_str()
+            .unwrap()
+            .contains("expects a failure"),
+        "{report}"
+    );
+    // Upgraded to the next build (a patch marker before the charge) when
+    // it first waits, with the grants: it completes there, charged once.
+    let (out, report) = billing(true, &["--upgrade-to", keel_tests::TESTBED_REORDERED]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["clean"]["status"], "completed", "{report}");
+    let next = keel_tests::ALL
+        .iter()
+        .find(|(name, _, _)| *name == "testbed_reordered")
+        .map(|(_, _, sha)| *sha)
+        .unwrap();
+    assert_eq!(report["clean"]["build"], next, "ended on the next build");
+    let ends = journal_ends(&report);
+    assert!(ends.contains(&"run_moved"), "a crash at the move: {ends:?}");
+    assert!(violated(&report).is_empty(), "{report}");
+    // Two crash tests charged (the one whose clean run completed against
+    // its declared failure, and this one): every trial of one charges
+    // under its run's one step ID, moved or not.
+    assert_eq!(api.charges().len(), 2, "{:?}", api.charges());
+}
+
+/// Writes `scenario` to a file in `dir`; returns its path.
+fn scenario_file(dir: &std::path::Path, name: &str, scenario: Value) -> String {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, scenario.to_string()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// `keel simulate` finds the planted bug: a workflow that records a note
+/// as often as it is sent, under a sender that resends; it names the seed
+/// and the shrunk schedule, and the same seed finds it again. Its fix,
+/// which records a note once by its ID, passes every schedule.
+#[test]
+fn simulate_finds_a_workflow_that_acts_twice_on_a_resent_payload_and_passes_its_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = |workflow: &str| {
+        scenario_file(
+            dir.path(),
+            workflow,
+            serde_json::json!({
+                "workflow": workflow,
+                "input": "notes:1",
+                "hooks": [
+                    {"token": "notes:1", "payload": {"id": "a", "text": "first"}},
+                    {"token": "notes:1", "payload": {"id": "b", "text": "second"}},
+                ],
+                "output": ["first", "second"],
+            }),
+        )
+    };
+    let buggy = scenario("tally_notes");
+    let (out, report) = crashtest(&["simulate", keel_tests::TESTBED, "--scenario", &buggy]);
+    assert!(!out.status.success(), "{report}");
+    assert_eq!(report["passed"], false, "{report}");
+    assert_eq!(report["clean"]["status"], "completed", "{report}");
+    let failure = &report["failure"];
+    let schedule = failure["schedule"].as_array().unwrap();
+    assert!(
+        schedule.iter().any(|p| p["kind"] == "resend"),
+        "a resend breaks it: {report}"
+    );
+    assert!(schedule.len() <= 2, "shrunk: {report}");
+    assert!(
+        !failure["violations"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert!(
+        !failure["journal_diff"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    // The same seed finds the same failure.
+    let seed = report["seed"].as_u64().unwrap().to_string();
+    let (_, again) = crashtest(&[
+        "simulate",
+        keel_tests::TESTBED,
+        "--scenario",
+        &buggy,
+        "--seed",
+        &seed,
+    ]);
+    assert_eq!(again["failure"]["schedule"], report["failure"]["schedule"]);
+
+    let fixed = scenario("tally_notes_once");
+    let (out, report) = crashtest(&["simulate", keel_tests::TESTBED, "--scenario", &fixed]);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["failure"], Value::Null, "{report}");
+    assert!(report["tried"].as_u64().unwrap() >= 64, "{report}");
+}
+
+/// The demo's saga (reserve, charge, compensate on failure), in Rust and
+/// in Python, keeps its ending and step IDs under every schedule of
+/// crashes `keel simulate` tries.
+#[test]
+fn simulate_passes_the_demo_saga_in_rust_and_python() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(keel_payment_api::PaymentApi::start(true))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let order = scenario_file(
+        dir.path(),
+        "order",
+        serde_json::json!({
+            "workflow": "process_order",
+            "input": {"order_id": "o-sim", "user_id": "u-1", "amount": 1250, "payment_url": api.url("/charge")},
+            "grants": {"http": [api.addr.to_string()]},
+        }),
+    );
+    for (component, seeds) in [(keel_tests::ORDER, "32"), (keel_tests::PYTHON_ORDER, "8")] {
+        let (out, report) = crashtest(&[
+            "simulate",
+            component,
+            "--scenario",
+            &order,
+            "--seeds",
+            seeds,
+        ]);
+        assert!(out.status.success(), "{component}: {report}");
+        assert_eq!(report["clean"]["status"], "completed", "{report}");
+    }
+    // Every schedule of one simulation charges under its run's one step
+    // ID: two simulations, two charges.
+    assert_eq!(api.charges().len(), 2, "{:?}", api.charges());
 }
 
 #[test]

@@ -35,7 +35,7 @@ use keel_store::faulty::{Crash, CrashWhen, FaultyStore};
 use keel_store::sled::SledStore;
 
 pub use crate::script::Scripted;
-use crate::script::{Driven, describe_waits, drive_scripted};
+use crate::script::{Driven, describe_waits, drive_chain};
 use crate::{Config, Error, ForkOptions, Keel, Result, StartOptions};
 
 /// What to crash-test.
@@ -63,6 +63,11 @@ pub struct CrashTest {
     /// this point and drive the fork to its end: the fork is then the run
     /// whose ending, steps and journal the checks compare.
     pub fork_from: Option<RestartPoint>,
+    /// The error kind the clean run is expected to fail with, if it is
+    /// expected to fail. A clean run that fails otherwise (a grant the test
+    /// did not give, a step that always fails) fails the test: every crash
+    /// point would end the same way and prove nothing.
+    pub expected_failure: Option<String>,
 }
 
 /// How a run ended, as the checks compare it.
@@ -89,6 +94,8 @@ pub struct CleanRun {
     pub steps: Vec<(String, String)>,
     /// The outputs of its steps that completed, by step ID.
     pub outputs: std::collections::BTreeMap<String, String>,
+    /// Its journal (the subject's: the fork, if the test forks).
+    pub journal: Vec<Entry>,
     /// What its workflow wrote to each stream (journaled: exactly once).
     pub streams: std::collections::BTreeMap<String, Vec<String>>,
 }
@@ -114,9 +121,9 @@ pub struct PointReport {
 /// What recovery broke at one point: `subject` names what (the run's
 /// ending, a step's output, ...) so that a later point breaking the same
 /// thing is reported as a repeat.
-struct Violation {
+pub(crate) struct Violation {
     subject: String,
-    message: String,
+    pub(crate) message: String,
 }
 
 impl Violation {
@@ -132,13 +139,61 @@ impl Violation {
 #[derive(Clone, Debug)]
 pub struct CrashReport {
     pub clean: CleanRun,
+    /// Why the clean run is not one the test asked for, if it is not (it
+    /// failed, or was cancelled, where the test expected neither): the
+    /// crash points then check nothing worth checking.
+    pub clean_unexpected: Option<String>,
     pub points: Vec<PointReport>,
 }
 
 impl CrashReport {
-    /// No crash point broke anything.
+    /// The clean run ended as the test asked and no crash point broke
+    /// anything.
     pub fn passed(&self) -> bool {
-        self.points.iter().all(|p| p.violations.is_empty())
+        self.clean_unexpected.is_none() && self.points.iter().all(|p| p.violations.is_empty())
+    }
+}
+
+/// Why `clean` is not the run `test` asked for, if it is not: a failure of
+/// another kind than the test expects (or any, when it expects none), or
+/// a cancel the test did not make.
+pub(crate) fn unexpected_ending(test: &CrashTest, clean: &CleanRun) -> Option<String> {
+    let error = || {
+        clean
+            .error
+            .as_ref()
+            .map_or(String::new(), |e| format!(" ({}: {})", e.kind, e.message))
+    };
+    let kind = clean.ending.error_kind.as_deref();
+    match clean.ending.status {
+        RunStatus::Failed if kind.is_some() && kind == test.expected_failure.as_deref() => None,
+        RunStatus::Failed => Some(format!(
+            "the clean run failed{}, which the test does not expect{}: every crash point would fail the same way, so nothing was checked; give the run what it lacks (a grant, a payload) or declare the failure the test expects",
+            error(),
+            test.expected_failure
+                .as_deref()
+                .map_or(String::new(), |k| format!(
+                    " (it expects a failure of kind {k})"
+                )),
+        )),
+        RunStatus::Cancelled
+            if test.cancel_at_start.is_none()
+                && !test
+                    .script
+                    .iter()
+                    .any(|s| matches!(s, Scripted::Cancel { .. })) =>
+        {
+            Some(format!(
+                "the clean run was cancelled{} though the test cancels nothing",
+                error()
+            ))
+        }
+        _ if test.expected_failure.is_some() => Some(format!(
+            "the clean run ended {}, and the test expects a failure of kind {}",
+            clean.ending.status.as_str(),
+            test.expected_failure.as_deref().unwrap_or_default()
+        )),
+        _ => None,
     }
 }
 
@@ -148,24 +203,23 @@ pub async fn crashtest(
     test: &CrashTest,
     mut progress: impl FnMut(&PointReport),
 ) -> Result<CrashReport> {
-    let root = tempfile::tempdir().map_err(|source| Error::Io {
-        path: std::env::temp_dir(),
-        source,
-    })?;
-    // Every run has the same ID, so its steps have the same IDs: a service
-    // that keys effects by step ID sees each trial as that run recovering.
-    let run_id = uuid::Uuid::now_v7().to_string();
-    // Time the run waits passes at once: every wait comes back to the
-    // script, which moves the clock to when it is due.
-    let clock = ManualClock::at(
-        test.start_at_ms
-            .unwrap_or_else(|| crate::SystemClock.now_ms()),
-    );
-    let mut test = test.clone();
-    test.config.clock = clock.clone();
-    test.config.park_limit = std::time::Duration::ZERO;
+    let Prepared {
+        root,
+        run_id,
+        clock,
+        test,
+    } = Prepared::of(test)?;
     let test = &test;
     let (clean, base) = clean_run(test, root.path(), &run_id, &clock).await?;
+    let clean_unexpected = unexpected_ending(test, &clean);
+    if clean_unexpected.is_some() {
+        // Every point would end as the clean run did: none is tried.
+        return Ok(CrashReport {
+            clean,
+            clean_unexpected,
+            points: Vec::new(),
+        });
+    }
     let mut points = Vec::new();
     // Where each subject was first seen broken.
     let mut first_seen = std::collections::HashMap::<String, String>::new();
@@ -173,7 +227,7 @@ pub async fn crashtest(
         for when in [CrashWhen::Before, CrashWhen::After] {
             let crash = Crash { at_write, when };
             let trial = Trial::new(test, root.path(), &crash_name(crash), &run_id, &clock);
-            let (mut point, broken) = crash_point(test, &trial, &base, &clean, crash).await?;
+            let (mut point, broken, _) = crash_point(test, &trial, &base, &clean, crash).await?;
             for v in broken {
                 match first_seen.get(&v.subject) {
                     Some(at) => point
@@ -190,11 +244,50 @@ pub async fn crashtest(
             points.push(point);
         }
     }
-    Ok(CrashReport { clean, points })
+    Ok(CrashReport {
+        clean,
+        clean_unexpected,
+        points,
+    })
+}
+
+/// What every trial of a test shares: a folder for their stores, the run
+/// ID (so its steps have the same IDs in every trial: a service that keys
+/// effects by step ID sees each trial as that run recovering), and the
+/// test's manual clock, which the script moves (time the run waits passes
+/// at once: every wait comes back to the script).
+pub(crate) struct Prepared {
+    pub(crate) root: tempfile::TempDir,
+    pub(crate) run_id: String,
+    pub(crate) clock: Arc<ManualClock>,
+    /// The test, its engine on that clock with every wait parked.
+    pub(crate) test: CrashTest,
+}
+
+impl Prepared {
+    pub(crate) fn of(test: &CrashTest) -> Result<Prepared> {
+        let root = tempfile::tempdir().map_err(|source| Error::Io {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+        let clock = ManualClock::at(
+            test.start_at_ms
+                .unwrap_or_else(|| crate::SystemClock.now_ms()),
+        );
+        let mut test = test.clone();
+        test.config.clock = clock.clone();
+        test.config.park_limit = std::time::Duration::ZERO;
+        Ok(Prepared {
+            root,
+            run_id: uuid::Uuid::now_v7().to_string(),
+            clock,
+            test,
+        })
+    }
 }
 
 /// A store of its own for one run, under `root`, behind a fault injector.
-struct Trial {
+pub(crate) struct Trial {
     dir: PathBuf,
     config: Config,
     run_id: String,
@@ -206,7 +299,7 @@ struct Trial {
 }
 
 impl Trial {
-    fn new(
+    pub(crate) fn new(
         test: &CrashTest,
         root: &Path,
         name: &str,
@@ -291,7 +384,7 @@ impl Trial {
 }
 
 /// The clean run, and its engine, whose runtime the trials share.
-async fn clean_run(
+pub(crate) async fn clean_run(
     test: &CrashTest,
     root: &Path,
     run_id: &str,
@@ -310,6 +403,7 @@ async fn clean_run(
         steps: steps(&trial, &journal),
         outputs: outputs(&trial, &journal),
         streams: workflow_streams(&keel, &trial, test).await?,
+        journal,
     };
     Ok((clean, keel))
 }
@@ -318,15 +412,15 @@ fn crash_name(crash: Crash) -> String {
     format!("{}-{}", crash.at_write, crash.when.as_str())
 }
 
-/// One crash point: the report (with no violations yet) and what recovery
-/// broke.
-async fn crash_point(
+/// One crash point: the report (with no violations yet), what recovery
+/// broke, and the journal the run ended with.
+pub(crate) async fn crash_point(
     test: &CrashTest,
     trial: &Trial,
     base: &Keel,
     clean: &CleanRun,
     crash: Crash,
-) -> Result<(PointReport, Vec<Violation>)> {
+) -> Result<(PointReport, Vec<Violation>, Vec<Entry>)> {
     let reached = {
         let (keel, store) = trial.engine(base, Some(crash))?;
         trial.start(&keel, test).await?;
@@ -398,7 +492,7 @@ async fn crash_point(
         violations: Vec::new(),
         repeated: Vec::new(),
     };
-    Ok((point, violations))
+    Ok((point, violations, journal))
 }
 
 /// Where output `got` differs from the clean run's `was`, when both are
@@ -453,12 +547,9 @@ fn short(hash: &str) -> &str {
 /// happened is read from the store, as an operator whose request went
 /// unanswered would: a write that landed unheard is not made twice.
 async fn run_to_end(keel: &Keel, trial: &Trial, test: &CrashTest) -> Result<keel_core::RunRecord> {
-    let mut run = drive_to_end(keel, trial, test, &trial.run_id).await?;
     // A workflow that continues as new ends with the last run of its
     // chain, each driven in turn (their IDs derive from the first's).
-    while run.status == RunStatus::Continued {
-        run = drive_to_end(keel, trial, test, &run.run_id.continued()).await?;
-    }
+    let mut run = drive_to_end(keel, trial, test, &trial.run_id).await?;
     if let Some(point) = &test.restart_from {
         let journal = keel.journal(&trial.run_id).await?;
         let restarted = journal
@@ -492,7 +583,10 @@ async fn drive_to_end(
     test: &CrashTest,
     run_id: &str,
 ) -> Result<keel_core::RunRecord> {
-    match drive_scripted(keel, &trial.clock, run_id, &test.script, &trial.taken).await? {
+    match drive_chain(keel, &trial.clock, run_id, &test.script, &trial.taken)
+        .await?
+        .0
+    {
         Driven::Ended(run) => Ok(run),
         Driven::Stuck { run, waits } => Err(Error::NotCrashTestable {
             run_id: run.run_id,

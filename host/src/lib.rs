@@ -27,6 +27,7 @@ pub mod replay;
 mod runtime;
 mod sandbox;
 pub mod script;
+pub mod simulate;
 mod slots;
 mod steps;
 mod trace;

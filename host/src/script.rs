@@ -49,7 +49,10 @@ pub enum Scripted {
 pub const UPGRADED_NAME: &str = "scripted";
 
 /// Deploys the component at `path` as the next build of
-/// [`UPGRADED_NAME`].
+/// [`UPGRADED_NAME`], granting its steps what the engine grants (the test's
+/// `--allow-*`): a build the test moves a run to reaches what the run's
+/// first build reached, or the run would fail for want of a grant the
+/// test gave.
 pub(crate) async fn deploy_upgraded(
     keel: &Keel,
     path: &std::path::Path,
@@ -60,6 +63,7 @@ pub(crate) async fn deploy_upgraded(
     })?;
     let spec = crate::DeploySpec {
         name: Some(UPGRADED_NAME.into()),
+        grants: Some(keel.default_grants().spec()),
         ..crate::DeploySpec::default()
     };
     Ok(keel.deploy(path, &bytes, spec).await?.1)
@@ -127,6 +131,35 @@ pub async fn drive_scripted(
                 continue;
             }
             _ => return Ok(Driven::Stuck { run, waits }),
+        }
+    }
+}
+
+/// Drives `run_id` as [`drive_scripted`] does and, while the run it drove
+/// continued as new, the run that continues it (`RunId::continued`), each
+/// with the rest of the script, until a link of the chain ends otherwise
+/// or is stuck. Returns how the last link ended and every link that
+/// ended, the first first.
+pub async fn drive_chain(
+    keel: &Keel,
+    clock: &ManualClock,
+    run_id: &str,
+    script: &[Scripted],
+    taken: &AtomicUsize,
+) -> Result<(Driven, Vec<RunRecord>)> {
+    let mut links = Vec::new();
+    let mut next = keel_core::RunId::from(run_id);
+    loop {
+        match drive_scripted(keel, clock, next.as_str(), script, taken).await? {
+            Driven::Ended(run) if run.status == keel_core::RunStatus::Continued => {
+                next = run.run_id.continued();
+                links.push(run);
+            }
+            Driven::Ended(run) => {
+                links.push(run.clone());
+                return Ok((Driven::Ended(run), links));
+            }
+            stuck => return Ok((stuck, links)),
         }
     }
 }

@@ -231,7 +231,7 @@ async fn a_run_started_over_http_completes_and_reads_back_with_its_timeline() {
         assert_eq!(row["name"], "noop");
         assert_eq!(row["status"], "completed");
         assert_eq!(row["attempts"], 1);
-        assert_eq!(row["step_id"], format!("{run_id}-{i}"));
+        assert_eq!(row["step_id"], format!("{run_id}-noop-{i}"));
     }
     let (_, journal) = s.get(&format!("/v1/runs/{run_id}/journal")).await;
     let journal = journal.as_array().unwrap();

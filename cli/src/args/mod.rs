@@ -420,6 +420,41 @@ pub enum Command {
         /// the build the clean run ended on, whichever write a crash takes.
         #[arg(long, value_name = "BUILD")]
         upgrade_to: Option<std::path::PathBuf>,
+        /// The clean run is expected to fail with an error of this kind
+        /// (`step_failed`, ...). Without it (or a scenario's `error_kind`)
+        /// a clean run that fails fails the test: its crash points would
+        /// all fail the same way and check nothing.
+        #[arg(long, value_name = "KIND", conflicts_with = "scenario")]
+        expect_failure: Option<String>,
+    },
+    /// Run a workflow under generated schedules of what the world does to
+    /// a run, each checked against its clean run.
+    ///
+    /// Runs the scenario's workflow once cleanly, then under up to SEEDS
+    /// schedules generated from a seed: a payload sent again without its
+    /// ID (an at-least-once sender's resend), a pause and resume before a
+    /// payload, a crash at a journal write recovered by a new engine. Each
+    /// must end as the clean run did (which must be what the scenario
+    /// expects), with the same steps under the same step IDs and outputs
+    /// and a journal that replays. A failing schedule is shrunk to the
+    /// fewest perturbations that still fail and printed with its seed and
+    /// where its journal departs from the clean run's; `--seed` runs the
+    /// same schedules again. Non-zero on any failure.
+    Simulate {
+        /// The component's `.wasm`, or a guest crate's directory (built
+        /// first).
+        component: PathBuf,
+        /// A `keel test` scenario (tests/runs/NAME.json): its workflow,
+        /// input, grants, hook payloads and expected ending.
+        #[arg(long, value_name = "FILE")]
+        scenario: PathBuf,
+        /// How many schedules to try.
+        #[arg(long, value_name = "N", default_value_t = 64)]
+        seeds: u32,
+        /// The seed the schedules are generated from [default: a new one,
+        /// printed].
+        #[arg(long, value_name = "S")]
+        seed: Option<u64>,
     },
     /// Print a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
     Completions {

@@ -254,6 +254,11 @@ impl Keel {
         self.now_ms()
     }
 
+    /// What this engine grants the steps of a component never deployed.
+    pub(crate) fn default_grants(&self) -> &crate::Grants {
+        &self.inner.config.grants
+    }
+
     fn now_ms(&self) -> u64 {
         self.inner.config.clock.now_ms()
     }

@@ -44,6 +44,16 @@ impl Grants {
             env,
         }
     }
+
+    /// These grants as a deployment records them (the environment
+    /// variables by name: a worker passes its own values).
+    pub fn spec(&self) -> keel_core::GrantSpec {
+        keel_core::GrantSpec {
+            http: self.http.clone(),
+            dirs: self.dirs.iter().map(|d| d.display().to_string()).collect(),
+            env: self.env.iter().map(|(name, _)| name.clone()).collect(),
+        }
+    }
 }
 
 /// Outbound HTTP limited to the granted hosts.

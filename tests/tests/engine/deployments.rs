@@ -8,9 +8,9 @@ use std::path::Path;
 
 use crate::common::{TestStore, attempts, json, open_with, order_input, step_ids};
 use keel_host::core::deployment::Target;
-use keel_host::core::journal::Fact;
+use keel_host::core::restart::RestartPoint;
 use keel_host::core::{ErrorKind, GrantSpec, RunStatus};
-use keel_host::{DeploySpec, Keel, StartOptions};
+use keel_host::{DeploySpec, ForkOptions, Keel, StartOptions};
 use keel_payment_api::PaymentApi;
 
 /// Deploys the guest at `path` as `order` with `grants` (`None`: keep the
@@ -32,7 +32,7 @@ async fn deploy(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_run_failed_for_want_of_a_grant_completes_where_it_stands_once_its_build_is_granted() {
+async fn a_compensated_run_failed_for_want_of_a_grant_is_refused_a_retry_and_forked_once_granted() {
     let api = PaymentApi::start(false).await.unwrap();
     let store = TestStore::new();
     let (keel, _) = open_with(store.config(), keel_tests::ORDER).await;
@@ -70,20 +70,36 @@ async fn a_run_failed_for_want_of_a_grant_completes_where_it_stands_once_its_bui
     let changed = keel.grant("order", &granted, false).await.unwrap();
     assert_eq!(changed.len(), 1);
     assert_eq!(changed[0].grants, granted);
-    keel.retry(&run.run_id).await.unwrap();
-    let done = keel.drive(&run.run_id).await.unwrap();
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    let journal = keel.journal(&run.run_id).await.unwrap();
-    assert_eq!(
-        attempts(&journal),
-        [1, 1, 1, 2],
-        "reserve was not run again; the charge went on as attempt 2"
+    // The saga released the items when the charge failed: a retry would
+    // complete the order on a reservation that is gone, so it is refused,
+    // and a fork from the start, on the granted build, places it anew.
+    let refused = keel.retry(&run.run_id).await.unwrap_err();
+    assert!(
+        refused.kind() == ErrorKind::NotRetryable
+            && refused.to_string().contains("release_inventory"),
+        "{refused}"
     );
+    let fork = keel
+        .fork_run(
+            &run.run_id,
+            &RestartPoint::Step("reserve_inventory".into()),
+            &ForkOptions::default(),
+            "test",
+        )
+        .await
+        .unwrap();
+    let done = keel.drive(&fork.run_id).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let journal = keel.journal(&fork.run_id).await.unwrap();
+    assert_eq!(attempts(&journal), [1, 1], "reserve and charge, once each");
     let ids = step_ids(&journal);
-    assert_eq!(ids, step_ids(&before), "no step was scheduled anew");
+    assert!(
+        ids.iter().all(|id| id.starts_with(fork.run_id.as_str())),
+        "the fork's own step IDs: {ids:?}"
+    );
     let charges = api.charges();
     assert_eq!(charges.len(), 1);
-    assert_eq!(charges[0].0, ids[1], "charged under the failed step's ID");
+    assert_eq!(charges[0].0, ids[1], "charged under the fork's step ID");
     assert_eq!(
         json(done.output.as_deref().unwrap())["charge_id"],
         charges[0].1.as_str()
@@ -94,10 +110,11 @@ async fn a_run_failed_for_want_of_a_grant_completes_where_it_stands_once_its_bui
         (now.hash.clone(), now.deployed_at_ms),
         (first.hash.clone(), first.deployed_at_ms)
     );
-    assert!(
-        journal
-            .iter()
-            .any(|e| matches!(e.fact, Fact::RunRetried { .. }))
+    let source = keel.journal(&run.run_id).await.unwrap();
+    assert_eq!(
+        source.len(),
+        before.len(),
+        "the refused retry wrote nothing"
     );
 }
 
@@ -168,7 +185,7 @@ async fn a_redeploy_keeps_the_names_grants_and_never_moves_it_back_unasked() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failed_run_is_retried_on_a_newer_build_only_where_its_journal_replays() {
+async fn a_failed_run_moves_to_a_newer_build_only_where_its_journal_replays() {
     let api = PaymentApi::start(false).await.unwrap();
     let store = TestStore::new();
     let (keel, _) = open_with(store.config(), keel_tests::ORDER).await;
@@ -218,34 +235,42 @@ async fn a_failed_run_is_retried_on_a_newer_build_only_where_its_journal_replays
     );
     assert_eq!(keel.journal(&run.run_id).await.unwrap().len(), before.len());
 
-    // A build that replays it (and keeps the name's grants): the run moves
-    // there and completes, the completed step not run again, the charge
-    // under the failed step's ID.
+    // A build that replays it (and keeps the name's grants): the journal
+    // replays there, but the saga released the items when the charge was
+    // denied, so the retry is refused naming the release; a fork from the
+    // start onto that build places the order anew, under its own IDs.
     let right = deploy(&keel, keel_tests::ORDER_V2_COMPATIBLE, None, false)
         .await
         .unwrap();
-    let retried = keel.retry_on(&run.run_id, "order").await.unwrap();
-    assert_eq!(retried.component_hash, right.hash);
-    let done = keel.drive(&run.run_id).await.unwrap();
+    let refused = keel.retry_on(&run.run_id, "order").await.unwrap_err();
+    assert!(
+        refused.kind() == ErrorKind::NotRetryable
+            && refused.to_string().contains("release_inventory"),
+        "{refused}"
+    );
+    let options = ForkOptions {
+        on: Some("order".into()),
+        ..ForkOptions::default()
+    };
+    let fork = keel
+        .fork_run(
+            &run.run_id,
+            &RestartPoint::Step("reserve_inventory".into()),
+            &options,
+            "test",
+        )
+        .await
+        .unwrap();
+    assert_eq!(fork.component_hash, right.hash);
+    let done = keel.drive(&fork.run_id).await.unwrap();
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(
         done.component_hash, right.hash,
-        "pinned to the build it was retried on"
+        "pinned to the build it forked onto"
     );
-    let journal = keel.journal(&run.run_id).await.unwrap();
-    let ids = step_ids(&journal);
-    assert_eq!(
-        &ids[..2],
-        &step_ids(&before)[..2],
-        "reserve and charge keep their IDs"
-    );
-    assert_eq!(attempts(&journal)[0], 1, "reserve was not run again");
-    assert_eq!(
-        api.charges()[0].0,
-        ids[1],
-        "charged under the failed step's ID"
-    );
-    assert!(keel.replay(&run.run_id, None).await.unwrap().is_ok());
+    let ids = step_ids(&keel.journal(&fork.run_id).await.unwrap());
+    assert_eq!(api.charges()[0].0, ids[1], "charged under the fork's ID");
+    assert!(keel.replay(&fork.run_id, None).await.unwrap().is_ok());
     // An unknown deployment is refused as such.
     let unknown = keel.retry_on(&run.run_id, "nope").await.unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::DeploymentNotFound);

@@ -142,8 +142,8 @@ async fn a_fork_runs_again_only_the_steps_from_its_point_under_its_own_ids() {
     let forked = keel.journal(fork.run_id.as_str()).await.unwrap();
     let ids = step_ids(&forked);
     assert_eq!(ids.len(), 3);
-    for (command, id) in ids.iter().enumerate() {
-        assert_eq!(id, &format!("{}-{command}", fork.run_id), "the fork's own");
+    for (n, id) in ids.iter().enumerate() {
+        assert_eq!(id, &format!("{}-call-{n}", fork.run_id), "the fork's own");
     }
     assert_eq!(
         keel.get_run(source_id).await.unwrap().status,

@@ -122,7 +122,7 @@ async fn a_retried_steps_stream_is_marked_where_its_second_attempt_begins() {
     )
     .await
     .expect("the follower ends at the close");
-    let step_id = format!("{}-0", run.run_id);
+    let step_id = run.run_id.step_id("tokens", 0).into_string();
     let bodies: Vec<ChunkBody> = followed.iter().map(|c| c.body.clone()).collect();
     assert_eq!(
         bodies,
