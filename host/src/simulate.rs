@@ -87,11 +87,7 @@ pub fn perturbed(script: &[Scripted], schedule: &[Perturbation]) -> Vec<Scripted
     let mut payload = 0;
     for step in script {
         let resume = matches!(step, Scripted::Resume { .. });
-        if resume
-            && schedule
-                .iter()
-                .any(|p| *p == Perturbation::PauseBefore { payload })
-        {
+        if resume && schedule.contains(&Perturbation::PauseBefore { payload }) {
             steps.extend([Scripted::Pause, Scripted::Unpause]);
         }
         steps.push(step.clone());
