@@ -678,7 +678,7 @@ fn runs_show_prints_a_timeline_with_step_names_and_durations() {
     assert_eq!(rows.len(), 3, "{text}");
     for (i, row) in rows.iter().enumerate() {
         assert!(row.contains("noop") && row.contains("completed"), "{row}");
-        assert!(row.contains(&format!("{run_id}-{i}")), "{row}");
+        assert!(row.contains(&format!("{run_id}-noop-{i}")), "{row}");
         assert!(row.contains("ms"), "a duration: {row}");
     }
     assert!(text.contains("started 20"), "a readable start time: {text}");

@@ -144,13 +144,19 @@ impl JournalFile {
                 "its entries do not begin with the run's start (`run_started`): pass a run's whole journal".into(),
             ));
         };
+        // The first step's ID is `RUN-NAME-0` (`RunId::step_id`), or in a
+        // run from before step IDs were named, `RUN-COMMAND`.
         let run_id = entries
             .iter()
             .find_map(|e| match &e.fact {
                 Fact::StepScheduled {
-                    command, step_id, ..
+                    command,
+                    name,
+                    step_id,
+                    ..
                 } => step_id
-                    .strip_suffix(&format!("-{command}"))
+                    .strip_suffix(&format!("-{name}-0"))
+                    .or_else(|| step_id.strip_suffix(&format!("-{command}")))
                     .map(str::to_string),
                 _ => None,
             })
@@ -337,6 +343,20 @@ mod tests {
             ("greet", r#"{"name":"Ada"}"#)
         );
         assert_eq!(run.run_id, "r", "read from its steps' IDs");
+        // And from a step ID that names its step.
+        let mut named = entries.clone();
+        if let Fact::StepScheduled { step_id, name, .. } = &mut named[1].fact {
+            *step_id = format!("run-7-{name}-0");
+        }
+        let text = serde_json::to_string(
+            &named
+                .iter()
+                .map(crate::journal::entry_to_json)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let named = JournalFile::parse(text.as_bytes()).unwrap().run_record();
+        assert_eq!(named.run_id, "run-7");
         assert_eq!(
             (run.status, run.output.as_deref()),
             (RunStatus::Completed, Some("\"hi\""))
