@@ -48,7 +48,7 @@ try {
   await steps.nth(9).waitFor();
   assert.equal(await steps.count(), 10);
   for (let i = 0; i < 10; i++) {
-    assert.equal(await steps.nth(i).locator("[data-testid=step-id]").innerText(), `${run.run_id}-${i}`);
+    assert.equal(await steps.nth(i).locator("[data-testid=step-id]").innerText(), `${run.run_id}-noop-${i}`);
   }
   assert.equal((await page.locator("[data-testid=output]").innerText()).trim(), "45");
   await page.screenshot({ path: screenshot, fullPage: true });
